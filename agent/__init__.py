@@ -1,0 +1,1 @@
+"""optagent's judgement: agents, trial runner, sessions, transcripts and the CLI."""

@@ -1,0 +1,1 @@
+"""The `optagent` command line: one module per command group, registered in `main`."""

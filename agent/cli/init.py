@@ -1,0 +1,22 @@
+"""`optagent init`: write a commented optagent.toml to edit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from agent.cli.common import console, fail
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "optagent.example.toml"
+
+
+def init(
+    path: Path = typer.Option(Path("optagent.toml"), "--path", "-o", help="Where to write the file."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing file."),
+) -> None:
+    """Write a commented optagent.toml describing a real target, to edit."""
+    if path.exists() and not force:
+        fail(f"{path} exists; use --force to overwrite it", code=2)
+    path.write_text(EXAMPLE.read_text())
+    console.print(f"wrote {path}: edit [bold]\\[target][/] (host, unit file, endpoint) before `optagent run`")

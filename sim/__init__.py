@@ -1,0 +1,1 @@
+"""A simulated SGLang deployment: the embedded default target for runs and tests."""

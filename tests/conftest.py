@@ -1,0 +1,6 @@
+"""Shared fixtures: each area keeps its own in tests/fixtures/<area>.py, loaded here."""
+
+pytest_plugins = [
+    "tests.fixtures.sim",
+    "tests.fixtures.sshd",
+]

@@ -1,0 +1,1 @@
+"""optagent's hands: deterministic, typed tools with no LLM inside."""

@@ -1,0 +1,177 @@
+"""optagent's configuration: a validated pydantic model read from `optagent.toml`.
+
+With no config file the target is the simulated deployment in `.optagent/sim/` and the model is the
+builtin policy (unless `OPENAI_API_KEY`/`OPENAI_BASE_URL` select an LLM).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+DEFAULT_SIM_DIR = Path(".optagent/sim")
+CONFIG_NAME = "optagent.toml"
+
+
+class ConfigError(Exception):
+    """A config file that cannot be used; the message names the key and the problem."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TargetConfig(_Strict):
+    """How to reach the host, manage the service and talk to the server."""
+
+    transport: Literal["local", "ssh"] = "local"
+    host: str = "127.0.0.1"
+    user: str | None = None
+    ssh_port: int = Field(22, ge=1, le=65535)
+    identity_file: str | None = None
+    known_hosts: str = "~/.ssh/known_hosts"
+    insecure_no_host_key_check: bool = False
+    connect_timeout_s: float = Field(15.0, gt=0)
+    command_timeout_s: float = Field(120.0, gt=0)
+
+    service_manager: Literal["systemd", "process"] = "process"
+    sudo: bool = False
+    service: str = "sglang"
+    local_unit: Path = DEFAULT_SIM_DIR / "local" / "sglang.service"
+    remote_unit: str = str(DEFAULT_SIM_DIR / "sglang.service")
+    run_dir: str = str(DEFAULT_SIM_DIR / "run")
+    """Where the process manager keeps the PID file and the log on the host."""
+    nvidia_smi: str = "nvidia-smi"
+    python: str = "python3"
+    """The host's Python that has sglang installed (for `pip show`, `--help`, bench_serving)."""
+
+    endpoint: str = "http://127.0.0.1:30000"
+    health_timeout_s: float = Field(900.0, gt=0)
+    deadman_s: float = Field(1800.0, gt=0)
+    """Dead-man's switch: the host restores known-good unless optagent confirms within this time."""
+    max_restarts_per_minute: int = Field(6, ge=1)
+    max_consecutive_failures: int = Field(3, ge=1)
+    state_dir: Path = Path(".optagent/state")
+    """Local directory for the journal, the known-good copy and backups."""
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint_is_http(cls, v: str) -> str:
+        if not v.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return v.rstrip("/")
+
+
+class BenchConfig(_Strict):
+    """Benchmark settings used for baselines and trials."""
+
+    api: Literal["completions", "chat", "generate"] = "completions"
+    concurrency: list[int] = Field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64])
+    input_len: int = Field(1024, ge=1)
+    output_len: int = Field(256, ge=1)
+    prompts_per_level: int = Field(0, ge=0)
+    """0 = scaled to the level."""
+    warmup: int = Field(2, ge=0)
+    reps: int = Field(3, ge=1)
+    min_effect: float = Field(0.02, ge=0)
+    regress_tolerance: float = Field(0.03, ge=0)
+    request_timeout_s: float = Field(600.0, gt=0)
+    backend: Literal["optagent", "sglang"] = "optagent"
+
+    @field_validator("concurrency")
+    @classmethod
+    def _positive_levels(cls, v: list[int]) -> list[int]:
+        if not v or any(c < 1 for c in v):
+            raise ValueError("must be a non-empty list of positive integers")
+        return sorted(set(v))
+
+
+class AgentConfig(_Strict):
+    """Which model plans, and the budget of a run."""
+
+    model: str = "builtin"
+    base_url: str | None = None
+    max_trials: int = Field(12, ge=0)
+    max_wall_minutes: float = Field(240.0, gt=0)
+    max_parallel_research: int = Field(4, ge=1)
+    allow_lossy: bool = False
+    transcripts_dir: Path = Path("transcripts")
+
+
+class ResearchConfig(_Strict):
+    """Where the SGLang source of the running version comes from."""
+
+    repo_url: str = "https://github.com/sgl-project/sglang.git"
+    source_dir: Path | None = None
+    cache_dir: Path | None = None
+    """Defaults to the user cache directory (platformdirs)."""
+    version: str | None = None
+    """Override the version detected from the server."""
+
+
+class Config(_Strict):
+    """The whole optagent.toml."""
+
+    target: TargetConfig = Field(default_factory=TargetConfig)
+    bench: BenchConfig = Field(default_factory=BenchConfig)
+    agent: AgentConfig = Field(default_factory=AgentConfig)
+    research: ResearchConfig = Field(default_factory=ResearchConfig)
+    simulated: bool = False
+    """True when this config points at the embedded simulated deployment."""
+
+
+def _describe(err: ValidationError, path: Path) -> str:
+    lines = [f"{path}: invalid configuration"]
+    for e in err.errors():
+        key = ".".join(str(p) for p in e["loc"])
+        msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"]
+        lines.append(f"  {key}: {msg}")
+    return "\n".join(lines)
+
+
+def load_config(path: Path | None = None) -> Config:
+    """Read `path`, or `./optagent.toml`, or fall back to the simulated deployment's config."""
+    if path is None:
+        if not Path(CONFIG_NAME).exists():
+            return sim_config()
+        path = Path(CONFIG_NAME)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError as e:
+        raise ConfigError(f"{path}: no such config file") from e
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: not valid TOML: {e}") from e
+    try:
+        return Config.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(_describe(e, path)) from e
+
+
+def sim_config(sim_dir: Path = DEFAULT_SIM_DIR, *, port: int | None = None) -> Config:
+    """The config of the simulated deployment laid out by `optagent sim up` in `sim_dir`.
+
+    The port is read from `sim_dir/endpoint` (written by `sim up`) unless given.
+    """
+    sim_dir = Path(sim_dir).resolve()
+    endpoint = "http://127.0.0.1:30000"
+    if port is not None:
+        endpoint = f"http://127.0.0.1:{port}"
+    elif (sim_dir / "endpoint").exists():
+        endpoint = (sim_dir / "endpoint").read_text().strip()
+    target = TargetConfig(
+        transport="local",
+        service_manager="process",
+        local_unit=sim_dir / "local" / "sglang.service",
+        remote_unit=str(sim_dir / "sglang.service"),
+        run_dir=str(sim_dir / "run"),
+        nvidia_smi=str(sim_dir / "bin" / "nvidia-smi"),
+        endpoint=endpoint,
+        health_timeout_s=120.0,
+        deadman_s=600.0,
+        state_dir=sim_dir / "state",
+    )
+    bench = BenchConfig(concurrency=[1, 8, 64], input_len=1024, output_len=256, reps=3)
+    return Config(target=target, bench=bench, simulated=True)
