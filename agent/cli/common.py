@@ -13,7 +13,9 @@ from tools.config import Config, ConfigError, load_config
 console = Console()
 err_console = Console(stderr=True)
 
-ConfigOption = typer.Option(None, "--config", "-c", help="optagent.toml (default: ./optagent.toml or the simulated deployment).")
+ConfigOption = typer.Option(
+    None, "--config", "-c", help="optagent.toml (default: ./optagent.toml or the simulated deployment)."
+)
 
 
 def fail(message: str, *, code: int = 1) -> NoReturn:

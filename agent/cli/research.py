@@ -11,7 +11,9 @@ from agent.cli.common import ConfigOption, fail
 
 def flags(
     config: Path | None = ConfigOption,
-    source: Path | None = typer.Option(None, "--source", help="SGLang source tree (git checkout or unpacked wheel)."),
+    source: Path | None = typer.Option(
+        None, "--source", help="SGLang source tree (git checkout or unpacked wheel)."
+    ),
     version: str | None = typer.Option(None, "--version", help="SGLang version to fetch."),
     grep: str | None = typer.Option(None, "--grep", help="Only flags matching this text."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),

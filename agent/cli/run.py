@@ -17,7 +17,9 @@ def run(
     max_trials: int | None = typer.Option(None, "--max-trials", help="At most this many trials."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before changing the target."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Plan and research; deploy nothing."),
-    allow_lossy: bool = typer.Option(False, "--allow-lossy", help="Allow keeping changes that alter outputs."),
+    allow_lossy: bool = typer.Option(
+        False, "--allow-lossy", help="Allow keeping changes that alter outputs."
+    ),
 ) -> None:
     """Plan, research and trial server flags; keep only what is measurably better."""
     fail("not implemented yet")
