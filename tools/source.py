@@ -1,0 +1,277 @@
+"""The SGLang source of the exact running version: detected, fetched once, cached.
+
+Where the code comes from, in order: a local directory the user names (a git checkout with
+`python/sglang/`, or an unpacked wheel with `sglang/`); the cache; a gitpython clone (or fetch) of
+the repository and `git archive` of the tag `v<version>`; the wheel or sdist of that version from
+the package index pip is configured for. `SourceTree.version` and `.origin` say what was used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+DEFAULT_REPO_URL = "https://github.com/sgl-project/sglang.git"
+CACHE_ENV = "OPTAGENT_CACHE_DIR"
+_MARKER = "optagent-source.json"
+_VERSION_RE = re.compile(r"^[0-9][0-9A-Za-z.+!-]*$")
+# Git must fail fast when the network is down, never hang or prompt for credentials.
+_GIT_ENV = {
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_HTTP_LOW_SPEED_LIMIT": "1000",
+    "GIT_HTTP_LOW_SPEED_TIME": "15",
+    "GIT_ASKPASS": "true",
+    "GCM_INTERACTIVE": "never",
+}
+
+
+class SourceError(Exception):
+    """The source could not be found or fetched; the message says what was tried."""
+
+
+@dataclass(frozen=True)
+class SourceTree:
+    """A readable SGLang source tree: `package_dir` is the `sglang/` package inside `root`."""
+
+    root: Path
+    package_dir: Path
+    version: str
+    origin: str
+
+    def rel(self, path: Path) -> str:
+        """`path` relative to the tree root, with forward slashes, for `path:line` citations."""
+        return Path(path).resolve().relative_to(self.root.resolve()).as_posix()
+
+
+def cache_root(cache_dir: Path | None = None) -> Path:
+    """The optagent cache directory: `cache_dir`, `$OPTAGENT_CACHE_DIR` or the user cache dir."""
+    if cache_dir is not None:
+        return Path(cache_dir).expanduser()
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("optagent"))
+
+
+def _check_version(version: str) -> str:
+    version = version.strip().removeprefix("v")
+    if not _VERSION_RE.match(version):
+        raise SourceError(f"not a version: {version!r}")
+    return version
+
+
+def get_source(
+    version: str | None,
+    *,
+    repo_url: str = DEFAULT_REPO_URL,
+    cache_dir: Path | None = None,
+    source_dir: Path | None = None,
+    git_timeout: float = 120.0,
+    pip_timeout: float = 300.0,
+) -> SourceTree:
+    """The source of SGLang `version`: from `source_dir`, else the cache, else git, else the index."""
+    if source_dir is not None:
+        return local_source(Path(source_dir), version=version)
+    if not version:
+        raise SourceError("no SGLang version given and no source directory")
+    version = _check_version(version)
+    dest = cache_root(cache_dir) / "sglang-src" / version
+    cached = _cached(dest)
+    if cached is not None:
+        return cached
+    try:
+        origin = _fetch_git(
+            version, dest, repo_url=repo_url, cache=cache_root(cache_dir), timeout=git_timeout
+        )
+    except SourceError as git_error:
+        try:
+            origin = _fetch_index(version, dest, timeout=pip_timeout)
+        except SourceError as index_error:
+            raise SourceError(
+                f"cannot get the source of sglang {version}:\n  {git_error}\n  {index_error}"
+            ) from index_error
+    (dest / _MARKER).write_text(json.dumps({"version": version, "origin": origin}))
+    return SourceTree(dest, dest / "sglang", version, origin)
+
+
+def _cached(dest: Path) -> SourceTree | None:
+    marker = dest / _MARKER
+    if not marker.is_file() or not (dest / "sglang").is_dir():
+        return None
+    data = json.loads(marker.read_text())
+    return SourceTree(dest, dest / "sglang", data["version"], f"cache ({data['origin']})")
+
+
+def local_source(path: Path, *, version: str | None = None) -> SourceTree:
+    """A tree the user gave: a git checkout (`python/sglang`), an unpacked wheel (`sglang/`) or the package."""
+    path = path.expanduser().resolve()
+    for root, package in ((path, path / "python" / "sglang"), (path, path / "sglang"), (path.parent, path)):
+        if (package / "srt").is_dir():
+            found = tree_version(package)
+            if found and version and _check_version(version) != found:
+                raise SourceError(f"{path} holds sglang {found}, not the requested {version}")
+            return SourceTree(root, package, found or version or "unknown", f"local:{path}")
+    raise SourceError(f"{path}: no SGLang package here (looked for python/sglang/srt, sglang/srt, srt/)")
+
+
+def tree_version(package_dir: Path) -> str | None:
+    """The version a tree declares: `_version.py`, a `.dist-info` beside it, or `pyproject.toml`."""
+    version_file = package_dir / "_version.py"
+    if version_file.is_file():
+        m = re.search(r"__version__\s*=.*?['\"]([^'\"]+)['\"]", version_file.read_text())
+        if m:
+            return m.group(1)
+    for info in sorted(package_dir.parent.glob("sglang-*.dist-info")):
+        return info.name.removeprefix("sglang-").removesuffix(".dist-info")
+    pyproject = package_dir.parent / "pyproject.toml"
+    if pyproject.is_file():
+        m = re.search(r'^version\s*=\s*"([^"]+)"', pyproject.read_text(), re.MULTILINE)
+        if m:
+            return m.group(1)
+    return None
+
+
+def _fetch_git(version: str, dest: Path, *, repo_url: str, cache: Path, timeout: float) -> str:
+    """Clone (bare) or fetch `repo_url`, then extract `python/sglang` at tag `v<version>`."""
+    import git
+
+    clone = cache / "sglang-git"
+    env = {**_GIT_ENV}
+    tag = f"v{version}"
+    try:
+        if (clone / "HEAD").exists():
+            repo = git.Repo(clone)
+            if tag not in {t.name for t in repo.tags}:
+                repo.git.fetch(
+                    repo_url, f"+refs/tags/{tag}:refs/tags/{tag}", env=env, kill_after_timeout=timeout
+                )
+        else:
+            tmp = Path(tempfile.mkdtemp(prefix="sglang-git-", dir=_ensure(cache)))
+            try:
+                git.Repo.clone_from(repo_url, tmp, env=env, bare=True, kill_after_timeout=timeout)
+            except git.GitCommandError:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+            tmp.rename(clone)
+            repo = git.Repo(clone)
+        with tempfile.TemporaryFile() as tar:
+            repo.git.archive(tag, "python/sglang", format="tar", output_stream=tar)
+            tar.seek(0)
+            _unpack(_tar_members(tar), dest, prefix="python/")
+    except git.GitCommandError as e:
+        detail = (e.stderr or str(e)).strip().splitlines()
+        raise SourceError(f"git {repo_url} {tag}: {detail[-1] if detail else e}") from e
+    return f"git:{repo_url}@{tag}"
+
+
+def _fetch_index(version: str, dest: Path, *, timeout: float) -> str:
+    """Download the wheel (else the sdist) of `sglang==version` with pip and unpack its sources."""
+    with tempfile.TemporaryDirectory(prefix="sglang-dl-") as tmp:
+        base = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", tmp]
+        errors = []
+        for mode in ("--only-binary=:all:", "--no-binary=:all:"):
+            try:
+                proc = subprocess.run(
+                    [*base, mode, f"sglang=={version}"], capture_output=True, text=True, timeout=timeout
+                )
+            except subprocess.TimeoutExpired:
+                errors.append(f"pip download {mode} timed out after {timeout:.0f}s")
+                continue
+            files = sorted(Path(tmp).iterdir())
+            if proc.returncode == 0 and files:
+                archive = files[0]
+                if archive.suffix == ".whl":
+                    _unpack(_zip_members(archive), dest, prefix="")
+                else:
+                    _unpack(_tar_members(archive), dest, prefix=None)
+                return f"index:{archive.name}"
+            errors.append(f"pip download {mode}: {(proc.stderr.strip().splitlines() or ['failed'])[-1]}")
+        raise SourceError("package index: " + "; ".join(errors))
+
+
+def _ensure(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _zip_members(path: Path) -> Iterator[tuple[str, Callable[[], bytes]]]:
+    with zipfile.ZipFile(path) as zf:
+        for name in zf.namelist():
+            yield name, lambda n=name: zf.read(n)
+
+
+def _tar_members(source: Path | IO[bytes]) -> Iterator[tuple[str, Callable[[], bytes]]]:
+    kwargs = {"name": source} if isinstance(source, Path) else {"fileobj": source}
+    with tarfile.open(**kwargs) as tf:
+        for member in tf:
+            if member.isfile():
+                yield member.name, lambda m=member: tf.extractfile(m).read()
+
+
+def _unpack(members: Iterable[tuple[str, Callable[[], bytes]]], dest: Path, *, prefix: str | None) -> None:
+    """Write the `sglang/**.py` files of an archive into `dest/sglang`, atomically.
+
+    `prefix` is stripped from member names; None finds `sglang/` at any depth (sdists).
+    """
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=dest.parent))
+    count = 0
+    for name, read in members:
+        if prefix is None:
+            idx = name.find("/sglang/")
+            rel = name[idx + 1 :] if idx >= 0 else ""
+        else:
+            rel = name.removeprefix(prefix)
+        parts = rel.split("/")
+        if parts[0] != "sglang" or ".." in parts or not rel.endswith((".py", ".pyi")):
+            continue
+        target = tmp / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(read())
+        count += 1
+    if count == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise SourceError("the archive holds no sglang/ Python sources")
+    if dest.exists():
+        shutil.rmtree(dest)
+    tmp.rename(dest)
+
+
+async def detect_version(endpoint: str | None, *, transport: Any = None, python: str = "python3") -> str:
+    """The server's SGLang version: `/get_server_info`, else `sglang.__version__` / `pip show` on the host."""
+    import httpx
+
+    tried: list[str] = []
+    if endpoint:
+        try:
+            async with httpx.AsyncClient(timeout=10.0) as client:
+                resp = await client.get(f"{endpoint.rstrip('/')}/get_server_info")
+            if resp.status_code == 200 and isinstance(resp.json().get("version"), str):
+                return _check_version(resp.json()["version"])
+            tried.append(f"{endpoint}/get_server_info: HTTP {resp.status_code}, no version")
+        except (httpx.HTTPError, ValueError) as e:
+            tried.append(f"{endpoint}/get_server_info: {e}")
+    if transport is not None:
+        probes = (
+            ([python, "-c", "import sglang; print(sglang.__version__)"], r"([0-9][^\s]*)\s*\Z"),
+            ([python, "-m", "pip", "show", "sglang"], r"^Version:\s*(\S+)"),
+        )
+        for argv, pattern in probes:
+            result = await transport.run(argv, timeout=60)
+            m = re.search(pattern, result.stdout, re.MULTILINE)
+            if result.returncode == 0 and m:
+                return _check_version(m.group(1))
+            tried.append(f"{' '.join(argv[:3])}: exit {result.returncode} {result.stderr.strip()[-200:]}")
+    raise SourceError("cannot detect the SGLang version: " + "; ".join(tried or ["nothing to ask"]))
