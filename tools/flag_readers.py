@@ -1,0 +1,243 @@
+"""Where a flag is read, under which conditions, and whether anything follows from it.
+
+A reader is any load of the flag's dest: `server_args.x`, `self.server_args.x`, `get_exec().moe.x`,
+`cfg.x`, `global_server_args_dict["x"]`, `d.get("x")`, `getattr(obj, "x")`. Its guards are the
+conditions it is combined with (`a and x and topk > 2` → `a`, `topk > 2`) and those of every
+enclosing `if`/`while`/conditional expression up to its function. Readers inside argument
+definition and resolution code (`srt/server_args.py`, `srt/arg_groups/`) are `config` readers;
+the rest are `use` readers. A flag with no effective reader outside config code is dead.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from tools.flag_catalog import FlagInfo, find_flag, flag_catalog
+from tools.search import grep
+from tools.source import SourceTree
+
+_CONFIG_PATHS = ("srt/server_args.py", "srt/arg_groups/")
+_LOG_CALLS = re.compile(
+    r"(^|\.)(debug|info|warning|warn|error|exception|print|print_warning|print_deprecated_warning)$"
+)
+_MAX_GUARD = 240
+
+
+@dataclass
+class Reader:
+    """One place the flag is read: `path:line`, the line's text, and the conditions around it."""
+
+    path: str
+    line: int
+    text: str
+    guards: list[str] = field(default_factory=list)
+    kind: str = "use"
+    """`use` (runtime code) or `config` (argument definition, resolution, validation)."""
+    function: str = "<module>"
+    effect: str | None = None
+    """What the read feeds: `assigned to use_x`, `sets other_flag`, or `only logged`."""
+    inert: bool = False
+
+    def __str__(self) -> str:
+        guard = f"  [if {' and '.join(self.guards)}]" if self.guards else ""
+        return f"{self.path}:{self.line}: {self.text.strip()}{guard}"
+
+
+@dataclass
+class FlagReport:
+    """A flag's definition, its readers with guards, and the dead/no-op verdict with reasons."""
+
+    flag: FlagInfo | None
+    dest: str
+    readers: list[Reader] = field(default_factory=list)
+    dead: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return asdict(self)
+
+
+@lru_cache(maxsize=512)
+def _parsed(path: Path, mtime: float) -> tuple[ast.Module, dict[ast.AST, ast.AST], list[str]]:
+    text = path.read_text(errors="replace")
+    module = ast.parse(text, filename=str(path))
+    parents = {child: node for node in ast.walk(module) for child in ast.iter_child_nodes(node)}
+    return module, parents, text.split("\n")
+
+
+def _is_read(node: ast.AST, dest: str) -> bool:
+    if isinstance(node, ast.Attribute):
+        return node.attr == dest and isinstance(node.ctx, ast.Load)
+    if isinstance(node, ast.Subscript):
+        key = node.slice
+        return isinstance(node.ctx, ast.Load) and isinstance(key, ast.Constant) and key.value == dest
+    if isinstance(node, ast.Call) and node.args:
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        key = node.args[1] if name in ("getattr", "hasattr") and len(node.args) > 1 else node.args[0]
+        return name in ("getattr", "hasattr", "get") and isinstance(key, ast.Constant) and key.value == dest
+    return False
+
+
+def _clip(node: ast.expr, *, negate: bool = False) -> str:
+    """A condition as one short line; `or`-expressions parenthesized so guards can be and-joined."""
+    text = " ".join(ast.unparse(node).split())
+    if negate:
+        text = f"not ({text})" if isinstance(node, ast.BoolOp | ast.Compare | ast.IfExp) else f"not {text}"
+    elif isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or) or isinstance(node, ast.IfExp):
+        text = f"({text})"
+    return text if len(text) <= _MAX_GUARD else text[: _MAX_GUARD - 3] + "..."
+
+
+def _guards(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> tuple[list[str], str, ast.AST]:
+    """Conditions around `node`, its function's name, and the statement that holds it."""
+    guards: list[str] = []
+    statement: ast.AST | None = None
+    child, parent = node, parents.get(node)
+    while parent is not None and not isinstance(parent, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+        if statement is None and isinstance(parent, ast.stmt):
+            statement = parent
+        if isinstance(parent, ast.BoolOp):
+            idx = parent.values.index(child)
+            if isinstance(parent.op, ast.And):
+                guards += [_clip(v) for v in parent.values if v is not child]
+            else:
+                guards += [_clip(v, negate=True) for v in parent.values[:idx]]
+        elif isinstance(parent, ast.If | ast.While | ast.IfExp) and child is not parent.test:
+            in_else = child in (parent.orelse if isinstance(parent.orelse, list) else [parent.orelse])
+            guards.append(_clip(parent.test, negate=in_else))
+        elif isinstance(parent, ast.ClassDef):
+            break
+        child, parent = parent, parents.get(parent)
+    function = parent.name if isinstance(parent, ast.FunctionDef | ast.AsyncFunctionDef) else "<module>"
+    return guards, function, statement or node
+
+
+def _effect(
+    node: ast.AST, statement: ast.AST, parents: dict[ast.AST, ast.AST], dest: str
+) -> tuple[str | None, bool]:
+    """What follows from the read, and whether nothing does (only logged, or stored and never used)."""
+    chain, current = [], node
+    while current is not statement and current in parents:
+        chain.append(current)
+        current = parents[current]
+    for inner in chain:
+        if isinstance(inner, ast.Call) and _LOG_CALLS.search(ast.unparse(inner.func)):
+            return "only logged", True
+    if isinstance(statement, ast.Assign | ast.AnnAssign):
+        targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+        names = [ast.unparse(t) for t in targets]
+        if all(isinstance(t, ast.Name) for t in targets):
+            scope = statement
+            while scope in parents and not isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
+                scope = parents[scope]
+            used = [
+                n.lineno
+                for n in ast.walk(scope)
+                if isinstance(n, ast.Name) and n.id in names and isinstance(n.ctx, ast.Load)
+            ]
+            if not used and scope is not statement:
+                return f"assigned to {', '.join(names)}, never used", True
+            return (
+                f"assigned to {', '.join(names)} (used at lines {', '.join(map(str, sorted(set(used))[:8]))})",
+                False,
+            )
+        return f"assigned to {', '.join(names)}", False
+    if isinstance(statement, ast.If | ast.While) and (node is statement.test or statement.test in chain):
+        writes = sorted(_writes(statement.body) - {dest})
+        return (f"sets {', '.join(writes)}" if writes else "controls a branch"), False
+    return None, False
+
+
+def _writes(body: list[ast.stmt]) -> set[str]:
+    """Config names a block assigns: `x.name = ...`, `f(..., name=...)`, `return {"name": ...}`."""
+    out: set[str] = set()
+    for node in (n for stmt in body for n in ast.walk(stmt)):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            out.add(node.attr)
+        elif isinstance(node, ast.Call) and not _LOG_CALLS.search(ast.unparse(node.func)):
+            out.update(k.arg for k in node.keywords if k.arg)
+        elif isinstance(node, ast.Return) and isinstance(node.value, ast.Dict):
+            out.update(
+                k.value for k in node.value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)
+            )
+    return out
+
+
+def _in_add_argument(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
+    while node in parents:
+        node = parents[node]
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "add_argument"
+        ):
+            return True
+        if isinstance(node, ast.stmt):
+            return False
+    return False
+
+
+def find_readers(tree: SourceTree, dest: str) -> list[Reader]:
+    """Every read of `dest` in the tree's Python files, with guards, in path/line order."""
+    if not dest.isidentifier():
+        raise ValueError(f"not a flag dest: {dest!r}")
+    hits = grep(tree, rf"\b{dest}\b", glob="*.py", max_results=100_000)
+    readers: list[Reader] = []
+    for rel in dict.fromkeys(m.path for m in hits.matches):
+        path = tree.root / rel
+        try:
+            module, parents, lines = _parsed(path, path.stat().st_mtime)
+        except SyntaxError:
+            continue
+        kind = "config" if any(p in rel for p in _CONFIG_PATHS) else "use"
+        for node in ast.walk(module):
+            if not _is_read(node, dest) or _in_add_argument(node, parents):
+                continue
+            guards, function, statement = _guards(node, parents)
+            effect, inert = _effect(node, statement, parents, dest)
+            readers.append(
+                Reader(rel, node.lineno, lines[node.lineno - 1], guards, kind, function, effect, inert)
+            )
+    readers.sort(key=lambda r: (r.path, r.line))
+    return readers
+
+
+def research_flag(tree: SourceTree, flag: str, *, catalog: list[FlagInfo] | None = None) -> FlagReport:
+    """Definition, readers with guards, and the dead/no-op verdict of `flag` in `tree`."""
+    info = find_flag(catalog if catalog is not None else flag_catalog(tree), flag)
+    dest = info.dest if info else flag.strip().lstrip("-").replace("-", "_")
+    report = FlagReport(flag=info, dest=dest, readers=find_readers(tree, dest))
+    if info is None:
+        report.notes.append(
+            f"--{dest.replace('_', '-')} is not a launch_server flag of sglang {tree.version}"
+        )
+    elif info.deprecated:
+        report.notes.append(f"deprecated; replacement: {info.replacement or 'none named'}")
+    uses = [r for r in report.readers if r.kind == "use"]
+    live = [r for r in uses if not r.inert]
+    config_effects = [
+        r for r in report.readers if r.kind == "config" and (r.effect or "").startswith("sets ")
+    ]
+    report.dead = info is not None and not live and not config_effects
+    if report.dead and uses:
+        report.notes.append(
+            "read only where nothing follows: " + "; ".join(f"{r.path}:{r.line} ({r.effect})" for r in uses)
+        )
+    elif report.dead:
+        where = f"{info.path}:{info.line}" if info else "?"
+        report.notes.append(f"dead: defined at {where} but never read outside argument definition/validation")
+    elif not live and config_effects:
+        report.notes.append(
+            "no runtime reader; argument resolution maps it onto other flags: "
+            + "; ".join(f"{r.path}:{r.line} {r.effect}" for r in config_effects)
+        )
+    files = sorted({r.path for r in live})
+    if 0 < len(files) <= 3:
+        report.notes.append("read at runtime only in: " + ", ".join(files))
+    return report
