@@ -1,0 +1,123 @@
+"""The statistics decide correctly: calibrated on seeded synthetic repetitions with realistic noise."""
+
+from __future__ import annotations
+
+import random
+
+from tools.bench.results import LevelResult, SweepResult
+from tools.bench.stats import Objective, compare, objective_from_goal
+
+LEVELS = {1: 120.0, 8: 800.0, 64: 1600.0}
+
+
+def sweep(rng: random.Random, *, shift: float = 1.0, noise: float = 0.02, level_shift=None) -> SweepResult:
+    """One repetition: per-rep common noise (half) and per-level noise (the rest), log-normal."""
+    common = rng.gauss(0, noise / 2)
+    levels = []
+    for c, tput in LEVELS.items():
+        s = shift * (level_shift or {}).get(c, 1.0)
+        f = s * 2.718281828 ** (common + rng.gauss(0, noise))
+        levels.append(
+            LevelResult(max_concurrency=c, num_prompts=8, completed=8, output_throughput=tput * f,
+                        median_ttft_ms=50.0 / f, median_tpot_ms=8.0 / f, p99_ttft_ms=90.0 / f)
+        )  # fmt: skip
+    return SweepResult(endpoint="http://x", api="completions", levels=levels)
+
+
+def reps(rng, n=3, **kw):
+    return [sweep(rng, **kw) for _ in range(n)]
+
+
+def verdicts(trials: int, seed: int, **kw) -> dict[str, int]:
+    rng = random.Random(seed)
+    counts = {"improved": 0, "regressed": 0, "no_change": 0, "inconclusive": 0}
+    for _ in range(trials):
+        counts[compare(reps(rng, noise=kw.get("noise", 0.02)), reps(rng, **kw)).verdict] += 1
+    return counts
+
+
+def test_aa_flags_regression_at_most_at_nominal_rate():
+    for noise in (0.01, 0.03):
+        counts = verdicts(600, seed=1, noise=noise)
+        assert counts["regressed"] / 600 <= 0.05, counts
+        assert counts["improved"] / 600 <= 0.05, counts
+
+
+def test_ten_percent_shift_detected_with_default_reps():
+    for noise in (0.01, 0.03):
+        up = verdicts(200, seed=2, shift=1.10, noise=noise)
+        down = verdicts(200, seed=3, shift=0.90, noise=noise)
+        assert up["improved"] >= 190, up
+        assert down["regressed"] >= 190, down
+
+
+def test_one_percent_shift_is_no_change():
+    counts = verdicts(300, seed=4, shift=1.01, noise=0.02)
+    assert counts["no_change"] >= 270, counts
+    assert counts["regressed"] <= 15
+
+
+def test_level_guard_overrides_objective_improvement():
+    rng = random.Random(5)
+    cand = reps(rng, noise=0.01, shift=1.12, level_shift={64: 0.78})
+    result = compare(reps(rng, noise=0.01), cand)
+    assert result.verdict == "regressed"
+    assert "concurrency 64" in result.summary
+    assert [lc.verdict for lc in result.per_level if lc.concurrency == 64] == ["regressed"]
+
+
+def test_too_few_reps_is_inconclusive_never_improved():
+    rng = random.Random(6)
+    result = compare(reps(rng, n=1), reps(rng, n=1, shift=1.5))
+    assert result.verdict == "inconclusive"
+    assert result.ratio > 1.3
+    assert "repetitions" in result.summary
+
+
+def test_candidate_errors_are_never_a_pass():
+    rng = random.Random(7)
+    cand = reps(rng, shift=1.5)
+    cand[1].partial = True
+    cand[1].errors = ["server unreachable at concurrency 8: cannot connect"]
+    result = compare(reps(rng), cand)
+    assert result.verdict == "regressed"
+    assert "cannot connect" in result.summary
+    empty = [SweepResult(endpoint="http://x", api="completions", partial=True) for _ in range(3)]
+    assert compare(reps(rng), empty).verdict == "regressed"
+    assert compare(empty, reps(rng)).verdict == "inconclusive"
+    assert compare(reps(rng), []).verdict == "inconclusive"
+
+
+def test_latency_objective_prefers_lower_values_at_lowest_level():
+    rng = random.Random(8)
+    objective = objective_from_goal("lower the latency for interactive users")
+    assert objective.kind == "latency" and not objective.higher_is_better
+    result = compare(reps(rng, noise=0.01), reps(rng, noise=0.01, level_shift={1: 1.15}), objective)
+    assert result.verdict == "improved"
+    assert result.overall.concurrency == 1
+    assert result.overall.candidate < result.overall.baseline
+
+
+def test_named_metric_and_level_and_slo_from_goal():
+    objective = objective_from_goal("reduce p99 TTFT at concurrency 8")
+    assert (objective.metrics, objective.levels) == (["p99_ttft_ms"], [8])
+    objective = objective_from_goal("maximize throughput while keeping p99 TTFT under 80 ms")
+    assert objective.kind == "throughput"
+    assert objective.slo.metric == "p99_ttft_ms" and objective.slo.max_ms == 80
+    rng = random.Random(9)
+    # 10% faster, but p99 TTFT is ~82 ms at every level: fails the SLO.
+    result = compare(reps(rng, noise=0.01), reps(rng, noise=0.01, shift=1.10), objective)
+    assert result.verdict == "regressed" and "SLO" in result.summary
+    relaxed = objective_from_goal("maximize throughput, p99 ttft below 0.2 s")
+    assert relaxed.slo.max_ms == 200
+    assert compare(reps(rng, noise=0.01), reps(rng, noise=0.01, shift=1.10), relaxed).verdict == "improved"
+
+
+def test_summary_names_numbers_and_method():
+    rng = random.Random(10)
+    result = compare(reps(rng, noise=0.01), reps(rng, noise=0.01, shift=1.10), Objective())
+    assert result.verdict == "improved"
+    assert "t-test" in result.method and "t-test on logs" in result.summary
+    assert "95% CI" in result.summary and "3 vs 3 repetitions" in result.summary
+    assert 1.05 < result.ratio < 1.15
+    assert len(result.per_level) == 3

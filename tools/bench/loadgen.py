@@ -1,0 +1,280 @@
+"""Closed-loop (or Poisson-rate) sweeps over concurrency levels against one endpoint."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tools.bench.prompts import Prompt, load_prompt_file, random_prompts
+from tools.bench.results import RequestResult, SweepResult, summarize_level
+from tools.bench.streaming import API_PATHS, TokenCounter, build_payload, send_request
+from tools.config import BenchConfig
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """A snapshot of a running level, for live display."""
+
+    concurrency: int
+    done: int
+    total: int
+    output_tokens: int
+    elapsed_s: float
+    rep: int = 0
+    reps: int = 1
+    finished: bool = False
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Output tokens streamed per second so far in this level."""
+        return self.output_tokens / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+
+ProgressFn = Callable[[Progress], None]
+
+
+def prompts_for_level(settings: BenchConfig, concurrency: int) -> int:
+    """Prompts sent at one level: the configured count, or scaled to the level (max(4, 2x))."""
+    return settings.prompts_per_level or max(4, 2 * concurrency)
+
+
+def _make_client(max_connections: int, timeout_s: float) -> httpx.AsyncClient:
+    limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+    timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0))
+    # trust_env=False: a proxy from the environment must never sit between us and the server.
+    return httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False)
+
+
+async def fetch_server_info(client: httpx.AsyncClient, endpoint: str) -> dict[str, Any] | None:
+    """SGLang's `/get_server_info` (or `/server_info`); None when the server has neither.
+
+    Raises `httpx.HTTPError` when the endpoint cannot be reached at all.
+    """
+    for path in ("/get_server_info", "/server_info"):
+        resp = await client.get(endpoint + path, timeout=10.0)
+        if resp.status_code == 200:
+            try:
+                info = resp.json()
+            except ValueError:
+                return None
+            return info if isinstance(info, dict) else None
+    return None
+
+
+def _model_name(info: dict[str, Any] | None) -> str:
+    info = info or {}
+    name = info.get("served_model_name") or info.get("model_path")
+    return name if isinstance(name, str) and name else "default"
+
+
+async def _run_level(
+    client: httpx.AsyncClient,
+    url: str,
+    api: str,
+    bodies: list[tuple[bytes, int]],
+    *,
+    concurrency: int,
+    request_rate: float | None,
+    seed: int,
+    progress: Callable[[int, int, float, bool], None] | None,
+) -> tuple[list[RequestResult], float]:
+    """Send every body with at most `concurrency` in flight; returns results and the duration."""
+    counter = TokenCounter()
+    results: list[RequestResult] = []
+    sem = asyncio.Semaphore(concurrency)
+    t0 = time.perf_counter()
+
+    async def one(body: bytes, input_len: int) -> None:
+        async with sem:
+            r = await send_request(client, url, api, body, input_len=input_len, counter=counter, t0=t0)
+            results.append(r)
+
+    async def ticker() -> None:
+        while True:
+            await asyncio.sleep(0.25)
+            progress(len(results), counter.n, time.perf_counter() - t0, False)
+
+    tick = asyncio.create_task(ticker()) if progress else None
+    try:
+        if request_rate is None:
+            await asyncio.gather(*(one(b, n) for b, n in bodies))
+        else:
+            rng = random.Random(seed)
+            tasks = []
+            for b, n in bodies:
+                tasks.append(asyncio.create_task(one(b, n)))
+                await asyncio.sleep(rng.expovariate(request_rate))
+            await asyncio.gather(*tasks)
+    finally:
+        if tick:
+            tick.cancel()
+    duration = time.perf_counter() - t0
+    if progress:
+        progress(len(results), counter.n, duration, True)
+    return results, duration
+
+
+def _level_prompts(
+    settings: BenchConfig, concurrency: int, seed: int, file_prompts: list[Prompt] | None
+) -> list[Prompt]:
+    n = prompts_for_level(settings, concurrency)
+    if file_prompts:
+        start = (seed * 7919 + concurrency) % len(file_prompts)
+        return [file_prompts[(start + i) % len(file_prompts)] for i in range(n)]
+    # A distinct seed per (rep, level): no prompt repeats, so the prefix cache never helps, and a
+    # baseline and a candidate rep with the same seed send identical prompts.
+    return random_prompts(
+        n,
+        input_len=settings.input_len,
+        output_len=settings.output_len,
+        seed=seed * 1_000_003 + concurrency,
+        words=settings.api == "chat",
+    )
+
+
+def _encode(api: str, prompts: list[Prompt], model: str) -> list[tuple[bytes, int]]:
+    return [(json.dumps(build_payload(api, p, model=model)).encode(), p.input_len) for p in prompts]
+
+
+def _is_unreachable(results: list[RequestResult]) -> bool:
+    return any(r.error and r.error.startswith(("cannot connect", "connection lost")) for r in results)
+
+
+async def run_sweep(
+    endpoint: str,
+    settings: BenchConfig,
+    *,
+    on_progress: ProgressFn | None = None,
+    seed: int = 0,
+    request_rate: float | None = None,
+    prompt_file: Path | None = None,
+    model: str | None = None,
+    rep: int = 0,
+    reps: int = 1,
+) -> SweepResult:
+    """One sweep over `settings.concurrency` against `endpoint` (`http://host:port`).
+
+    Warm-up requests go first and are not counted. Failed requests are recorded with their cause
+    and make the result `partial`; if the server becomes unreachable the remaining levels are
+    skipped and named in `errors`. Never raises for a server problem.
+    """
+    endpoint = endpoint.rstrip("/")
+    url = endpoint + API_PATHS[settings.api]
+    file_prompts = load_prompt_file(prompt_file, output_len=settings.output_len) if prompt_file else None
+    result = SweepResult(
+        endpoint=endpoint,
+        api=settings.api,
+        settings={
+            **settings.model_dump(mode="json"),
+            "request_rate": request_rate,
+            "prompt_file": str(prompt_file) if prompt_file else None,
+        },
+        client_host=socket.gethostname(),
+        started_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        seed=seed,
+    )
+    async with _make_client(max(settings.concurrency), settings.request_timeout_s) as client:
+        try:
+            result.server_info = await fetch_server_info(client, endpoint)
+        except httpx.HTTPError as e:
+            result.errors.append(f"cannot reach {endpoint}: {str(e) or type(e).__name__}")
+        if not result.errors:
+            await _sweep_levels(
+                client, url, settings, result, file_prompts, model, request_rate, on_progress, rep, reps
+            )
+    missing = [c for c in settings.concurrency if result.level(c) is None]
+    if missing:
+        result.errors.append(f"levels not measured: {', '.join(map(str, missing))}")
+    result.partial = bool(result.errors) or any(not lv.ok for lv in result.levels)
+    result.finished_at = datetime.now(UTC).isoformat(timespec="seconds")
+    return result
+
+
+async def _sweep_levels(
+    client: httpx.AsyncClient,
+    url: str,
+    settings: BenchConfig,
+    result: SweepResult,
+    file_prompts: list[Prompt] | None,
+    model: str | None,
+    request_rate: float | None,
+    on_progress: ProgressFn | None,
+    rep: int,
+    reps: int,
+) -> None:
+    api, seed = settings.api, result.seed
+    model = model or _model_name(result.server_info)
+    if settings.warmup:
+        warm = _level_prompts(settings, 0, seed + 500_000, file_prompts)[: settings.warmup]
+        res, _ = await _run_level(
+            client,
+            url,
+            api,
+            _encode(api, warm, model),
+            concurrency=len(warm),
+            request_rate=None,
+            seed=seed,
+            progress=None,
+        )
+        if _is_unreachable(res):
+            result.errors.append(f"warm-up failed: {res[0].error}")
+            return
+    for c in settings.concurrency:
+        bodies = _encode(api, _level_prompts(settings, c, seed, file_prompts), model)
+        progress = None
+        if on_progress:
+            total = len(bodies)
+
+            def progress(done: int, toks: int, el: float, fin: bool, c: int = c, total: int = total) -> None:
+                on_progress(Progress(c, done, total, toks, el, rep, reps, fin))
+
+        res, duration = await _run_level(
+            client,
+            url,
+            api,
+            bodies,
+            concurrency=c,
+            request_rate=request_rate,
+            seed=seed + c,
+            progress=progress,
+        )
+        res.sort(key=lambda r: r.start_s)
+        result.levels.append(
+            summarize_level(res, max_concurrency=c, duration=duration, request_rate=request_rate)
+        )
+        if _is_unreachable(res):
+            cause = next(r.error for r in res if r.error)
+            result.errors.append(f"server unreachable at concurrency {c}: {cause}")
+            return
+
+
+async def run_repeated(
+    endpoint: str,
+    settings: BenchConfig,
+    *,
+    reps: int | None = None,
+    on_progress: ProgressFn | None = None,
+    **sweep_kwargs: Any,
+) -> list[SweepResult]:
+    """`reps` (default `settings.reps`) sweeps with seeds 0..reps-1; stops after a partial sweep,
+    whose numbers cannot be trusted, so the last element tells why."""
+    reps = reps or settings.reps
+    sweeps = []
+    for rep in range(reps):
+        sweep = await run_sweep(
+            endpoint, settings, on_progress=on_progress, seed=rep, rep=rep, reps=reps, **sweep_kwargs
+        )
+        sweeps.append(sweep)
+        if sweep.partial:
+            break
+    return sweeps

@@ -1,0 +1,113 @@
+"""What a comparison optimizes, chosen from the user's goal text, and an optional SLO."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel
+
+from tools.bench.results import LevelResult
+
+THROUGHPUT_METRICS = ("output_throughput", "total_throughput", "request_throughput", "input_throughput")
+_STATS = {"p99": "p99", "p95": "p95", "p90": "p90", "p50": "median", "median": "median", "mean": "mean",
+          "average": "mean", "avg": "mean"}  # fmt: skip
+_LAT = r"(ttft|time to first token|tpot|time per output token|itl|inter[- ]token latency|e2e(?: latency)?|end[- ]to[- ]end(?: latency)?)"
+_STAT = r"(p99|p95|p90|p50|median|mean|average|avg)"
+_LEVEL = r"(?:at|@|for)\s*(?:concurrency|c|a concurrency of)\s*(?:=|:|of)?\s*(\d+)"
+_SLO = re.compile(
+    rf"(?:{_STAT}\s+)?{_LAT}\s*(?:{_LEVEL}\s*)?(?:under|below|<=?|at most|less than|within|not above)\s*"
+    rf"(\d+(?:\.\d+)?)\s*(ms|s)\b(?:\s*{_LEVEL})?",
+    re.I,
+)
+
+
+class Slo(BaseModel):
+    """A service-level limit a candidate must meet: `metric` (a `*_ms` level field) <= `max_ms`,
+    at `level` or at every level."""
+
+    metric: str
+    max_ms: float
+    level: int | None = None
+
+    def violations(self, levels: list[LevelResult]) -> list[str]:
+        """Each applicable level whose value exceeds the limit (a missing value is a violation)."""
+        out = []
+        for lv in levels:
+            if self.level is not None and lv.max_concurrency != self.level:
+                continue
+            value = getattr(lv, self.metric)
+            if value is None or value > self.max_ms:
+                shown = "missing" if value is None else f"{value:.1f} ms"
+                out.append(
+                    f"{self.metric} at concurrency {lv.max_concurrency} is {shown} > {self.max_ms:g} ms"
+                )
+        return out
+
+
+class Objective(BaseModel):
+    """The number a comparison decides on: the geometric mean of `metrics` over `levels` (None:
+    every level both sides measured; `lowest_level`: only the lowest of those)."""
+
+    kind: Literal["throughput", "latency", "metric"] = "throughput"
+    metrics: list[str] = ["output_throughput"]
+    levels: list[int] | None = None
+    lowest_level: bool = False
+    slo: Slo | None = None
+    description: str = "geometric mean of output_throughput across levels"
+
+    @property
+    def higher_is_better(self) -> bool:
+        """Throughputs go up, latencies go down; one objective never mixes the two."""
+        return self.metrics[0] in THROUGHPUT_METRICS
+
+
+def _latency_field(stat: str | None, name: str) -> str:
+    name = name.lower()
+    base = (
+        "ttft" if name.startswith(("ttft", "time to"))
+        else "tpot" if name.startswith(("tpot", "time per"))
+        else "itl" if name.startswith(("itl", "inter"))
+        else "e2e_latency"
+    )  # fmt: skip
+    return f"{_STATS[(stat or 'median').lower()]}_{base}_ms"
+
+
+def objective_from_goal(goal: str | None) -> Objective:
+    """Pick the objective from free text. Examples:
+
+    - "maximize throughput" (also the default) -> geometric mean of output tok/s over levels
+    - "lower latency" -> median TTFT and TPOT at the lowest concurrency
+    - "p99 ttft at concurrency 8" -> that metric at that level
+    - "... keeping p99 TTFT under 500 ms" -> adds an SLO that candidates must meet
+    """
+    text = (goal or "").strip()
+    slo = None
+    if m := _SLO.search(text):
+        stat, name, lvl1, value, unit, lvl2 = m.groups()
+        max_ms = float(value) * (1000.0 if unit.lower() == "s" else 1.0)
+        level = lvl1 or lvl2
+        slo = Slo(
+            metric=_latency_field(stat or "p99", name), max_ms=max_ms, level=int(level) if level else None
+        )
+        text = text[: m.start()] + text[m.end() :]
+    level_m = re.search(_LEVEL, text, re.I)
+    level = int(level_m.group(1)) if level_m else None
+    lat = re.search(rf"(?:{_STAT}\s+)?{_LAT}", text, re.I)
+    if lat:
+        field = _latency_field(lat.group(1), lat.group(2))
+        where = f"concurrency {level}" if level else "every level"
+        return Objective(kind="metric", metrics=[field], levels=[level] if level else None, slo=slo,
+                         description=f"{field} at {where}")  # fmt: skip
+    tput = re.search(r"(request|total|input|output)?\s*(?:throughput|tok/s|tokens?/s|req/s)", text, re.I)
+    if tput and (tput.group(1) or level):
+        field = f"{(tput.group(1) or 'output').lower()}_throughput"
+        if "req/s" in tput.group(0).lower():
+            field = "request_throughput"
+        where = f"concurrency {level}" if level else "across levels"
+        return Objective(kind="metric", metrics=[field], levels=[level] if level else None, slo=slo,
+                         description=f"{field} at {where}" if level else f"geometric mean of {field} {where}")  # fmt: skip
+    if re.search(r"latenc|responsive|interactive|faster (?:first|response)", text, re.I) and not tput:
+        return Objective(kind="latency", metrics=["median_ttft_ms", "median_tpot_ms"], lowest_level=True,
+                         slo=slo, description="median TTFT and TPOT at the lowest concurrency")  # fmt: skip
+    return Objective(slo=slo)

@@ -1,0 +1,131 @@
+"""Benchmark prompts: seeded random token-id prompts of an exact length, or a JSONL prompt file."""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+# Token ids in this range exist in every common LLM vocabulary (all have >= 32k entries) and
+# avoid the low ids where special tokens usually live.
+_TOKEN_RANGE = (1000, 30000)
+_WORDS = [
+    "the",
+    "of",
+    "and",
+    "to",
+    "in",
+    "is",
+    "was",
+    "for",
+    "on",
+    "are",
+    "with",
+    "as",
+    "by",
+    "at",
+    "from",
+    "that",
+    "this",
+    "which",
+    "have",
+    "be",
+    "it",
+    "not",
+    "or",
+    "an",
+    "model",
+    "server",
+    "token",
+    "cache",
+    "batch",
+    "graph",
+    "kernel",
+    "memory",
+    "request",
+    "latency",
+    "stream",
+    "value",
+    "system",
+    "time",
+    "data",
+    "first",
+    "later",
+    "about",
+    "after",
+    "before",
+    "under",
+    "over",
+    "between",
+    "river",
+    "city",
+    "night",
+    "light",
+]
+
+
+class PromptFileError(ValueError):
+    """A prompt file that cannot be used; the message names the line."""
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """One benchmark request body's input: token ids or text, and the exact output length."""
+
+    input_len: int
+    output_len: int
+    token_ids: list[int] | None = None
+    text: str | None = None
+
+
+def random_prompts(
+    n: int, *, input_len: int, output_len: int, seed: int = 0, words: bool = False
+) -> list[Prompt]:
+    """`n` prompts of exactly `input_len` random token ids (or ~`input_len` random words, for the
+    chat API which takes text), reproducible from `seed`."""
+    rng = random.Random(seed)
+    lo, hi = _TOKEN_RANGE
+    out = []
+    for _ in range(n):
+        if words:
+            text = " ".join(rng.choice(_WORDS) for _ in range(input_len))
+            out.append(Prompt(input_len=input_len, output_len=output_len, text=text))
+        else:
+            ids = [rng.randrange(lo, hi) for _ in range(input_len)]
+            out.append(Prompt(input_len=input_len, output_len=output_len, token_ids=ids))
+    return out
+
+
+def load_prompt_file(path: Path, *, output_len: int) -> list[Prompt]:
+    """Read a JSONL prompt file: one object per line with `prompt` (or `text`), or a ShareGPT
+    `conversations` list (the first human turn is used); optional `output_len`/`max_tokens`."""
+    prompts = []
+    for lineno, line in enumerate(Path(path).read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise PromptFileError(f"{path}:{lineno}: not valid JSON: {e.msg}") from e
+        text = _prompt_text(item) if isinstance(item, dict) else None
+        if not text:
+            raise PromptFileError(f"{path}:{lineno}: no `prompt`, `text` or `conversations` text")
+        olen = item.get("output_len") or item.get("max_tokens") or output_len
+        if not isinstance(olen, int) or olen < 1:
+            raise PromptFileError(f"{path}:{lineno}: output_len must be a positive integer")
+        prompts.append(Prompt(input_len=len(text.split()), output_len=olen, text=text))
+    if not prompts:
+        raise PromptFileError(f"{path}: no prompts")
+    return prompts
+
+
+def _prompt_text(item: dict) -> str | None:
+    for key in ("prompt", "text"):
+        if isinstance(item.get(key), str):
+            return item[key]
+    for turn in item.get("conversations") or []:
+        if isinstance(turn, dict) and turn.get("from") in ("human", "user"):
+            value = turn.get("value")
+            return value if isinstance(value, str) else None
+    return None

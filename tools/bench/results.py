@@ -1,0 +1,209 @@
+"""The benchmark result model: per-request records, per-level summaries, whole sweeps.
+
+Level field names follow SGLang's `bench_serving` JSON (`output_throughput`, `mean_ttft_ms`,
+`p99_itl_ms`, `max_concurrency`, ...) so numbers can be compared with SGLang's own client. A
+statistic that could not be measured is `None`, never a made-up 0.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+FORMAT_VERSION = 1
+_PCTS = {"mean": None, "median": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0}
+_LATENCIES = ("ttft", "tpot", "itl", "e2e_latency")
+
+
+class RequestResult(BaseModel):
+    """One request as the client saw it. Times in milliseconds from the moment it was sent."""
+
+    ok: bool
+    input_tokens: int = 0
+    output_tokens: int = 0
+    ttft_ms: float | None = None
+    e2e_ms: float | None = None
+    itl_ms: list[float] = Field(default_factory=list, exclude=True)
+    """Every inter-token gap; kept in memory for the level statistics, not written to JSON."""
+    start_s: float = 0.0
+    """Send time in seconds since the level started."""
+    error: str | None = None
+    text: str = Field("", exclude=True)
+
+    @property
+    def tpot_ms(self) -> float | None:
+        """Time per output token after the first, as bench_serving defines it."""
+        if not self.ok or self.output_tokens < 2 or self.ttft_ms is None or self.e2e_ms is None:
+            return None
+        return (self.e2e_ms - self.ttft_ms) / (self.output_tokens - 1)
+
+
+class LevelResult(BaseModel):
+    """The summary of one concurrency level (or one request rate), bench_serving field names."""
+
+    max_concurrency: int
+    request_rate: float | None = None
+    """Poisson arrival rate in requests/s; None for closed-loop."""
+    num_prompts: int
+    duration: float | None = None
+    completed: int = 0
+    failed: int = 0
+    total_input_tokens: int = 0
+    total_output_tokens: int = 0
+    request_throughput: float | None = None
+    input_throughput: float | None = None
+    output_throughput: float | None = None
+    total_throughput: float | None = None
+    concurrency: float | None = None
+    """Measured mean number of requests in flight (sum of latencies / duration)."""
+    mean_ttft_ms: float | None = None
+    median_ttft_ms: float | None = None
+    p90_ttft_ms: float | None = None
+    p95_ttft_ms: float | None = None
+    p99_ttft_ms: float | None = None
+    mean_tpot_ms: float | None = None
+    median_tpot_ms: float | None = None
+    p90_tpot_ms: float | None = None
+    p95_tpot_ms: float | None = None
+    p99_tpot_ms: float | None = None
+    mean_itl_ms: float | None = None
+    median_itl_ms: float | None = None
+    p90_itl_ms: float | None = None
+    p95_itl_ms: float | None = None
+    p99_itl_ms: float | None = None
+    max_itl_ms: float | None = None
+    mean_e2e_latency_ms: float | None = None
+    median_e2e_latency_ms: float | None = None
+    p90_e2e_latency_ms: float | None = None
+    p95_e2e_latency_ms: float | None = None
+    p99_e2e_latency_ms: float | None = None
+    errors: dict[str, int] = Field(default_factory=dict)
+    """Distinct error causes and how many requests each ended."""
+    requests: list[RequestResult] = Field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """Every request of the level completed."""
+        return self.failed == 0 and self.completed > 0
+
+
+class SweepResult(BaseModel):
+    """One sweep over concurrency levels, with what was measured and against what."""
+
+    format_version: int = FORMAT_VERSION
+    backend: Literal["optagent", "sglang"] = "optagent"
+    endpoint: str
+    api: str
+    settings: dict[str, Any] = Field(default_factory=dict)
+    server_info: dict[str, Any] | None = None
+    client_host: str = ""
+    started_at: str = ""
+    finished_at: str = ""
+    seed: int = 0
+    levels: list[LevelResult] = Field(default_factory=list)
+    partial: bool = False
+    """True when anything failed or a level is missing: treat the numbers as incomplete."""
+    errors: list[str] = Field(default_factory=list)
+
+    def level(self, concurrency: int) -> LevelResult | None:
+        """The level run at `concurrency`, if any."""
+        return next((lv for lv in self.levels if lv.max_concurrency == concurrency), None)
+
+    def save(self, path: Path) -> None:
+        """Write as indented JSON (parent directories are created)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(self.model_dump_json(indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: Path) -> SweepResult:
+        """Read one saved sweep."""
+        return cls.model_validate_json(Path(path).read_text())
+
+
+def load_sweeps(path: Path) -> list[SweepResult]:
+    """Read a result file holding one sweep or a JSON list of repeated sweeps."""
+    data = json.loads(Path(path).read_text())
+    items = data if isinstance(data, list) else [data]
+    return [SweepResult.model_validate(item) for item in items]
+
+
+def save_sweeps(sweeps: list[SweepResult], path: Path) -> None:
+    """Write repeated sweeps as a JSON list (one sweep is written as an object)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if len(sweeps) == 1:
+        sweeps[0].save(path)
+        return
+    path.write_text(json.dumps([s.model_dump(mode="json") for s in sweeps], indent=2) + "\n")
+
+
+def _percentile(sorted_values: list[float], pct: float) -> float:
+    """Linear-interpolated percentile (numpy's default), on an already sorted list."""
+    k = (len(sorted_values) - 1) * pct / 100.0
+    lo, hi = math.floor(k), math.ceil(k)
+    if lo == hi:
+        return sorted_values[lo]
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (k - lo)
+
+
+def _describe(values: list[float], name: str) -> dict[str, float | None]:
+    if not values:
+        return {f"{p}_{name}_ms": None for p in _PCTS}
+    values = sorted(values)
+    out: dict[str, float | None] = {}
+    for p, pct in _PCTS.items():
+        out[f"{p}_{name}_ms"] = sum(values) / len(values) if pct is None else _percentile(values, pct)
+    return out
+
+
+def summarize_level(
+    requests: list[RequestResult],
+    *,
+    max_concurrency: int,
+    duration: float | None,
+    request_rate: float | None = None,
+) -> LevelResult:
+    """Aggregate the requests of one level into bench_serving's statistics.
+
+    Throughputs divide by `duration` (first send to last completion). Failed requests count in
+    `failed` and `errors` but not in any latency or token statistic.
+    """
+    done = [r for r in requests if r.ok]
+    errors: dict[str, int] = {}
+    for r in requests:
+        if not r.ok:
+            cause = r.error or "unknown error"
+            errors[cause] = errors.get(cause, 0) + 1
+    fields: dict[str, Any] = {
+        "max_concurrency": max_concurrency,
+        "request_rate": request_rate,
+        "num_prompts": len(requests),
+        "duration": duration,
+        "completed": len(done),
+        "failed": len(requests) - len(done),
+        "total_input_tokens": sum(r.input_tokens for r in done),
+        "total_output_tokens": sum(r.output_tokens for r in done),
+        "errors": errors,
+        "requests": requests,
+    }
+    if done and duration and duration > 0:
+        fields["request_throughput"] = len(done) / duration
+        fields["input_throughput"] = fields["total_input_tokens"] / duration
+        fields["output_throughput"] = fields["total_output_tokens"] / duration
+        fields["total_throughput"] = (fields["total_input_tokens"] + fields["total_output_tokens"]) / duration
+        fields["concurrency"] = sum(r.e2e_ms or 0.0 for r in done) / 1000.0 / duration
+    series = {
+        "ttft": [r.ttft_ms for r in done if r.ttft_ms is not None],
+        "tpot": [t for r in done if (t := r.tpot_ms) is not None],
+        "itl": [gap for r in done for gap in r.itl_ms],
+        "e2e_latency": [r.e2e_ms for r in done if r.e2e_ms is not None],
+    }
+    for name in _LATENCIES:
+        fields.update(_describe(series[name], name))
+    fields["max_itl_ms"] = max(series["itl"]) if series["itl"] else None
+    return LevelResult(**fields)

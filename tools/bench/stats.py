@@ -1,0 +1,205 @@
+"""Is a candidate really better than the baseline? Repeated sweeps, a test, an effect size.
+
+Method: for each repetition the objective is one number (a geometric mean of level metrics).
+Baseline and candidate repetitions are compared with a two-sample t-test on the logarithms, which
+gives a 95% confidence interval for the ratio of the (geometric) means. The verdict needs
+significance *and* an effect of at least `min_effect`; every level is also checked on its own
+(Bonferroni-corrected) so that no level may regress beyond `regress_tolerance` unnoticed.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import BaseModel
+
+from tools.bench.objective import Objective, Slo, objective_from_goal
+from tools.bench.results import SweepResult
+
+__all__ = ["Comparison", "LevelComparison", "Objective", "Slo", "compare", "objective_from_goal"]
+
+Verdict = Literal["improved", "regressed", "no_change", "inconclusive"]
+METHOD = "two-sample t-test (pooled variance) on log(metric) across repetitions; 95% CI of the ratio of geometric means"
+MAX_CI_HALF_WIDTH = 0.10
+"""A non-significant result is called no_change only if the CI excludes effects beyond ±10%."""
+
+
+class LevelComparison(BaseModel):
+    """One level (or the objective) compared: means, the ratio (>1 is better), CI, p, verdict."""
+
+    concurrency: int | None
+    metric: str
+    baseline: float | None = None
+    candidate: float | None = None
+    ratio: float | None = None
+    """candidate/baseline oriented so that > 1 is better (baseline/candidate for latencies)."""
+    ci_low: float | None = None
+    ci_high: float | None = None
+    p_value: float | None = None
+    n_baseline: int = 0
+    n_candidate: int = 0
+    verdict: Verdict = "inconclusive"
+
+
+class Comparison(BaseModel):
+    """The decision on a candidate, with the numbers and the test it rests on."""
+
+    verdict: Verdict
+    objective: Objective
+    ratio: float | None = None
+    overall: LevelComparison | None = None
+    per_level: list[LevelComparison] = []
+    method: str = METHOD
+    min_effect: float
+    regress_tolerance: float
+    summary: str
+
+
+def _t_test(b: list[float], c: list[float], higher: bool, alpha: float) -> tuple[float, float, float, float]:
+    """(ratio, ci_low, ci_high, p) for candidate vs baseline on log values, >1 is better.
+
+    Pooled-variance t (df = nb + nc - 2): baseline and candidate run on the same machine with the
+    same client, so their run-to-run noise is alike, and with 3 repetitions a side Welch's
+    df correction would cost most of the power.
+    """
+    from scipy import stats as sps
+
+    lb, lc = [math.log(x) for x in b], [math.log(x) for x in c]
+    mb, mc = sum(lb) / len(lb), sum(lc) / len(lc)
+    df = len(lb) + len(lc) - 2
+    pooled = (sum((x - mb) ** 2 for x in lb) + sum((x - mc) ** 2 for x in lc)) / df
+    diff = (mc - mb) if higher else (mb - mc)
+    se = math.sqrt(pooled * (1 / len(lb) + 1 / len(lc)))
+    if se <= 1e-12:  # identical repetitions (a deterministic server): the difference is exact
+        return math.exp(diff), math.exp(diff), math.exp(diff), (1.0 if abs(diff) < 1e-12 else 0.0)
+    half = float(sps.t.ppf(1 - alpha / 2, df)) * se
+    p = float(2 * sps.t.sf(abs(diff) / se, df))
+    return math.exp(diff), math.exp(diff - half), math.exp(diff + half), p
+
+
+def _decide(ratio: float, lo: float, hi: float, p: float, alpha: float, up: float, down: float) -> Verdict:
+    if p < alpha and ratio >= 1 + up:
+        return "improved"
+    if p < alpha and ratio <= 1 - down:
+        return "regressed"
+    if p < alpha:
+        return "no_change"  # real but smaller than the minimum effect
+    if hi <= 1 + MAX_CI_HALF_WIDTH and lo >= 1 - MAX_CI_HALF_WIDTH:
+        return "no_change"
+    return "inconclusive"
+
+
+def _score(sweep: SweepResult, objective: Objective, levels: list[int]) -> float | None:
+    """The objective of one repetition: geometric mean of its metrics over `levels`."""
+    logs = []
+    for c in levels:
+        lv = sweep.level(c)
+        for m in objective.metrics:
+            value = getattr(lv, m, None) if lv is not None and lv.ok else None
+            if value is None or value <= 0:
+                return None
+            logs.append(math.log(value))
+    return math.exp(sum(logs) / len(logs))
+
+
+def _compare_scores(
+    b: list[float], c: list[float], *, higher: bool, alpha: float, up: float, down: float,
+    concurrency: int | None, metric: str,
+) -> LevelComparison:  # fmt: skip
+    out = LevelComparison(concurrency=concurrency, metric=metric, n_baseline=len(b), n_candidate=len(c))
+    if b and c:
+        out.baseline, out.candidate = sum(b) / len(b), sum(c) / len(c)
+    if len(b) < 2 or len(c) < 2:
+        if b and c:
+            gm = math.exp(sum(map(math.log, c)) / len(c) - sum(map(math.log, b)) / len(b))
+            out.ratio = gm if higher else 1 / gm
+        return out  # too few repetitions for the test: inconclusive
+    out.ratio, out.ci_low, out.ci_high, out.p_value = _t_test(b, c, higher, alpha)
+    out.verdict = _decide(out.ratio, out.ci_low, out.ci_high, out.p_value, alpha, up, down)
+    return out
+
+
+def _common_levels(sweeps: list[SweepResult]) -> list[int]:
+    sets = [{lv.max_concurrency for lv in s.levels} for s in sweeps]
+    return sorted(set.intersection(*sets)) if sets else []
+
+
+def compare(
+    baseline_reps: list[SweepResult],
+    candidate_reps: list[SweepResult],
+    objective: Objective | None = None,
+    *,
+    min_effect: float = 0.02,
+    regress_tolerance: float = 0.03,
+    alpha: float = 0.05,
+) -> Comparison:
+    """Decide improved / regressed / no_change / inconclusive for `candidate_reps` vs
+    `baseline_reps` on `objective` (default: throughput), with a guard on every level.
+
+    A candidate with errors or missing levels is `regressed` (no data is never a pass); a broken
+    baseline or fewer than 2 repetitions a side is `inconclusive`.
+    """
+    objective = objective or Objective()
+    base = dict(objective=objective, min_effect=min_effect, regress_tolerance=regress_tolerance)
+
+    def done(verdict: Verdict, summary: str, **kw: object) -> Comparison:
+        return Comparison(verdict=verdict, summary=f"{verdict}: {summary}", **base, **kw)
+
+    if not candidate_reps:
+        return done("inconclusive", "no candidate measurements")
+    if not baseline_reps:
+        return done("inconclusive", "no baseline measurements")
+    bad = [e for s in candidate_reps if s.partial for e in (s.errors or _level_errors(s))]
+    if bad:
+        return done("regressed", f"the candidate's benchmark had errors: {'; '.join(bad[:3])}")
+    if any(s.partial for s in baseline_reps):
+        return done("inconclusive", "the baseline's benchmark had errors; measure it again")
+    levels = _common_levels(baseline_reps + candidate_reps)
+    wanted = objective.levels or (levels[:1] if objective.lowest_level else levels)
+    if not levels or any(c not in levels for c in wanted):
+        return done("inconclusive", f"levels {wanted} not measured on both sides (have {levels})")
+    higher = objective.higher_is_better
+    kw = dict(higher=higher, alpha=alpha, up=min_effect, down=min_effect, metric="+".join(objective.metrics))
+    b = [x for s in baseline_reps if (x := _score(s, objective, wanted)) is not None]
+    c = [x for s in candidate_reps if (x := _score(s, objective, wanted)) is not None]
+    overall = _compare_scores(b, c, concurrency=wanted[0] if len(wanted) == 1 else None, **kw)
+    guard = dict(kw, alpha=alpha / len(levels), down=regress_tolerance)
+    per_level = [
+        _compare_scores(
+            [x for s in baseline_reps if (x := _score(s, objective, [lvl])) is not None],
+            [x for s in candidate_reps if (x := _score(s, objective, [lvl])) is not None],
+            concurrency=lvl,
+            **guard,
+        )  # fmt: skip
+        for lvl in levels
+    ]
+    extra = dict(ratio=overall.ratio, overall=overall, per_level=per_level)
+    numbers = _describe(overall, objective, len(b), len(c))
+    if len(b) < 2 or len(c) < 2:
+        return done("inconclusive", f"needs >= 2 repetitions a side; {numbers}", **extra)
+    if objective.slo and (v := [x for s in candidate_reps for x in objective.slo.violations(s.levels)]):
+        return done("regressed", f"SLO violated ({v[0]}); {numbers}", **extra)
+    worse = [lc for lc in per_level if lc.verdict == "regressed"]
+    if worse:
+        lc = worse[0]
+        return done(
+            "regressed",
+            f"concurrency {lc.concurrency} regressed {(1 - lc.ratio) * 100:.1f}% "
+            f"(beyond the {regress_tolerance:.0%} tolerance, p={lc.p_value:.3g}); {numbers}",
+            **extra,
+        )
+    return done(overall.verdict, numbers, **extra)
+
+
+def _level_errors(sweep: SweepResult) -> list[str]:
+    return [f"c={lv.max_concurrency}: {e}" for lv in sweep.levels for e in lv.errors] or ["partial result"]
+
+
+def _describe(lc: LevelComparison, objective: Objective, nb: int, nc: int) -> str:
+    if lc.ratio is None or lc.baseline is None:
+        return f"{objective.description}: no usable values ({nb} vs {nc} repetitions)"
+    text = f"{objective.description} {lc.baseline:.4g} -> {lc.candidate:.4g} ({(lc.ratio - 1) * 100:+.1f}% better"
+    if lc.ci_low is not None:
+        text += f", 95% CI {(lc.ci_low - 1) * 100:+.1f}%..{(lc.ci_high - 1) * 100:+.1f}%, p={lc.p_value:.3g}"
+    return text + f"; t-test on logs, {nb} vs {nc} repetitions)"
