@@ -1,0 +1,226 @@
+"""Starting and stopping the server on the host: systemd, or optagent's own process manager.
+
+`ProcessManager` is what the simulated host and many container setups use: it reads the unit
+file's `ExecStart=` and `Environment=` through the transport and starts the command detached, in a
+new session (it survives optagent exiting), with a PID file and a log file in `run_dir`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+import time
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from tools.remote import CommandResult, Transport, TransportError
+from tools.unitfile import UnitFile
+
+if TYPE_CHECKING:
+    from tools.config import TargetConfig
+
+__all__ = ["ProcessManager", "ServiceError", "ServiceManager", "SystemdManager", "make_service_manager"]
+
+START_MARKER = "--- optagent: starting "
+
+
+class ServiceError(Exception):
+    """The service manager could not do what was asked; the message says what failed."""
+
+
+@runtime_checkable
+class ServiceManager(Protocol):
+    """Starts, stops and inspects the server's service on the host."""
+
+    async def reload(self) -> None:
+        """Make the manager re-read the unit file (systemd's daemon-reload)."""
+        ...
+
+    async def restart(self) -> None:
+        """Stop the service if it runs, then start it with the unit file as it is now."""
+        ...
+
+    async def stop(self) -> None:
+        """Stop the service (no error if it is not running)."""
+        ...
+
+    async def is_active(self) -> bool:
+        """True while the service's process runs."""
+        ...
+
+    async def logs(self, lines: int = 50) -> str:
+        """The last `lines` lines the service logged (since its last start where known)."""
+        ...
+
+
+def _q(argv: list[str]) -> str:
+    return " ".join(shlex.quote(a) for a in argv)
+
+
+class SystemdManager:
+    """systemd on the host: `systemctl` and `journalctl`, optionally through `sudo -n`."""
+
+    def __init__(self, transport: Transport, *, service: str, sudo: bool = False, timeout_s: float = 120.0):
+        self.transport, self.service, self.sudo, self.timeout_s = transport, service, sudo, timeout_s
+        self.unit = service if "." in service else f"{service}.service"
+
+    async def _run(self, argv: list[str], *, check: bool = True) -> CommandResult:
+        argv = ["sudo", "-n", *argv] if self.sudo else argv
+        result = await self.transport.run(argv, timeout=self.timeout_s)
+        if check and not result.ok:
+            raise ServiceError(f"`{_q(argv)}` failed ({result.returncode}): {result.stderr.strip()[-400:]}")
+        return result
+
+    async def reload(self) -> None:
+        """`systemctl daemon-reload`."""
+        await self._run(["systemctl", "daemon-reload"])
+
+    async def restart(self) -> None:
+        """`systemctl restart UNIT` (its exit status says nothing about health)."""
+        await self._run(["systemctl", "restart", self.unit])
+
+    async def stop(self) -> None:
+        """`systemctl stop UNIT`."""
+        await self._run(["systemctl", "stop", self.unit])
+
+    async def is_active(self) -> bool:
+        """`systemctl is-active --quiet UNIT` exits 0."""
+        return (await self._run(["systemctl", "is-active", "--quiet", self.unit], check=False)).ok
+
+    async def logs(self, lines: int = 50) -> str:
+        """`journalctl -u UNIT -n LINES --no-pager -o cat`."""
+        argv = ["journalctl", "-u", self.unit, "-n", str(int(lines)), "--no-pager", "-o", "cat"]
+        result = await self._run(argv, check=False)
+        return result.stdout if result.ok else result.stderr
+
+
+# The launcher runs under `setsid`: it records its PID (= process group = session id), moves to the
+# working directory and execs the server, so signals to the group reach every server process.
+_LAUNCHER = 'echo $$ > "$0.tmp" && mv -f "$0.tmp" "$0" && cd "$1" && shift && exec "$@"'
+
+
+class ProcessManager:
+    """Runs the unit's `ExecStart` itself in a new session; PID file and log in `run_dir`."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        *,
+        unit_path: str,
+        service: str = "sglang",
+        run_dir: str,
+        grace_s: float = 10.0,
+        timeout_s: float = 60.0,
+    ) -> None:
+        self.transport, self.unit_path, self.service = transport, unit_path, service
+        self.run_dir, self.grace_s, self.timeout_s = run_dir.rstrip("/") or "/", grace_s, timeout_s
+        self.pid_path = f"{self.run_dir}/{service}.pid"
+        self.log_path = f"{self.run_dir}/{service}.log"
+
+    async def _sh(self, script: str, *args: str, timeout: float | None = None) -> CommandResult:
+        return await self.transport.run(["sh", "-c", script, "sh", *args], timeout=timeout or self.timeout_s)
+
+    async def reload(self) -> None:
+        """Nothing to do: the unit file is read at every start."""
+
+    async def command(self) -> tuple[list[str], dict[str, str], str]:
+        """(argv, environment, working directory) the unit file on the host asks for."""
+        try:
+            text = await self.transport.read_file(self.unit_path)
+        except FileNotFoundError as e:
+            raise ServiceError(f"{self.unit_path}: no such unit file on the host") from e
+        unit = UnitFile.parse(text, kind="script" if self.unit_path.endswith(".sh") else None)
+        if unit.kind == "script":
+            return ["sh", self.unit_path], {}, "."
+        argv = unit.exec_argv()
+        if "=" in argv[0]:
+            raise ServiceError(f"executable {argv[0]!r} contains '='; refusing to run it")
+        return argv, unit.environment, unit.working_directory or "."
+
+    async def start(self) -> int:
+        """Start the service detached; return its PID (also its process group and session id)."""
+        argv, env, cwd = await self.command()
+        assigns = [f"{k}={v}" for k, v in env.items()]
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+        full = (
+            'L=$1 R=$2 P=$3 G=$4 W=$5 M=$6; shift 6; mkdir -p "$R" && rm -f "$P" && '
+            'printf "%s\\n" "$M" >> "$G" && { setsid sh -c "$L" "$P" "$W" env "$@" >> "$G" 2>&1 < /dev/null & }'
+        )
+        marker = f"{START_MARKER}{stamp} ---"
+        args = [_LAUNCHER, self.run_dir, self.pid_path, self.log_path, cwd, marker, *assigns, *argv]
+        result = await self._sh(full, *args)
+        if not result.ok:
+            raise ServiceError(f"could not start {self.service}: {result.stderr.strip()[-400:]}")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            pid = await self.pid()
+            if pid:
+                return pid
+            await asyncio.sleep(0.05)
+        raise ServiceError(f"{self.service} did not write its PID file {self.pid_path}")
+
+    async def pid(self) -> int | None:
+        """The PID in the PID file, or None."""
+        result = await self._sh('cat "$1" 2>/dev/null', self.pid_path)
+        text = result.stdout.strip()
+        return int(text) if result.ok and text.isdigit() else None
+
+    async def _group_alive(self, pgid: int) -> bool:
+        # /proc rather than `kill -0`: an unreaped zombie (no init in a container) is not running.
+        result = await self._sh("cat /proc/[0-9]*/stat 2>/dev/null; true")
+        for line in result.stdout.splitlines():
+            head, _, rest = line.rpartition(")")
+            fields = rest.split()
+            if len(fields) >= 3 and fields[0] not in ("Z", "X") and fields[2] == str(pgid) and head:
+                return True
+        return False
+
+    async def is_active(self) -> bool:
+        """True while a non-zombie process of the service's process group runs."""
+        pid = await self.pid()
+        return pid is not None and await self._group_alive(pid)
+
+    async def stop(self) -> None:
+        """SIGTERM to the process group, SIGKILL after the grace period; remove the PID file."""
+        pid = await self.pid()
+        if pid is not None and pid > 1 and await self._group_alive(pid):
+            await self._sh('kill -s TERM -- "-$1" 2>/dev/null; true', str(pid))
+            deadline = time.monotonic() + self.grace_s
+            while time.monotonic() < deadline and await self._group_alive(pid):
+                await asyncio.sleep(0.05)
+            if await self._group_alive(pid):
+                await self._sh('kill -s KILL -- "-$1" 2>/dev/null; true', str(pid))
+                deadline = time.monotonic() + 5
+                while time.monotonic() < deadline and await self._group_alive(pid):
+                    await asyncio.sleep(0.05)
+        await self._sh('rm -f "$1"', self.pid_path)
+
+    async def restart(self) -> None:
+        """Stop, then start with the unit file as it is now."""
+        await self.stop()
+        await self.start()
+
+    async def logs(self, lines: int = 50) -> str:
+        """The last `lines` lines of the log since the last start."""
+        try:
+            text = await self.transport.read_file(self.log_path)
+        except (FileNotFoundError, TransportError):
+            return ""
+        last = text.rfind(START_MARKER)
+        if last >= 0:
+            text = text[text.find("\n", last) + 1 :]
+        return "\n".join(text.splitlines()[-lines:])
+
+
+def make_service_manager(target: TargetConfig, transport: Transport) -> ServiceManager:
+    """The service manager a target's config asks for."""
+    if target.service_manager == "systemd":
+        return SystemdManager(
+            transport, service=target.service, sudo=target.sudo, timeout_s=target.command_timeout_s
+        )
+    return ProcessManager(
+        transport,
+        unit_path=target.remote_unit,
+        service=target.service,
+        run_dir=target.run_dir,
+        timeout_s=60.0,
+    )
