@@ -2,6 +2,213 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Any
+
 import typer
 
+from agent.cli.common import ConfigOption, console, err_console, fail, get_config
+from agent.transcript import (
+    LoadedTranscript,
+    TranscriptNotFound,
+    find_transcript,
+    list_transcripts,
+    load_transcript,
+)
+
 app = typer.Typer(help=__doc__, no_args_is_help=True)
+
+DirOption = typer.Option(None, "--dir", "-d", help="Transcripts directory (default: agent.transcripts_dir).")
+IdArgument = typer.Argument(..., help="Session id, a unique prefix of one, 'last', or a .jsonl path.")
+
+
+def _directory(directory: Path | None, config: Path | None) -> Path:
+    return directory if directory is not None else get_config(config).agent.transcripts_dir
+
+
+def _open(session: str, directory: Path | None, config: Path | None) -> LoadedTranscript:
+    """Find and load a transcript, or exit 2 with the reason; damage is reported and not fatal."""
+    try:
+        path = find_transcript(session, _directory(directory, config))
+        loaded = load_transcript(path)
+    except (TranscriptNotFound, OSError) as e:
+        fail(str(e), code=2)
+    if loaded.header is None:
+        fail(f"{path}: not an optagent transcript ({loaded.error})", code=2)
+    if loaded.error:
+        err_console.print(
+            f"[yellow]warning:[/] {loaded.error}; showing everything before it", highlight=False
+        )
+    return loaded
+
+
+def summary_row(loaded: LoadedTranscript) -> dict[str, Any]:
+    """The `transcripts list` fields of one session."""
+    from agent.review import build_review, gain_summary
+
+    review = build_review(loaded)
+    h = loaded.header or {}
+    return {
+        "id": loaded.id,
+        "started_at": h.get("started_at", ""),
+        "kind": h.get("kind", "?"),
+        "goal": h.get("goal", ""),
+        "model": h.get("model", ""),
+        "target": h.get("target", ""),
+        "status": review.status,
+        "kept": review.kept,
+        "throughput_change": gain_summary(review),
+        "messages": len(loaded.messages),
+        "path": str(loaded.path),
+    }
+
+
+@app.command("list")
+def list_(
+    limit: int = typer.Option(20, "-n", "--limit", help="Show the N most recent sessions (0: all)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    directory: Path | None = DirOption,
+    config: Path | None = ConfigOption,
+) -> None:
+    """List saved sessions, most recent first."""
+    paths = list(reversed(list_transcripts(_directory(directory, config))))
+    rows = []
+    for path in paths[:limit] if limit > 0 else paths:
+        try:
+            loaded = load_transcript(path)
+        except OSError as e:
+            err_console.print(f"[yellow]warning:[/] {path}: {e}")
+            continue
+        if loaded.header is not None:
+            rows.append(summary_row(loaded))
+    if as_json:
+        print(json.dumps(rows, indent=2, ensure_ascii=False))
+        return
+    if not rows:
+        console.print("no transcripts")
+        return
+    from rich.table import Table
+
+    table = Table(header_style="bold")
+    table.add_column("id", no_wrap=True)
+    table.add_column("started", no_wrap=True)
+    for name in ("kind", "goal", "model", "target", "outcome"):
+        table.add_column(name)
+    table.add_column("msgs", justify="right")
+    for r in rows:
+        outcome = r["status"]
+        if r["kept"]:
+            outcome += "; kept " + ", ".join(r["kept"])
+        if r["throughput_change"]:
+            outcome += f"; {r['throughput_change']}"
+        started = r["started_at"][:19].replace("T", " ")
+        table.add_row(
+            r["id"], started, r["kind"], r["goal"], r["model"], r["target"], outcome, str(r["messages"])
+        )
+    console.print(table)
+
+
+@app.command("show")
+def show(
+    session: str = IdArgument,
+    msg: int | None = typer.Option(None, "--msg", help="Show this message (and --context around it)."),
+    context: int = typer.Option(2, "--context", "-C", min=0, help="Messages either side of --msg."),
+    width: int = typer.Option(
+        400, "--fold", help="Fold texts and tool results to about this many characters."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the records as JSON."),
+    directory: Path | None = DirOption,
+    config: Path | None = ConfigOption,
+) -> None:
+    """Show a session's conversation: numbered messages, tool calls, subagents, todo lists, trials."""
+    from agent.transcript_view import render_conversation
+
+    loaded = _open(session, directory, config)
+    if msg is not None and not any(m["msg"] == msg for m in loaded.messages):
+        last = max((m["msg"] for m in loaded.messages), default=0)
+        fail(f"no message {msg} in {loaded.id} (messages 1..{last})", code=2)
+    if as_json:
+        lo, hi = (msg - context, msg + context) if msg is not None else (None, None)
+        msgs = [m for m in loaded.messages if lo is None or lo <= m["msg"] <= hi]
+        evs = [e for e in loaded.events if lo is None or (e.get("msg") is not None and lo <= e["msg"] <= hi)]
+        out = {
+            "header": loaded.header,
+            "messages": msgs,
+            "events": evs,
+            "end": loaded.end,
+            "error": loaded.error,
+        }
+        print(json.dumps(out, indent=2, ensure_ascii=False))
+        return
+    h = loaded.header or {}
+    console.print(
+        f"[bold]{loaded.id}[/]  {h.get('kind')} · {h.get('model')} · {h.get('target')}\n[dim]goal:[/] {h.get('goal')}",
+        highlight=False,
+    )
+    for block in render_conversation(loaded, focus=msg, context=context, limit=width):
+        console.print(block, highlight=False)
+    if msg is None and loaded.end:
+        console.print(
+            f"[bold]end[/] {json.dumps(loaded.end.get('outcome'), ensure_ascii=False)}", highlight=False
+        )
+
+
+@app.command("review")
+def review(
+    session: str = IdArgument,
+    narrate: bool = typer.Option(False, "--narrate", help="Add an LLM's written analysis of the decisions."),
+    model: str | None = typer.Option(
+        None, "--model", help="Model for --narrate (default: the configured one)."
+    ),
+    base_url: str | None = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint for --narrate."),
+    as_markdown: bool = typer.Option(False, "--markdown", help="Print raw Markdown."),
+    directory: Path | None = DirOption,
+    config: Path | None = ConfigOption,
+) -> None:
+    """A structured account of a session: context, todo list, verdicts, trials, rollbacks, gain."""
+    from agent.review import build_review, review_markdown
+
+    loaded = _open(session, directory, config)
+    text = review_markdown(build_review(loaded))
+    if narrate:
+        from agent.narrate import NoModelError, narrate_review
+
+        cfg = get_config(config)
+        try:
+            text += "\n## Analysis\n\n" + narrate_review(
+                text, model=model or cfg.agent.model, base_url=base_url or cfg.agent.base_url
+            )
+        except NoModelError as e:
+            text += f"\n## Analysis\n\nnot written: {e}\n"
+            err_console.print(f"[yellow]--narrate:[/] {e}", highlight=False)
+    if as_markdown:
+        print(text)
+        return
+    from rich.markdown import Markdown
+
+    console.print(Markdown(text))
+
+
+@app.command("export")
+def export(
+    session: str = IdArgument,
+    fmt: str = typer.Option("md", "--format", "-f", help="md or html."),
+    output: Path | None = typer.Option(None, "-o", "--output", help="Write here (default: stdout)."),
+    directory: Path | None = DirOption,
+    config: Path | None = ConfigOption,
+) -> None:
+    """Export a session as a self-contained Markdown or HTML document (HTML embeds the plots)."""
+    from agent.export import export as render
+
+    if fmt not in ("md", "html"):
+        fail(f"unknown format {fmt!r}: use md or html", code=2)
+    loaded = _open(session, directory, config)
+    try:
+        text = render(loaded, fmt, output)
+    except OSError as e:
+        fail(f"cannot write {output}: {e}")
+    if output is None:
+        print(text, end="")
+    else:
+        err_console.print(f"wrote {output}", highlight=False)
