@@ -125,7 +125,12 @@ def _argparse_flags(mod: _Module, field_defaults: dict[str, Any]) -> list[FlagIn
             default = field_defaults.get(dest, False)
         else:
             default = field_defaults.get(dest)
-        if action and ("store_true" in action.lower() or "store_false" in action.lower()) or action and "BooleanOptional" in action:
+        if (
+            action
+            and ("store_true" in action.lower() or "store_false" in action.lower())
+            or action
+            and "BooleanOptional" in action
+        ):
             type_name = "bool"
         elif "type" in kw:
             type_name = ast.unparse(kw["type"])

@@ -241,3 +241,39 @@ def research_flag(tree: SourceTree, flag: str, *, catalog: list[FlagInfo] | None
     if 0 < len(files) <= 3:
         report.notes.append("read at runtime only in: " + ", ".join(files))
     return report
+
+
+_GUARD_FACTS: list[tuple[str, str]] = [
+    (r"\btopk\b|top_k|experts_per_tok", "model"),
+    (r"num_experts|n_routed_experts|num_local_experts", "model"),
+    (r"\bsm_?\d+|blackwell|hopper|capability|is_sm|\bsm\b", "gpu"),
+    (r"tp_size|world_size|nnodes|num_gpus", "count"),
+    (r"w8a16|w4a16|fp8|int8|int4|fp4|quant|dtype", "quant"),
+    (r"model_arch|architecture|hf_config|is_mimo", "arch"),
+    (r"mla|kv_lora|linear_attn|hybrid|mamba|swa|sliding", "attention"),
+    (r"nvlink|mnnvl|custom_all_reduce|allreduce", "link"),
+]
+
+
+def guard_facts(guards: list[str], *, model: Any = None, hardware: Any = None) -> list[str]:
+    """The model and GPU facts a list of guard expressions mentions (`topk > 2` → `num_experts_per_tok = 8`)."""
+    text = " ".join(guards).lower()
+    facts: list[str] = []
+    for pattern, topic in _GUARD_FACTS:
+        if not re.search(pattern, text):
+            continue
+        if model is not None and topic == "model":
+            facts.append(f"num_experts_per_tok = {model.experts_per_tok}, num_experts = {model.num_experts}")
+        elif model is not None and topic == "quant":
+            facts.append(f"model dtype = {model.dtype}, quantization = {model.quantization}")
+        elif model is not None and topic == "arch":
+            facts.append(f"architecture = {model.architecture}")
+        elif model is not None and topic == "attention":
+            facts.append(f"attention kinds = {', '.join(model.attention_kinds)}")
+        elif hardware is not None and topic == "gpu":
+            facts.append(f"GPU SM arch = {', '.join(hardware.sm_archs)} ({hardware.gpus[0].name})")
+        elif hardware is not None and topic == "count":
+            facts.append(f"GPUs on the host = {hardware.count}")
+        elif hardware is not None and topic == "link":
+            facts.append(f"interconnect = {hardware.interconnect}")
+    return list(dict.fromkeys(facts))

@@ -5,7 +5,7 @@ one import the agent and the CLI use.
 """
 
 from tools.flag_catalog import FlagInfo, catalog_from_host, find_flag, flag_catalog, parse_help_text
-from tools.flag_readers import FlagReport, Reader, find_readers, research_flag
+from tools.flag_readers import FlagReport, Reader, find_readers, guard_facts, research_flag
 
 __all__ = [
     "FlagInfo",
@@ -15,6 +15,7 @@ __all__ = [
     "find_flag",
     "find_readers",
     "flag_catalog",
+    "guard_facts",
     "parse_help_text",
     "research_flag",
 ]

@@ -2,11 +2,39 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 from pathlib import Path
+from typing import Any
 
 import typer
 
-from agent.cli.common import ConfigOption, fail
+from agent.cli.common import ConfigOption, console, fail, get_config, normalize_flag
+
+
+def _tree(config: Path | None, source: Path | None, version: str | None) -> tuple[Any, Any]:
+    """The source tree to read, and the config when one was used to find it."""
+    from tools.source import SourceError, detect_version, get_source, local_source
+
+    try:
+        if source is not None:
+            return local_source(source, version=version), None
+        cfg = get_config(config)
+        research = cfg.research
+        if version is None and research.source_dir is not None:
+            return local_source(research.source_dir, version=research.version), cfg
+        version = version or research.version
+        if version is None:
+            from tools.remote import make_transport
+
+            version = asyncio.run(
+                detect_version(
+                    cfg.target.endpoint, transport=make_transport(cfg.target), python=cfg.target.python
+                )
+            )
+        return get_source(version, repo_url=research.repo_url, cache_dir=research.cache_dir), cfg
+    except SourceError as e:
+        fail(str(e))
 
 
 def flags(
@@ -19,7 +47,66 @@ def flags(
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """List every launch_server flag of an SGLang version."""
-    fail("not implemented yet")
+    from rich.table import Table
+
+    from tools.flags import flag_catalog
+
+    tree, _ = _tree(config, source, version)
+    catalog = flag_catalog(tree)
+    if grep:
+        needle = grep.lower()
+        catalog = [f for f in catalog if needle in f.name.lower() or needle in f.help.lower()]
+    if json_out:
+        print(
+            json.dumps(
+                {"version": tree.version, "origin": tree.origin, "flags": [f.to_dict() for f in catalog]}
+            )
+        )
+        return
+    table = Table(title=f"sglang {tree.version} ({tree.origin}): {len(catalog)} flags")
+    for column in ("flag", "type", "default", "defined at"):
+        table.add_column(column, overflow="fold")
+    for f in catalog:
+        name = f"{f.name} [yellow](deprecated → {f.replacement or '?'})[/]" if f.deprecated else f.name
+        table.add_row(name, f.type or "", repr(f.default), f"{f.path}:{f.line}")
+    console.print(table)
+
+
+def _facts(cfg: Any, model_config: Path | None) -> tuple[Any, Any, list[str]]:
+    """Model and hardware facts, from `--model-config` and the config's host; problems become notes."""
+    from tools.hardware import HardwareError, read_hardware
+    from tools.modelcfg import ModelConfigError, fetch_model_config, load_model_config, model_facts
+
+    model = hardware = None
+    notes: list[str] = []
+    try:
+        if model_config is not None:
+            model = model_facts(load_model_config(model_config))
+    except ModelConfigError as e:
+        fail(str(e), code=2)
+    if cfg is None:
+        return model, hardware, notes
+
+    async def from_host() -> tuple[Any, Any]:
+        from tools.remote import make_transport
+        from tools.unitfile import UnitFile
+
+        transport = make_transport(cfg.target)
+        found_model, found_hw = model, None
+        try:
+            if found_model is None:
+                model_path = UnitFile.load(cfg.target.local_unit).command.flags.get("--model-path")
+                if model_path:
+                    found_model = model_facts(await fetch_model_config(model_path, transport))
+            found_hw = await read_hardware(transport, cfg.target.nvidia_smi)
+        except (ModelConfigError, HardwareError, OSError, ValueError) as e:
+            notes.append(f"facts unavailable: {e}")
+        finally:
+            await transport.close()
+        return found_model, found_hw
+
+    model, hardware = asyncio.run(from_host())
+    return model, hardware, notes
 
 
 def research(
@@ -30,4 +117,45 @@ def research(
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Where a flag is defined, read and gated, against this model and these GPUs."""
-    fail("not implemented yet")
+    from tools.flags import guard_facts, research_flag
+
+    name = normalize_flag(flag)
+    tree, cfg = _tree(config, source, None)
+    report = research_flag(tree, name)
+    model, hardware, notes = _facts(cfg, model_config)
+    report.notes += notes
+    all_guards = [g for r in report.readers for g in r.guards]
+    facts = guard_facts(all_guards, model=model, hardware=hardware)
+    if json_out:
+        data = {"version": tree.version, "origin": tree.origin, **report.to_dict(), "facts": facts}
+        data["model"] = model.to_dict() if model else None
+        data["hardware"] = hardware.to_dict() if hardware else None
+        print(json.dumps(data, default=str))
+        return
+    out = console.print
+    out(f"[bold]{name}[/] in sglang {tree.version} ({tree.origin})", highlight=False)
+    if report.flag is None:
+        out("  not a launch_server flag of this version", highlight=False)
+    else:
+        f = report.flag
+        out(f"  defined at {f.path}:{f.line}  type={f.type} default={f.default!r}", highlight=False)
+        if f.help:
+            out(f"  help: {f.help}", highlight=False, markup=False)
+    out(f"[bold]readers[/] ({len(report.readers)}):", highlight=False)
+    for r in report.readers:
+        tag = "config" if r.kind == "config" else ("inert" if r.inert else "use")
+        out(f"  [{tag}] {r.path}:{r.line} in {r.function}: {r.text.strip()}", highlight=False, markup=False)
+        for g in r.guards:
+            out(f"      if {g}", highlight=False, markup=False)
+        if r.effect:
+            out(f"      → {r.effect}", highlight=False, markup=False)
+        for fact in guard_facts(r.guards, model=model, hardware=hardware):
+            out(f"      fact: {fact}", highlight=False, markup=False)
+    if model is not None:
+        out(f"[bold]model[/]: {model.summary()}", highlight=False)
+    if hardware is not None:
+        out(f"[bold]hardware[/]: {hardware.summary()}", highlight=False)
+    verdict = "DEAD (no effective reader)" if report.dead else "live"
+    out(f"[bold]verdict[/]: {verdict}", highlight=False)
+    for note in report.notes:
+        out(f"  note: {note}", highlight=False, markup=False)
