@@ -51,6 +51,9 @@ def plot_png(review: Review) -> bytes | None:
     if final:
         ax.plot(*zip(*final, strict=True), "-s", color=KEPT_COLOR, linewidth=2.5, label="final")
     ax.set_xscale("log", base=2)
+    ticks = sorted(set(base) | {c for t in trials for c in t.candidate})
+    ax.set_xticks(ticks, [str(c) for c in ticks])
+    ax.minorticks_off()
     ax.set_xlabel("concurrency")
     ax.set_ylabel("output tok/s")
     ax.set_title("Throughput per concurrency level")
