@@ -1,0 +1,216 @@
+"""The builtin offline policy: pydantic-ai `FunctionModel`s for the planner and the researcher.
+
+Explicit rules over the same tools an LLM gets: the playbook checked against the real facts, the
+researcher's verdict from the real code search (dead when nothing reads the flag, no-op when every
+reader's guard fails here), and the measured trial results. Each function reads only the message
+history, so a run can be replayed and resumed like an LLM's.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from agent.builtin_conclusion import conclusion
+from agent.builtin_research import decide_verdict
+
+_FLAG = re.compile(r"--[A-Za-z0-9][\w.-]*")
+_ORDER = {"high": 0, "medium": 1, "low": 2}
+
+
+def _returns(messages: list[Any]) -> list[tuple[str, Any, dict[str, Any]]]:
+    """Every tool return in the history: (tool name, content, args of its call)."""
+    from pydantic_ai.messages import ModelResponse, ToolCallPart, ToolReturnPart
+
+    calls: dict[str, dict[str, Any]] = {}
+    out = []
+    for m in messages:
+        for p in m.parts:
+            if isinstance(m, ModelResponse) and isinstance(p, ToolCallPart):
+                calls[p.tool_call_id] = p.args_as_dict()
+            elif isinstance(p, ToolReturnPart):
+                out.append((p.tool_name, p.content, calls.get(p.tool_call_id, {})))
+    return out
+
+
+def _call(name: str, args: dict[str, Any]) -> Any:
+    from pydantic_ai.messages import ToolCallPart
+
+    return ToolCallPart(name, args)
+
+
+def _response(parts: list[Any]) -> Any:
+    from pydantic_ai.messages import ModelResponse
+
+    return ModelResponse(parts=parts, model_name="builtin")
+
+
+# ---- researcher ---------------------------------------------------------------------------------
+
+
+def researcher_policy(messages: list[Any], info: Any) -> Any:
+    """Look the flag up and read its usage, then decide from what the code search returned."""
+    first = messages[0]
+    prompt = " ".join(str(getattr(p, "content", "")) for p in first.parts)
+    flag = (_FLAG.findall(prompt) or ["--unknown"])[0]
+    got = {name: content for name, content, _ in _returns(messages)}
+    if "lookup" not in got:
+        return _response([_call("lookup", {"flag": flag}), _call("usage", {"flag": flag})])
+    verdict = decide_verdict(flag, got["lookup"], got.get("usage") or {})
+    return _response([_call(info.output_tools[0].name, verdict)])
+
+
+# ---- planner ------------------------------------------------------------------------------------
+
+
+def _todo(
+    cands: list[dict[str, Any]], verdicts: dict[str, dict], trials: dict[str, dict], extra: list[dict]
+) -> list:
+    items = []
+    for c in cands:
+        flag, prio = c["flag"], c["priority"]
+        label = c["flag"] if c["value"] is None else f"{c['flag']} {c['value']}"
+        if c["status"] != "candidate":
+            items.append(
+                {
+                    "id": flag,
+                    "content": f"{label}: ruled out ({c['status']}: {c['note']})",
+                    "status": "cancelled",
+                    "priority": prio,
+                }
+            )
+            continue
+        v, t = verdicts.get(flag), trials.get(flag)
+        if t is not None:
+            status = "completed" if t.get("decision") else "cancelled"
+            why = t.get("why") or t.get("error", "")
+            items.append(
+                {
+                    "id": flag,
+                    "content": f"trial {label}: {t.get('decision', 'not run')} — {why}",
+                    "status": status,
+                    "priority": prio,
+                }
+            )
+        elif v is None:
+            items.append(
+                {"id": flag, "content": f"research {label}", "status": "in_progress", "priority": prio}
+            )
+        elif v["verdict"] in ("no-op", "dead", "incompatible"):
+            items.append(
+                {
+                    "id": flag,
+                    "content": f"{label}: {v['verdict']} — {v['summary']}",
+                    "status": "cancelled",
+                    "priority": prio,
+                }
+            )
+        else:
+            items.append(
+                {
+                    "id": flag,
+                    "content": f"trial {label} (research: {v['verdict']})",
+                    "status": "pending",
+                    "priority": prio,
+                }
+            )
+    return items + extra
+
+
+def planner_policy(messages: list[Any], info: Any) -> Any:
+    """Candidates → todo list → research all (concurrently) → trials in order → combined → conclusion."""
+    returns = _returns(messages)
+    cands = next((c for n, c, _ in returns if n == "list_candidates"), None)
+    if cands is None:
+        return _response([_call("list_candidates", {})])
+    live = sorted(
+        (c for c in cands if c["status"] == "candidate"),
+        key=lambda c: (c["lossy"], _ORDER.get(c["priority"], 3)),
+    )
+    verdicts = {
+        c["flag"]: c for n, c, _ in returns if n == "research_flag" and isinstance(c, dict) and "verdict" in c
+    }
+    trials: dict[str, dict] = {}
+    combined = None
+    budget_out = False
+    for name, content, args in returns:
+        if name != "run_trial" or not isinstance(content, dict):
+            continue
+        budget_out = budget_out or bool(content.get("budget_exhausted"))
+        flags = [ch["flag"] for ch in args.get("changes", [])]
+        if len(flags) > 1:
+            combined = content
+        elif flags:
+            trials["--" + flags[0].lstrip("-")] = content
+    extra = [
+        {
+            "id": "combine",
+            "content": "trial the kept flags together",
+            "status": "pending",
+            "priority": "medium",
+        }
+    ]
+    if not any(n == "todo_write" for n, _, _ in returns):
+        todo = _todo(cands, verdicts, trials, extra)
+        research = [_call("research_flag", {"flag": c["flag"]}) for c in live]
+        return _response([_call("todo_write", {"items": todo}), *research])
+    todo_calls: list[Any] = []
+    nxt = (
+        None
+        if budget_out
+        else next((c for c in live if c["flag"] not in trials and _worth(verdicts.get(c["flag"]))), None)
+    )
+    if nxt is not None:
+        todo = _todo(cands, verdicts, trials, extra)
+        for item in todo:
+            if item["id"] == nxt["flag"]:
+                item["status"] = "in_progress"
+        change = {"flag": nxt["flag"], "value": nxt["value"], "action": nxt["action"]}
+        v = verdicts[nxt["flag"]]
+        reason = f"research: {v['verdict']} — {v['summary']}; playbook: {nxt['helps']}"
+        args = {"changes": [change], "reason": reason}
+        if v["verdict"] == "unknown":
+            args["override_reason"] = (
+                "the code search was inconclusive but the playbook's conditions hold here"
+            )
+        return _response([_call("todo_write", {"items": todo}), _call("run_trial", args)])
+    kept = [t for t in trials.values() if t.get("improved")]
+    if len(kept) >= 2 and combined is None and not budget_out:
+        changes = [c for c in live if c["flag"] in trials and trials[c["flag"]].get("improved")]
+        extra[0]["status"] = "in_progress"
+        args = {
+            "changes": [{"flag": c["flag"], "value": c["value"], "action": c["action"]} for c in changes],
+            "reason": "check that the gains of the flags kept individually add up",
+        }
+        return _response(
+            [_call("todo_write", {"items": _todo(cands, verdicts, trials, extra)}), _call("run_trial", args)]
+        )
+    if not _final_todo_written(messages):
+        extra[0]["status"] = "completed" if combined else "cancelled"
+        extra[0]["content"] = "trial the kept flags together" + (
+            f": {combined.get('decision')} — {combined.get('why')}" if combined else ": fewer than two kept"
+        )
+        return _response([_call("todo_write", {"items": _todo(cands, verdicts, trials, extra)})])
+    from pydantic_ai.messages import TextPart
+
+    return _response([TextPart(conclusion(cands, verdicts, trials, combined, budget_out))])
+
+
+def _worth(v: dict[str, Any] | None) -> bool:
+    return v is not None and v["verdict"] in ("applies", "unknown")
+
+
+def _final_todo_written(messages: list[Any]) -> bool:
+    from pydantic_ai.messages import ModelResponse, ToolCallPart
+
+    for m in reversed(messages):
+        if isinstance(m, ModelResponse):
+            for p in m.parts:
+                if isinstance(p, ToolCallPart) and p.tool_name == "todo_write":
+                    items = p.args_as_dict().get("items", [])
+                    return any(
+                        i.get("id") == "combine" and i.get("status") in ("completed", "cancelled")
+                        for i in items
+                    )
+            return False
+    return False

@@ -1,0 +1,62 @@
+"""The builtin planner's written conclusion, built only from tool results (every number measured)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _levels(t: dict[str, Any]) -> str:
+    base, now = t.get("baseline_output_tok_s") or {}, t.get("output_tok_s") or {}
+    parts = []
+    for c, v in now.items():
+        b = base.get(c) or base.get(str(c))
+        parts.append(f"c={c}: {v:.0f} tok/s" + (f" ({(v / b - 1) * 100:+.1f}%)" if b else ""))
+    return ", ".join(parts) or "not measured"
+
+
+def conclusion(
+    cands: list[dict[str, Any]],
+    verdicts: dict[str, dict[str, Any]],
+    trials: dict[str, dict[str, Any]],
+    combined: dict[str, Any] | None,
+    budget_out: bool,
+) -> str:
+    """Markdown: what was kept with its numbers, what was rolled back and why, what was ruled out."""
+    all_trials = [*trials.values(), *([combined] if combined else [])]
+    kept = [t for t in all_trials if t.get("decision") == "kept"]
+    best = kept[-1] if kept else None
+    lines = ["## Conclusion", ""]
+    if best:
+        lines.append(f"Deployed: {', '.join(best['changes'])} (trial {best['trial']}): {_levels(best)}.")
+    elif any(t.get("dry_run") for t in all_trials):
+        lines.append("Dry run: nothing was deployed; the trials below are what a real run would try.")
+    else:
+        lines.append("No change beat the baseline; the baseline configuration stays deployed.")
+    lines += ["", "### Trials"]
+    for t in all_trials:
+        if t.get("dry_run"):
+            lines.append(f"- would trial {t.get('would_trial')}")
+        elif "error" in t:
+            lines.append(f"- not run: {t['error']}")
+        else:
+            lines.append(
+                f"- trial {t['trial']} {', '.join(t['changes'])}: {t['decision'].replace('_', ' ')} — {t['why']} [{_levels(t)}]"
+            )
+    if not all_trials:
+        lines.append("- none")
+    lines += ["", "### Ruled out without a restart"]
+    ruled = 0
+    for c in cands:
+        v = verdicts.get(c["flag"])
+        if c["status"] != "candidate":
+            lines.append(f"- {c['flag']}: {c['status']} by the playbook ({c['note']})")
+            ruled += 1
+        elif v and v["verdict"] in ("no-op", "dead", "incompatible"):
+            ev = v["evidence"][0]["location"] if v.get("evidence") else "no evidence"
+            lines.append(f"- {c['flag']}: {v['verdict']} — {v['summary']} ({ev})")
+            ruled += 1
+    if not ruled:
+        lines.append("- none")
+    if budget_out:
+        lines += ["", "The trial budget ran out before every candidate was tried."]
+    return "\n".join(lines)

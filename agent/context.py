@@ -1,0 +1,156 @@
+"""What the agents know about the deployment: flags, version, server args, GPUs, model, catalog.
+
+Every piece is gathered by a tool from `tools/`; a piece that cannot be read is recorded as missing
+with the reason (conditions on it then evaluate to `unknown`, never to a guess).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+@dataclass
+class DeploymentContext:
+    """The facts a planner and a researcher reason over."""
+
+    unit_flags: dict[str, str | None] = field(default_factory=dict)
+    server_info: dict[str, Any] = field(default_factory=dict)
+    version: str | None = None
+    model: Any = None
+    hardware: Any = None
+    tree: Any = None
+    catalog: dict[str, Any] = field(default_factory=dict)
+    max_concurrency: int = 64
+    missing: dict[str, str] = field(default_factory=dict)
+    """Piece name -> why it could not be read."""
+
+    @property
+    def facts(self) -> dict[str, Any]:
+        """The flat fact mapping conditions are evaluated against (see agent/playbook.toml)."""
+        facts: dict[str, Any] = {"bench.max_concurrency": self.max_concurrency}
+        if self.version:
+            facts["sglang.version"] = self.version
+        args = self.server_info.get("server_args") or self.server_info
+        for k, v in args.items():
+            if isinstance(v, _SCALARS):
+                facts[f"server.{k}"] = v
+        for k, v in self.unit_flags.items():
+            facts["flag." + k.lstrip("-").replace("-", "_")] = v
+        for k, v in _as_dict(self.model).items():
+            if isinstance(v, _SCALARS) or (
+                isinstance(v, list | tuple) and all(isinstance(x, str) for x in v)
+            ):
+                facts[f"model.{k}"] = list(v) if isinstance(v, tuple) else v
+        hw = _as_dict(self.hardware)
+        gpus = hw.get("gpus") or []
+        if gpus:
+            first = _as_dict(gpus[0])
+            facts["gpu.count"] = len(gpus)
+            for k in ("name", "memory_mib", "sm", "compute_capability"):
+                if k in first:
+                    facts[f"gpu.{k}"] = first[k]
+        if hw.get("interconnect") is not None:
+            facts["interconnect"] = str(hw["interconnect"]).lower()
+        return facts
+
+    def summary(self) -> dict[str, Any]:
+        """A JSON-able digest for prompts, the transcript and the report."""
+        return {
+            "sglang_version": self.version,
+            "source": str(getattr(self.tree, "origin", "")) or None,
+            "unit_flags": self.unit_flags,
+            "model": _as_dict(self.model),
+            "hardware": _as_dict(self.hardware),
+            "catalog_size": len(self.catalog),
+            "missing": self.missing,
+        }
+
+
+def _as_dict(obj: Any) -> dict[str, Any]:
+    if obj is None:
+        return {}
+    if isinstance(obj, dict):
+        return obj
+    if hasattr(obj, "model_dump"):
+        return obj.model_dump(mode="json")
+    if dataclasses.is_dataclass(obj):
+        return dataclasses.asdict(obj)
+    return {k: v for k, v in vars(obj).items() if not k.startswith("_")}
+
+
+async def gather_context(config: Any, transport: Any, *, on_step: Any = None) -> DeploymentContext:
+    """Read every piece of context for `config`'s target through `transport`."""
+    from tools.unitfile import UnitFile
+
+    ctx = DeploymentContext(max_concurrency=max(config.bench.concurrency))
+    say = on_step or (lambda text: None)
+    try:
+        ctx.unit_flags = dict(UnitFile.load(config.target.local_unit).command.flags)
+    except Exception as e:
+        ctx.missing["unit_flags"] = str(e)
+    say("server info")
+    try:
+        from tools.health import get_server_info
+
+        ctx.server_info = await _resolve(get_server_info(config.target.endpoint))
+    except Exception as e:
+        ctx.missing["server_info"] = str(e)
+    ctx.version = config.research.version or ctx.server_info.get("version")
+    say("model config")
+    await _model(ctx, transport)
+    say("GPUs")
+    try:
+        from tools.hardware import read_hardware
+
+        ctx.hardware = await _resolve(read_hardware(transport, nvidia_smi=config.target.nvidia_smi))
+    except Exception as e:
+        ctx.missing["hardware"] = str(e)
+    say(f"SGLang {ctx.version or '?'} source and flag catalog")
+    await _source(ctx, config)
+    return ctx
+
+
+async def _model(ctx: DeploymentContext, transport: Any) -> None:
+    try:
+        from tools.modelcfg import fetch_model_config, model_facts
+
+        model_path = ctx.unit_flags.get("--model-path") or ctx.unit_flags.get("--model")
+        model_path = model_path or (ctx.server_info.get("server_args") or ctx.server_info).get("model_path")
+        if not model_path:
+            raise ValueError("no --model-path in the unit file or the server args")
+        ctx.model = model_facts(await _resolve(fetch_model_config(model_path, transport)))
+    except Exception as e:
+        ctx.missing["model"] = str(e)
+
+
+async def _source(ctx: DeploymentContext, config: Any) -> None:
+    import asyncio
+
+    try:
+        from tools.flags import flag_catalog
+        from tools.source import get_source
+
+        r = config.research
+        ctx.tree = await asyncio.to_thread(
+            get_source, ctx.version, repo_url=r.repo_url, cache_dir=r.cache_dir, source_dir=r.source_dir
+        )
+        ctx.version = ctx.version or ctx.tree.version
+        catalog = await asyncio.to_thread(flag_catalog, ctx.tree)
+        ctx.catalog = {_flag_name(f.name): f for f in catalog}
+    except Exception as e:
+        ctx.missing["source"] = str(e)
+
+
+async def _resolve(value: Any) -> Any:
+    """Await `value` if the tool was async; tools may be either."""
+    import inspect
+
+    return await value if inspect.isawaitable(value) else value
+
+
+def _flag_name(name: str) -> str:
+    return name if name.startswith("--") else "--" + name.replace("_", "-")

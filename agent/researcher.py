@@ -1,0 +1,157 @@
+"""The research subagent: checks one flag in the version-matched SGLang source, returns a `FlagVerdict`."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent.context import DeploymentContext
+from agent.guards import check_guards
+from agent.playbook import Candidate
+from agent.verdict import FlagVerdict
+from prompts import render
+
+MAX_MATCHES = 40
+
+
+@dataclass
+class ResearchDeps:
+    """What a researcher can look at: the deployment's facts, the source tree and the playbook."""
+
+    ctx: DeploymentContext
+    candidates: dict[str, Candidate] = field(default_factory=dict)
+
+
+def _dest(flag: str) -> str:
+    return flag.lstrip("-").replace("-", "_")
+
+
+def lookup_flag(deps: ResearchDeps, flag: str) -> dict[str, Any]:
+    """The catalog entry of `flag` in this SGLang version and the playbook's checked conditions."""
+    flag = "--" + flag.lstrip("-")
+    out: dict[str, Any] = {"flag": flag, "sglang_version": deps.ctx.version}
+    if not deps.ctx.catalog:
+        out["catalog"] = f"unavailable: {deps.ctx.missing.get('source', 'no catalog')}"
+    else:
+        entry = deps.ctx.catalog.get(flag)
+        if entry is None:
+            out["catalog"] = f"{flag} is not a flag of SGLang {deps.ctx.version}"
+            out["in_catalog"] = False
+        else:
+            info = dataclasses.asdict(entry) if dataclasses.is_dataclass(entry) else dict(vars(entry))
+            out["catalog"] = {k: v for k, v in info.items() if v not in (None, "")}
+            out["in_catalog"] = True
+    cand = deps.candidates.get(flag)
+    if cand is not None:
+        out["playbook"] = {
+            "what": cand.lever.what,
+            "helps": cand.lever.helps,
+            "risk": cand.lever.risk,
+            "lossy": cand.lever.lossy,
+            "value": cand.value,
+            "needs": cand.needs,
+            "conflicts": cand.conflicts,
+            "status": cand.status,
+        }
+    return out
+
+
+def flag_usage(deps: ResearchDeps, flag: str) -> dict[str, Any]:
+    """Where `flag` is defined, every place it is read, the guard around each read checked against
+    this deployment's facts, and whether it is dead (defined, never read)."""
+    flag = "--" + flag.lstrip("-")
+    if deps.ctx.tree is None:
+        return {"flag": flag, "error": f"no source tree: {deps.ctx.missing.get('source', 'unknown')}"}
+    from tools.flags import research_flag
+
+    report = research_flag(deps.ctx.tree, flag)
+    info = report.flag
+    facts = deps.ctx.facts
+    dest = getattr(info, "dest", None) or _dest(flag)
+    readers = []
+    for r in report.readers:
+        guards = [g for g in (getattr(r, "guards", None) or []) if g]
+        checks = [c for c in check_guards(guards, facts) if dest not in c["condition"]]
+        readers.append(
+            {"location": f"{r.path}:{r.line}", "text": r.text.strip(), "guards": guards, "checks": checks}
+        )
+    return {
+        "flag": flag,
+        "definition": f"{info.path}:{info.line}"
+        if info is not None and getattr(info, "path", None)
+        else None,
+        "help": getattr(info, "help", None),
+        "deprecated": getattr(info, "deprecated", False),
+        "replacement": getattr(info, "replacement", None),
+        "dest": dest,
+        "readers": readers,
+        "dead": bool(report.dead),
+        "notes": list(getattr(report, "notes", []) or []),
+    }
+
+
+def grep_source(deps: ResearchDeps, pattern: str, glob: str | None = None) -> dict[str, Any]:
+    """Regex search over the SGLang source of the running version (bounded)."""
+    if deps.ctx.tree is None:
+        return {"error": "no source tree"}
+    from tools.search import grep
+
+    res = grep(deps.ctx.tree, pattern, glob=glob, max_results=MAX_MATCHES)
+    return {
+        "matches": [f"{m.path}:{m.line}: {m.text.strip()}" for m in res.matches],
+        "truncated": res.truncated,
+    }
+
+
+def read_source(deps: ResearchDeps, path: str, start: int, end: int) -> str:
+    """Lines `start`..`end` of `path` (relative to the source root), numbered."""
+    if deps.ctx.tree is None:
+        return "no source tree"
+    from tools.search import read_range
+
+    return read_range(deps.ctx.tree, path, start, min(end, start + 200))
+
+
+def build_researcher(model: Any) -> Any:
+    """The researcher agent (pydantic-ai), output type `FlagVerdict`."""
+    from pydantic_ai import Agent, RunContext
+
+    agent = Agent(
+        model,
+        name="researcher",
+        deps_type=ResearchDeps,
+        output_type=FlagVerdict,
+        instructions=lambda ctx: render(
+            "researcher.md.j2", facts=ctx.deps.ctx.facts, context=ctx.deps.ctx.summary()
+        ),
+        retries=3,
+    )
+
+    @agent.tool
+    async def lookup(ctx: RunContext[ResearchDeps], flag: str) -> dict[str, Any]:
+        """The flag's catalog entry (type, default, help, deprecated) and the playbook's conditions checked here."""
+        return lookup_flag(ctx.deps, flag)
+
+    @agent.tool
+    async def usage(ctx: RunContext[ResearchDeps], flag: str) -> dict[str, Any]:
+        """Definition (path:line), readers with their guards checked against the model and GPUs, dead or not."""
+        return await asyncio.to_thread(flag_usage, ctx.deps, flag)
+
+    @agent.tool
+    async def grep(ctx: RunContext[ResearchDeps], pattern: str, glob: str | None = None) -> dict[str, Any]:
+        """Regex search in the version-matched SGLang source; `glob` limits files, e.g. 'srt/layers/**/*.py'."""
+        return await asyncio.to_thread(grep_source, ctx.deps, pattern, glob)
+
+    @agent.tool
+    async def read_range(ctx: RunContext[ResearchDeps], path: str, start: int, end: int) -> str:
+        """Read lines start..end (at most 200) of a source file, with line numbers."""
+        return await asyncio.to_thread(read_source, ctx.deps, path, start, end)
+
+    @agent.tool
+    async def deployment_facts(ctx: RunContext[ResearchDeps]) -> dict[str, Any]:
+        """Model, GPU, interconnect and server-arg facts of this deployment."""
+        return ctx.deps.ctx.facts
+
+    return agent

@@ -1,0 +1,81 @@
+"""What a run shows and records: every step printed with rich and written to the transcript."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from rich.console import Console
+from rich.panel import Panel
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from agent.todo import TodoList
+from agent.verdict import FlagVerdict
+
+_VERDICT_STYLE = {
+    "applies": "green",
+    "no-op": "yellow",
+    "dead": "red",
+    "incompatible": "red",
+    "unknown": "magenta",
+}
+
+
+@dataclass
+class RunUI:
+    """The console and the transcript of one session; `transcript` may be None (nothing saved)."""
+
+    console: Console
+    transcript: Any = None
+
+    def record(self, kind: str, data: Any, *, msg: int | None = None) -> None:
+        """Write an event to the transcript (never raises)."""
+        if self.transcript is not None:
+            self.transcript.event(kind, data, msg=msg)
+
+    def step(self, text: str) -> None:
+        """A headline for a phase of the run."""
+        self.console.rule(f"[bold]{text}")
+
+    def note(self, text: str, *, record: bool = True) -> None:
+        """A line of information, also recorded as a `note` event."""
+        self.console.print(text, highlight=False)
+        if record:
+            self.record("note", {"text": text})
+
+    def todo(self, todo: TodoList, changes: list[str], *, msg: int | None = None) -> None:
+        """Show the list after a change and record its full state."""
+        self.console.print(Panel(todo.render(), title="todo", expand=False))
+        self.record("todo", {"items": [i.model_dump() for i in todo.items], "changes": changes}, msg=msg)
+
+    def verdict(self, v: FlagVerdict, *, msg: int | None = None) -> None:
+        """Show a research verdict with its first pieces of evidence."""
+        style = _VERDICT_STYLE.get(v.verdict, "")
+        self.console.print(f"[bold]{v.flag}[/]: [{style}]{v.verdict}[/] — {v.summary}", highlight=False)
+        for e in v.evidence[:3]:
+            self.console.print(f"    {e.location}: [dim]{e.quote}[/]", highlight=False)
+        for c in v.conditions[:4]:
+            self.console.print(f"    check {c.condition} vs {c.fact}: {c.outcome}", highlight=False)
+        self.record("verdict", v.model_dump(mode="json"), msg=msg)
+
+    @contextlib.contextmanager
+    def progress(self, label: str) -> Iterator[Any]:
+        """A progress bar for a benchmark; yields a callback for `run_repeated(on_progress=...)`."""
+        bar = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.fields[info]}"),
+            TimeElapsedColumn(),
+            console=self.console,
+            transient=True,
+        )
+        task = bar.add_task(label, total=None, info="")
+
+        def update(p: Any) -> None:
+            info = f"c={p.concurrency} {p.done}/{p.total} req {p.tokens_per_s:,.0f} tok/s rep {p.rep + 1}/{p.reps}"
+            bar.update(task, total=p.total, completed=p.done, info=info)
+
+        with bar:
+            yield update
