@@ -1,0 +1,234 @@
+"""What a launch command resolves to on a scenario's hardware, following SGLang 0.5.23's own rules.
+
+`resolve_plan` turns parsed flags into a `Plan` (the settings that really take effect) or raises
+`StartupError` with the message SGLang would stop with. Each rule cites where SGLang decides it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Literal
+
+from sim.modelinfo import ModelInfo
+from sim.scenario import Scenario
+
+
+class StartupError(Exception):
+    """The server refuses to start; `after_load` is True when it fails only after loading weights."""
+
+    def __init__(self, message: str, *, after_load: bool = False) -> None:
+        super().__init__(message)
+        self.after_load = after_load
+
+
+# layers/attention/*: relative efficiency of each backend's decode kernel at reading the KV cache.
+ATTN_EFFICIENCY = {"fa3": 1.0, "fa4": 1.05, "flashinfer": 0.95, "trtllm_mha": 1.0, "triton": 0.82}
+ATTN_EFFICIENCY |= {"torch_native": 0.15, "flex_attention": 0.5}
+_MLA_ONLY = {"flashmla", "trtllm_mla", "cutedsl_mla", "tokenspeed_mla", "dsa", "nsa", "qsa", "dsv4"}
+_MLA_ONLY |= {"compressed", "minicpm_flashattn", "minicpm_flashinfer", "llada2_cfg_flashinfer"}
+_NON_CUDA = {"aiter", "wave", "intel_amx", "ascend", "intel_xpu", "hpc_ops"}
+# arg_groups/overrides.py `_FLASHINFER_ALLREDUCE_FUSION_ARCHS` (auto-enabled on SM90/SM100, TP > 1).
+AR_FUSION_ARCHS = {"Qwen3MoeForCausalLM", "Qwen3NextForCausalLM", "Qwen3_5MoeForConditionalGeneration"}
+AR_FUSION_ARCHS |= {"Qwen3_5ForConditionalGeneration", "DeepseekV3ForCausalLM", "GptOssForCausalLM"}
+_SPEC_ALGOS = {"EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO", "FROZEN_KV_MTP"}
+
+Lossy = Literal["drift", "garbage"] | None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The settings in force once the server has resolved its arguments."""
+
+    tp: int
+    attention_backend: str
+    moe_runner: str
+    spec_steps: int
+    """Speculative draft steps (0 = no speculative decoding)."""
+    spec_topk: int
+    spec_draft_tokens: int
+    cuda_graph_max_bs: int
+    """Largest decode batch replayed from a CUDA graph (0 = CUDA graphs disabled)."""
+    chunked_prefill: int
+    max_running: int | None
+    mem_fraction_static: float
+    kv_dtype_bytes: int
+    fused_moe_sum: bool
+    ar_fusion: bool
+    torch_compile_max_bs: int
+    """Batches up to this size run torch.compile'd kernels (0 = off)."""
+    mixed_chunk: bool
+    conservativeness: float
+    weight_bytes_per_gpu: float
+    kv_budget_bytes: float
+    activation_headroom_tokens: int
+    """Tokens one forward pass may carry before the activations run out of memory."""
+    lossy: Lossy
+    hangs_in_warmup: bool
+    extra_startup_s: float
+
+
+def _gpu_mem_defaults(mem_mib: int, tp: int) -> tuple[int, int]:
+    """arg_groups/memory_hook.py `_handle_gpu_memory_settings`: (chunked_prefill_size, decode max_bs)."""
+    gib = mem_mib / 1024
+    if gib < 20:
+        return 2048, 8
+    if gib < 35:
+        return 4096, 48 if tp < 4 else 160
+    if gib < 60:
+        return 4096, 32 if tp < 4 else 160
+    if gib < 160:
+        return 8192, 256 if tp < 4 else 512
+    return 16384, 512
+
+
+def _check_backends(args: argparse.Namespace, sm: int, model: ModelInfo) -> str:
+    backend = args.attention_backend or {90: "fa3", 100: "trtllm_mha"}.get(
+        sm, "triton" if sm >= 120 else "flashinfer"
+    )
+    if model.linear_attn_layers and args.attention_backend is None:
+        backend = "triton" if sm >= 120 else "flashinfer"
+    if backend in _MLA_ONLY:
+        raise StartupError(f"Attention backend {backend} only supports MLA / sparse-attention models.")
+    if backend in _NON_CUDA:
+        raise StartupError(f"Attention backend {backend} is not available on a CUDA platform.")
+    if backend == "fa3" and sm not in (80, 86, 89, 90):
+        # layers/attention/attention_registry.py create_flashattention_v3_backend
+        raise StartupError(
+            "AssertionError: FlashAttention v3 Backend requires SM>=80 and SM<=90. "
+            "Please use `--attention-backend flashinfer`.",
+            after_load=True,
+        )
+    if backend == "fa4" and sm not in (100, 103):
+        raise StartupError("FlashAttention v4 backend requires an SM100-family GPU.", after_load=True)
+    if backend == "trtllm_mha" and sm not in (90, 100, 103, 120):
+        raise StartupError("TRTLLM MHA backend is only supported on SM90, SM100 and SM120 GPUs.")
+    return backend
+
+
+def _check_moe_runner(args: argparse.Namespace, sm: int, model: ModelInfo) -> str:
+    runner = args.moe_runner_backend
+    if not model.is_moe:
+        return runner
+    if runner == "auto":
+        return "triton"  # unquantized BF16 MoE resolves to the Triton fused_moe kernel
+    if runner in {"triton", "triton_kernel"}:
+        return runner
+    if runner in {"deep_gemm", "marlin", "experimental_sgl_marlin", "humming", "flashinfer_mxfp4"}:
+        raise StartupError(f"--moe-runner-backend {runner} requires a quantized checkpoint (fp8/fp4/int4).")
+    if runner.startswith("lora_"):
+        raise StartupError(f"--moe-runner-backend {runner} requires --enable-lora.")
+    if sm not in (100, 103):
+        raise StartupError(
+            f"--moe-runner-backend {runner} requires an SM100-family (Blackwell B200/GB200) GPU."
+        )
+    return runner
+
+
+def _speculative(args: argparse.Namespace, model: ModelInfo) -> tuple[int, int, int]:
+    algo = args.speculative_algorithm
+    if algo is None:
+        return 0, 1, 1
+    if algo.upper() not in _SPEC_ALGOS:
+        raise StartupError(f"ValueError: Unknown speculative algorithm name: {algo}")
+    if algo.upper() in {"EAGLE", "NEXTN"} and not model.mtp_layers and not args.speculative_draft_model_path:
+        raise StartupError(f"{algo} needs --speculative-draft-model-path: this model has no MTP layers.")
+    steps = args.speculative_num_steps or 3
+    topk = args.speculative_eagle_topk or 1
+    draft = steps + 1 if topk == 1 else (args.speculative_num_draft_tokens or steps + 1)
+    if steps < 1 or topk < 1:
+        raise StartupError("speculative_num_steps and speculative_eagle_topk must be positive.")
+    return steps, topk, draft
+
+
+def resolve_plan(args: argparse.Namespace, scenario: Scenario, model: ModelInfo) -> Plan:
+    """Resolve parsed `launch_server` flags on the scenario's hardware, or raise `StartupError`."""
+    hw, tp = scenario.hardware, args.tp_size
+    if tp > hw.count:
+        raise StartupError(
+            f"RuntimeError: CUDA error: invalid device ordinal (--tp-size {tp} > {hw.count} GPUs)."
+        )
+    if model.q_heads % tp:
+        raise StartupError(
+            f"AssertionError: num_attention_heads ({model.q_heads}) must be divisible by tp_size {tp}."
+        )
+    backend = _check_backends(args, hw.sm, model)
+    runner = _check_moe_runner(args, hw.sm, model)
+    steps, topk, draft = _speculative(args, model)
+    lossy: Lossy = None
+    kv = args.kv_cache_dtype
+    if kv in {"nvfp4", "fp4_mx_block16", "mxfp8"} and hw.sm not in (100, 103):
+        raise StartupError(f"--kv-cache-dtype {kv} requires an SM100-family GPU.")
+    kv_bytes = 1 if kv.startswith(("fp8", "mxfp8")) else 2
+    if kv_bytes == 1:
+        lossy = "drift"
+    weight_scale = 2.0 if args.dtype in ("float", "float32") else 1.0
+    if args.dtype in ("half", "float16") and model.architecture.startswith("Qwen3"):
+        lossy = "garbage"  # Qwen3 activations overflow fp16; logits become NaN-driven noise
+    chunk_default, max_bs_default = _gpu_mem_defaults(hw.memory_mib, tp)
+    chunk = args.chunked_prefill_size or chunk_default
+    chunk = chunk if chunk > 0 else 1 << 30
+    graphs_off = args.disable_cuda_graph or args.disable_decode_cuda_graph
+    graphs_off = graphs_off or args.cuda_graph_backend_decode == "disabled"
+    max_bs = args.cuda_graph_max_bs_decode or max_bs_default
+    if args.cuda_graph_max_bs_decode is None and args.max_running_requests:
+        max_bs = min(max_bs, args.max_running_requests)
+    mem = hw.memory_mib * 2**20
+    reserved_mb = 512 + max(chunk if chunk < 1 << 30 else 16384, 2048) * 1.5 + tp / 8 * 1024 + max_bs * 2
+    if mem / 2**20 > 60 * 1024:
+        reserved_mb = max(reserved_mb, 10 * 1024)
+    mfs = args.mem_fraction_static or round((mem / 2**20 - reserved_mb) / (mem / 2**20), 3)
+    weights = (model.total_params + model.mtp_layers * model.dense_params_per_layer) * 2 * weight_scale / tp
+    kv_budget = mfs * mem - weights
+    if kv_budget < 1 * 2**30:
+        # model_executor/pool_configurator.py
+        raise StartupError(
+            "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.", after_load=True
+        )
+    graph_mb = 0 if graphs_off else max_bs * 2
+    headroom_mb = (1 - mfs) * mem / 2**20 - graph_mb - 512 - tp / 8 * 1024
+    headroom_tokens = int(headroom_mb / 1.5)
+    if headroom_tokens < 64:
+        raise StartupError(
+            "torch.OutOfMemoryError: CUDA out of memory while capturing CUDA graphs.", after_load=True
+        )
+    ar_backend = args.flashinfer_allreduce_fusion_backend
+    if ar_backend is None and args.enable_flashinfer_allreduce_fusion:
+        ar_backend = "auto"  # arg_groups/serving_hook.py: deprecated alias
+    if ar_backend is None and model.architecture in AR_FUSION_ARCHS and hw.sm in (90, 100) and tp > 1:
+        ar_backend = "auto"  # arg_groups/overrides.py auto-enable
+    if args.enforce_disable_flashinfer_allreduce_fusion:
+        ar_backend = None
+    ar_fusion = ar_backend is not None and tp > 1
+    if ar_fusion and hw.sm not in (90, 100, 103):
+        # layers/flashinfer_comm_fusion.py _resolve_backend, called from pre_initialize_workspaces
+        raise StartupError(
+            "ValueError: FlashInfer allreduce fusion requires SM90 or SM10X NVIDIA GPUs.", after_load=True
+        )
+    fused_moe_sum = args.enable_fused_moe_sum_all_reduce and runner == "triton" and model.experts_per_tok > 2
+    compile_bs = (args.torch_compile_max_bs or 32) if args.enable_torch_compile else 0
+    hangs = bool(compile_bs) and model.linear_attn_layers > 0
+    return Plan(
+        tp=tp,
+        attention_backend=backend,
+        moe_runner=runner,
+        spec_steps=steps,
+        spec_topk=topk,
+        spec_draft_tokens=draft,
+        cuda_graph_max_bs=0 if graphs_off else max_bs,
+        chunked_prefill=chunk,
+        max_running=args.max_running_requests,
+        mem_fraction_static=mfs,
+        kv_dtype_bytes=kv_bytes,
+        fused_moe_sum=fused_moe_sum,
+        ar_fusion=ar_fusion,
+        torch_compile_max_bs=compile_bs,
+        mixed_chunk=args.enable_mixed_chunk,
+        conservativeness=args.schedule_conservativeness,
+        weight_bytes_per_gpu=weights,
+        kv_budget_bytes=kv_budget,
+        activation_headroom_tokens=headroom_tokens,
+        lossy=lossy,
+        hangs_in_warmup=hangs,
+        extra_startup_s=(120.0 if compile_bs else 0.0) + (0.0 if graphs_off else 0.1 * min(max_bs, 512)),
+    )

@@ -1,0 +1,177 @@
+"""Continuous batching in simulated time: admission, chunked prefill, decode steps, KV accounting.
+
+Pure logic with no clock: `step()` returns how long the iteration takes and which requests gained
+tokens; `sim.engine` sleeps that long (times the time scale) and delivers the tokens.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import deque
+from dataclasses import dataclass, field
+
+from sim.perf import PerfModel
+from sim.plan import Plan
+
+
+class OutOfMemory(Exception):
+    """A forward pass needed more activation memory than `--mem-fraction-static` left free."""
+
+
+@dataclass(eq=False)
+class Request:
+    """One generation request as the scheduler sees it."""
+
+    prompt_len: int
+    max_new: int
+    stop_at: int
+    """Tokens after which the request finishes (== max_new with ignore_eos)."""
+    prefilled: int = 0
+    generated: int = 0
+    to_prefill: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.to_prefill = self.prompt_len
+
+    @property
+    def done(self) -> bool:
+        return self.generated >= self.stop_at
+
+    @property
+    def kv_tokens(self) -> int:
+        return self.prefilled + self.generated
+
+
+@dataclass
+class StepResult:
+    seconds: float
+    tokens: list[tuple[Request, int]]
+    """Requests that gained tokens in this step and how many."""
+    kind: str
+
+
+class Scheduler:
+    """SGLang-like scheduler: prefill new requests when they fit, otherwise decode the running batch."""
+
+    def __init__(
+        self,
+        perf: PerfModel,
+        plan: Plan,
+        *,
+        seed: int | None = None,
+        run_factor: float = 1.0,
+        step_sigma: float = 0.0,
+    ) -> None:
+        self.perf, self.plan = perf, plan
+        self.capacity = perf.kv_capacity_tokens()
+        self.max_running = plan.max_running or perf.max_running_default()
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.rng = random.Random(seed)
+        self.run_factor, self.step_sigma = run_factor, step_sigma
+
+    def add(self, req: Request) -> None:
+        """Queue a request."""
+        self.waiting.append(req)
+
+    def cancel(self, req: Request) -> None:
+        """Drop a request (client went away)."""
+        if req in self.running:
+            self.running.remove(req)
+        elif req in self.waiting:
+            self.waiting.remove(req)
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def _reserved(self) -> float:
+        ratio = min(1.0, 0.3 * self.plan.conservativeness)
+        return sum(r.kv_tokens + (r.stop_at - r.generated) * ratio for r in self.running)
+
+    def _jitter(self, seconds: float) -> float:
+        noise = math.exp(self.rng.gauss(0.0, self.step_sigma)) if self.step_sigma else 1.0
+        return seconds * self.run_factor * noise
+
+    def _check_memory(self, tokens: int) -> None:
+        if tokens > self.plan.activation_headroom_tokens:
+            raise OutOfMemory(
+                f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate activations for {tokens} "
+                f"tokens; only room for {self.plan.activation_headroom_tokens} is left outside "
+                f"--mem-fraction-static {self.plan.mem_fraction_static}."
+            )
+
+    def _prefill_batch(self) -> list[tuple[Request, int]]:
+        budget, batch = self.plan.chunked_prefill, []
+        reserved = self._reserved()
+        ratio = min(1.0, 0.3 * self.plan.conservativeness)
+        for req in list(self.waiting):
+            if len(self.running) + len(batch) >= self.max_running or budget <= 0:
+                break
+            need = req.to_prefill + (req.stop_at - req.generated) * ratio
+            if req.prefilled == 0 and reserved + need > self.capacity:
+                break
+            take = min(req.to_prefill - req.prefilled, budget)
+            batch.append((req, take))
+            budget -= take
+            reserved += need
+        return batch
+
+    def step(self) -> StepResult:
+        """Run one scheduler iteration; raises `OutOfMemory` when activations do not fit."""
+        batch = self._prefill_batch()
+        decoding = [r for r in self.running if not r.done]
+        if batch:
+            new_tokens = sum(t for _, t in batch)
+            mixed = self.plan.mixed_chunk and decoding
+            self._check_memory(new_tokens + (len(decoding) if mixed else 0))
+            ctx = sum(r.prefilled + t for r, t in batch)
+            secs = self.perf.prefill_s(
+                new_tokens, len(batch), ctx, decode_batch=len(decoding) if mixed else 0
+            )
+            out: list[tuple[Request, int]] = []
+            for req, take in batch:
+                req.prefilled += take
+                if req.prefilled >= req.to_prefill:
+                    self.waiting.remove(req)
+                    req.prefilled = req.prompt_len
+                    self.running.append(req)
+                    if req.generated == 0:
+                        req.generated = 1
+                        out.append((req, 1))
+            if mixed:
+                out += self._advance(decoding, 1.0)
+            self._finish()
+            return StepResult(self._jitter(secs), out, "prefill")
+        if not decoding:
+            return StepResult(0.0, [], "idle")
+        self._check_memory(len(decoding) * self.plan.spec_draft_tokens)
+        cost = self.perf.decode_cost(len(decoding), sum(r.kv_tokens for r in decoding))
+        out = self._advance(decoding, cost.tokens_per_request)
+        self._retract_if_full()
+        self._finish()
+        return StepResult(self._jitter(cost.seconds), out, "decode")
+
+    def _advance(self, reqs: list[Request], mean_tokens: float) -> list[tuple[Request, int]]:
+        out = []
+        p = self.perf.acceptance if self.plan.spec_steps else 0.0
+        for req in reqs:
+            n = 1
+            if mean_tokens > 1.0:
+                while n <= self.plan.spec_steps and self.rng.random() < p:
+                    n += 1
+            n = min(n, req.stop_at - req.generated)
+            if n > 0:
+                req.generated += n
+                out.append((req, n))
+        return out
+
+    def _retract_if_full(self) -> None:
+        while self.running and sum(r.kv_tokens for r in self.running) > self.capacity:
+            req = self.running.pop()
+            req.to_prefill, req.prefilled = req.prompt_len + req.generated, 0
+            self.waiting.appendleft(req)
+
+    def _finish(self) -> None:
+        self.running = [r for r in self.running if not r.done]
