@@ -13,7 +13,20 @@ import threading
 import zlib
 from dataclasses import dataclass
 
-WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
+WORDS = [
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "epsilon",
+    "zeta",
+    "eta",
+    "theta",
+    "iota",
+    "kappa",
+    "lambda",
+    "mu",
+]
 
 
 @dataclass
@@ -60,8 +73,17 @@ class SSEServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(5)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
+        self._loop.close()
+
+    async def _shutdown(self) -> None:
+        self._die()
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     @property
     def endpoint(self) -> str:
@@ -86,7 +108,9 @@ class SSEServer:
                 head = await reader.readuntil(b"\r\n\r\n")
                 lines = head.decode().split("\r\n")
                 method, path, _ = lines[0].split(" ", 2)
-                headers = {k.lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:] if ":" in ln)}
+                headers = {
+                    k.lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:] if ":" in ln)
+                }
                 body = await reader.readexactly(int(headers.get("content-length", 0)))
                 await self._route(method, path, json.loads(body) if body else {}, writer)
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
@@ -127,7 +151,9 @@ class SSEServer:
         await self._stream(path, req, pieces, writer)
 
     async def _stream(self, path: str, req: dict, pieces: list[str], writer: asyncio.StreamWriter) -> None:
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+        )
 
         def event(data: bytes) -> None:
             frame = b"data: " + data + b"\n\n"

@@ -2,6 +2,239 @@
 
 from __future__ import annotations
 
-import typer
+import asyncio
+from pathlib import Path
+from typing import Literal
 
-app = typer.Typer(help=__doc__)
+import typer
+from pydantic import ValidationError
+from rich.table import Table
+
+from agent.cli.common import ConfigOption, console, err_console, fail, get_config
+from tools.bench.results import SweepResult, load_sweeps, save_sweeps
+from tools.config import BenchConfig, Config
+
+app = typer.Typer(
+    help=__doc__, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]}
+)
+
+
+def _levels(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        return [int(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise typer.BadParameter(f"expected comma-separated integers like 1,8,64, got {text!r}") from None
+
+
+def _settings(cfg: Config, overrides: dict[str, object]) -> BenchConfig:
+    data = {**cfg.bench.model_dump(), **{k: v for k, v in overrides.items() if v is not None}}
+    try:
+        return BenchConfig.model_validate(data)
+    except ValidationError as e:
+        problems = "; ".join(f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in e.errors())
+        fail(f"invalid benchmark settings: {problems}", code=2)
+
+
+def _sim_endpoint() -> str:
+    """Start the simulated deployment if needed and return its endpoint."""
+    try:
+        from sim.host import ensure_up
+    except ImportError:
+        fail("the simulated deployment is not available in this installation; pass --endpoint or --config")
+    from tools.config import DEFAULT_SIM_DIR, sim_config
+
+    ensure_up(DEFAULT_SIM_DIR)
+    return sim_config(DEFAULT_SIM_DIR).target.endpoint
+
+
+@app.callback(invoke_without_command=True)
+def bench(
+    ctx: typer.Context,
+    config: Path | None = ConfigOption,
+    endpoint: str | None = typer.Option(None, "--endpoint", help="Server URL, e.g. http://127.0.0.1:30000."),
+    concurrency: str | None = typer.Option(None, "--concurrency", help="Levels, e.g. 1,8,64."),
+    input_len: int | None = typer.Option(None, "--input-len", help="Prompt tokens per request."),
+    output_len: int | None = typer.Option(None, "--output-len", help="Output tokens per request."),
+    prompts_per_level: int | None = typer.Option(None, "--prompts-per-level", help="0 = max(4, 2 x level)."),
+    reps: int | None = typer.Option(None, "--reps", help="Repetitions of the sweep."),
+    api: Literal["completions", "chat", "generate"] | None = typer.Option(None, "--api"),
+    warmup: int | None = typer.Option(None, "--warmup", help="Uncounted warm-up requests per sweep."),
+    request_rate: float | None = typer.Option(None, "--request-rate", help="Poisson arrivals (req/s)."),
+    prompt_file: Path | None = typer.Option(None, "--prompt-file", help="JSONL prompts (ShareGPT-like)."),
+    json_file: Path | None = typer.Option(None, "--json", help="Save the result(s) as JSON."),
+    plot_file: Path | None = typer.Option(None, "--plot", help="Save a PNG plot."),
+) -> None:
+    """Sweep concurrency levels against the server and print a table of the results."""
+    if ctx.invoked_subcommand:
+        return
+    cfg = get_config(config)
+    overrides = dict(
+        concurrency=_levels(concurrency), input_len=input_len, output_len=output_len,
+        prompts_per_level=prompts_per_level, reps=reps, api=api, warmup=warmup,
+    )  # fmt: skip
+    settings = _settings(cfg, overrides)
+    if request_rate is not None and request_rate <= 0:
+        fail("--request-rate must be positive", code=2)
+    if prompt_file is not None and not prompt_file.is_file():
+        fail(f"{prompt_file}: no such prompt file", code=2)
+    if endpoint is None:
+        endpoint = _sim_endpoint() if cfg.simulated and config is None else cfg.target.endpoint
+    if not endpoint.startswith(("http://", "https://")):
+        fail(f"--endpoint must start with http:// or https://, got {endpoint!r}", code=2)
+    sweeps = _run_with_progress(endpoint.rstrip("/"), settings, cfg, request_rate, prompt_file)
+    _print_sweeps(sweeps)
+    if json_file:
+        save_sweeps(sweeps, json_file)
+        console.print(f"saved {json_file}")
+    if plot_file and any(s.levels for s in sweeps):
+        from tools.bench.plot import plot_sweeps
+
+        plot_sweeps({"result": sweeps}, plot_file)
+        console.print(f"saved {plot_file}")
+    if any(s.partial for s in sweeps):
+        errors = [e for s in sweeps for e in s.errors] + [
+            f"concurrency {lv.max_concurrency}: {n} x {cause}" for s in sweeps for lv in s.levels
+            for cause, n in lv.errors.items()
+        ]  # fmt: skip
+        fail("the benchmark is incomplete (partial result):\n  " + "\n  ".join(errors[:10]))
+
+
+def _run_with_progress(
+    endpoint: str, settings: BenchConfig, cfg: Config, request_rate: float | None, prompt_file: Path | None
+) -> list[SweepResult]:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from tools.bench.loadgen import Progress as LevelProgress
+    from tools.bench.loadgen import run_repeated
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("{task.fields[tps]:>9.0f} tok/s"), TimeElapsedColumn())  # fmt: skip
+    tasks: dict[tuple[int, int], int] = {}
+    with Progress(*columns, console=err_console, transient=False) as bar:
+
+        def on_progress(p: LevelProgress) -> None:
+            key = (p.rep, p.concurrency)
+            if key not in tasks:
+                label = f"rep {p.rep + 1}/{p.reps} c={p.concurrency}" if p.reps > 1 else f"c={p.concurrency}"
+                tasks[key] = bar.add_task(label, total=p.total, tps=0.0)
+            bar.update(tasks[key], completed=p.done, tps=p.tokens_per_s)
+
+        if settings.backend == "sglang":
+            from tools.bench.sglang_backend import run_sweep_sglang
+
+            from tools.remote import make_transport
+
+            async def go() -> list[SweepResult]:
+                transport = make_transport(cfg.target)
+                try:
+                    return [
+                        await run_sweep_sglang(
+                            transport, endpoint, settings, python=cfg.target.python, seed=r
+                        )
+                        for r in range(settings.reps)
+                    ]
+                finally:
+                    await transport.close()
+
+            return asyncio.run(go())
+        return asyncio.run(
+            run_repeated(
+                endpoint,
+                settings,
+                on_progress=on_progress,
+                request_rate=request_rate,
+                prompt_file=prompt_file,
+            )
+        )
+
+
+_DIGITS = {"request_throughput": 2, "output_throughput": 0, "total_throughput": 0}
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    return "missing" if value is None else f"{value:.{digits}f}"
+
+
+def _mean(values: list[float | None]) -> float | None:
+    got = [v for v in values if v is not None]
+    return sum(got) / len(got) if got and len(got) == len(values) else None
+
+
+def _print_sweeps(sweeps: list[SweepResult]) -> None:
+    levels = sorted({lv.max_concurrency for s in sweeps for lv in s.levels})
+    if not levels:
+        return
+    title = f"{sweeps[0].endpoint} ({sweeps[0].api}), mean of {len(sweeps)} repetition(s), times in ms"
+    table = Table(title=title)
+    cols = ("conc", "ok/fail", "req/s", "out tok/s", "all tok/s", "TTFT p50", "TTFT p99", "TPOT p50",
+            "ITL p99", "E2E p50")  # fmt: skip
+    for col in cols:
+        table.add_column(col, justify="right")
+    fields = ("request_throughput", "output_throughput", "total_throughput", "median_ttft_ms", "p99_ttft_ms",
+              "median_tpot_ms", "p99_itl_ms", "median_e2e_latency_ms")  # fmt: skip
+    for c in levels:
+        runs = [s.level(c) for s in sweeps]
+        got = [lv for lv in runs if lv is not None]
+        row = [str(c), f"{sum(lv.completed for lv in got)}/{sum(lv.failed for lv in got)}"]
+        row += [
+            _fmt(_mean([getattr(lv, f) if lv else None for lv in runs]), _DIGITS.get(f, 1)) for f in fields
+        ]
+        table.add_row(*row, style=None if all(lv and lv.ok for lv in runs) else "red")
+    console.print(table)
+
+
+@app.command("compare")
+def compare_cmd(
+    baseline: Path = typer.Argument(..., help="Baseline result JSON (one sweep or a list of repetitions)."),
+    candidate: Path = typer.Argument(..., help="Candidate result JSON."),
+    goal: str | None = typer.Option(
+        None, "--goal", help='e.g. "maximize throughput", "p99 ttft at concurrency 8".'
+    ),
+    min_effect: float = typer.Option(0.02, "--min-effect", help="Smallest change that counts (0.02 = 2%)."),
+    tolerance: float = typer.Option(0.03, "--tolerance", help="Largest regression allowed at any level."),
+    as_json: bool = typer.Option(False, "--json", help="Print the decision as JSON."),
+    plot_file: Path | None = typer.Option(None, "--plot", help="Save a before/after PNG plot."),
+) -> None:
+    """Decide whether CANDIDATE is better than BASELINE, with the numbers and the test used."""
+    from tools.bench.stats import compare, objective_from_goal
+
+    sides = []
+    for path in (baseline, candidate):
+        try:
+            sides.append(load_sweeps(path))
+        except FileNotFoundError:
+            fail(f"{path}: no such file", code=2)
+        except (ValueError, ValidationError) as e:
+            fail(f"{path}: not a benchmark result: {str(e).splitlines()[0]}", code=2)
+    result = compare(
+        sides[0], sides[1], objective_from_goal(goal), min_effect=min_effect, regress_tolerance=tolerance
+    )
+    if plot_file:
+        from tools.bench.plot import plot_sweeps
+
+        plot_sweeps({baseline.stem: sides[0], candidate.stem: sides[1]}, plot_file)
+    if as_json:
+        console.print_json(result.model_dump_json())
+        return
+    colour = {"improved": "green", "regressed": "red", "no_change": "yellow", "inconclusive": "yellow"}[
+        result.verdict
+    ]
+    console.print(f"[bold {colour}]{result.verdict}[/]  {result.summary.split(': ', 1)[1]}", highlight=False)
+    console.print(f"method: {result.method}; min effect {min_effect:.0%}, level tolerance {tolerance:.0%}")
+    table = Table(title=f"per level: {'+'.join(result.objective.metrics)}")
+    for col in ("conc", "baseline", "candidate", "gain", "95% CI", "p", "verdict"):
+        table.add_column(col, justify="right")
+    for lc in result.per_level:
+        ci = (
+            "missing"
+            if lc.ci_low is None
+            else f"{(lc.ci_low - 1) * 100:+.1f}%..{(lc.ci_high - 1) * 100:+.1f}%"
+        )
+        change = "missing" if lc.ratio is None else f"{(lc.ratio - 1) * 100:+.1f}%"
+        p = "missing" if lc.p_value is None else f"{lc.p_value:.3g}"
+        table.add_row(str(lc.concurrency), _fmt(lc.baseline), _fmt(lc.candidate), change, ci, p, lc.verdict)
+    console.print(table)
+    if plot_file:
+        console.print(f"saved {plot_file}")

@@ -199,7 +199,9 @@ def _level_errors(sweep: SweepResult) -> list[str]:
 def _describe(lc: LevelComparison, objective: Objective, nb: int, nc: int) -> str:
     if lc.ratio is None or lc.baseline is None:
         return f"{objective.description}: no usable values ({nb} vs {nc} repetitions)"
-    text = f"{objective.description} {lc.baseline:.4g} -> {lc.candidate:.4g} ({(lc.ratio - 1) * 100:+.1f}% better"
+    text = (
+        f"{objective.description} {lc.baseline:.4g} -> {lc.candidate:.4g} (gain {(lc.ratio - 1) * 100:+.1f}%"
+    )
     if lc.ci_low is not None:
         text += f", 95% CI {(lc.ci_low - 1) * 100:+.1f}%..{(lc.ci_high - 1) * 100:+.1f}%, p={lc.p_value:.3g}"
     return text + f"; t-test on logs, {nb} vs {nc} repetitions)"

@@ -1,0 +1,89 @@
+"""`optagent bench` and `optagent bench compare` end to end against a loopback server."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from agent.cli.main import app
+from tests.test_bench_sse_server import Behaviour, SSEServer
+
+runner = CliRunner()
+
+
+def flat(res) -> str:
+    """The command's output with rich's line wrapping undone."""
+    return " ".join(res.output.split())
+
+
+SMALL = ["--concurrency", "1,2", "--input-len", "4", "--output-len", "8", "--warmup", "0"]
+
+
+def test_bench_sweep_table_json_plot_and_compare(tmp_path):
+    a, b, png = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "a.png"
+    with SSEServer() as srv:
+        res = runner.invoke(
+            app,
+            [
+                "bench",
+                "--endpoint",
+                srv.endpoint,
+                *SMALL,
+                "--reps",
+                "3",
+                "--json",
+                str(a),
+                "--plot",
+                str(png),
+            ],
+        )
+        assert res.exit_code == 0, res.output
+        assert "mean of 3 repetition(s)" in flat(res) and "│ 12/0 │" in flat(res)
+        res = runner.invoke(
+            app, ["bench", "--endpoint", srv.endpoint, *SMALL, "--reps", "3", "--json", str(b)]
+        )
+        assert res.exit_code == 0, res.output
+    sweeps = json.loads(a.read_text())
+    assert len(sweeps) == 3 and [lv["max_concurrency"] for lv in sweeps[0]["levels"]] == [1, 2]
+    assert sweeps[0]["settings"]["output_len"] == 8 and not sweeps[0]["partial"]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    res = runner.invoke(app, ["bench", "compare", str(a), str(b), "--json"])
+    assert res.exit_code == 0, res.output
+    decision = json.loads(res.output)
+    assert decision["verdict"] in ("no_change", "inconclusive", "improved", "regressed")
+    assert len(decision["per_level"]) == 2 and decision["objective"]["metrics"] == ["output_throughput"]
+    res = runner.invoke(app, ["bench", "compare", str(a), str(b), "--goal", "p99 ttft at concurrency 2"])
+    assert res.exit_code == 0 and "p99_ttft_ms at concurrency 2" in flat(res)
+
+
+def test_bench_unreachable_exits_1_and_saves_partial(tmp_path):
+    with SSEServer() as srv:
+        endpoint = srv.endpoint
+    out = tmp_path / "p.json"
+    res = runner.invoke(app, ["bench", "--endpoint", endpoint, *SMALL, "--reps", "1", "--json", str(out)])
+    assert res.exit_code == 1
+    assert "partial" in flat(res) and "cannot reach" in flat(res)
+    saved = json.loads(out.read_text())
+    assert saved["partial"] and saved["levels"] == []
+
+
+def test_bench_http_errors_exit_1_with_cause(tmp_path):
+    with SSEServer(Behaviour(status=503)) as srv:
+        res = runner.invoke(app, ["bench", "--endpoint", srv.endpoint, *SMALL, "--reps", "1"])
+    assert res.exit_code == 1 and "HTTP 503" in flat(res)
+
+
+def test_bench_bad_input_exits_2(tmp_path):
+    res = runner.invoke(app, ["bench", "--endpoint", "http://127.0.0.1:9", "--concurrency", "1,x"])
+    assert res.exit_code == 2
+    res = runner.invoke(app, ["bench", "--endpoint", "http://127.0.0.1:9", "--concurrency", "0"])
+    assert res.exit_code == 2 and "concurrency" in flat(res)
+    res = runner.invoke(app, ["bench", "--endpoint", "ftp://x"])
+    assert res.exit_code == 2 and "http://" in flat(res)
+    res = runner.invoke(app, ["bench", "compare", str(tmp_path / "nope.json"), str(tmp_path / "nope.json")])
+    assert res.exit_code == 2 and "no such file" in flat(res)
+    junk = tmp_path / "junk.json"
+    junk.write_text('{"hello": 1}')
+    res = runner.invoke(app, ["bench", "compare", str(junk), str(junk)])
+    assert res.exit_code == 2 and "not a benchmark result" in flat(res)

@@ -1,0 +1,158 @@
+"""The load generator against a real loopback HTTP server: numbers, partial results, errors."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import numpy as np
+import pytest
+
+from tests.test_bench_sse_server import Behaviour, SSEServer
+from tools.bench.loadgen import prompts_for_level, run_repeated, run_sweep
+from tools.bench.prompts import PromptFileError, load_prompt_file, random_prompts
+from tools.bench.results import RequestResult, SweepResult, load_sweeps, save_sweeps, summarize_level
+from tools.config import BenchConfig
+
+
+def settings(**kw) -> BenchConfig:
+    base = dict(concurrency=[1, 4], input_len=8, output_len=12, warmup=1, reps=2)
+    return BenchConfig(**{**base, **kw})
+
+
+@pytest.mark.parametrize("api", ["completions", "chat", "generate"])
+def test_sweep_measures_every_level(api):
+    with SSEServer(Behaviour(ttft_s=0.01, itl_s=0.002)) as srv:
+        result = asyncio.run(run_sweep(srv.endpoint, settings(api=api)))
+        sent = srv.requests
+    assert not result.partial and result.errors == []
+    assert result.server_info["served_model_name"] == "test-model"
+    assert [lv.max_concurrency for lv in result.levels] == [1, 4]
+    assert sent == 1 + 4 + 8  # warm-up + max(4, 2c) per level
+    for lv in result.levels:
+        assert lv.completed == lv.num_prompts == prompts_for_level(settings(), lv.max_concurrency)
+        assert lv.total_output_tokens == 12 * lv.completed
+        assert lv.mean_ttft_ms >= 10.0 and lv.median_itl_ms >= 2.0
+        assert lv.mean_tpot_ms >= 2.0 and lv.p99_itl_ms >= lv.median_itl_ms
+        assert lv.output_throughput == pytest.approx(lv.total_output_tokens / lv.duration)
+        assert lv.total_throughput > lv.output_throughput
+        assert all(len(r.itl_ms) == 11 for r in lv.requests)
+
+
+def test_level_statistics_match_numpy():
+    reqs = [
+        RequestResult(ok=True, output_tokens=5, ttft_ms=t, e2e_ms=t + 40, itl_ms=[10, 10, 10, 10 + t])
+        for t in (5.0, 7.0, 30.0, 11.0)
+    ] + [RequestResult(ok=False, error="HTTP 500: boom")]
+    lv = summarize_level(reqs, max_concurrency=2, duration=2.0)
+    ttfts = [5.0, 7.0, 30.0, 11.0]
+    assert lv.p99_ttft_ms == pytest.approx(np.percentile(ttfts, 99))
+    assert lv.median_ttft_ms == pytest.approx(np.median(ttfts))
+    assert lv.p90_itl_ms == pytest.approx(np.percentile([g for r in reqs for g in r.itl_ms], 90))
+    assert lv.mean_tpot_ms == pytest.approx(10.0)
+    assert (lv.completed, lv.failed, lv.errors) == (4, 1, {"HTTP 500: boom": 1})
+    assert lv.output_throughput == pytest.approx(10.0) and not lv.ok
+
+
+def test_no_successes_gives_missing_numbers_not_zero():
+    lv = summarize_level([RequestResult(ok=False, error="x")], max_concurrency=1, duration=1.0)
+    assert lv.output_throughput is None and lv.mean_ttft_ms is None and lv.p99_itl_ms is None
+
+
+def test_server_dying_mid_run_gives_partial_result_with_cause():
+    # warm-up 1 + level 1: 4 + the first wave of level 4: 4; the 10th request kills the server.
+    with SSEServer(Behaviour(die_after=9)) as srv:
+        result = asyncio.run(run_sweep(srv.endpoint, settings(concurrency=[1, 4, 8])))
+    assert result.partial
+    assert result.level(1).ok
+    four = result.level(4)
+    assert four.failed >= 1 and four.completed >= 1
+    assert any("connection lost" in c or "cannot connect" in c for c in four.errors)
+    assert result.level(8) is None
+    assert any("server unreachable at concurrency 4" in e for e in result.errors)
+    assert any("levels not measured: 8" in e for e in result.errors)
+
+
+def test_unreachable_endpoint_is_partial_with_no_numbers():
+    with SSEServer() as srv:
+        endpoint = srv.endpoint
+    result = asyncio.run(run_sweep(endpoint, settings()))
+    assert result.partial and result.levels == []
+    assert result.errors[0].startswith(f"cannot reach {endpoint}")
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "cause"),
+    [
+        (Behaviour(status=500), "HTTP 500"),
+        (Behaviour(malformed=True), "malformed stream: not JSON"),
+        (Behaviour(no_done=True), "stream ended before [DONE]"),
+        (Behaviour(probe_mode="empty"), "no output tokens"),
+    ],
+)
+def test_bad_responses_are_failures_with_their_cause(behaviour, cause):
+    with SSEServer(behaviour) as srv:
+        result = asyncio.run(run_sweep(srv.endpoint, settings(concurrency=[2], warmup=0)))
+    lv = result.level(2)
+    assert result.partial and lv.completed == 0 and lv.failed == 4
+    assert [c for c in lv.errors if c.startswith(cause)], lv.errors
+    assert lv.output_throughput is None
+
+
+def test_repeated_sweeps_save_and_load(tmp_path):
+    with SSEServer() as srv:
+        reps = asyncio.run(run_repeated(srv.endpoint, settings(concurrency=[2])))
+    assert [r.seed for r in reps] == [0, 1]
+    path = tmp_path / "r.json"
+    save_sweeps(reps, path)
+    data = json.loads(path.read_text())
+    assert isinstance(data, list) and '"itl_ms"' not in json.dumps(data)
+    assert data[0]["levels"][0]["output_throughput"] == reps[0].levels[0].output_throughput
+    loaded = load_sweeps(path)
+    assert [s.level(2).completed for s in loaded] == [4, 4]
+    reps[0].save(tmp_path / "one.json")
+    assert SweepResult.load(tmp_path / "one.json").settings["concurrency"] == [2]
+
+
+def test_poisson_mode_records_the_rate():
+    with SSEServer() as srv:
+        result = asyncio.run(run_sweep(srv.endpoint, settings(concurrency=[4], warmup=0), request_rate=200.0))
+    assert result.level(4).request_rate == 200.0 and result.level(4).completed == 8
+
+
+def test_progress_reports_live_tokens():
+    seen = []
+    with SSEServer(Behaviour(itl_s=0.01)) as srv:
+        asyncio.run(
+            run_sweep(srv.endpoint, settings(concurrency=[2], output_len=40), on_progress=seen.append)
+        )
+    assert seen[-1].finished and seen[-1].done == 4 and seen[-1].output_tokens == 160
+    assert any(0 < p.output_tokens < 160 for p in seen)
+
+
+def test_random_prompts_exact_and_seeded():
+    a = random_prompts(3, input_len=17, output_len=5, seed=1)
+    assert all(len(p.token_ids) == 17 and p.output_len == 5 for p in a)
+    assert a == random_prompts(3, input_len=17, output_len=5, seed=1)
+    assert a != random_prompts(3, input_len=17, output_len=5, seed=2)
+
+
+def test_prompt_file_sharegpt_and_errors(tmp_path):
+    good = tmp_path / "p.jsonl"
+    good.write_text(
+        json.dumps(
+            {"conversations": [{"from": "human", "value": "hello there"}, {"from": "gpt", "value": "x"}]}
+        )
+        + "\n\n"
+        + json.dumps({"prompt": "say hi", "output_len": 3})
+        + "\n"
+    )
+    prompts = load_prompt_file(good, output_len=9)
+    assert [(p.text, p.output_len) for p in prompts] == [("hello there", 9), ("say hi", 3)]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "ok"}\n{oops\n')
+    with pytest.raises(PromptFileError, match="bad.jsonl:2"):
+        load_prompt_file(bad, output_len=9)
+    with SSEServer() as srv:
+        result = asyncio.run(run_sweep(srv.endpoint, settings(concurrency=[1], api="chat"), prompt_file=good))
+    assert result.level(1).completed == 4 and result.settings["prompt_file"] == str(good)
