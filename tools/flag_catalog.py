@@ -331,7 +331,9 @@ def parse_help_text(text: str) -> list[FlagInfo]:
                 flags.append(current)
             continue
         if current is not None and line.strip():
-            current.help = (current.help + " " + line.strip()).strip()
+            # argparse wraps at hyphens too: "--x-\n  backend" is one word.
+            glue = "" if current.help.endswith("-") and not current.help.endswith(" -") else " "
+            current.help = (current.help + glue + line.strip()).strip()
     for f in flags:
         m = re.search(r"\(default: ([^)]*)\)", f.help)
         if m:

@@ -1,0 +1,161 @@
+"""Guards and effects on small written trees; `--help` parsing; the host catalog; the CLI."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from agent.cli.main import app
+from tools.flags import catalog_from_host, find_readers, parse_help_text, research_flag
+from tools.remote import LocalTransport
+from tools.source import local_source
+
+SERVER_ARGS = """
+import argparse, dataclasses
+
+@dataclasses.dataclass
+class ServerArgs:
+    foo_mode: str = "fast"
+    unused_knob: int = 3
+    logged_only: bool = False
+
+    @staticmethod
+    def add_cli_args(parser):
+        parser.add_argument("--foo-mode", type=str, default=ServerArgs.foo_mode, choices=["fast", "slow"],
+                            help="How to foo.")
+        parser.add_argument("--unused-knob", type=int, default=ServerArgs.unused_knob, help="Nothing.")
+        parser.add_argument("--logged-only", action="store_true", help="Only logged.")
+"""
+
+RUNTIME = """
+import logging
+logger = logging.getLogger(__name__)
+
+def run(server_args, topk, sm):
+    if sm >= 90:
+        if server_args.foo_mode == "fast" and topk > 2:
+            return 1
+    else:
+        x = 0
+    use = topk > 4 or server_args["foo_mode"] == "slow"
+    value = getattr(server_args, "foo_mode", None) if use else None
+    unused = server_args.unused_knob
+    logger.info("logged %s", server_args.logged_only)
+    return value
+"""
+
+
+def _tree(tmp_path: Path):
+    pkg = tmp_path / "sglang"
+    (pkg / "srt" / "layers").mkdir(parents=True)
+    (pkg / "srt" / "server_args.py").write_text(textwrap.dedent(SERVER_ARGS))
+    (pkg / "srt" / "layers" / "foo.py").write_text(textwrap.dedent(RUNTIME))
+    return local_source(tmp_path, version="9.9.9")
+
+
+def test_guards_negate_else_and_or_branches(tmp_path):
+    readers = find_readers(_tree(tmp_path), "foo_mode")
+    runtime = {r.line: r for r in readers if r.kind == "use"}
+    assert set(runtime) == {7, 11, 12}
+    assert runtime[7].guards == ["topk > 2", "sm >= 90"]
+    assert runtime[7].function == "run"
+    assert runtime[11].guards == ["not (topk > 4)"]
+    assert runtime[11].effect.startswith("assigned to use (used at lines 12")
+    assert runtime[12].guards == ["use"]
+    # The `default=ServerArgs.foo_mode` inside add_argument is a definition, not a read.
+    assert not [r for r in readers if r.kind == "config"]
+
+
+def test_dead_when_unused_or_only_logged(tmp_path):
+    tree = _tree(tmp_path)
+    unused = research_flag(tree, "--unused-knob")
+    assert unused.dead and unused.readers[0].effect == "assigned to unused, never used"
+    logged = research_flag(tree, "logged-only")
+    assert logged.dead and logged.readers[0].effect == "only logged"
+    assert "nothing follows" in logged.notes[0]
+    live = research_flag(tree, "foo_mode")
+    assert not live.dead and live.flag.choices == ["fast", "slow"] and live.flag.default == "fast"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="launch_server")
+    parser.add_argument("--model-path", "--model", type=str, required=True, help="The model weights.")
+    parser.add_argument("--dtype", choices=["auto", "half", "bfloat16"], default="auto", help="Data type.")
+    parser.add_argument(
+        "--enable-fused-moe-sum-all-reduce", action="store_true", help="Enable fused moe triton and sum " * 4
+    )
+    parser.add_argument("--cuda-graph-bs", type=int, nargs="+", help="Batch sizes.")
+    parser.add_argument(
+        "--enable-flashinfer-allreduce-fusion",
+        action="store_true",
+        help="(Deprecated: use --flashinfer-allreduce-fusion-backend=auto) Enable FlashInfer fusion.",
+    )
+    parser.add_argument("--enable-tf32-matmul", action=argparse.BooleanOptionalAction, help="TF32.")
+    return parser
+
+
+def test_parse_help_text_of_a_real_argparse_parser():
+    flags = {f.name: f for f in parse_help_text(_parser().format_help())}
+    assert list(flags) == [
+        "--model-path",
+        "--dtype",
+        "--enable-fused-moe-sum-all-reduce",
+        "--cuda-graph-bs",
+        "--enable-flashinfer-allreduce-fusion",
+        "--enable-tf32-matmul",
+    ]
+    assert flags["--model-path"].aliases == ["--model"] and flags["--model-path"].type == "str"
+    assert flags["--dtype"].choices == ["auto", "half", "bfloat16"]
+    fused = flags["--enable-fused-moe-sum-all-reduce"]
+    assert fused.type == "bool" and fused.help.count("Enable fused moe") == 4  # wrapped lines joined
+    assert flags["--cuda-graph-bs"].type == "list"
+    fusion = flags["--enable-flashinfer-allreduce-fusion"]
+    assert fusion.deprecated and fusion.replacement == "--flashinfer-allreduce-fusion-backend=auto"
+    assert flags["--enable-tf32-matmul"].aliases == ["--no-enable-tf32-matmul"]
+
+
+def test_catalog_from_the_host_runs_launch_server_help(tmp_path, monkeypatch):
+    pkg = tmp_path / "site" / "sglang"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    source = Path(__file__).read_text()
+    start, end = source.index("def _parser()"), source.index("def test_parse_help_text")
+    (pkg / "launch_server.py").write_text(
+        "import argparse\n" + source[start:end] + "\n_parser().parse_args()\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
+    flags = asyncio.run(catalog_from_host(LocalTransport(), sys.executable))
+    assert [f.name for f in flags][:2] == ["--model-path", "--dtype"]
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "nothing"))
+    with pytest.raises(RuntimeError, match="No module named 'sglang'"):
+        asyncio.run(catalog_from_host(LocalTransport(), sys.executable))
+
+
+def test_cli_flags_and_research(sglang_0523, tmp_path):
+    runner = CliRunner()
+    out = runner.invoke(
+        app, ["flags", "--source", str(sglang_0523.root), "--grep", "fused-moe-sum", "--json"]
+    )
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.stdout)
+    assert data["version"] == "0.5.23"
+    assert [f["name"] for f in data["flags"]] == ["--enable-fused-moe-sum-all-reduce"]
+
+    model = Path(__file__).parent / "data" / "model-configs" / "Qwen--Qwen3.5-122B-A10B_config.json"
+    args = ["research", "enable_fused_moe_sum_all_reduce", "--source", str(sglang_0523.root)]
+    out = runner.invoke(app, [*args, "--model-config", str(model)])
+    assert out.exit_code == 0, out.output
+    text = " ".join(out.stdout.split())
+    assert "sglang/srt/arg_groups/fields/exec_.py:832" in text
+    assert "if topk > 2" in text and "fact: num_experts_per_tok = 8" in text
+    assert "verdict: live" in text
+
+    out = runner.invoke(app, [*args, "--model-config", str(tmp_path / "missing.json")])
+    assert out.exit_code == 2 and "no such file" in out.output
