@@ -2,18 +2,87 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import typer
 
-from agent.cli.common import ConfigOption, fail
+from agent.cli.common import ConfigOption, fail, get_config
 
 
 def chat(
     config: Path | None = ConfigOption,
     model: str | None = typer.Option(None, "--model", help="pydantic-ai model name, or 'builtin'."),
-    resume: str | None = typer.Option(None, "--resume", help="Continue a saved chat or run."),
+    base_url: str | None = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint for the model."),
+    resume: str | None = typer.Option(None, "--resume", help="Continue a saved chat or run (id or prefix)."),
+    goal: str = typer.Option("improve throughput", "--goal", "-g", help="What the session is for."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before changing the target."),
 ) -> None:
     """Talk to the optimization agent interactively."""
-    fail("not implemented yet")
+    from agent.chat import ChatSession, line_reader
+    from agent.chat_setup import chat_console, open_chat
+    from agent.models import ModelChoiceError, choose_model
+    from agent.transcript import Transcript, TranscriptNotFound, find_transcript, load_transcript
+    from agent.ui import RunUI
+
+    cfg = get_config(config)
+    try:
+        name, url = choose_model(model, base_url, configured=cfg.agent.model)
+    except ModelChoiceError as e:
+        fail(str(e), code=2)
+    loaded = None
+    if resume is not None:
+        try:
+            path = find_transcript(resume, cfg.agent.transcripts_dir)
+            loaded = load_transcript(path)
+            transcript = Transcript.resume(path)
+        except (TranscriptNotFound, OSError, ValueError) as e:
+            fail(str(e), code=2)
+    else:
+        label = name if not url else f"{name} @ {url}"
+        transcript = Transcript.create(
+            cfg.agent.transcripts_dir,
+            kind="chat",
+            goal=goal,
+            model=label,
+            target=cfg.target.endpoint,
+            config=cfg,
+        )
+    console = chat_console()
+    ui = RunUI(console=console, transcript=transcript)
+    console.print(f"session {transcript.id} (saved to {transcript.path})", highlight=False)
+
+    async def main() -> str:
+        async with open_chat(cfg, model=name, base_url=url, ui=ui, resume=loaded) as setup:
+            session = ChatSession(
+                setup.planner,
+                setup.deps,
+                transcript,
+                console,
+                line_reader(console),
+                yes=yes,
+                instructions=setup.instructions,
+                history=setup.history,
+            )
+            return await session.loop()
+
+    status = "error"
+    try:
+        status = asyncio.run(main())
+    except KeyboardInterrupt:
+        status = "interrupted"
+    except Exception as e:
+        transcript.close({"status": f"failed: {type(e).__name__}: {e}"})
+        fail(f"{type(e).__name__}: {e}")
+    transcript.close({"status": status, "kept": _kept(transcript.path)})
+    console.print(
+        f"saved {transcript.id}; resume with: optagent chat --resume {transcript.id}", highlight=False
+    )
+
+
+def _kept(path: Path) -> list[str]:
+    """The flags deployed beyond the baseline at the end, from the recorded trials."""
+    from agent.review import build_review
+    from agent.transcript import load_transcript
+
+    return build_review(load_transcript(path)).kept
