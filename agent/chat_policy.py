@@ -44,6 +44,18 @@ def _since_last_prompt(messages: list[Any]) -> tuple[str, list[tuple[str, Any, d
     return prompt, returns
 
 
+def _researched(messages: list[Any]) -> set[str]:
+    """Flags with a research verdict anywhere in the conversation."""
+    from pydantic_ai.messages import ToolReturnPart
+
+    return {
+        p.content.get("flag")
+        for m in messages
+        for p in m.parts
+        if isinstance(p, ToolReturnPart) and p.tool_name == "research_flag" and isinstance(p.content, dict)
+    }
+
+
 def parse_change(text: str) -> dict[str, Any] | None:
     """`try --cuda-graph-max-bs 128` -> {"flag": "--cuda-graph-max-bs", "value": "128", "action": "set"}."""
     words = text.split(maxsplit=1)
@@ -131,25 +143,18 @@ def chat_policy(messages: list[Any], info: Any) -> Any:
         change = parse_change(text)
         if change is None:
             return say("try which flag? e.g. 'try --cuda-graph-max-bs 128'")
-        trials = [c for n, c, _ in returns if n == "run_trial"]
         args: dict[str, Any] = {"changes": [change], "reason": f"requested in chat: {text}"}
         if re.search(r"\b(anyway|force)\b", low):
             args["override_reason"] = f"the user asked for it in chat: {text}"
-        if not trials:
-            return call("run_trial", args)
-        last = trials[-1]
-        needs_research = (
-            isinstance(last, dict)
-            and "research" in str(last.get("error", ""))
-            and "before" in str(last.get("error", ""))
-        )
-        if needs_research and "research_flag" not in done:
+        researched = change["flag"] in _researched(messages)
+        if not researched and "research_flag" not in done and change["action"] == "set":
             return call("research_flag", {"flag": change["flag"]})
-        if needs_research and len(trials) == 1:
+        trials = [c for n, c, _ in returns if n == "run_trial"]
+        if not trials:
             return call("run_trial", args)
         research = [c for n, c, _ in returns if n == "research_flag"]
         head = _summary("research_flag", research[-1]) + "\n" if research else ""
-        return say(head + _summary("run_trial", last))
+        return say(head + _summary("run_trial", trials[-1]))
     if re.match(r"^(bench|benchmark|measure)", low):
         return (
             call("benchmark", {}) if "benchmark" not in done else say(_summary("benchmark", returns[-1][1]))

@@ -308,7 +308,7 @@ def context_lines(ctx: dict[str, Any]) -> list[str]:
         lines.append(f"- Model: {facts or MISSING}")
     elif model:
         lines.append(f"- Model: {model}")
-    flags = _first(ctx, "flags", "current_flags")
+    flags = _first(ctx, "flags", "unit_flags", "current_flags")
     if isinstance(flags, dict):
         lines.append("- Flags at start: " + " ".join(f"{k} {v}" if v else k for k, v in flags.items()))
     return lines
