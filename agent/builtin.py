@@ -16,6 +16,8 @@ from agent.builtin_research import decide_verdict
 
 _FLAG = re.compile(r"--[A-Za-z0-9][\w.-]*")
 _ORDER = {"high": 0, "medium": 1, "low": 2}
+_RESEARCHED = ("candidate", "no-op", "incompatible")
+"""Playbook statuses still worth a code check (already-set and not-in-version are not)."""
 
 
 def _returns(messages: list[Any]) -> list[tuple[str, Any, dict[str, Any]]]:
@@ -124,7 +126,7 @@ def planner_policy(messages: list[Any], info: Any) -> Any:
     if cands is None:
         return _response([_call("list_candidates", {})])
     live = sorted(
-        (c for c in cands if c["status"] == "candidate"),
+        (c for c in cands if c["status"] in _RESEARCHED),
         key=lambda c: (c["lossy"], _ORDER.get(c["priority"], 3)),
     )
     verdicts = {
@@ -154,7 +156,6 @@ def planner_policy(messages: list[Any], info: Any) -> Any:
         todo = _todo(cands, verdicts, trials, extra)
         research = [_call("research_flag", {"flag": c["flag"]}) for c in live]
         return _response([_call("todo_write", {"items": todo}), *research])
-    todo_calls: list[Any] = []
     nxt = (
         None
         if budget_out

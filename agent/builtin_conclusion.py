@@ -48,12 +48,12 @@ def conclusion(
     ruled = 0
     for c in cands:
         v = verdicts.get(c["flag"])
-        if c["status"] != "candidate":
-            lines.append(f"- {c['flag']}: {c['status']} by the playbook ({c['note']})")
-            ruled += 1
-        elif v and v["verdict"] in ("no-op", "dead", "incompatible"):
+        if v and v["verdict"] in ("no-op", "dead", "incompatible"):
             ev = v["evidence"][0]["location"] if v.get("evidence") else "no evidence"
             lines.append(f"- {c['flag']}: {v['verdict']} — {v['summary']} ({ev})")
+            ruled += 1
+        elif c["status"] != "candidate":
+            lines.append(f"- {c['flag']}: {c['status']} by the playbook ({c['note']})")
             ruled += 1
     if not ruled:
         lines.append("- none")

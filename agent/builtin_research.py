@@ -30,7 +30,7 @@ def decide_verdict(flag: str, lookup: dict[str, Any], usage: dict[str, Any]) -> 
         "lossy": bool(playbook.get("lossy", False)),
         "suggested_value": playbook.get("value"),
     }
-    if usage.get("definition"):
+    if usage.get("definition"):  # the definition first, then every reader
         evidence.append(
             {
                 "location": usage["definition"],
@@ -42,6 +42,13 @@ def decide_verdict(flag: str, lookup: dict[str, Any], usage: dict[str, Any]) -> 
     def verdict(kind: str, summary: str) -> dict[str, Any]:
         return {**base, "verdict": kind, "summary": summary, "evidence": evidence, "conditions": conditions}
 
+    readers = usage.get("readers", [])
+    live = []
+    for r in readers:
+        evidence.append({"location": r["location"], "quote": r["text"], "why": "reader"})
+        conditions.extend(_conditions(r.get("checks", [])))
+        if not any(c["outcome"] == "fail" for c in r.get("checks", [])):
+            live.append(r)
     if lookup.get("in_catalog") is False:
         return verdict(
             "incompatible", f"{flag} is not a flag of SGLang {version}: the server would refuse to start."
@@ -55,17 +62,10 @@ def decide_verdict(flag: str, lookup: dict[str, Any], usage: dict[str, Any]) -> 
         if needs_fail:
             return verdict("no-op", f"playbook condition fails here: {needs_fail[0]['condition']}.")
         return verdict("unknown", f"no code evidence ({usage.get('error', 'no usage data')}).")
-    readers = usage.get("readers", [])
     if usage.get("dead") or not readers:
         return verdict(
             "dead", f"{flag} is defined in SGLang {version} but nothing reads `{usage.get('dest')}`."
         )
-    live = []
-    for r in readers:
-        evidence.append({"location": r["location"], "quote": r["text"], "why": "reader"})
-        conditions.extend(_conditions(r.get("checks", [])))
-        if not any(c["outcome"] == "fail" for c in r.get("checks", [])):
-            live.append(r)
     if not live:
         failing = next(c for r in readers for c in r["checks"] if c["outcome"] == "fail")
         return verdict(

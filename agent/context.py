@@ -39,7 +39,7 @@ class DeploymentContext:
             if isinstance(v, _SCALARS):
                 facts[f"server.{k}"] = v
         for k, v in self.unit_flags.items():
-            facts["flag." + k.lstrip("-").replace("-", "_")] = v
+            facts["flag." + k.lstrip("-").replace("-", "_")] = _number(v)
         for k, v in _as_dict(self.model).items():
             if isinstance(v, _SCALARS) or (
                 isinstance(v, list | tuple) and all(isinstance(x, str) for x in v)
@@ -50,9 +50,11 @@ class DeploymentContext:
         if gpus:
             first = _as_dict(gpus[0])
             facts["gpu.count"] = len(gpus)
-            for k in ("name", "memory_mib", "sm", "compute_capability"):
+            for k in ("name", "memory_mib", "compute_capability"):
                 if k in first:
                     facts[f"gpu.{k}"] = first[k]
+            if first.get("sm"):
+                facts["gpu.sm"] = _number(str(first["sm"]).removeprefix("sm"))
         if hw.get("interconnect") is not None:
             facts["interconnect"] = str(hw["interconnect"]).lower()
         return facts
@@ -68,6 +70,17 @@ class DeploymentContext:
             "catalog_size": len(self.catalog),
             "missing": self.missing,
         }
+
+
+def _number(value: Any) -> Any:
+    """`"32"` -> 32, `"0.85"` -> 0.85; anything else unchanged (unit file values are text)."""
+    if isinstance(value, str):
+        for cast in (int, float):
+            try:
+                return cast(value)
+            except ValueError:
+                pass
+    return value
 
 
 def _as_dict(obj: Any) -> dict[str, Any]:

@@ -6,6 +6,8 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic_ai import Agent, RunContext
+
 from agent.agentrun import run_saving
 from agent.context import DeploymentContext
 from agent.playbook import Candidate
@@ -138,8 +140,6 @@ async def trial(
 
 def build_planner(model: Any) -> Any:
     """The planner agent (pydantic-ai); its final output is the written conclusion."""
-    from pydantic_ai import Agent, RunContext
-
     agent = Agent(model, name="planner", deps_type=PlannerDeps, output_type=str, retries=3)
 
     @agent.tool

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent.conditions import ConditionResult, check_all
+from agent.conditions import _COMPARISON, ConditionResult, check_all
 
 PLAYBOOK_PATH = Path(__file__).with_name("playbook.toml")
 PRIORITY_ORDER = {"high": 0, "medium": 1, "low": 2}
@@ -93,9 +93,9 @@ def _resolve_conditions(conditions: list[str], facts: dict[str, Any]) -> list[st
     """`server.cuda_graph_max_bs < bench.max_concurrency`: a fact on the right is filled in first."""
     out = []
     for cond in conditions:
-        parts = cond.rsplit(" ", 1)
-        if len(parts) == 2 and parts[1] in facts and "." in parts[1]:
-            cond = f"{parts[0]} {facts[parts[1]]!r}"
+        m = _COMPARISON.match(cond)
+        if m and m.group(3) in facts:
+            cond = f"{m.group(1)} {m.group(2)} {facts[m.group(3)]!r}"
         out.append(cond)
     return out
 
@@ -125,7 +125,7 @@ def evaluate(
         current = facts.get("flag." + flag.lstrip("-").replace("-", "_"), "<unset>")
         if catalog is not None and flag not in catalog:
             status, note = "not-in-version", f"{flag} is not a flag of this SGLang version"
-        elif lever.action == "set" and (current == value or (value is None and current is None)):
+        elif lever.action == "set" and current != "<unset>" and (value is None or str(current) == value):
             status, note = "already-set", f"{flag} is already set to {current!r}"
         elif any(r.outcome == "pass" for r in conflicts):
             status = "incompatible"

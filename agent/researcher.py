@@ -7,6 +7,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic_ai import Agent, RunContext
+
 from agent.context import DeploymentContext
 from agent.guards import check_guards
 from agent.playbook import Candidate
@@ -116,8 +118,6 @@ def read_source(deps: ResearchDeps, path: str, start: int, end: int) -> str:
 
 def build_researcher(model: Any) -> Any:
     """The researcher agent (pydantic-ai), output type `FlagVerdict`."""
-    from pydantic_ai import Agent, RunContext
-
     agent = Agent(
         model,
         name="researcher",

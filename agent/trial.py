@@ -196,9 +196,8 @@ class TrialRunner:
             self.restarts += 1
 
     async def _trial(self, record: TrialRecord, new_text: str) -> None:
-        from tools.bench.probe import compare_probe, run_probe
-
         from tools.bench.loadgen import run_repeated
+        from tools.bench.probe import compare_probe, run_probe
         from tools.bench.stats import compare
 
         what = ", ".join(c.describe() for c in record.changes)

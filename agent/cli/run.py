@@ -2,11 +2,32 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import typer
 
-from agent.cli.common import ConfigOption, fail
+from agent.cli.common import ConfigOption, console, fail, get_config
+
+SIM_WALL_MINUTES = 10.0
+"""Default wall-time budget against the simulated deployment (the README's main command)."""
+
+
+def compact_bench(bench: object) -> object:
+    """The simulated target's default benchmark: levels 1, 8, 64, short outputs, 3 repetitions."""
+    return bench.model_copy(update={"concurrency": [1, 8, 64], "output_len": 128, "warmup": 1, "reps": 3})
+
+
+def _sim_config(config_path: Path | None):
+    """The simulated deployment, started if needed (only when no config file is in use)."""
+    from sim.host import ensure_up
+    from tools.config import DEFAULT_SIM_DIR
+
+    console.print(
+        f"no optagent.toml: using the simulated deployment in {DEFAULT_SIM_DIR}/ (starting it if needed)"
+    )
+    config = ensure_up(DEFAULT_SIM_DIR)
+    return config.model_copy(update={"bench": compact_bench(config.bench)})
 
 
 def run(
@@ -22,4 +43,70 @@ def run(
     ),
 ) -> None:
     """Plan, research and trial server flags; keep only what is measurably better."""
-    fail("not implemented yet")
+    import asyncio
+
+    from agent.models import ModelChoiceError, choose_model
+    from agent.session import RunOptions, SessionError, run_session
+    from agent.transcript import Transcript
+    from agent.ui import RunUI
+
+    if max_trials is not None and max_trials < 0:
+        fail("--max-trials must be 0 or more", code=2)
+    cfg = get_config(config)
+    if cfg.simulated and config is None:
+        cfg = _sim_config(config)
+    try:
+        name, url = choose_model(model, base_url or cfg.agent.base_url, configured=cfg.agent.model)
+    except ModelChoiceError as e:
+        fail(str(e), code=2)
+    if not (yes or dry_run or cfg.simulated):
+        if not sys.stdin.isatty():
+            fail(f"this run changes {cfg.target.endpoint}: pass --yes to allow it (or --dry-run)", code=2)
+        if not typer.confirm(
+            f"optagent will restart the server at {cfg.target.endpoint} for trials. Continue?"
+        ):
+            fail("not confirmed; nothing changed", code=1)
+    wall = cfg.agent.max_wall_minutes
+    if cfg.simulated and config is None:
+        wall = min(wall, SIM_WALL_MINUTES)
+    opts = RunOptions(
+        goal=goal,
+        model=name,
+        base_url=url,
+        max_trials=cfg.agent.max_trials if max_trials is None else max_trials,
+        max_wall_minutes=wall,
+        dry_run=dry_run,
+        allow_lossy=allow_lossy or cfg.agent.allow_lossy,
+    )
+    label = name if not url else f"{name} @ {url}"
+    transcript = Transcript.create(
+        cfg.agent.transcripts_dir, kind="run", goal=goal, model=label, target=cfg.target.endpoint, config=cfg
+    )
+    ui = RunUI(console, transcript)
+    ui.record(
+        "approval",
+        {"yes": yes, "dry_run": dry_run, "allow_lossy": opts.allow_lossy, "simulated": cfg.simulated},
+    )
+    console.print(f"transcript: {transcript.path}")
+    try:
+        result = asyncio.run(run_session(cfg, opts, ui))
+    except ModelChoiceError as e:
+        transcript.close({"status": f"bad model: {e}"})
+        fail(str(e), code=2)
+    except SessionError as e:
+        transcript.close({"status": f"failed: {e}"})
+        fail(str(e))
+    except KeyboardInterrupt:
+        transcript.close({"status": "interrupted"})
+        fail("interrupted; run `optagent recover` if a trial was in flight")
+    except Exception as e:
+        transcript.close({"status": f"error: {type(e).__name__}: {e}"})
+        fail(f"{type(e).__name__}: {e}")
+    gain = {c: result.final[c] / b for c, b in result.baseline.items() if b and c in result.final}
+    transcript.close(
+        {"kept": result.kept, "gain": gain, "status": result.status, "restarts": result.restarts}
+    )
+    console.print(
+        f"[bold]done[/] in {result.seconds:.0f} s: {len(result.trials)} trials, {result.restarts} restarts; "
+        f"deployed: {', '.join(result.kept) or 'baseline'}; report: {result.report}"
+    )

@@ -1,0 +1,269 @@
+"""`optagent run` as a session: preflight, context, baseline, planning and trials, final state, report.
+
+Every step is printed and saved to the transcript as it happens. However the session ends (the
+planner fails, the budget runs out, a bug), the target is left on its best measured configuration:
+the trial runner never leaves a candidate in flight, and a final `rollback()` is a no-op otherwise.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent.trial import Baseline, TrialRunner, mean_throughput
+from agent.ui import RunUI
+
+
+class SessionError(Exception):
+    """The run cannot proceed (unreachable host, drift, unhealthy server); the message says why."""
+
+
+@dataclass
+class RunOptions:
+    """The command line of `optagent run`, resolved."""
+
+    goal: str
+    model: str = "builtin"
+    base_url: str | None = None
+    max_trials: int = 12
+    max_wall_minutes: float = 240.0
+    dry_run: bool = False
+    allow_lossy: bool = False
+
+
+@dataclass
+class RunResult:
+    """How a run ended: the report path, the kept trial, the numbers, restarts and wall time."""
+
+    status: str
+    transcript: Path | None = None
+    report: Path | None = None
+    baseline: dict[int, float] = field(default_factory=dict)
+    final: dict[int, float] = field(default_factory=dict)
+    trials: list[Any] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
+    restarts: int = 0
+    seconds: float = 0.0
+    conclusion: str = ""
+
+
+async def measure_baseline(ui: RunUI, endpoint: str, bench: Any, text: str) -> tuple[Baseline, float]:
+    """Probe reference outputs and repeated sweeps of the running configuration."""
+    from tools.bench.loadgen import run_repeated
+    from tools.bench.probe import run_probe
+
+    started = time.monotonic()
+    probe = await run_probe(endpoint)
+    with ui.progress("baseline benchmark") as progress:
+        reps = await run_repeated(endpoint, bench, on_progress=progress)
+    if not reps or any(s.partial for s in reps):
+        errors = "; ".join(e for s in reps for e in s.errors) or "no result"
+        raise SessionError(f"the baseline benchmark failed: {errors}")
+    levels = mean_throughput(reps)
+    ui.note("baseline: " + ", ".join(f"c={c}: {v:,.1f} tok/s" for c, v in levels.items()), record=False)
+    ui.record("baseline", {"output_tok_s": levels, "sweeps": [_sweep_summary(s) for s in reps]})
+    return Baseline(reps=reps, probe=probe, text=text), time.monotonic() - started
+
+
+def _sweep_summary(sweep: Any) -> dict[str, Any]:
+    return {
+        "seed": sweep.seed,
+        "partial": sweep.partial,
+        "levels": [lv.model_dump(mode="json", exclude={"requests"}) for lv in sweep.levels],
+    }
+
+
+async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
+    """The whole run against `config`'s target; returns how it ended (raises `SessionError` early)."""
+    from tools.deploy import Deployment
+
+    from agent.context import gather_context
+    from agent.models import make_models
+    from agent.planner import PlannerDeps, build_planner
+    from agent.playbook import evaluate, load_playbook
+    from agent.researcher import build_researcher
+    from tools.bench.stats import objective_from_goal
+    from tools.remote import make_transport
+
+    started = time.monotonic()
+    deadline = started + opts.max_wall_minutes * 60
+    models = make_models(opts.model, opts.base_url)
+    target = config.target
+    ui.step("preflight")
+    transport = make_transport(target)
+    try:
+        async with Deployment(target) as deployment:
+            await _preflight(ui, deployment, target)
+            ui.step("context")
+            ctx = await gather_context(
+                config, transport, on_step=lambda s: ui.note(f"reading {s}", record=False)
+            )
+            ui.record("context", {**ctx.summary(), "facts": ctx.facts})
+            _show_context(ui, ctx)
+            candidates = evaluate(load_playbook(), ctx.facts, ctx.catalog or None)
+            ui.step("baseline")
+            text = Path(target.local_unit).read_text()
+            baseline, bench_s = await measure_baseline(ui, target.endpoint, config.bench, text)
+            objective = objective_from_goal(opts.goal)
+            runner = None
+            if not opts.dry_run:
+                runner = TrialRunner(
+                    deployment=deployment,
+                    endpoint=target.endpoint,
+                    bench=config.bench,
+                    objective=objective,
+                    baseline=baseline,
+                    allow_lossy=opts.allow_lossy,
+                    max_trials=opts.max_trials,
+                    deadline=deadline,
+                    on_event=lambda kind, data: ui.record(kind, data),
+                    on_progress=None,
+                )
+            deps = PlannerDeps(
+                goal=opts.goal,
+                ctx=ctx,
+                candidates=candidates,
+                ui=ui,
+                researcher=build_researcher(models.researcher),
+                runner=runner,
+                baseline_levels=mean_throughput(baseline.reps),
+                allow_lossy=opts.allow_lossy,
+                max_parallel_research=config.agent.max_parallel_research,
+            )
+            ui.step("planning, research and trials")
+            conclusion, status = await _plan(ui, deps, build_planner(models.planner), opts, objective)
+            if runner is not None:
+                status = await _combine_if_needed(ui, runner, status)
+                await deployment.rollback()  # no-op unless something is still in flight
+            result = await _final(ui, config, runner, baseline, conclusion, status, started, bench_s)
+    finally:
+        await transport.close()
+    return result
+
+
+async def _preflight(ui: RunUI, deployment: Any, target: Any) -> None:
+    from tools.health import wait_healthy
+
+    status = await deployment.status()
+    ui.record("deploy", {"preflight": _jsonable(status)})
+    health = await wait_healthy(target.endpoint, timeout=min(target.health_timeout_s, 120.0))
+    if not health.ok:
+        raise SessionError(f"the server at {target.endpoint} is not healthy: {health.reason}")
+    ui.note(f"server healthy at {target.endpoint} ({health.reason})")
+
+
+def _jsonable(obj: Any) -> Any:
+    if hasattr(obj, "model_dump"):
+        return obj.model_dump(mode="json")
+    if hasattr(obj, "__dataclass_fields__"):
+        import dataclasses
+
+        return dataclasses.asdict(obj)
+    return str(obj)
+
+
+def _show_context(ui: RunUI, ctx: Any) -> None:
+    model = ctx.model.summary() if hasattr(ctx.model, "summary") else ctx.model
+    hw = ctx.hardware.summary() if hasattr(ctx.hardware, "summary") else ctx.hardware
+    ui.note(
+        f"SGLang {ctx.version} ({getattr(ctx.tree, 'origin', 'no source')}), {len(ctx.catalog)} flags",
+        record=False,
+    )
+    ui.note(f"model: {model}", record=False)
+    ui.note(f"GPUs: {hw}", record=False)
+    for piece, why in ctx.missing.items():
+        ui.note(f"[yellow]missing {piece}:[/] {why}")
+
+
+async def _plan(ui: RunUI, deps: Any, planner: Any, opts: RunOptions, objective: Any) -> tuple[str, str]:
+    from pydantic_ai.usage import UsageLimits
+
+    from agent.agentrun import run_saving
+    from prompts import render
+
+    instructions = render(
+        "planner.md.j2",
+        goal=opts.goal,
+        allow_lossy=opts.allow_lossy,
+        max_trials=opts.max_trials,
+        dry_run=opts.dry_run,
+        context=deps.ctx.summary(),
+        objective=str(getattr(objective, "describe", lambda: objective)()),
+        baseline=deps.baseline_levels,
+    )
+    deps.usage_limits = UsageLimits(request_limit=400, tool_calls_limit=600)
+
+    def on_response(msg: int) -> None:
+        deps.current_msg = msg
+
+    try:
+        result = await run_saving(
+            planner,
+            f"Goal: {opts.goal}. Make a plan, research the candidates, run trials and conclude.",
+            deps=deps,
+            transcript=ui.transcript,
+            name="planner",
+            usage_limits=deps.usage_limits,
+            instructions=instructions,
+            on_response=on_response,
+        )
+        return str(result.output), "completed"
+    except Exception as e:  # an LLM failure ends planning; the target stays on its best config
+        ui.note(f"[red]planner stopped:[/] {type(e).__name__}: {e}")
+        return f"The planner stopped early: {type(e).__name__}: {e}", f"planner failed: {type(e).__name__}"
+
+
+async def _combine_if_needed(ui: RunUI, runner: TrialRunner, status: str) -> str:
+    """The combined trial is not optional: if two or more flags were kept alone, try them together."""
+    from agent.trial import BudgetExhausted
+
+    if any(t.kind == "combined" for t in runner.trials) or len(runner.eligible()) < 2:
+        return status
+    try:
+        record = await runner.combine()
+    except BudgetExhausted as e:
+        ui.note(f"combined trial skipped: {e}")
+        return status
+    if record is not None:
+        ui.note(record.headline())
+    return status
+
+
+async def _final(
+    ui: RunUI,
+    config: Any,
+    runner: TrialRunner | None,
+    baseline: Baseline,
+    conclusion: str,
+    status: str,
+    started: float,
+    bench_s: float,
+) -> RunResult:
+    from agent.report import write_report
+    from tools.health import wait_healthy
+
+    ui.step("final state")
+    final_levels = (
+        mean_throughput(runner.best_reps) if runner and runner.best_reps else mean_throughput(baseline.reps)
+    )
+    health = await wait_healthy(config.target.endpoint, timeout=60.0)
+    kept = [c.describe() for c in runner.best.changes] if runner and runner.best else []
+    ui.note(f"deployed: {', '.join(kept) or 'baseline configuration'}; healthy: {health.ok}")
+    result = RunResult(
+        status=status if health.ok else f"{status}; server unhealthy at the end: {health.reason}",
+        transcript=getattr(ui.transcript, "path", None),
+        baseline=mean_throughput(baseline.reps),
+        final=final_levels,
+        trials=list(runner.trials) if runner else [],
+        kept=kept,
+        restarts=runner.restarts if runner else 0,
+        seconds=time.monotonic() - started,
+        conclusion=conclusion,
+    )
+    result.report = write_report(
+        result, baseline_reps=baseline.reps, best_reps=runner.best_reps if runner else None, ui=ui
+    )
+    ui.console.print(conclusion)
+    return result
