@@ -115,7 +115,8 @@ class PerfModel:
         accept = 1.0 - (1.0 - self.acceptance) ** p.spec_topk
         depth = min(p.spec_steps, p.spec_draft_tokens - 1)
         gained = sum(accept**i for i in range(depth + 1))
-        return DecodeCost(draft + verify + extend + overhead * 1.5, gained)
+        spec_work = batch * self.cal.spec_overhead_us_per_req * 1e-6
+        return DecodeCost(draft + verify + extend + overhead * 1.5 + spec_work, gained)
 
     def prefill_s(self, tokens: int, requests: int, ctx_tokens: int, *, decode_batch: int = 0) -> float:
         """A prefill chunk of `tokens` new tokens (optionally mixed with a decode batch)."""

@@ -187,7 +187,7 @@ def resolve_plan(args: argparse.Namespace, scenario: Scenario, model: ModelInfo)
         )
     graph_mb = 0 if graphs_off else max_bs * 2
     headroom_mb = (1 - mfs) * mem / 2**20 - graph_mb - 512 - tp / 8 * 1024
-    headroom_tokens = int(headroom_mb / 1.5)
+    headroom_tokens = int(headroom_mb / 1.0)  # the 1.5 MB/token reserve of memory_hook.py has slack
     if headroom_tokens < 64:
         raise StartupError(
             "torch.OutOfMemoryError: CUDA out of memory while capturing CUDA graphs.", after_load=True

@@ -78,6 +78,8 @@ class Calibration(_Strict):
     launch_overhead_us: float = Field(4.0, ge=0)
     kernels_per_layer: int = Field(14, ge=1)
     graph_launch_us: float = Field(40.0, ge=0)
+    spec_overhead_us_per_req: float = Field(60.0, ge=0)
+    """Per-request work of each speculative verify (tree masks, rejection sampling, KV bookkeeping)."""
 
 
 class Scenario(_Strict):

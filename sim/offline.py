@@ -1,0 +1,72 @@
+"""The scheduler and performance model without a clock or HTTP: a closed-loop benchmark in virtual time.
+
+Used to calibrate scenarios and by tests that check the model's numbers exactly and fast.
+"""
+
+from __future__ import annotations
+
+from sim.args import parse_launch_args
+from sim.modelinfo import load_model_info
+from sim.perf import PerfModel
+from sim.plan import Plan, resolve_plan
+from sim.scenario import Scenario, load_scenario
+from sim.scheduler import Request, Scheduler
+
+
+def plan_for(scenario: str | Scenario, flags: list[str] | None = None, *, replace_baseline: bool = False):  # type: ignore[no-untyped-def]
+    """(Scenario, ModelInfo, Plan) for the scenario's baseline flags plus `flags`."""
+    scn = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
+    base = [] if replace_baseline else list(scn.launch.flags)
+    args = parse_launch_args(["--model-path", str(scn.model_dir), *base, *(flags or [])])
+    model = load_model_info(str(scn.model_dir))
+    return scn, model, resolve_plan(args, scn, model)
+
+
+def offline_throughput(
+    scenario: str | Scenario,
+    flags: list[str] | None = None,
+    *,
+    concurrency: int,
+    requests: int | None = None,
+    input_len: int = 1024,
+    output_len: int = 256,
+    seed: int = 1,
+) -> float:
+    """Output tokens per simulated second of a closed-loop run at `concurrency` (no noise)."""
+    scn, model, plan = plan_for(scenario, flags)
+    return throughput_for_plan(
+        scn, model, plan, concurrency=concurrency, requests=requests, input_len=input_len,
+        output_len=output_len, seed=seed,
+    )  # fmt: skip
+
+
+def throughput_for_plan(
+    scn: Scenario,
+    model,  # type: ignore[no-untyped-def]
+    plan: Plan,
+    *,
+    concurrency: int,
+    requests: int | None = None,
+    input_len: int = 1024,
+    output_len: int = 256,
+    seed: int = 1,
+) -> float:
+    """Like `offline_throughput` for an already resolved plan."""
+    sched = Scheduler(PerfModel(plan, model, scn), plan, seed=seed)
+    total = requests or max(2 * concurrency, 4)
+    live: list[Request] = []
+    issued = done = tokens = 0
+    elapsed = 0.0
+    while done < total:
+        while len(live) < concurrency and issued < total:
+            req = Request(prompt_len=input_len, max_new=output_len, stop_at=output_len)
+            sched.add(req)
+            live.append(req)
+            issued += 1
+        step = sched.step()
+        elapsed += step.seconds
+        tokens += sum(n for _, n in step.tokens)
+        finished = [r for r in live if r.done]
+        done += len(finished)
+        live = [r for r in live if not r.done]
+    return tokens / elapsed
