@@ -173,3 +173,25 @@ def test_html_export_renders_plot_and_trial_table_in_chromium(
     assert _color_mask(above, KEPT_COLOR).sum() > 200  # the 'kept' badge in the trial table
     assert _color_mask(above, ROLLED_COLOR).sum() > 200  # the 'rolled back' badge
     assert (above < 100).all(axis=2).sum() > 2000  # the table's text
+
+
+def test_transcripts_commands_do_not_import_the_agent_stack(sessions: tuple[Path, str, str]) -> None:
+    import subprocess
+    import sys
+
+    d, good, _ = sessions
+    code = (
+        "import sys; from agent.cli.main import app\n"
+        "try: app(sys.argv[1:])\n"
+        "except SystemExit: pass\n"
+        "print(sorted(m for m in ('pydantic_ai', 'openai', 'matplotlib') if m in sys.modules))"
+    )
+    for cmd in (
+        ["list", "--dir", str(d)],
+        ["review", good, "--dir", str(d)],
+        ["show", good, "--dir", str(d)],
+    ):
+        out = subprocess.run(
+            [sys.executable, "-c", code, "transcripts", *cmd], capture_output=True, text=True, check=True
+        )
+        assert out.stdout.strip().endswith("[]"), cmd
