@@ -13,7 +13,7 @@ import time
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from tools.remote import CommandResult, Transport, TransportError
-from tools.unitfile import UnitFile
+from tools.unitfile import UnitFile, UnitFileError
 
 if TYPE_CHECKING:
     from tools.config import TargetConfig
@@ -83,8 +83,23 @@ class SystemdManager:
         await self._run(["systemctl", "stop", self.unit])
 
     async def is_active(self) -> bool:
-        """`systemctl is-active --quiet UNIT` exits 0."""
-        return (await self._run(["systemctl", "is-active", "--quiet", self.unit], check=False)).ok
+        """Active, activating or reloading, and not waiting to auto-restart after a crash."""
+        argv = ["systemctl", "show", "-p", "ActiveState", "-p", "SubState", "--value", self.unit]
+        result = await self._run(argv, check=False)
+        states = result.stdout.split()
+        return (
+            result.ok
+            and bool(states)
+            and states[0] in ("active", "activating", "reloading")
+            and ("auto-restart" not in states)
+        )
+
+    async def config_matches(self) -> bool | None:
+        """False when the unit file changed on disk since systemd loaded it (`NeedDaemonReload`)."""
+        result = await self._run(
+            ["systemctl", "show", "-p", "NeedDaemonReload", "--value", self.unit], check=False
+        )
+        return None if not result.ok else result.stdout.strip() != "yes"
 
     async def logs(self, lines: int = 50) -> str:
         """`journalctl -u UNIT -n LINES --no-pager -o cat`."""
@@ -122,12 +137,8 @@ class ProcessManager:
     async def reload(self) -> None:
         """Nothing to do: the unit file is read at every start."""
 
-    async def command(self) -> tuple[list[str], dict[str, str], str]:
-        """(argv, environment, working directory) the unit file on the host asks for."""
-        try:
-            text = await self.transport.read_file(self.unit_path)
-        except FileNotFoundError as e:
-            raise ServiceError(f"{self.unit_path}: no such unit file on the host") from e
+    def command_for(self, text: str) -> tuple[list[str], dict[str, str], str]:
+        """(argv, environment, working directory) that the unit text `text` asks for."""
         unit = UnitFile.parse(text, kind="script" if self.unit_path.endswith(".sh") else None)
         if unit.kind == "script":
             return ["sh", self.unit_path], {}, "."
@@ -136,18 +147,40 @@ class ProcessManager:
             raise ServiceError(f"executable {argv[0]!r} contains '='; refusing to run it")
         return argv, unit.environment, unit.working_directory or "."
 
+    async def command(self) -> tuple[list[str], dict[str, str], str]:
+        """(argv, environment, working directory) the unit file on the host asks for."""
+        try:
+            text = await self.transport.read_file(self.unit_path)
+        except FileNotFoundError as e:
+            raise ServiceError(f"{self.unit_path}: no such unit file on the host") from e
+        return self.command_for(text)
+
+    def start_shell(self, argv: list[str], env: dict[str, str], cwd: str) -> str:
+        """A shell command line that starts `argv` detached; every value quoted by `shlex.quote`."""
+        q = shlex.quote
+        marker = f"{START_MARKER}{time.strftime('%Y-%m-%dT%H:%M:%S')} ---"
+        words = " ".join(q(w) for w in [*(f"{k}={v}" for k, v in env.items()), *argv])
+        return (
+            f"mkdir -p {q(self.run_dir)} && rm -f {q(self.pid_path)} && printf '%s\\n' {q(marker)} >> {q(self.log_path)}"
+            f" && {{ setsid sh -c {q(_LAUNCHER)} {q(self.pid_path)} {q(cwd)} env {words}"
+            f" >> {q(self.log_path)} 2>&1 < /dev/null & }}"
+        )
+
+    def stop_shell(self) -> str:
+        """A shell command line that stops the service like `stop()` (used by the dead-man's switch)."""
+        q, ticks = shlex.quote, max(1, int(self.grace_s * 10))
+        return (
+            f'p=$(cat {q(self.pid_path)} 2>/dev/null); if [ -n "$p" ]; then kill -s TERM -- "-$p" 2>/dev/null; i=0;'
+            f' while kill -s 0 -- "-$p" 2>/dev/null && [ $i -lt {ticks} ]; do sleep 0.1; i=$((i+1)); done;'
+            f' kill -s KILL -- "-$p" 2>/dev/null; fi; rm -f {q(self.pid_path)}'
+        )
+
     async def start(self) -> int:
         """Start the service detached; return its PID (also its process group and session id)."""
         argv, env, cwd = await self.command()
-        assigns = [f"{k}={v}" for k, v in env.items()]
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
-        full = (
-            'L=$1 R=$2 P=$3 G=$4 W=$5 M=$6; shift 6; mkdir -p "$R" && rm -f "$P" && '
-            'printf "%s\\n" "$M" >> "$G" && { setsid sh -c "$L" "$P" "$W" env "$@" >> "$G" 2>&1 < /dev/null & }'
+        result = await self.transport.run(
+            ["sh", "-c", self.start_shell(argv, env, cwd)], timeout=self.timeout_s
         )
-        marker = f"{START_MARKER}{stamp} ---"
-        args = [_LAUNCHER, self.run_dir, self.pid_path, self.log_path, cwd, marker, *assigns, *argv]
-        result = await self._sh(full, *args)
         if not result.ok:
             raise ServiceError(f"could not start {self.service}: {result.stderr.strip()[-400:]}")
         deadline = time.monotonic() + 10
@@ -193,6 +226,26 @@ class ProcessManager:
                 while time.monotonic() < deadline and await self._group_alive(pid):
                     await asyncio.sleep(0.05)
         await self._sh('rm -f "$1"', self.pid_path)
+
+    async def config_matches(self) -> bool | None:
+        """Whether the running process was started from the unit file as it is now (None: not running)."""
+        pid = await self.pid()
+        if pid is None:
+            return None
+        result = await self._sh(
+            'cat "/proc/$1/cmdline" && printf "\\001" && cat "/proc/$1/environ"', str(pid)
+        )
+        if not result.ok:
+            return None
+        cmdline, _, environ = result.stdout.partition("\x01")
+        running, env = cmdline.split("\0")[:-1], set(environ.split("\0"))
+        try:
+            argv, want_env, _ = await self.command()
+        except (ServiceError, UnitFileError):
+            return False
+        args = argv[1:]
+        same_args = running[len(running) - len(args) :] == args if args else True
+        return same_args and all(f"{k}={v}" in env for k, v in want_env.items())
 
     async def restart(self) -> None:
         """Stop, then start with the unit file as it is now."""

@@ -1,0 +1,101 @@
+"""The dead-man's switch: the host restores known-good by itself unless optagent confirms in time.
+
+Armed before a restart with a candidate. An `armed` file on the host is the switch: the timer claims
+it with an atomic `mv` before restoring, and disarming removes it with `rm`, so exactly one of
+"confirmed" and "restored" happens. The known-good text is copied to the host when arming.
+For systemd the timer is a transient unit (`systemd-run --on-active=N`); for the process manager it
+is a detached watchdog process in its own session.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import TYPE_CHECKING
+
+from tools.remote import Transport
+from tools.service import ProcessManager, SystemdManager
+
+if TYPE_CHECKING:
+    from tools.service import ServiceManager
+
+__all__ = ["DeadmanSwitch"]
+
+
+class DeadmanSwitch:
+    """Arms and disarms the host-side timer for one service."""
+
+    def __init__(
+        self, transport: Transport, manager: ServiceManager, *, run_dir: str, unit_path: str, service: str
+    ):
+        self.transport, self.manager, self.unit_path, self.service = transport, manager, unit_path, service
+        base = f"{run_dir.rstrip('/')}/{service}"
+        self.armed_path, self.known_good_path = f"{base}.deadman-armed", f"{base}.known-good"
+        self.watchdog_pid_path, self.timer_unit = f"{base}.deadman.pid", f"optagent-deadman-{service}"
+
+    def _restore_shell(self) -> str:
+        q = shlex.quote
+        tmp = f"{self.unit_path}.optagent-deadman-tmp"
+        return (
+            f"mv -f {q(self.armed_path)} {q(self.armed_path)}.firing 2>/dev/null || exit 0; "
+            f"cp {q(self.known_good_path)} {q(tmp)} && mv -f {q(tmp)} {q(self.unit_path)}"
+        )
+
+    async def arm(self, known_good: str, seconds: float) -> None:
+        """Copy known-good to the host and start the timer."""
+        await self.transport.write_file_atomic(self.known_good_path, known_good)
+        await self.transport.run(
+            ["rm", "-f", f"{self.armed_path}.firing", f"{self.armed_path}.fired"], check=True
+        )
+        await self.transport.write_file_atomic(self.armed_path, "armed\n")
+        secs = max(1, round(seconds))
+        if isinstance(self.manager, SystemdManager):
+            sudo = ["sudo", "-n"] if self.manager.sudo else []
+            unit = shlex.quote(self.manager.unit)
+            script = (
+                f"{self._restore_shell()} && systemctl daemon-reload && systemctl restart {unit}; "
+                f"mv -f {shlex.quote(self.armed_path)}.firing {shlex.quote(self.armed_path)}.fired"
+            )
+            await self.transport.run([*sudo, "systemctl", "stop", f"{self.timer_unit}.timer"])
+            await self.transport.run(
+                [*sudo, "systemd-run", f"--unit={self.timer_unit}", f"--on-active={secs}",
+                 "--timer-property=AccuracySec=1s", "/bin/sh", "-c", script],
+                check=True,
+            )  # fmt: skip
+            return
+        assert isinstance(self.manager, ProcessManager)
+        pm = self.manager
+        argv, env, cwd = pm.command_for(known_good)
+        q = shlex.quote
+        script = (
+            f"echo $$ > {q(self.watchdog_pid_path)}; sleep {secs}; {self._restore_shell()}; "
+            f"echo 'optagent dead-man switch: restoring the known-good configuration' >> {q(pm.log_path)}; "
+            f"{pm.stop_shell()}; {pm.start_shell(argv, env, cwd)}; "
+            f"mv -f {q(self.armed_path)}.firing {q(self.armed_path)}.fired; rm -f {q(self.watchdog_pid_path)}"
+        )
+        launch = f"{{ setsid sh -c {q(script)} > /dev/null 2>&1 < /dev/null & }}"
+        await self.transport.run(["sh", "-c", launch], check=True)
+
+    async def disarm(self) -> bool:
+        """Stop the timer; False if it had already fired (the host went back to known-good)."""
+        result = await self.transport.run(["rm", self.armed_path])
+        fired = not result.ok and (await self.is_firing() or await self.fired())
+        if isinstance(self.manager, SystemdManager):
+            sudo = ["sudo", "-n"] if self.manager.sudo else []
+            await self.transport.run([*sudo, "systemctl", "stop", f"{self.timer_unit}.timer"])
+        else:
+            kill = 'p=$(cat "$1" 2>/dev/null) && [ -n "$p" ] && kill -s TERM -- "-$p" 2>/dev/null; rm -f "$1"'
+            if result.ok:  # only a watchdog that did not fire is stopped; a firing one must finish
+                await self.transport.run(["sh", "-c", kill, "sh", self.watchdog_pid_path])
+        return result.ok or not fired
+
+    async def is_armed(self) -> bool:
+        """True while the switch is armed."""
+        return await self.transport.exists(self.armed_path)
+
+    async def fired(self) -> bool:
+        """True once the timer has restored known-good (until the next arm)."""
+        return await self.transport.exists(f"{self.armed_path}.fired")
+
+    async def is_firing(self) -> bool:
+        """True while the timer is restoring known-good."""
+        return await self.transport.exists(f"{self.armed_path}.firing")

@@ -1,0 +1,342 @@
+"""The one gate that changes the target: lock, journal, upload, restart, verify, roll back.
+
+    async with Deployment(target) as d:          # lock on the host + recovery of an unfinished journal
+        outcome = await d.deploy(new_text)       # on failure it has already rolled back
+        if outcome.ok:
+            await d.commit()                     # candidate becomes known-good; local unit file written
+
+Whatever happens (a candidate that never gets healthy, a dropped connection, optagent killed), the
+next command restores the known-good configuration, and the host's dead-man's switch does so even
+if optagent never runs again. Restoring and status live in `tools.restore`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+from typing import TYPE_CHECKING, Any
+
+from tools.deadman import DeadmanSwitch
+from tools.health import HealthResult, wait_healthy
+from tools.journal import Journal, JournalEntry
+from tools.lock import HostLock, LockedError
+from tools.remote import Transport, TransportError, make_transport, write_local_atomic
+from tools.service import ServiceError, ServiceManager, make_service_manager
+from tools.unitfile import UnitFile, UnitFileError, unified_diff
+
+if TYPE_CHECKING:
+    from tools.config import TargetConfig
+
+__all__ = ["DeployError", "DeployOutcome", "Deployment", "DriftError", "LockedError"]
+
+ProgressFn = Callable[[str, float, float | None], None]
+"""on_progress(phase, elapsed_s, total_s or None)."""
+FAILURE_WINDOW_S = 900.0
+"""Consecutive failed candidates older than this no longer block new deploys."""
+KEEP_BACKUPS = 20
+
+
+class DeployError(Exception):
+    """A deploy could not be started or finished; the message says why and what state the host is in."""
+
+
+class DriftError(DeployError):
+    """The unit file on the host is not the last deployed one; nothing was overwritten."""
+
+
+@dataclass
+class DeployOutcome:
+    """What a deploy or rollback did."""
+
+    ok: bool
+    error: str = ""
+    log_tail: str = ""
+    seconds: float = 0.0
+    diff: str = ""
+    changed: bool = True
+    """False when nothing had to change (same text, or nothing in flight to roll back)."""
+    rolled_back: bool = False
+    health: HealthResult | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+class Deployment:
+    """Changes one target safely; use as `async with Deployment(target) as d`."""
+
+    def __init__(
+        self,
+        target: TargetConfig,
+        *,
+        transport: Transport | None = None,
+        on_progress: ProgressFn | None = None,
+        command: str = "optagent",
+    ) -> None:
+        self.target, self.on_progress, self.command = target, on_progress, command
+        self.transport: Transport = transport or make_transport(target)
+        self.journal = Journal(target.state_dir)
+        self.recovered: str | None = None
+        self._opened = False
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Resolve the host paths and build the service manager, the lock and the dead-man's switch."""
+        if self._opened:
+            return
+        script = 'mkdir -p "$1" && (cd "$1" && pwd) && (cd "$(dirname "$2")" && pwd)'
+        result = await self.transport.run(
+            ["sh", "-c", script, "sh", self.target.run_dir, self.target.remote_unit]
+        )
+        lines = result.stdout.split("\n")
+        if not result.ok or len(lines) < 2:
+            raise DeployError(
+                f"cannot prepare {self.target.run_dir} or find the directory of {self.target.remote_unit}"
+            )
+        run_dir, unit_dir = lines[0], lines[1]
+        self.remote_unit = f"{unit_dir}/{PurePosixPath(self.target.remote_unit).name}"
+        self.run_dir = run_dir
+        self.target = self.target.model_copy(update={"run_dir": run_dir, "remote_unit": self.remote_unit})
+        self.manager: ServiceManager = make_service_manager(self.target, self.transport)
+        self.deadman = DeadmanSwitch(
+            self.transport,
+            self.manager,
+            run_dir=run_dir,
+            unit_path=self.remote_unit,
+            service=self.target.service,
+        )
+        self.lock = HostLock(self.transport, f"{run_dir}/{self.target.service}.lock", command=self.command)
+        self._opened = True
+
+    async def __aenter__(self) -> Deployment:
+        try:
+            await self.open()
+            await self.lock.acquire()
+        except BaseException:
+            await self.transport.close()
+            raise
+        try:
+            self.recovered = await self.recover()
+        except BaseException:
+            await self.close()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        try:
+            entry = self.journal.read()
+            if entry is not None and entry.step != "commit":
+                await self.rollback()  # a candidate never outlives the session that deployed it
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        """Release the lock and the connection."""
+        try:
+            if self._opened:
+                await self.lock.release()
+        finally:
+            await self.transport.close()
+
+    def _progress(self, phase: str, elapsed: float = 0.0, total: float | None = None) -> None:
+        if self.on_progress is not None:
+            self.on_progress(phase, elapsed, total)
+
+    # --- texts ---------------------------------------------------------------------------------
+
+    @property
+    def kind(self) -> str:
+        """`script` for a `.sh` launch script, else `systemd`."""
+        return "script" if self.remote_unit.endswith(".sh") else "systemd"
+
+    def parse(self, text: str) -> UnitFile:
+        """Parse a unit text of this target's kind."""
+        return UnitFile.parse(text, kind=self.kind)  # type: ignore[arg-type]
+
+    async def remote_text(self) -> str:
+        """The unit file on the host."""
+        try:
+            return await self.transport.read_file(self.remote_unit)
+        except FileNotFoundError as e:
+            raise DeployError(f"{self.remote_unit}: no unit file on the host") from e
+
+    async def known_good(self) -> str:
+        """The known-good text: recorded in `state_dir`, else the local unit file, else the host's file."""
+        recorded = self.journal.known_good()
+        local = self.target.local_unit.read_text() if self.target.local_unit.exists() else None
+        if recorded is None:
+            recorded = local if local is not None else await self.remote_text()
+            self.journal.set_known_good(recorded)
+        if local is None:
+            write_local_atomic(self.target.local_unit, recorded)
+        elif local != recorded:
+            raise DriftError(
+                f"the local unit file {self.target.local_unit} was edited since the last deploy; the known-good "
+                f"copy is {self.journal.known_good_path}:\n{unified_diff(recorded, local, name='local')}"
+            )
+        return recorded
+
+    # --- deploy, commit, rollback ---------------------------------------------------------------
+
+    def _check_limits(self) -> None:
+        counters, now, t = self.journal.counters(), time.time(), self.target
+        recent = [x for x in counters["restarts"] if now - x < 60]
+        if len(recent) >= t.max_restarts_per_minute:
+            wait = 60 - (now - min(recent))
+            raise DeployError(
+                f"restart rate limit: {len(recent)} restarts in the last minute (max {t.max_restarts_per_minute}); "
+                f"try again in {wait:.0f}s"
+            )
+        failures = [x for x in counters["failures"] if now - x < FAILURE_WINDOW_S]
+        if len(failures) >= t.max_consecutive_failures:
+            raise DeployError(
+                f"stopped after {len(failures)} consecutive failed candidates (max {t.max_consecutive_failures}); "
+                f"check the host, or wait {FAILURE_WINDOW_S / 60:.0f} minutes"
+            )
+
+    async def deploy(self, new_text: str, *, reason: str = "") -> DeployOutcome:
+        """Upload `new_text`, restart, wait healthy; on failure roll back and say why (with log lines)."""
+        start = time.monotonic()
+        if self.journal.read() is not None:
+            raise DeployError("a candidate is already in flight; commit() or rollback() it first")
+        try:
+            self.parse(new_text)
+        except UnitFileError as e:
+            raise DeployError(f"the candidate unit file is invalid: {e}") from e
+        self._check_limits()
+        known_good = await self.known_good()
+        remote = await self.remote_text()
+        if remote != known_good:
+            raise DriftError(
+                f"{self.remote_unit} on the host differs from the last deployed configuration; nothing was "
+                f"changed. Differences:\n{unified_diff(known_good, remote, name=self.target.service)}"
+            )
+        diff = unified_diff(known_good, new_text, name=PurePosixPath(self.remote_unit).name)
+        if new_text == known_good:
+            return DeployOutcome(ok=True, diff="", changed=False, seconds=time.monotonic() - start)
+        entry = self.journal.open(candidate=new_text, known_good=known_good, reason=reason)
+        timings: dict[str, float] = {}
+        error, health = "", None
+        try:
+            await self._timed(timings, "backup", entry, self._backup(remote))
+            await self._timed(
+                timings, "upload", entry, self.transport.write_file_atomic(self.remote_unit, new_text)
+            )
+            await self._timed(timings, "arm", entry, self.deadman.arm(known_good, self.target.deadman_s))
+            await self._timed(timings, "restart", entry, self._restart())
+            health = await self._timed(timings, "wait", entry, self._wait())
+            if health.ok:
+                self.journal.step(entry, "healthy")
+                timings["total"] = time.monotonic() - start
+                return DeployOutcome(
+                    True, diff=diff, seconds=timings["total"], health=health, timings=timings
+                )
+            error = health.reason
+        except (TransportError, ServiceError, UnitFileError, OSError) as e:
+            error = str(e)
+        log_tail = await self._log_tail()
+        self.journal.record(failure=True)
+        rollback = await self.rollback()
+        if not rollback.ok:
+            error += f"; ROLLBACK FAILED: {rollback.error}"
+        return DeployOutcome(
+            False,
+            error,
+            log_tail,
+            time.monotonic() - start,
+            diff,
+            rolled_back=True,
+            health=health,
+            timings=timings,
+        )
+
+    async def _timed(self, timings: dict[str, float], step: str, entry: JournalEntry, awaitable: Any) -> Any:
+        self.journal.step(entry, step)
+        self._progress(step)
+        t0 = time.monotonic()
+        try:
+            return await awaitable
+        finally:
+            timings[step] = time.monotonic() - t0
+
+    async def _backup(self, text: str) -> None:
+        stamp = time.strftime("%Y%m%dT%H%M%S") + f"-{time.time_ns() % 10**6:06d}"
+        backups = f"{self.run_dir}/backups"
+        await self.transport.run(["mkdir", "-p", backups], check=True)
+        await self.transport.write_file_atomic(
+            f"{backups}/{PurePosixPath(self.remote_unit).name}.{stamp}", text
+        )
+        prune = f'ls -1t "$1" | tail -n +{KEEP_BACKUPS + 1} | while read -r f; do rm -f "$1/$f"; done'
+        await self.transport.run(["sh", "-c", prune, "sh", backups])
+
+    async def _restart(self) -> None:
+        self.journal.record(restart=True)
+        await self.manager.reload()
+        await self.manager.restart()
+
+    async def _wait(self) -> HealthResult:
+        return await wait_healthy(
+            self.target.endpoint,
+            timeout=self.target.health_timeout_s,
+            is_alive=self.manager.is_active,
+            on_progress=lambda elapsed, total, phase: self._progress(f"wait:{phase}", elapsed, total),
+        )
+
+    async def _log_tail(self, lines: int = 40) -> str:
+        try:
+            return await self.manager.logs(lines)
+        except (TransportError, ServiceError, OSError) as e:
+            return f"(could not read the service log: {e})"
+
+    async def commit(self) -> None:
+        """Keep the healthy candidate: it becomes known-good and the local unit file takes its text."""
+        entry = self.journal.read()
+        if entry is None or entry.step not in ("healthy", "commit"):
+            raise DeployError("nothing healthy to commit (deploy a candidate first)")
+        self.journal.step(entry, "commit")
+        await self._finish_commit()
+
+    async def _finish_commit(self) -> None:
+        from tools.restore import restore_known_good
+
+        if not await self.deadman.disarm():
+            await restore_known_good(self, self.journal.read(), fired=True)
+            raise DeployError(
+                "the dead-man's switch fired before the commit; the host runs the known-good config"
+            )
+        candidate = self.journal.candidate()
+        if candidate is None:
+            raise DeployError(f"the candidate copy {self.journal.candidate_path} is missing; cannot commit")
+        write_local_atomic(self.target.local_unit, candidate)
+        self.journal.set_known_good(candidate)
+        await self.transport.write_file_atomic(self.deadman.known_good_path, candidate)
+        self.journal.record(failure=False)
+        self.journal.close()
+
+    async def rollback(self) -> DeployOutcome:
+        """Restore known-good, restart, verify healthy; changes nothing when nothing is in flight."""
+        from tools.restore import restore_known_good
+
+        entry = self.journal.read()
+        if entry is None:
+            return DeployOutcome(ok=True, changed=False)
+        if entry.step == "commit":
+            await self._finish_commit()
+            return DeployOutcome(ok=True, changed=False, error="the change was already being committed")
+        self.journal.step(entry, "rollback")
+        self._progress("rollback")
+        return await restore_known_good(self, entry)
+
+    async def recover(self) -> str | None:
+        """Finish or undo an interrupted deploy; None when there was nothing to do."""
+        from tools.restore import recover
+
+        return await recover(self)
+
+    async def status(self) -> dict[str, Any]:
+        """Deployed flags, health, lock, journal state, known-good version (a JSON-able dict)."""
+        from tools.restore import status
+
+        await self.open()
+        return await status(self)

@@ -1,0 +1,137 @@
+"""Restoring known-good, recovering an interrupted deploy, and the target's status (for `deploy.py`)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+from tools.health import wait_healthy
+from tools.journal import JournalEntry, sha
+from tools.remote import TransportError
+from tools.service import ServiceError, ServiceManager
+from tools.unitfile import UnitFileError
+
+if TYPE_CHECKING:
+    from tools.deploy import Deployment, DeployOutcome
+
+__all__ = ["recover", "restore_known_good", "status"]
+
+_AFTER_RESTART = ("restart", "wait", "healthy")
+
+
+async def config_matches(manager: ServiceManager) -> bool | None:
+    """Whether the running server was started from its unit file as it is now (None: unknown)."""
+    check = getattr(manager, "config_matches", None)
+    return None if check is None else await check()
+
+
+async def _wait_while_firing(d: Deployment, limit_s: float = 120.0) -> None:
+    deadline = time.monotonic() + limit_s
+    while await d.deadman.is_firing() and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+
+
+async def restore_known_good(
+    d: Deployment, entry: JournalEntry | None, *, fired: bool = False
+) -> DeployOutcome:
+    """Put the known-good file back, restart if the server may run anything else, verify, close the journal."""
+    from tools.deploy import DeployOutcome
+
+    start = time.monotonic()
+    known_good = d.journal.known_good() or await d.known_good()
+    fired = fired or not await d.deadman.disarm()
+    await _wait_while_firing(d)
+    try:
+        remote = await d.transport.read_file(d.remote_unit)
+    except FileNotFoundError:
+        remote = None
+    changed_file = remote != known_good
+    if changed_file:
+        await d.transport.write_file_atomic(d.remote_unit, known_good)
+    steps = [*(entry.history if entry else []), entry.step if entry else ""]
+    restarted_with_candidate = any(s in _AFTER_RESTART for s in steps) and not fired
+    need_restart = (
+        restarted_with_candidate
+        or not await d.manager.is_active()
+        or await config_matches(d.manager) is False
+    )
+    if need_restart:
+        await d._restart()
+    elif changed_file:
+        await d.manager.reload()
+    health = await d._wait()
+    if not health.ok and not need_restart:
+        await d._restart()
+        health = await d._wait()
+    log_tail = "" if health.ok else await d._log_tail()
+    d.journal.close()
+    error = "" if health.ok else f"the known-good configuration is not healthy: {health.reason}"
+    return DeployOutcome(
+        health.ok, error, log_tail, time.monotonic() - start, changed=True, rolled_back=True, health=health
+    )
+
+
+async def recover(d: Deployment) -> str | None:
+    """Finish or undo an interrupted deploy, or restart a server whose config does not match its file."""
+    entry = d.journal.read()
+    if entry is None:
+        known_good = d.journal.known_good()
+        try:
+            remote = await d.transport.read_file(d.remote_unit)
+        except FileNotFoundError:
+            return None
+        if known_good is None or remote != known_good or await config_matches(d.manager) is not False:
+            return None
+        await d._restart()
+        health = await d._wait()
+        note = "" if health.ok else f", but it is not healthy: {health.reason}"
+        return f"the running server did not match its unit file; restarted it{note}"
+    if entry.step == "commit":
+        await d._finish_commit()
+        return f"completed the interrupted commit of {entry.id}"
+    outcome = await restore_known_good(d, entry)
+    note = "" if outcome.ok else f", but it is not healthy: {outcome.error}"
+    return f"restored the known-good configuration after an interrupted deploy ({entry.id}, at step {entry.step}){note}"
+
+
+async def status(d: Deployment) -> dict[str, Any]:
+    """What runs on the target, whether it is healthy, and optagent's own state for it."""
+    t = d.target
+    info: dict[str, Any] = {
+        "target": d.transport.description,
+        "service": t.service,
+        "service_manager": t.service_manager,
+        "remote_unit": d.remote_unit,
+        "local_unit": str(t.local_unit),
+        "endpoint": t.endpoint,
+    }
+    known_good = d.journal.known_good()
+    try:
+        remote = await d.transport.read_file(d.remote_unit)
+        info["deployed_flags"] = d.parse(remote).command.flags
+        info["deployed_sha"] = sha(remote)
+    except FileNotFoundError:
+        remote, info["deployed_flags"], info["deployed_sha"] = None, None, None
+    except UnitFileError as e:
+        info["deployed_flags"], info["deployed_sha"] = f"unparseable: {e}", sha(remote or "")
+    info["known_good_sha"] = sha(known_good) if known_good is not None else None
+    info["drift"] = known_good is not None and remote is not None and remote != known_good
+    try:
+        info["active"] = await d.manager.is_active()
+        info["config_matches_file"] = await config_matches(d.manager)
+    except (TransportError, ServiceError) as e:
+        info["active"], info["config_matches_file"] = None, f"unknown: {e}"
+    health = await wait_healthy(t.endpoint, timeout=3.0, request_timeout=3.0)
+    info["health"] = {"ok": health.ok, "reason": health.reason, "seconds": round(health.seconds, 3)}
+    holder = await d.lock.holder()
+    info["lock"] = holder.describe() if holder else None
+    entry = d.journal.read()
+    info["journal"] = {"id": entry.id, "step": entry.step, "reason": entry.reason} if entry else None
+    info["deadman"] = (
+        "armed" if await d.deadman.is_armed() else "fired" if await d.deadman.fired() else "disarmed"
+    )
+    counters, now = d.journal.counters(), time.time()
+    info["restarts_last_minute"] = len([x for x in counters["restarts"] if now - x < 60])
+    info["consecutive_failures"] = len(counters["failures"])
+    return info
