@@ -159,12 +159,20 @@ def _grep_rg(
     argv += ["--fixed-strings"] if fixed else []
     argv += ["--ignore-case"] if ignore_case else []
     argv += ["--glob", glob] if glob else []
-    argv += ["--regexp", pattern]
+    # An explicit path and a closed stdin: with a piped stdin and no path, rg searches stdin instead.
+    argv += ["--regexp", pattern, "."]
     result = SearchResult(engine="rg")
-    with subprocess.Popen(argv, cwd=tree.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+    popen_kw = {
+        "cwd": tree.root,
+        "stdin": subprocess.DEVNULL,
+        "stdout": subprocess.PIPE,
+        "stderr": subprocess.PIPE,
+    }
+    with subprocess.Popen(argv, **popen_kw) as proc:
         assert proc.stdout is not None
         for raw in proc.stdout:
             path, _, rest = raw.rstrip(b"\n").partition(b"\0")
+            path = path.removeprefix(b"./")
             number, _, text = rest.partition(b":")
             if len(result.matches) == limit:
                 result.truncated = True
