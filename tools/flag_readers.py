@@ -11,6 +11,7 @@ the rest are `use` readers. A flag with no effective reader outside config code 
 from __future__ import annotations
 
 import ast
+import bisect
 import re
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
@@ -63,12 +64,72 @@ class FlagReport:
         return asdict(self)
 
 
-@lru_cache(maxsize=512)
-def _parsed(path: Path, mtime: float) -> tuple[ast.Module, dict[ast.AST, ast.AST], list[str]]:
-    text = path.read_text(errors="replace")
-    module = ast.parse(text, filename=str(path))
-    parents = {child: node for node in ast.walk(module) for child in ast.iter_child_nodes(node)}
-    return module, parents, text.split("\n")
+_BLOCK_START = re.compile(r"^(?!(?:else|elif|except|finally)\b)[A-Za-z_@]")
+
+
+@lru_cache(maxsize=64)
+def _source(path: Path, mtime: float) -> tuple[list[str], tuple[int, ...]]:
+    """The file's lines and the 1-based first lines of its top-level blocks (decorators included)."""
+    lines = path.read_text(errors="replace").split("\n")
+    starts, in_string, prev_decorator = [], False, False
+    for number, line in enumerate(lines, start=1):
+        if not in_string and _BLOCK_START.match(line) and not prev_decorator:
+            starts.append(number)
+        if not in_string:
+            prev_decorator = line.startswith("@")
+        if (line.count('"""') + line.count("'''")) % 2:
+            in_string = not in_string
+    return lines, tuple(starts)
+
+
+@lru_cache(maxsize=4096)
+def _parsed_block(path: Path, mtime: float, start: int, end: int) -> ast.Module:
+    """One top-level block parsed alone (line numbers kept); the whole file when it does not parse."""
+    lines, _ = _source(path, mtime)
+    try:
+        return ast.parse("\n" * (start - 1) + "\n".join(lines[start - 1 : end]), filename=str(path))
+    except SyntaxError:
+        return ast.parse("\n".join(lines), filename=str(path))
+
+
+def _parsed(path: Path, hit_lines: list[int]) -> tuple[list[ast.Module], list[str]]:
+    """The top-level blocks of `path` that contain a hit line, parsed (whole file if the split fails)."""
+    mtime = path.stat().st_mtime
+    lines, starts = _source(path, mtime)
+    blocks = {}
+    for hit in hit_lines:
+        i = bisect.bisect_right(starts, hit) - 1
+        start = starts[i] if i >= 0 else 1
+        end = starts[i + 1] - 1 if i + 1 < len(starts) else len(lines)
+        blocks[(start, end)] = None
+    return [_parsed_block(path, mtime, a, b) for a, b in blocks], lines
+
+
+def _reads(module: ast.Module, dest: str, lines: list[int]) -> list[tuple[ast.AST, dict[ast.AST, ast.AST]]]:
+    """Reads of `dest`, each with the parent links of its ancestors; only subtrees that span a line
+    where the name occurs (from the text search) are visited, which keeps big files cheap."""
+    found: list[tuple[ast.AST, dict[ast.AST, ast.AST]]] = []
+
+    def spans_hit(node: ast.AST) -> bool:
+        start = getattr(node, "lineno", None)
+        if start is None:
+            return True
+        i = bisect.bisect_left(lines, start)
+        return i < len(lines) and lines[i] <= (node.end_lineno or start)
+
+    def visit(node: ast.AST, stack: list[ast.AST]) -> None:
+        for child in ast.iter_child_nodes(node):
+            if not spans_hit(child):
+                continue
+            path = [*stack, node]
+            if _is_read(child, dest):
+                parents = {path[i + 1]: path[i] for i in range(len(path) - 1)}
+                parents[child] = node
+                found.append((child, parents))
+            visit(child, path)
+
+    visit(module, [])
+    return found
 
 
 def _is_read(node: ast.AST, dest: str) -> bool:
@@ -188,21 +249,29 @@ def find_readers(tree: SourceTree, dest: str) -> list[Reader]:
     if not dest.isidentifier():
         raise ValueError(f"not a flag dest: {dest!r}")
     hits = grep(tree, rf"\b{dest}\b", glob="*.py", max_results=100_000)
+    by_file: dict[str, list[int]] = {}
+    for m in hits.matches:
+        by_file.setdefault(m.path, []).append(m.line)
     readers: list[Reader] = []
-    for rel in dict.fromkeys(m.path for m in hits.matches):
+    for rel, lines in by_file.items():
         path = tree.root / rel
         try:
-            module, parents, lines = _parsed(path, path.stat().st_mtime)
+            modules, text = _parsed(path, lines)
         except SyntaxError:
             continue
         kind = "config" if any(p in rel for p in _CONFIG_PATHS) else "use"
-        for node in ast.walk(module):
-            if not _is_read(node, dest) or _in_add_argument(node, parents):
+        found = [read for module in modules for read in _reads(module, dest, sorted(lines))]
+        seen: set[tuple[int, int]] = set()  # blocks that fell back to the whole file overlap
+        for node, parents in found:
+            if (node.lineno, node.col_offset) in seen:
+                continue
+            seen.add((node.lineno, node.col_offset))
+            if _in_add_argument(node, parents):
                 continue
             guards, function, statement = _guards(node, parents)
             effect, inert = _effect(node, statement, parents, dest)
             readers.append(
-                Reader(rel, node.lineno, lines[node.lineno - 1], guards, kind, function, effect, inert)
+                Reader(rel, node.lineno, text[node.lineno - 1], guards, kind, function, effect, inert)
             )
     readers.sort(key=lambda r: (r.path, r.line))
     return readers
