@@ -39,7 +39,8 @@ class DeploymentContext:
             if isinstance(v, _SCALARS):
                 facts[f"server.{k}"] = v
         for k, v in self.unit_flags.items():
-            facts["flag." + k.lstrip("-").replace("-", "_")] = _number(v)
+            # a boolean flag (no value) that is present is True; an absent one is missing
+            facts["flag." + k.lstrip("-").replace("-", "_")] = True if v is None else _number(v)
         for k, v in _as_dict(self.model).items():
             if isinstance(v, _SCALARS) or (
                 isinstance(v, list | tuple) and all(isinstance(x, str) for x in v)

@@ -122,6 +122,8 @@ async def trial(
                 "error": f"research called {ch.flag} {v.verdict}: {v.summary} Not deployed. "
                 "Pass override_reason to deploy it anyway (recorded)."
             }
+    from tools.deploy import DeployError
+
     if deps.runner is None:
         what = ", ".join(c.describe() for c in changes)
         deps.ui.note(f"dry run: would trial {what}")
@@ -133,6 +135,9 @@ async def trial(
         except BudgetExhausted as e:
             deps.ui.note(f"budget: {e}")
             return {"error": f"budget exhausted: {e}", "budget_exhausted": True}
+        except DeployError as e:  # restart storm guard, drift: no more trials in this session
+            deps.ui.note(f"[red]deployment stopped trials:[/] {e}")
+            return {"error": f"deployment refused: {e}", "budget_exhausted": True}
     style = "green" if record.decision == "kept" else "yellow"
     deps.ui.console.print(f"[{style}]{record.headline()}[/]", highlight=False)
     return trial_result(deps, record)

@@ -127,6 +127,8 @@ def evaluate(
             status, note = "not-in-version", f"{flag} is not a flag of this SGLang version"
         elif lever.action == "set" and current != "<unset>" and (value is None or str(current) == value):
             status, note = "already-set", f"{flag} is already set to {current!r}"
+        elif lever.action == "unset" and current == "<unset>":
+            status, note = "already-set", f"{flag} is not set; nothing to remove"
         elif any(r.outcome == "pass" for r in conflicts):
             status = "incompatible"
             note = "; ".join(r.describe() for r in conflicts if r.outcome == "pass")

@@ -77,14 +77,13 @@ def _sweep_summary(sweep: Any) -> dict[str, Any]:
 
 async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
     """The whole run against `config`'s target; returns how it ended (raises `SessionError` early)."""
-    from tools.deploy import Deployment
-
     from agent.context import gather_context
     from agent.models import make_models
     from agent.planner import PlannerDeps, build_planner
     from agent.playbook import evaluate, load_playbook
     from agent.researcher import build_researcher
     from tools.bench.stats import objective_from_goal
+    from tools.deploy import Deployment
     from tools.remote import make_transport
 
     started = time.monotonic()
@@ -94,7 +93,7 @@ async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
     ui.step("preflight")
     transport = make_transport(target)
     try:
-        async with Deployment(target) as deployment:
+        async with Deployment(target, on_progress=ui.deploy_progress) as deployment:
             await _preflight(ui, deployment, target)
             ui.step("context")
             ctx = await gather_context(

@@ -191,7 +191,7 @@ class TrialRunner:
 
     async def _rollback(self, record: TrialRecord) -> None:
         outcome = await self.deployment.rollback()
-        if getattr(outcome, "seconds", 0) or getattr(outcome, "diff", ""):
+        if outcome.changed:
             record.restarts += 1
             self.restarts += 1
 
@@ -209,8 +209,9 @@ class TrialRunner:
             record.deploy_error, record.log_tail = outcome.error, outcome.log_tail
             record.why = f"failed to start: {outcome.error}"
             # deploy() restored the known-good configuration itself, with one more restart.
-            record.restarts += 1
-            self.restarts += 1
+            if outcome.rolled_back:
+                record.restarts += 1
+                self.restarts += 1
             return
         record.deployed = True
         probe = await run_probe(self.endpoint)

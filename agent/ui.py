@@ -29,6 +29,8 @@ class RunUI:
 
     console: Console
     transcript: Any = None
+    _wait_bar: Any = None
+    _wait_task: Any = None
 
     def record(self, kind: str, data: Any, *, msg: int | None = None) -> None:
         """Write an event to the transcript (never raises)."""
@@ -41,6 +43,7 @@ class RunUI:
 
     def note(self, text: str, *, record: bool = True) -> None:
         """A line of information, also recorded as a `note` event."""
+        self.stop_wait()
         self.console.print(text, highlight=False)
         if record:
             self.record("note", {"text": text})
@@ -60,9 +63,37 @@ class RunUI:
             self.console.print(f"    check {c.condition} vs {c.fact}: {c.outcome}", highlight=False)
         self.record("verdict", v.model_dump(mode="json"), msg=msg)
 
+    def deploy_progress(self, phase: str, elapsed: float = 0.0, total: float | None = None) -> None:
+        """`Deployment(on_progress=...)`: a bar while waiting for the restarted server, a line per step."""
+        if phase.startswith("wait"):
+            if self._wait_bar is None:
+                self._wait_bar = Progress(
+                    TextColumn("waiting for the server ({task.fields[phase]})"),
+                    BarColumn(),
+                    TimeElapsedColumn(),
+                    console=self.console,
+                    transient=True,
+                )
+                self._wait_task = self._wait_bar.add_task("wait", total=total, phase=phase)
+                self._wait_bar.start()
+            self._wait_bar.update(
+                self._wait_task, completed=elapsed, total=total, phase=phase.partition(":")[2]
+            )
+            return
+        self.stop_wait()
+        if phase in ("restart", "rollback", "upload"):
+            self.console.print(f"  [dim]deploy: {phase}[/]", highlight=False)
+
+    def stop_wait(self) -> None:
+        """End the restart-wait bar (only one live display may run at a time)."""
+        if self._wait_bar is not None:
+            self._wait_bar.stop()
+            self._wait_bar = None
+
     @contextlib.contextmanager
     def progress(self, label: str) -> Iterator[Any]:
         """A progress bar for a benchmark; yields a callback for `run_repeated(on_progress=...)`."""
+        self.stop_wait()
         bar = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
