@@ -2,11 +2,99 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, TypeVar
 
 import typer
 
-from agent.cli.common import ConfigOption, fail
+from agent.cli.common import ConfigOption, console, fail, get_config, normalize_flag
+from tools.config import Config
+
+T = TypeVar("T")
+
+
+def _config(path: Path | None) -> Config:
+    """The config; the simulated deployment is laid out and started on demand."""
+    cfg = get_config(path)
+    if cfg.simulated:
+        from sim import host
+
+        try:
+            cfg = host.ensure_up(Path(cfg.target.remote_unit).parent)
+        except host.SimHostError as e:
+            fail(f"cannot start the simulated deployment: {e}")
+    return cfg
+
+
+def _run(coro: Awaitable[T]) -> T:
+    """Run a coroutine; turn the deploy layer's errors into a clear message and exit status 1."""
+    from tools.deploy import DeployError
+    from tools.lock import LockedError
+    from tools.remote import TransportError
+    from tools.service import ServiceError
+
+    try:
+        return asyncio.run(coro)  # type: ignore[arg-type]
+    except (DeployError, LockedError, TransportError, ServiceError) as e:
+        fail(str(e))
+
+
+def _edits(set_: list[str], unset: list[str]) -> list[tuple[str, str, str | None]]:
+    edits: list[tuple[str, str, str | None]] = []
+    for item in set_:
+        name, eq, value = item.lstrip("-").partition("=")
+        edits.append(("set", normalize_flag(name), value if eq else None))
+    edits += [("unset", normalize_flag(flag), None) for flag in unset]
+    if not edits:
+        fail("nothing to change: give --set FLAG[=VALUE] or --unset FLAG", code=2)
+    return edits
+
+
+def _apply(text: str, kind: str, edits: list[tuple[str, str, str | None]]) -> str:
+    """The candidate text; a bad flag or value exits with status 2 before anything reaches the host."""
+    from tools.unitfile import UnitFile, UnitFileError
+
+    try:
+        unit = UnitFile.parse(text, kind=kind)  # type: ignore[arg-type]
+        for op, flag, value in edits:
+            unit = unit.set_flag(flag, value) if op == "set" else unit.unset_flag(flag)
+    except UnitFileError as e:
+        fail(str(e), code=2)
+    return unit.render()
+
+
+@contextmanager
+def _progress_bar():  # type: ignore[no-untyped-def]
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console, transient=True
+    ) as progress:
+        task = progress.add_task("deploy", total=None)
+
+        def update(phase: str, elapsed: float, total: float | None) -> None:
+            labels = {"wait:health": "waiting for /health", "wait:generate": "generating one token"}
+            progress.update(task, description=labels.get(phase, phase), completed=elapsed, total=total)
+
+        yield update
+
+
+def _print_outcome(outcome: Any, what: str) -> None:
+    if outcome.ok:
+        health = f" (healthy after {outcome.health.seconds:.1f}s)" if outcome.health else ""
+        console.print(f"[green]{what}[/] in {outcome.seconds:.1f}s{health}")
+        return
+    console.print(f"[red]{what} failed:[/] {outcome.error}", highlight=False)
+    if outcome.rolled_back:
+        console.print("the known-good configuration was restored")
+    if outcome.log_tail:
+        console.print("[bold]last log lines:[/]")
+        console.print(outcome.log_tail, markup=False, highlight=False)
 
 
 def deploy(
@@ -17,19 +105,132 @@ def deploy(
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
 ) -> None:
     """Change server flags: edit, upload, restart, wait healthy, or roll back."""
-    fail("not implemented yet")
+    from tools.deploy import Deployment
+    from tools.unitfile import unified_diff
+
+    edits = _edits(set_, unset)
+    cfg = _config(config)
+    target = cfg.target
+    kind = "script" if target.remote_unit.endswith(".sh") else "systemd"
+
+    if dry_run:  # read-only: no lock, no recovery, no writes anywhere
+        from tools.journal import Journal
+
+        async def read_known_good() -> str:
+            recorded = Journal(target.state_dir).known_good()
+            if recorded is not None:
+                return recorded
+            if target.local_unit.exists():
+                return target.local_unit.read_text()
+            d = Deployment(target)
+            try:
+                return await d.transport.read_file(target.remote_unit)
+            finally:
+                await d.transport.close()
+
+        current = _run(read_known_good())
+        console.print(unified_diff(current, _apply(current, kind, edits), name=Path(target.remote_unit).name))
+        console.print("[dim]dry run: nothing was changed[/]")
+        return
+
+    async def go() -> Any:
+        with _progress_bar() as update:
+            async with Deployment(target, on_progress=update, command="optagent deploy") as d:
+                if d.recovered:
+                    console.print(f"[yellow]recovered:[/] {d.recovered}")
+                current = await d.known_good()
+                candidate = _apply(current, kind, edits)
+                console.print(
+                    unified_diff(current, candidate, name=Path(d.remote_unit).name), highlight=False
+                )
+                if candidate == current:
+                    console.print("nothing to change")
+                    return None
+                if not yes and not (sys.stdin.isatty() and typer.confirm("Deploy this change?")):
+                    fail("not confirmed (use --yes to deploy without asking)", code=1)
+                outcome = await d.deploy(candidate, reason="optagent deploy " + " ".join(set_ + unset))
+                if outcome.ok:
+                    await d.commit()
+                return outcome
+
+    outcome = _run(go())
+    if outcome is not None:
+        _print_outcome(outcome, "deployed and committed" if outcome.ok else "deploy")
+        if not outcome.ok:
+            raise typer.Exit(1)
+
+
+def _session(cfg: Config, body: Callable[[Any], Awaitable[T]], *, command: str) -> T:
+    from tools.deploy import Deployment
+
+    async def go() -> T:
+        async with Deployment(cfg.target, command=command) as d:
+            if d.recovered:
+                console.print(f"[yellow]recovered:[/] {d.recovered}")
+            return await body(d)
+
+    return _run(go())
 
 
 def rollback(config: Path | None = ConfigOption) -> None:
     """Restore the known-good configuration."""
-    fail("not implemented yet")
+
+    async def body(d: Any) -> Any:
+        return await d.rollback()
+
+    outcome = _session(_config(config), body, command="optagent rollback")
+    if not outcome.changed:
+        console.print("nothing in flight: the host already runs the known-good configuration")
+        return
+    _print_outcome(outcome, "rolled back")
+    if not outcome.ok:
+        raise typer.Exit(1)
 
 
-def status(config: Path | None = ConfigOption) -> None:
+def status(
+    config: Path | None = ConfigOption,
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
     """Show deployed flags, health, lock, journal state and known-good version."""
-    fail("not implemented yet")
+    from tools.deploy import Deployment
+    from tools.lock import LockedError
+
+    cfg = get_config(config)
+
+    async def go() -> dict[str, Any]:
+        try:
+            async with Deployment(cfg.target, command="optagent status") as d:
+                info = await d.status()
+                info["recovered"] = d.recovered
+                return info
+        except LockedError:  # someone else is deploying: look without touching
+            d = Deployment(cfg.target)
+            try:
+                return await d.status()
+            finally:
+                await d.transport.close()
+
+    info = _run(go())
+    if as_json:
+        print(json.dumps(info, indent=2, default=str))
+        return
+    from rich.table import Table
+
+    table = Table(show_header=False, box=None)
+    for key, value in info.items():
+        if key == "deployed_flags" and isinstance(value, dict):
+            value = "\n".join(f"{k} {v}" if v is not None else k for k, v in value.items())
+        elif key == "health":
+            value = "healthy" if value["ok"] else f"NOT healthy: {value['reason']}"
+        table.add_row(key.replace("_", " "), "-" if value is None else str(value))
+    console.print(table)
 
 
 def recover(config: Path | None = ConfigOption) -> None:
     """Finish or undo an interrupted deploy."""
-    fail("not implemented yet")
+
+    async def body(d: Any) -> str | None:
+        return d.recovered
+
+    if _session(get_config(config), body, command="optagent recover") is None:
+        console.print("nothing to recover")
