@@ -128,6 +128,7 @@ def test_detect_version_from_the_server_then_from_the_host(tmp_path, monkeypatch
         assert asyncio.run(detect_version(endpoint)) == "0.5.23"
     finally:
         server.shutdown()
+        server.server_close()  # the port now refuses connections
 
     # Server down: the host's Python is asked (a real interpreter with an `sglang` on its path).
     pkg = tmp_path / "site" / "sglang"
