@@ -47,7 +47,7 @@ def answer(prompt: str, n: int, mode: str = "normal") -> list[str]:
     seed = zlib.crc32(prompt.encode())
     words = [" " + WORDS[(seed + i * 7 + i * i) % len(WORDS)] for i in range(n)]
     if mode == "drift":
-        words = words[:10] + [" omega"] * (n - 10) if n > 10 else words
+        words = words[:10] + [" omega" + WORDS[(seed + i * i + 5 * i) % len(WORDS)] for i in range(n - 10)]
     elif mode == "repeat":
         words = [" the"] * n
     elif mode == "empty":

@@ -1,0 +1,67 @@
+"""The correctness probe: identical / drifting / broken, with the first differing position."""
+
+from __future__ import annotations
+
+import asyncio
+
+from tests.test_bench_sse_server import Behaviour, SSEServer
+from tools.bench.probe import ProbeOutput, ProbeResult, compare_probe, degenerate, probe_prompts, run_probe
+
+
+def probe(mode: str = "normal", **kw) -> ProbeResult:
+    with SSEServer(Behaviour(probe_mode=mode, **kw)) as srv:
+        return asyncio.run(run_probe(srv.endpoint, max_tokens=24))
+
+
+def test_shipped_prompts_are_sent_and_stored(tmp_path):
+    ref = probe()
+    assert [o.id for o in ref.outputs] == [p["id"] for p in probe_prompts()] and len(ref.outputs) >= 6
+    assert all(o.error is None and len(o.text.split()) == 24 for o in ref.outputs)
+    ref.save(tmp_path / "ref.json")
+    again = ProbeResult.load(tmp_path / "ref.json")
+    verdict = compare_probe(again, probe())
+    assert verdict.status == "identical" and verdict.first_diff is None
+
+
+def test_drift_reports_first_differing_word():
+    verdict = compare_probe(probe(), probe("drift"))
+    assert verdict.status == "drifting"
+    assert verdict.first_diff.word == 10 and verdict.first_diff.candidate.startswith("omega")
+    assert "at word 10" in verdict.summary
+
+
+def test_broken_outputs():
+    ref = probe()
+    assert compare_probe(ref, probe("repeat")).status == "broken"
+    assert compare_probe(ref, probe("empty")).first_diff.reason == "empty answer"
+    failed = compare_probe(ref, probe(status=500))
+    assert failed.status == "broken" and "HTTP 500" in failed.first_diff.reason
+
+
+def test_degenerate_detection():
+    assert degenerate("the cat sat on the mat and then it went home to sleep") is None
+    assert degenerate(" a b a b a b a b a b a b a b a b") == "repeats a 2-word cycle"
+    assert degenerate(" #@ %& ?! \ufffd") == "garbage characters"
+    ref = ProbeResult(
+        endpoint="x", api="completions", max_tokens=4, outputs=[ProbeOutput(id="a", text=" x y")]
+    )
+    nothing = ProbeResult(
+        endpoint="x", api="completions", max_tokens=4, outputs=[ProbeOutput(id="a", error="e")]
+    )
+    assert compare_probe(nothing, ref).status == "broken"  # a reference without answers proves nothing
+
+
+def test_probe_against_simulator_lossy_flags(sim_server):
+    results = {}
+    for name, flags in {
+        "base": [],
+        "fp8kv": ["--kv-cache-dtype", "fp8_e4m3"],
+        "fp16": ["--dtype", "half"],
+    }.items():
+        server = sim_server("seed", flags)
+        results[name] = asyncio.run(run_probe(server.endpoint, max_tokens=40))
+        server.stop()
+    assert compare_probe(results["base"], results["base"]).status == "identical"
+    drift = compare_probe(results["base"], results["fp8kv"])
+    assert drift.status == "drifting" and drift.first_diff.word >= 6
+    assert compare_probe(results["base"], results["fp16"]).status == "broken"
