@@ -2,7 +2,8 @@
 
 Selection of what is simulated (never a launch flag, so it cannot collide with SGLang's):
 `OPTAGENT_SIM_SCENARIO` (a bundled name or a scenario file, default `seed`),
-`OPTAGENT_SIM_TIME_SCALE` (wall seconds per simulated second, default the scenario's) and
+`OPTAGENT_SIM_TIME_SCALE` (wall seconds per simulated second, default the scenario's),
+`OPTAGENT_SIM_STARTUP_S` (simulated startup seconds, default the scenario's) and
 `OPTAGENT_SIM_SEED` (fixes the run-to-run noise; default random, like a real restart).
 """
 
@@ -51,6 +52,11 @@ def launch(argv: list[str]) -> int:
     try:
         scenario = load_scenario(os.environ.get("OPTAGENT_SIM_SCENARIO") or "seed")
         scale = _env_float("OPTAGENT_SIM_TIME_SCALE") or scenario.timing.time_scale
+        startup = _env_float("OPTAGENT_SIM_STARTUP_S")
+        if startup is not None:
+            scenario = scenario.model_copy(
+                update={"timing": scenario.timing.model_copy(update={"startup_s": startup})}
+            )
         seed_env = os.environ.get("OPTAGENT_SIM_SEED")
         seed = int(seed_env) if seed_env else None
     except (ScenarioError, ValueError) as e:
