@@ -222,7 +222,7 @@ class ChatSession:
                 self.deps.todo.render() if self.deps.todo.items else "(the todo list is empty)"
             )
         elif name == "/status":
-            self.console.print("\n".join(await status_lines(self.deps)), highlight=False)
+            self.console.print("\n".join(await status_lines(self.deps)), highlight=False, markup=False)
         elif name == "/bench":
             self.console.print(await self.interruptible(bench_now(self.deps)), highlight=False)
         elif name == "/rollback":
@@ -278,6 +278,14 @@ def add_chat_tools(planner: Any) -> None:
         return await chat_tools.undo_last_kept(ctx.deps)
 
 
+def _needs_approval(ctx: Any, tool_def: Any, args: dict[str, Any]) -> bool:
+    """Target-changing calls need approval, except an undo with nothing to undo (it changes nothing)."""
+    if tool_def.name == "undo_last_kept":
+        runner = getattr(ctx.deps, "runner", None)
+        return runner is not None and runner.best is not None
+    return tool_def.name in CHANGING_TOOLS
+
+
 def ApprovalGate() -> Any:  # noqa: N802 - a capability instance, named like the class it builds
     """A capability that makes every target-changing tool call approval-required."""
     from pydantic_ai.capabilities.abstract import AbstractCapability
@@ -285,8 +293,6 @@ def ApprovalGate() -> Any:  # noqa: N802 - a capability instance, named like the
 
     class _Gate(AbstractCapability):
         def get_wrapper_toolset(self, toolset: Any) -> Any:
-            return ApprovalRequiredToolset(
-                toolset, approval_required_func=lambda ctx, td, args: td.name in CHANGING_TOOLS
-            )
+            return ApprovalRequiredToolset(toolset, approval_required_func=_needs_approval)
 
     return _Gate()

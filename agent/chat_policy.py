@@ -147,7 +147,7 @@ def chat_policy(messages: list[Any], info: Any) -> Any:
         if re.search(r"\b(anyway|force)\b", low):
             args["override_reason"] = f"the user asked for it in chat: {text}"
         researched = change["flag"] in _researched(messages)
-        if not researched and "research_flag" not in done and change["action"] == "set":
+        if not researched and "research_flag" not in done:
             return call("research_flag", {"flag": change["flag"]})
         trials = [c for n, c, _ in returns if n == "run_trial"]
         if not trials:

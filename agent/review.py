@@ -190,13 +190,32 @@ def verdict_record(data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def deployed_trial(loaded: LoadedTranscript, trials: list[TrialRecord]) -> TrialRecord | None:
+    """The trial whose configuration is deployed at the end: the last kept one, unless a chat undo
+    (a `deploy` event with `action: undo`) went back to an earlier one or to the baseline."""
+    by_number = {t.number: t for t in trials}
+    current: TrialRecord | None = None
+    numbered = iter(trials)
+    for e in loaded.events:
+        data = e.get("data") or {}
+        if e.get("kind") == "trial":
+            t = next(numbered, None)
+            if t is not None and t.decision == "kept":
+                current = t
+        elif e.get("kind") == "deploy" and data.get("action") == "undo" and data.get("ok"):
+            now = str(data.get("now", "baseline"))
+            current = by_number.get(int(now.split()[-1])) if now.startswith("trial ") else None
+    return current
+
+
 def build_review(loaded: LoadedTranscript) -> Review:
     """Extract the review of one loaded transcript."""
     header = loaded.header or {}
     context: dict[str, Any] = {}
     for e in loaded.events_of("context"):
         context.update(e.get("data") or {})
-    baseline_sweeps = [s for e in loaded.events_of("baseline") for s in find_sweeps(e.get("data"))]
+    # A resumed session measures a new baseline; the first one is what the session started from.
+    baseline_sweeps = next((find_sweeps(e.get("data")) for e in loaded.events_of("baseline")), [])
     baseline_tp = level_means(baseline_sweeps)
     todo_states = []
     for e in loaded.events_of("todo"):
@@ -211,11 +230,12 @@ def build_review(loaded: LoadedTranscript) -> Review:
     final: dict[int, float | None] = {}
     for e in loaded.events_of("final"):
         final = levels_of(e.get("data")) or final
-    if not final:
-        kept_trials = [t for t in trials if t.decision == "kept"]
-        final = kept_trials[-1].candidate if kept_trials else {}
-        if not kept and kept_trials:
-            kept = [kept_trials[-1].change]
+    deployed = deployed_trial(loaded, trials)
+    undone = any((e.get("data") or {}).get("action") == "undo" for e in loaded.events_of("deploy"))
+    if undone or (not kept and deployed is not None):
+        kept = [deployed.change] if deployed is not None else []
+    if not final and deployed is not None:
+        final = deployed.candidate
     ended_unchanged = loaded.end is not None and not kept
     levels = sorted(set(baseline_tp) | set(final))
     gain = {

@@ -26,6 +26,10 @@ def chat(
     from agent.ui import RunUI
 
     cfg = get_config(config)
+    if cfg.simulated and config is None:
+        from agent.cli.run import _sim_config  # the simulated deployment, started if needed
+
+        cfg = _sim_config(config)
     try:
         name, url = choose_model(model, base_url, configured=cfg.agent.model)
     except ModelChoiceError as e:

@@ -1,0 +1,154 @@
+"""`optagent chat` and `optagent run` end to end against the simulated deployment (real processes,
+real HTTP, the builtin model), then every `transcripts` subcommand on what they saved."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.sim import free_port
+
+CLI = "import sys; from agent.cli.main import app; app(sys.argv[1:])"
+
+
+def _toml(name: str, data: dict) -> str:
+    return "\n".join([f"[{name}]"] + [f"{k} = {json.dumps(v)}" for k, v in data.items() if v is not None])
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory: pytest.TempPathFactory):
+    """A simulated seed host whose baseline runs without CUDA graphs (so removing
+    `--disable-cuda-graph` is a large, measurable gain), and an optagent.toml for it."""
+    from sim import host
+    from tools.unitfile import UnitFile
+
+    d = tmp_path_factory.mktemp("chat-e2e")
+    cfg = host.create(d / "sim", scenario="seed", port=free_port(), time_scale=0.03)
+    for unit in (d / "sim" / "sglang.service", d / "sim" / "local" / "sglang.service"):
+        unit.write_text(UnitFile.load(unit).set_flag("--disable-cuda-graph").render())
+    host.ensure_up(d / "sim")
+    bench = {
+        "concurrency": [1, 2],
+        "input_len": 256,
+        "output_len": 64,
+        "prompts_per_level": 12,
+        "warmup": 1,
+        "reps": 3,
+    }
+    agent = {"transcripts_dir": str(d / "transcripts"), "max_trials": 4}
+    target = cfg.target.model_dump(mode="json")
+    text = "simulated = true\n" + "\n\n".join(
+        [_toml("target", target), _toml("bench", bench), _toml("agent", agent)]
+    )
+    (d / "optagent.toml").write_text(text + "\n")
+    yield d
+    host.down(d / "sim")
+
+
+def _optagent(d: Path, *args: str, stdin: str = "", timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", CLI, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        cwd=d,
+        timeout=timeout,
+        env={**__import__("os").environ, "COLUMNS": "200"},
+    )
+
+
+def _transcripts(d: Path) -> list[dict]:
+    out = _optagent(d, "transcripts", "list", "--dir", str(d / "transcripts"), "--json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_chat_research_keep_rollback_then_resume(deployment: Path) -> None:
+    from agent.transcript import load_transcript
+
+    d = deployment
+    script = (
+        "research --disable-cuda-graph\nunset --disable-cuda-graph\ny\n/status\nroll back\ny\n/bench\n/exit\n"
+    )
+    out = _optagent(d, "chat", "--config", "optagent.toml", stdin=script)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    log = out.stdout
+    assert "you> research --disable-cuda-graph" in log
+    assert "-    --disable-cuda-graph" in log.replace(" \\", "")  # the diff shown before approval
+    assert "trial 1" in log and ": kept" in log, log[-3000:]
+    assert "deployed: trial 1" in log and "health: ok" in log
+    assert "rolled back trial 1 (unset --disable-cuda-graph); deployed now: baseline" in log
+    assert "benchmark of the deployed configuration: c1:" in log
+    assert "--disable-cuda-graph" in (d / "sim" / "sglang.service").read_text()  # back on the baseline
+
+    [session] = _transcripts(d)
+    assert session["kind"] == "chat" and session["status"] == "exit" and session["kept"] == []
+    loaded = load_transcript(Path(session["path"]))
+    assert [a["data"]["approved"] for a in loaded.events_of("approval")] == [True, True]
+    assert loaded.events_of("approval")[0]["data"]["diff"].count("--disable-cuda-graph") == 1
+    [trial] = loaded.events_of("trial")
+    assert trial["data"]["decision"] == "kept" and trial["data"]["changes"][0]["action"] == "unset"
+    undo = [e for e in loaded.events_of("deploy") if e["data"].get("action") == "undo"]
+    assert undo and undo[0]["data"]["ok"] and undo[0]["data"]["now"] == "baseline"
+
+    out = _optagent(
+        d, "chat", "--config", "optagent.toml", "--resume", session["id"][:-1], stdin="status\n/exit\n"
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "1 research verdicts restored" in out.stdout and "1 earlier trials" in out.stdout
+    assert '"deployed_best": "baseline"' in out.stdout.replace("\n", "")
+    loaded = load_transcript(Path(session["path"]))
+    assert loaded.error is None and any(e["data"].get("resumed") for e in loaded.events_of("note"))
+    history = loaded.model_messages()
+    assert history[0].parts[-1].content == "research --disable-cuda-graph"
+    assert max(m["msg"] for m in loaded.messages) == len(loaded.messages)  # numbering continued
+
+
+def test_transcripts_commands_on_a_real_run(deployment: Path, tmp_path: Path) -> None:
+    d = deployment
+    before = {s["id"] for s in _transcripts(d)}
+    out = _optagent(d, "run", "--config", "optagent.toml", "--yes", "--max-trials", "1", timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    [run] = [s for s in _transcripts(d) if s["id"] not in before]
+    assert run["kind"] == "run" and run["messages"] > 5
+    tdir = str(d / "transcripts")
+
+    shown = _optagent(d, "transcripts", "show", run["id"], "--dir", tdir)
+    assert shown.returncode == 0 and "[msg 1] planner · user" in shown.stdout
+    assert "    [msg" in shown.stdout and "researcher:--" in shown.stdout  # subagents indented
+    assert "● todo list" in shown.stdout and "● trial" in shown.stdout
+
+    review = _optagent(d, "transcripts", "review", run["id"], "--dir", tdir, "--markdown")
+    assert review.returncode == 0
+    for needle in (
+        "- SGLang version: 0.5.23",
+        "RTX PRO 6000",
+        "## Research verdicts",
+        "### Trial 1:",
+        "## Final gain",
+    ):
+        assert needle in review.stdout, needle
+    assert "| 1 | " in review.stdout.split("## Baseline")[1]
+
+    page = tmp_path / "run.html"
+    exported = _optagent(
+        d, "transcripts", "export", run["id"], "--dir", tdir, "--format", "html", "-o", str(page)
+    )
+    assert exported.returncode == 0 and "data:image/png;base64," in page.read_text()
+
+    # a run cut short by a crash: the reader keeps everything before the bad line
+    text = Path(run["path"]).read_text()
+    cut = d / "transcripts" / "cut-session.jsonl"
+    cut.write_text(text[: len(text) * 2 // 3])
+    review = _optagent(d, "transcripts", "review", str(cut), "--dir", tdir, "--markdown")
+    assert (
+        review.returncode == 0
+        and "status: damaged at line" in review.stdout
+        and "truncated line" in review.stderr
+    )
+    assert "## Context found" in review.stdout and "- SGLang version: 0.5.23" in review.stdout
+    cut.unlink()
