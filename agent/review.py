@@ -354,6 +354,31 @@ def todo_lines(items: list[dict[str, Any]]) -> list[str]:
     return out or ["- (empty)"]
 
 
+def todo_evolution(states: list[tuple[int | None, list[dict[str, Any]]]]) -> list[str]:
+    """The first todo list in full, then only what each update changed, then the final list."""
+    out: list[str] = []
+    previous: dict[str, dict[str, Any]] = {}
+    for i, (msg, items) in enumerate(states, start=1):
+        where = f"after msg {msg}" if msg is not None else f"update {i}"
+        current = {str(it.get("id", it.get("content"))): it for it in items}
+        if i == 1:
+            out += [f"- {where}:", *["  " + line for line in todo_lines(items)]]
+        else:
+            changes = [
+                f"  - {it.get('content', '?')}: {previous[k].get('status') if k in previous else 'new'} -> {it.get('status')}"
+                for k, it in current.items()
+                if k not in previous or previous[k].get("status") != it.get("status")
+            ]
+            changes += [
+                f"  - removed: {previous[k].get('content', '?')}" for k in previous if k not in current
+            ]
+            out += [f"- {where}:", *(changes or ["  - no change"])]
+        previous = current
+    if len(states) > 1:
+        out += ["- final list:", *["  " + line for line in todo_lines(states[-1][1])]]
+    return out
+
+
 def trial_table(trial: TrialRecord) -> list[str]:
     """Per-level output throughput of a trial against its baseline, as a Markdown table."""
     levels = sorted(set(trial.baseline) | set(trial.candidate))
@@ -386,11 +411,7 @@ def review_markdown(review: Review) -> str:
     else:
         out.append(MISSING)
     out += ["", "## Todo list as it evolved", ""]
-    for i, (msg, items) in enumerate(review.todo_states, start=1):
-        out += [
-            f"{i}. after msg {msg if msg is not None else '?'}:",
-            *["   " + line for line in todo_lines(items)],
-        ]
+    out += todo_evolution(review.todo_states)
     if not review.todo_states:
         out.append("no todo list recorded")
     out += ["", "## Research verdicts", ""]
