@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +17,9 @@ from agent.verdict import FlagVerdict
 from prompts import render
 
 MAX_MATCHES = 40
+_AST_LOCK = threading.Lock()
+"""CPython 3.11's `ast` is not safe to run in several threads at once (SystemError: AST constructor
+recursion depth mismatch); the code search of concurrent researchers takes turns."""
 
 
 @dataclass
@@ -68,7 +72,8 @@ def flag_usage(deps: ResearchDeps, flag: str) -> dict[str, Any]:
         return {"flag": flag, "error": f"no source tree: {deps.ctx.missing.get('source', 'unknown')}"}
     from tools.flags import research_flag
 
-    report = research_flag(deps.ctx.tree, flag)
+    with _AST_LOCK:
+        report = research_flag(deps.ctx.tree, flag)
     info = report.flag
     facts = deps.ctx.facts
     dest = getattr(info, "dest", None) or _dest(flag)

@@ -31,6 +31,8 @@ class RunOptions:
     max_wall_minutes: float = 240.0
     dry_run: bool = False
     allow_lossy: bool = False
+    playbook: Path | None = None
+    """Another playbook file (default: agent/playbook.toml)."""
 
 
 @dataclass
@@ -80,7 +82,7 @@ async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
     from agent.context import gather_context
     from agent.models import make_models
     from agent.planner import PlannerDeps, build_planner
-    from agent.playbook import evaluate, load_playbook
+    from agent.playbook import PLAYBOOK_PATH, evaluate, load_playbook
     from agent.researcher import build_researcher
     from tools.bench.stats import objective_from_goal
     from tools.deploy import Deployment
@@ -101,7 +103,9 @@ async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
             )
             ui.record("context", {**ctx.summary(), "facts": ctx.facts})
             _show_context(ui, ctx)
-            candidates = evaluate(load_playbook(), ctx.facts, ctx.catalog or None)
+            candidates = evaluate(
+                load_playbook(opts.playbook or PLAYBOOK_PATH), ctx.facts, ctx.catalog or None
+            )
             ui.step("baseline")
             text = Path(target.local_unit).read_text()
             baseline, bench_s = await measure_baseline(ui, target.endpoint, config.bench, text)

@@ -239,11 +239,22 @@ class TrialRunner:
         record.improved = cmp.verdict == "improved"
         if not record.improved:
             return await self._reject(record, f"{cmp.verdict}: {cmp.summary}")
-        best_ratio = (self.best.comparison or {}).get("ratio", 1.0) if self.best else 1.0
-        if cmp.ratio <= best_ratio:
-            return await self._reject(
-                record, f"improved ({cmp.summary}) but trial {self.best.number} is better; it stays deployed"
+        if self.best is not None and self.best_reps is not None:
+            # Against the best so far directly, not through the older baseline: drift cancels out.
+            vs_best = compare(
+                self.best_reps,
+                reps,
+                self.objective,
+                min_effect=self.bench.min_effect,
+                regress_tolerance=self.bench.regress_tolerance,
             )
+            record.comparison["vs_best"] = {"trial": self.best.number, **_comparison_dict(vs_best)}
+            if vs_best.verdict != "improved":
+                return await self._reject(
+                    record,
+                    f"improved on the baseline ({cmp.summary}) but not on trial {self.best.number}, "
+                    f"which stays deployed ({vs_best.summary})",
+                )
         await self.deployment.commit()
         record.decision, record.why = "kept", f"improved: {cmp.summary}"
         self.best, self.best_reps = record, reps

@@ -1,0 +1,165 @@
+"""End to end: `run_session` with the builtin policy against the simulated deployment (real server
+process, real unit files, real deploy/rollback, real benchmark, real SGLang 0.5.23 source)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from agent.session import RunOptions, run_session
+from agent.transcript import Transcript, load_transcript
+from agent.ui import RunUI
+from sim import host
+from sim.scenario import SCENARIO_DIR
+from tests.fixtures.sim import free_port
+from tools.health import wait_healthy
+from tools.unitfile import UnitFile
+
+# A short playbook for the tests: one lever that helps the seed (fused MoE sum), one the hardware
+# refuses (flashinfer fusion on SM120), one that cannot start (memory), one that regresses at low
+# concurrency (fewer speculative steps), one lossy (fp8 KV), two dead flags.
+SEED_PLAYBOOK = """
+[[lever]]
+flag = "--enable-fused-moe-sum-all-reduce"
+what = "fused MoE sum + all-reduce"
+helps = "MoE under TP"
+needs = ["model.is_moe", "model.experts_per_tok > 2", "server.tp_size > 1"]
+priority = "high"
+
+[[lever]]
+flag = "--enable-flashinfer-allreduce-fusion"
+what = "all-reduce fusion"
+helps = "TP on SM90/SM100"
+needs = ["server.tp_size > 1"]
+conflicts = ["gpu.sm not in [90, 100, 103]"]
+priority = "high"
+replaced_by = { flag = "--flashinfer-allreduce-fusion-backend", value = "auto" }
+
+[[lever]]
+flag = "--mem-fraction-static"
+value = "0.995"
+what = "almost all memory to the static pool"
+helps = "KV-bound"
+priority = "medium"
+
+[[lever]]
+flag = "--speculative-num-steps"
+value = "1"
+what = "fewer draft steps"
+helps = "high concurrency"
+needs = ["server.speculative_algorithm"]
+priority = "medium"
+
+[[lever]]
+flag = "--kv-cache-dtype"
+value = "fp8_e4m3"
+what = "fp8 KV"
+helps = "KV-bound"
+lossy = true
+priority = "low"
+
+[[lever]]
+flag = "--triton-attention-reduce-in-fp32"
+what = "fp32 reduce"
+helps = "numerics"
+priority = "low"
+
+[[lever]]
+flag = "--num-continuous-decode-steps"
+value = "4"
+what = "several decode steps"
+helps = "scheduling overhead"
+priority = "low"
+"""
+
+
+def _fast_host(tmp_path: Path, scenario: str, tree) -> object:
+    """The scenario with a short start-up, at half speed, with a small benchmark."""
+    text = (SCENARIO_DIR / f"{scenario}.toml").read_text()
+    fast = tmp_path / f"fast-{scenario}.toml"
+    fast.write_text(re.sub(r"startup_s = [\d.]+", "startup_s = 2", text))
+    config = host.ensure_up(tmp_path / "sim", scenario=fast, port=free_port(), time_scale=0.25)
+    return config.model_copy(
+        update={
+            "research": config.research.model_copy(update={"source_dir": tree.root}),
+            "bench": config.bench.model_copy(
+                update={"concurrency": [1, 64], "input_len": 1024, "output_len": 64, "warmup": 1, "reps": 3}
+            ),
+            "target": config.target.model_copy(update={"max_restarts_per_minute": 100}),
+            "agent": config.agent.model_copy(update={"transcripts_dir": tmp_path / "transcripts"}),
+        }
+    )
+
+
+def _run(config, tmp_path: Path, playbook: str | None = None, **opts):
+    transcript = Transcript.create(
+        tmp_path / "transcripts", kind="run", goal="improve throughput", model="builtin", target="sim"
+    )
+    ui = RunUI(Console(width=120, record=True), transcript)
+    path = None
+    if playbook is not None:
+        path = tmp_path / "playbook.toml"
+        path.write_text(playbook)
+    options = RunOptions(goal="improve throughput", playbook=path, **opts)
+    try:
+        result = asyncio.run(run_session(config, options, ui))
+    finally:
+        transcript.close({"status": "test"})
+    return result, load_transcript(transcript.path)
+
+
+@pytest.fixture
+def seed_host(tmp_path, sglang_0523):
+    config = _fast_host(tmp_path, "seed", sglang_0523)
+    yield config
+    host.down(tmp_path / "sim")
+
+
+def test_seed_run_keeps_the_winner_and_rolls_back_the_rest(seed_host, tmp_path):
+    result, tx = _run(seed_host, tmp_path, SEED_PLAYBOOK)
+    trials = {t.changes[0].flag: t for t in result.trials if t.kind == "single"}
+
+    # the fused MoE sum helps this MoE model with TP 4 and stays deployed
+    kept = trials["--enable-fused-moe-sum-all-reduce"]
+    assert kept.decision == "kept" and kept.comparison["verdict"] == "improved"
+    assert result.kept == ["--enable-fused-moe-sum-all-reduce"]
+    # a start failure, a regression and a lossy change: each rolled back
+    assert trials["--mem-fraction-static"].decision == "rolled_back"
+    assert trials["--mem-fraction-static"].deploy_error
+    assert trials["--speculative-num-steps"].decision == "rolled_back"
+    assert not trials["--speculative-num-steps"].improved
+    assert trials["--kv-cache-dtype"].decision == "rolled_back"
+    assert trials["--kv-cache-dtype"].probe == "drifting"
+    # dead and incompatible flags never reached the server
+    for flag in ("--triton-attention-reduce-in-fp32", "--num-continuous-decode-steps"):
+        assert flag not in trials
+    assert not any(f.startswith("--flashinfer") or f.startswith("--enable-flashinfer") for f in trials)
+    assert result.restarts == sum(t.restarts for t in result.trials)
+
+    # the host runs the best configuration, healthy, and the local unit file says so
+    remote = UnitFile.load(seed_host.target.remote_unit).command.flags
+    local = UnitFile.load(seed_host.target.local_unit).command.flags
+    assert "--enable-fused-moe-sum-all-reduce" in remote and "--enable-fused-moe-sum-all-reduce" in local
+    assert "--kv-cache-dtype" not in remote and remote.get("--mem-fraction-static") == "0.85"
+    assert asyncio.run(wait_healthy(seed_host.target.endpoint, timeout=30)).ok
+
+    # the transcript holds the todo list, verdicts with path:line evidence, every trial
+    assert tx.error is None
+    todos = tx.events_of("todo")
+    assert len(todos) >= 3 and any(i["status"] == "cancelled" for i in todos[-1]["data"]["items"])
+    verdicts = {e["data"]["flag"]: e["data"] for e in tx.events_of("verdict")}
+    assert verdicts["--num-continuous-decode-steps"]["verdict"] == "dead"
+    assert verdicts["--flashinfer-allreduce-fusion-backend"]["verdict"] == "incompatible"
+    fused = verdicts["--enable-fused-moe-sum-all-reduce"]
+    assert fused["verdict"] == "applies"
+    assert any(re.match(r"sglang/.+\.py:\d+$", e["location"]) for e in fused["evidence"])
+    assert any(c["condition"] == "topk > 2" and c["outcome"] == "pass" for c in fused["conditions"])
+    assert len(tx.events_of("trial")) == len(result.trials)
+    researchers = [m for m in tx.messages if m["agent"].startswith("researcher:")]
+    assert researchers and all(m["parent"] is not None for m in researchers)
+    planner_msgs = {m["msg"] for m in tx.messages if m["agent"] == "planner"}
+    assert {m["parent"] for m in researchers} <= planner_msgs
