@@ -87,3 +87,50 @@ def test_bench_bad_input_exits_2(tmp_path):
     junk.write_text('{"hello": 1}')
     res = runner.invoke(app, ["bench", "compare", str(junk), str(junk)])
     assert res.exit_code == 2 and "not a benchmark result" in flat(res)
+
+
+def test_bench_defaults_to_the_simulated_deployment(tmp_path, monkeypatch):
+    from sim import host
+    from tests.fixtures.sim import free_port
+
+    monkeypatch.chdir(tmp_path)
+    sim_dir = tmp_path / ".optagent" / "sim"
+    host.create(sim_dir, scenario="seed", port=free_port(), time_scale=0.01)
+    try:
+        args = ["bench", "--concurrency", "1,4", "--input-len", "16", "--output-len", "8", "--reps", "1"]
+        res = runner.invoke(app, [*args, "--json", "r.json"])
+        assert res.exit_code == 0, res.output
+        saved = json.loads((tmp_path / "r.json").read_text())
+        assert saved["endpoint"] == (sim_dir / "endpoint").read_text().strip()
+        assert saved["server_info"]["served_model_name"] == "qwen3.5-122b"
+    finally:
+        host.down(sim_dir)
+
+
+def test_bench_with_sglang_backend_from_config(tmp_path):
+    import stat
+    import sys
+
+    from tests.test_bench_sglang import STAND_IN, real_line
+
+    script = tmp_path / "python"
+    script.write_text(STAND_IN.format(python=sys.executable, fail_at=-1, line=real_line()))
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    config = tmp_path / "optagent.toml"
+    config.write_text(
+        f'[target]\nendpoint = "http://127.0.0.1:9"\npython = "{script}"\n'
+        '[bench]\nbackend = "sglang"\nconcurrency = [1, 8]\nreps = 2\n'
+    )
+    res = runner.invoke(app, ["bench", "--config", str(config), "--json", str(tmp_path / "r.json")])
+    assert res.exit_code == 0, res.output
+    sweeps = json.loads((tmp_path / "r.json").read_text())
+    assert [s["backend"] for s in sweeps] == ["sglang", "sglang"]
+    assert [lv["max_concurrency"] for lv in sweeps[0]["levels"]] == [1, 8]
+    assert sweeps[0]["levels"][0]["output_throughput"] == 1024.0
+
+
+def test_bench_bad_prompt_file_exits_2(tmp_path):
+    bad = tmp_path / "p.jsonl"
+    bad.write_text("{nope\n")
+    res = runner.invoke(app, ["bench", "--endpoint", "http://127.0.0.1:9", "--prompt-file", str(bad)])
+    assert res.exit_code == 2 and "p.jsonl:1" in flat(res)

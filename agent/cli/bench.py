@@ -38,15 +38,20 @@ def _settings(cfg: Config, overrides: dict[str, object]) -> BenchConfig:
 
 
 def _sim_endpoint() -> str:
-    """Start the simulated deployment if needed and return its endpoint."""
+    """Start the simulated deployment in `.optagent/sim` if needed and return its endpoint."""
     try:
         from sim.host import ensure_up
     except ImportError:
         fail("the simulated deployment is not available in this installation; pass --endpoint or --config")
-    from tools.config import DEFAULT_SIM_DIR, sim_config
+    from tools.config import DEFAULT_SIM_DIR
 
-    ensure_up(DEFAULT_SIM_DIR)
-    return sim_config(DEFAULT_SIM_DIR).target.endpoint
+    err_console.print(
+        f"[dim]target: the simulated deployment in {DEFAULT_SIM_DIR} (starting it if needed)[/]"
+    )
+    try:
+        return ensure_up(DEFAULT_SIM_DIR).target.endpoint
+    except Exception as e:  # any failure to start is reported, never a traceback
+        fail(f"the simulated deployment did not start: {e}")
 
 
 @app.callback(invoke_without_command=True)
@@ -60,6 +65,9 @@ def bench(
     prompts_per_level: int | None = typer.Option(None, "--prompts-per-level", help="0 = max(4, 2 x level)."),
     reps: int | None = typer.Option(None, "--reps", help="Repetitions of the sweep."),
     api: Literal["completions", "chat", "generate"] | None = typer.Option(None, "--api"),
+    backend: Literal["optagent", "sglang"] | None = typer.Option(
+        None, "--backend", help="optagent's client, or sglang.bench_serving run on the host."
+    ),
     warmup: int | None = typer.Option(None, "--warmup", help="Uncounted warm-up requests per sweep."),
     request_rate: float | None = typer.Option(None, "--request-rate", help="Poisson arrivals (req/s)."),
     prompt_file: Path | None = typer.Option(None, "--prompt-file", help="JSONL prompts (ShareGPT-like)."),
@@ -72,13 +80,18 @@ def bench(
     cfg = get_config(config)
     overrides = dict(
         concurrency=_levels(concurrency), input_len=input_len, output_len=output_len,
-        prompts_per_level=prompts_per_level, reps=reps, api=api, warmup=warmup,
+        prompts_per_level=prompts_per_level, reps=reps, api=api, warmup=warmup, backend=backend,
     )  # fmt: skip
     settings = _settings(cfg, overrides)
     if request_rate is not None and request_rate <= 0:
         fail("--request-rate must be positive", code=2)
-    if prompt_file is not None and not prompt_file.is_file():
-        fail(f"{prompt_file}: no such prompt file", code=2)
+    if prompt_file is not None:
+        from tools.bench.prompts import PromptFileError, load_prompt_file
+
+        try:
+            load_prompt_file(prompt_file, output_len=settings.output_len)
+        except (OSError, PromptFileError) as e:
+            fail(f"bad --prompt-file: {e}", code=2)
     if endpoint is None:
         endpoint = _sim_endpoint() if cfg.simulated and config is None else cfg.target.endpoint
     if not endpoint.startswith(("http://", "https://")):
@@ -123,8 +136,9 @@ def _run_with_progress(
 
         if settings.backend == "sglang":
             from tools.bench.sglang_backend import run_sweep_sglang
-
             from tools.remote import make_transport
+
+            err_console.print(f"running sglang.bench_serving with {cfg.target.python} on the host ...")
 
             async def go() -> list[SweepResult]:
                 transport = make_transport(cfg.target)

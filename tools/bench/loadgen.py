@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 import socket
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -48,11 +50,42 @@ def prompts_for_level(settings: BenchConfig, concurrency: int) -> int:
     return settings.prompts_per_level or max(4, 2 * concurrency)
 
 
-def _make_client(max_connections: int, timeout_s: float) -> httpx.AsyncClient:
-    limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-    timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0))
-    # trust_env=False: a proxy from the environment must never sit between us and the server.
-    return httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False)
+class ClientPool:
+    """One keep-alive httpx client (one connection) per concurrency slot.
+
+    httpcore's pool rescans all its connections, with a poll() on each idle socket, every time a
+    request is queued or finishes: quadratic in the pool size. One pool of 256 connections costs
+    seconds of client CPU per level; 256 pools of one cost almost nothing.
+    """
+
+    def __init__(self, slots: int, timeout_s: float) -> None:
+        limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+        timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0))
+        tls = ssl.create_default_context()  # one CA bundle load for every client (~20 ms each)
+        # trust_env=False: a proxy from the environment must never sit between us and the server.
+        self.clients = [
+            httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False, verify=tls)
+            for _ in range(slots)
+        ]
+
+    async def preconnect(self, endpoint: str, n: int) -> None:
+        """Open the keep-alive connections slots 0..n-1 will use, so that TCP setup and the
+        client's burst of `n` connects stay out of the measured window."""
+
+        async def touch(slot: int) -> None:
+            with contextlib.suppress(httpx.HTTPError):
+                await self[slot].get(endpoint + "/v1/models", timeout=10.0)  # cheap on every server
+
+        await asyncio.gather(*(touch(slot) for slot in range(n)))
+
+    def __getitem__(self, slot: int) -> httpx.AsyncClient:
+        return self.clients[slot % len(self.clients)]
+
+    async def __aenter__(self) -> ClientPool:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.gather(*(c.aclose() for c in self.clients))
 
 
 async def fetch_server_info(client: httpx.AsyncClient, endpoint: str) -> dict[str, Any] | None:
@@ -78,7 +111,7 @@ def _model_name(info: dict[str, Any] | None) -> str:
 
 
 async def _run_level(
-    client: httpx.AsyncClient,
+    pool: ClientPool,
     url: str,
     api: str,
     bodies: list[tuple[bytes, int]],
@@ -91,13 +124,18 @@ async def _run_level(
     """Send every body with at most `concurrency` in flight; returns results and the duration."""
     counter = TokenCounter()
     results: list[RequestResult] = []
-    sem = asyncio.Semaphore(concurrency)
+    slots: asyncio.Queue[int] = asyncio.Queue()
+    for i in range(concurrency):
+        slots.put_nowait(i)
     t0 = time.perf_counter()
 
     async def one(body: bytes, input_len: int) -> None:
-        async with sem:
-            r = await send_request(client, url, api, body, input_len=input_len, counter=counter, t0=t0)
+        slot = await slots.get()
+        try:
+            r = await send_request(pool[slot], url, api, body, input_len=input_len, counter=counter, t0=t0)
             results.append(r)
+        finally:
+            slots.put_nowait(slot)
 
     async def ticker() -> None:
         while True:
@@ -183,14 +221,14 @@ async def run_sweep(
         started_at=datetime.now(UTC).isoformat(timespec="seconds"),
         seed=seed,
     )
-    async with _make_client(max(settings.concurrency), settings.request_timeout_s) as client:
+    async with ClientPool(max(settings.concurrency), settings.request_timeout_s) as pool:
         try:
-            result.server_info = await fetch_server_info(client, endpoint)
+            result.server_info = await fetch_server_info(pool[0], endpoint)
         except httpx.HTTPError as e:
             result.errors.append(f"cannot reach {endpoint}: {str(e) or type(e).__name__}")
         if not result.errors:
             await _sweep_levels(
-                client, url, settings, result, file_prompts, model, request_rate, on_progress, rep, reps
+                pool, url, settings, result, file_prompts, model, request_rate, on_progress, rep, reps
             )
     missing = [c for c in settings.concurrency if result.level(c) is None]
     if missing:
@@ -201,7 +239,7 @@ async def run_sweep(
 
 
 async def _sweep_levels(
-    client: httpx.AsyncClient,
+    pool: ClientPool,
     url: str,
     settings: BenchConfig,
     result: SweepResult,
@@ -217,7 +255,7 @@ async def _sweep_levels(
     if settings.warmup:
         warm = _level_prompts(settings, 0, seed + 500_000, file_prompts)[: settings.warmup]
         res, _ = await _run_level(
-            client,
+            pool,
             url,
             api,
             _encode(api, warm, model),
@@ -231,6 +269,7 @@ async def _sweep_levels(
             return
     for c in settings.concurrency:
         bodies = _encode(api, _level_prompts(settings, c, seed, file_prompts), model)
+        await pool.preconnect(result.endpoint, c)
         progress = None
         if on_progress:
             total = len(bodies)
@@ -239,7 +278,7 @@ async def _sweep_levels(
                 on_progress(Progress(c, done, total, toks, el, rep, reps, fin))
 
         res, duration = await _run_level(
-            client,
+            pool,
             url,
             api,
             bodies,

@@ -7,7 +7,6 @@ decoded with the stdlib JSON parser into plain dicts.
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -15,6 +14,11 @@ import httpx
 
 from tools.bench.prompts import Prompt
 from tools.bench.results import RequestResult
+
+try:  # orjson parses an SSE event several times faster; the stdlib parser gives the same dicts
+    from orjson import loads as json_loads
+except ImportError:  # pragma: no cover - depends on the environment
+    from json import loads as json_loads
 
 API_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions", "generate": "/generate"}
 
@@ -125,7 +129,7 @@ async def send_request(
                         state["done"] = True
                         continue
                     try:
-                        event = json.loads(data)
+                        event = json_loads(data)
                     except ValueError:
                         raise StreamError(f"malformed stream: not JSON: {data[:80]!r}") from None
                     n = _event_tokens(api, event, state)
