@@ -43,10 +43,8 @@ class DeadmanSwitch:
     async def arm(self, known_good: str, seconds: float) -> None:
         """Copy known-good to the host and start the timer."""
         await self.transport.write_file_atomic(self.known_good_path, known_good)
-        await self.transport.run(
-            ["rm", "-f", f"{self.armed_path}.firing", f"{self.armed_path}.fired"], check=True
-        )
-        await self.transport.write_file_atomic(self.armed_path, "armed\n")
+        q = shlex.quote
+        arm = f"rm -f {q(self.armed_path)}.firing {q(self.armed_path)}.fired && echo armed > {q(self.armed_path)}"
         secs = max(1, round(seconds))
         if isinstance(self.manager, SystemdManager):
             sudo = ["sudo", "-n"] if self.manager.sudo else []
@@ -55,6 +53,7 @@ class DeadmanSwitch:
                 f"{self._restore_shell()} && systemctl daemon-reload && systemctl restart {unit}; "
                 f"mv -f {shlex.quote(self.armed_path)}.firing {shlex.quote(self.armed_path)}.fired"
             )
+            await self.transport.run(["sh", "-c", arm], check=True)
             await self.transport.run([*sudo, "systemctl", "stop", f"{self.timer_unit}.timer"])
             await self.transport.run(
                 [*sudo, "systemd-run", f"--unit={self.timer_unit}", f"--on-active={secs}",
@@ -65,14 +64,13 @@ class DeadmanSwitch:
         assert isinstance(self.manager, ProcessManager)
         pm = self.manager
         argv, env, cwd = pm.command_for(known_good)
-        q = shlex.quote
         script = (
             f"echo $$ > {q(self.watchdog_pid_path)}; sleep {secs}; {self._restore_shell()}; "
             f"echo 'optagent dead-man switch: restoring the known-good configuration' >> {q(pm.log_path)}; "
             f"{pm.stop_shell()}; {pm.start_shell(argv, env, cwd)}; "
             f"mv -f {q(self.armed_path)}.firing {q(self.armed_path)}.fired; rm -f {q(self.watchdog_pid_path)}"
         )
-        launch = f"{{ setsid sh -c {q(script)} > /dev/null 2>&1 < /dev/null & }}"
+        launch = f"{arm} && {{ setsid sh -c {q(script)} > /dev/null 2>&1 < /dev/null & }}"
         await self.transport.run(["sh", "-c", launch], check=True)
 
     async def disarm(self) -> bool:

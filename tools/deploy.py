@@ -219,7 +219,7 @@ class Deployment:
         timings: dict[str, float] = {}
         error, health = "", None
         try:
-            await self._timed(timings, "backup", entry, self._backup(remote))
+            await self._timed(timings, "backup", entry, self._backup())
             await self._timed(
                 timings, "upload", entry, self.transport.write_file_atomic(self.remote_unit, new_text)
             )
@@ -260,15 +260,18 @@ class Deployment:
         finally:
             timings[step] = time.monotonic() - t0
 
-    async def _backup(self, text: str) -> None:
+    async def _backup(self) -> None:
+        """Copy the host's unit file to a timestamped backup (temp file + rename), keep the newest few."""
         stamp = time.strftime("%Y%m%dT%H%M%S") + f"-{time.time_ns() % 10**6:06d}"
-        backups = f"{self.run_dir}/backups"
-        await self.transport.run(["mkdir", "-p", backups], check=True)
-        await self.transport.write_file_atomic(
-            f"{backups}/{PurePosixPath(self.remote_unit).name}.{stamp}", text
+        name = PurePosixPath(self.remote_unit).name
+        script = (
+            'mkdir -p "$2" && cp -p "$1" "$2/.$3.optagent-tmp" && mv -f "$2/.$3.optagent-tmp" "$2/$3" && '
+            f'ls -1t "$2" | tail -n +{KEEP_BACKUPS + 1} | while read -r f; do rm -f "$2/$f"; done'
         )
-        prune = f'ls -1t "$1" | tail -n +{KEEP_BACKUPS + 1} | while read -r f; do rm -f "$1/$f"; done'
-        await self.transport.run(["sh", "-c", prune, "sh", backups])
+        await self.transport.run(
+            ["sh", "-c", script, "sh", self.remote_unit, f"{self.run_dir}/backups", f"{name}.{stamp}"],
+            check=True,
+        )
 
     async def _restart(self) -> None:
         self.journal.record(restart=True)

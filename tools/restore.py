@@ -72,8 +72,23 @@ async def restore_known_good(
     )
 
 
+async def remove_temp_files(d: Deployment) -> None:
+    """Delete temp files a killed optagent may have left (only called while holding the lock)."""
+    unit_dir, name = d.remote_unit.rsplit("/", 1)
+    lock = d.lock.path
+    script = (
+        'rm -f "$1"/."$2".*.optagent-tmp "$1/$2".optagent-deadman-tmp "$3"/.*.optagent-tmp '
+        '"$3"/backups/.*.optagent-tmp "$4".*.tmp "$4".stale-*'
+    )
+    await d.transport.run(["sh", "-c", script, "sh", unit_dir, name, d.run_dir, lock])
+    for directory in {d.journal.dir, d.target.local_unit.parent}:
+        for path in directory.glob(".*.optagent-tmp") if directory.exists() else []:
+            path.unlink(missing_ok=True)
+
+
 async def recover(d: Deployment) -> str | None:
     """Finish or undo an interrupted deploy, or restart a server whose config does not match its file."""
+    await remove_temp_files(d)
     entry = d.journal.read()
     if entry is None:
         known_good = d.journal.known_good()

@@ -7,7 +7,6 @@ new session (it survives optagent exiting), with a PID file and a log file in `r
 
 from __future__ import annotations
 
-import asyncio
 import shlex
 import time
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -108,6 +107,13 @@ class SystemdManager:
         return result.stdout if result.ok else result.stderr
 
 
+# Is any non-zombie process of group $p alive? /proc rather than `kill -0`: an unreaped zombie
+# (no init reaping in a container) is not running.
+_ALIVE_FN = (
+    'alive() { cat /proc/[0-9]*/stat 2>/dev/null | awk -v g="$p" '
+    '\'{ s = $0; sub(/.*\\) /, "", s); split(s, f, " "); if (f[1] != "Z" && f[3] == g) n++ } END { exit n == 0 }\'; };'
+)
+
 # The launcher runs under `setsid`: it records its PID (= process group = session id), moves to the
 # working directory and execs the server, so signals to the group reach every server process.
 _LAUNCHER = 'echo $$ > "$0.tmp" && mv -f "$0.tmp" "$0" && cd "$1" && shift && exec "$@"'
@@ -167,29 +173,33 @@ class ProcessManager:
         )
 
     def stop_shell(self) -> str:
-        """A shell command line that stops the service like `stop()` (used by the dead-man's switch)."""
-        q, ticks = shlex.quote, max(1, int(self.grace_s * 10))
+        """A shell command line that stops the service: SIGTERM to its group, SIGKILL after the grace period."""
+        q, ticks = shlex.quote, max(1, int(self.grace_s * 20))
         return (
-            f'p=$(cat {q(self.pid_path)} 2>/dev/null); if [ -n "$p" ]; then kill -s TERM -- "-$p" 2>/dev/null; i=0;'
-            f' while kill -s 0 -- "-$p" 2>/dev/null && [ $i -lt {ticks} ]; do sleep 0.1; i=$((i+1)); done;'
-            f' kill -s KILL -- "-$p" 2>/dev/null; fi; rm -f {q(self.pid_path)}'
+            f"p=$(cat {q(self.pid_path)} 2>/dev/null); {_ALIVE_FN}"
+            f' if [ -n "$p" ] && [ "$p" -gt 1 ] && alive; then kill -s TERM -- "-$p" 2>/dev/null; i=0;'
+            f" while alive && [ $i -lt {ticks} ]; do sleep 0.05; i=$((i+1)); done;"
+            f' if alive; then kill -s KILL -- "-$p" 2>/dev/null; i=0; while alive && [ $i -lt 100 ]; do sleep 0.05;'
+            f" i=$((i+1)); done; fi; fi; rm -f {q(self.pid_path)}"
         )
 
     async def start(self) -> int:
         """Start the service detached; return its PID (also its process group and session id)."""
         argv, env, cwd = await self.command()
-        result = await self.transport.run(
-            ["sh", "-c", self.start_shell(argv, env, cwd)], timeout=self.timeout_s
+        q = shlex.quote
+        wait_pid = (
+            f"; i=0; while [ ! -s {q(self.pid_path)} ] && [ $i -lt 500 ]; do sleep 0.02; i=$((i+1)); done;"
+            f" cat {q(self.pid_path)}"
         )
-        if not result.ok:
-            raise ServiceError(f"could not start {self.service}: {result.stderr.strip()[-400:]}")
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            pid = await self.pid()
-            if pid:
-                return pid
-            await asyncio.sleep(0.05)
-        raise ServiceError(f"{self.service} did not write its PID file {self.pid_path}")
+        result = await self.transport.run(
+            ["sh", "-c", self.start_shell(argv, env, cwd) + wait_pid], timeout=self.timeout_s
+        )
+        text = result.stdout.strip()
+        if not result.ok or not text.isdigit():
+            raise ServiceError(
+                f"could not start {self.service}: {(result.stderr or result.stdout).strip()[-400:]}"
+            )
+        return int(text)
 
     async def pid(self) -> int | None:
         """The PID in the PID file, or None."""
@@ -197,35 +207,16 @@ class ProcessManager:
         text = result.stdout.strip()
         return int(text) if result.ok and text.isdigit() else None
 
-    async def _group_alive(self, pgid: int) -> bool:
-        # /proc rather than `kill -0`: an unreaped zombie (no init in a container) is not running.
-        result = await self._sh("cat /proc/[0-9]*/stat 2>/dev/null; true")
-        for line in result.stdout.splitlines():
-            head, _, rest = line.rpartition(")")
-            fields = rest.split()
-            if len(fields) >= 3 and fields[0] not in ("Z", "X") and fields[2] == str(pgid) and head:
-                return True
-        return False
-
     async def is_active(self) -> bool:
-        """True while a non-zombie process of the service's process group runs."""
-        pid = await self.pid()
-        return pid is not None and await self._group_alive(pid)
+        """True while a non-zombie process of the service's process group runs (one round trip)."""
+        script = f'p=$(cat "$1" 2>/dev/null) && [ -n "$p" ] && {_ALIVE_FN} alive'
+        return (await self._sh(script, self.pid_path)).ok
 
     async def stop(self) -> None:
         """SIGTERM to the process group, SIGKILL after the grace period; remove the PID file."""
-        pid = await self.pid()
-        if pid is not None and pid > 1 and await self._group_alive(pid):
-            await self._sh('kill -s TERM -- "-$1" 2>/dev/null; true', str(pid))
-            deadline = time.monotonic() + self.grace_s
-            while time.monotonic() < deadline and await self._group_alive(pid):
-                await asyncio.sleep(0.05)
-            if await self._group_alive(pid):
-                await self._sh('kill -s KILL -- "-$1" 2>/dev/null; true', str(pid))
-                deadline = time.monotonic() + 5
-                while time.monotonic() < deadline and await self._group_alive(pid):
-                    await asyncio.sleep(0.05)
-        await self._sh('rm -f "$1"', self.pid_path)
+        result = await self.transport.run(["sh", "-c", self.stop_shell()], timeout=self.grace_s + 30)
+        if not result.ok:
+            raise ServiceError(f"could not stop {self.service}: {result.stderr.strip()[-400:]}")
 
     async def config_matches(self) -> bool | None:
         """Whether the running process was started from the unit file as it is now (None: not running)."""

@@ -87,7 +87,10 @@ def _progress_bar():  # type: ignore[no-untyped-def]
 def _print_outcome(outcome: Any, what: str) -> None:
     if outcome.ok:
         health = f" (healthy after {outcome.health.seconds:.1f}s)" if outcome.health else ""
-        console.print(f"[green]{what}[/] in {outcome.seconds:.1f}s{health}")
+        steps = ", ".join(f"{k} {v:.2f}s" for k, v in outcome.timings.items() if k != "total")
+        console.print(
+            f"[green]{what}[/] in {outcome.seconds:.1f}s{health}" + (f" [dim]({steps})[/]" if steps else "")
+        )
         return
     console.print(f"[red]{what} failed:[/] {outcome.error}", highlight=False)
     if outcome.rolled_back:
