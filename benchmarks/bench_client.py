@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import json
 import multiprocessing as mp
+import os
 import sys
 import time
 from pathlib import Path
@@ -160,6 +161,8 @@ def main() -> None:
     parser.add_argument("--output-len", type=int, default=800)
     parser.add_argument("--ticks-ms", default="20,10,6,4,3,2")
     args = parser.parse_args()
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"machine: {os.cpu_count()} CPUs, load average {load}; the server process shares them")
     print(
         f"concurrency {args.concurrency}, {args.output_len} tokens per request, one client process (one core)"
     )
