@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from tools.bench.netstream import single_connection_transport
 from tools.bench.prompts import Prompt, load_prompt_file, random_prompts
 from tools.bench.results import RequestResult, SweepResult, summarize_level
 from tools.bench.streaming import API_PATHS, TokenCounter, build_payload, send_request
@@ -58,13 +59,14 @@ class ClientPool:
     seconds of client CPU per level; 256 pools of one cost almost nothing.
     """
 
-    def __init__(self, slots: int, timeout_s: float) -> None:
-        limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+    def __init__(self, endpoint: str, slots: int, timeout_s: float) -> None:
         timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0))
         tls = ssl.create_default_context()  # one CA bundle load for every client (~20 ms each)
         # trust_env=False: a proxy from the environment must never sit between us and the server.
         self.clients = [
-            httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False, verify=tls)
+            httpx.AsyncClient(
+                transport=single_connection_transport(endpoint, verify=tls), timeout=timeout, trust_env=False
+            )
             for _ in range(slots)
         ]
 
@@ -221,7 +223,7 @@ async def run_sweep(
         started_at=datetime.now(UTC).isoformat(timespec="seconds"),
         seed=seed,
     )
-    async with ClientPool(max(settings.concurrency), settings.request_timeout_s) as pool:
+    async with ClientPool(endpoint, max(settings.concurrency), settings.request_timeout_s) as pool:
         try:
             result.server_info = await fetch_server_info(pool[0], endpoint)
         except httpx.HTTPError as e:
