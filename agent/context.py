@@ -46,6 +46,9 @@ class DeploymentContext:
                 isinstance(v, list | tuple) and all(isinstance(x, str) for x in v)
             ):
                 facts[f"model.{k}"] = list(v) if isinstance(v, tuple) else v
+        kinds = facts.get("model.attention_kinds")
+        if isinstance(kinds, list):
+            facts["model.attention_kinds_has_linear"] = any("linear" in k for k in kinds)
         hw = _as_dict(self.hardware)
         gpus = hw.get("gpus") or []
         if gpus:

@@ -149,6 +149,9 @@ async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
 async def _preflight(ui: RunUI, deployment: Any, target: Any) -> None:
     from tools.health import wait_healthy
 
+    if deployment.recovered:
+        ui.note(f"[yellow]recovered an unfinished change first:[/] {deployment.recovered}")
+        ui.record("deploy", {"recovered": deployment.recovered})
     status = await deployment.status()
     ui.record("deploy", {"preflight": _jsonable(status)})
     health = await wait_healthy(target.endpoint, timeout=min(target.health_timeout_s, 120.0))

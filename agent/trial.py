@@ -132,7 +132,7 @@ class TrialRunner:
         if len(self.trials) >= self.max_trials:
             return f"trial budget spent ({self.max_trials} trials)"
         done = [t.seconds for t in self.trials if t.deployed]
-        estimate = sum(done) / len(done) if done else 0.0
+        estimate = max(done) if done else 0.0
         if time.monotonic() + estimate > self.deadline:
             return "wall-time budget spent"
         return None

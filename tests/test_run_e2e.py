@@ -163,3 +163,73 @@ def test_seed_run_keeps_the_winner_and_rolls_back_the_rest(seed_host, tmp_path):
     assert researchers and all(m["parent"] is not None for m in researchers)
     planner_msgs = {m["msg"] for m in tx.messages if m["agent"] == "planner"}
     assert {m["parent"] for m in researchers} <= planner_msgs
+
+
+DENSE_PLAYBOOK = """
+[[lever]]
+flag = "--attention-backend"
+value = "fa3"
+what = "FlashAttention 3"
+helps = "Hopper with the Triton backend"
+needs = ["server.attention_backend == 'triton'"]
+conflicts = ["gpu.sm not in [80, 86, 89, 90]"]
+priority = "high"
+
+[[lever]]
+flag = "--cuda-graph-max-bs"
+value = "{bench.max_concurrency}"
+what = "largest decode batch in a CUDA graph"
+helps = "when the served concurrency exceeds the captured batch size"
+needs = ["not server.disable_cuda_graph"]
+priority = "high"
+replaced_by = { flag = "--cuda-graph-max-bs-decode", value = "{bench.max_concurrency}" }
+
+[[lever]]
+flag = "--max-running-requests"
+value = "{bench.max_concurrency}"
+what = "cap on running requests"
+helps = "when the cap is below the offered concurrency"
+needs = ["flag.max_running_requests < bench.max_concurrency"]
+priority = "high"
+
+[[lever]]
+flag = "--enable-fused-moe-sum-all-reduce"
+what = "fused MoE sum + all-reduce"
+helps = "MoE under TP"
+needs = ["model.is_moe", "model.experts_per_tok > 2", "server.tp_size > 1"]
+priority = "high"
+
+[[lever]]
+flag = "--enable-flashinfer-allreduce-fusion"
+what = "all-reduce fusion"
+helps = "TP on SM90/SM100"
+needs = ["server.tp_size > 1"]
+conflicts = ["gpu.sm not in [90, 100, 103]"]
+priority = "high"
+replaced_by = { flag = "--flashinfer-allreduce-fusion-backend", value = "auto" }
+"""
+
+
+def test_dense_h100_run_reaches_other_conclusions(tmp_path, sglang_0523):
+    config = _fast_host(tmp_path, "h100-llama8b", sglang_0523)
+    try:
+        result, tx = _run(config, tmp_path, DENSE_PLAYBOOK)
+    finally:
+        host.down(tmp_path / "sim")
+    verdicts = {e["data"]["flag"]: e["data"] for e in tx.events_of("verdict")}
+    # the seed's winner does nothing for a dense model, and there is no all-reduce on one GPU
+    assert verdicts["--enable-fused-moe-sum-all-reduce"]["verdict"] == "no-op"
+    assert verdicts["--flashinfer-allreduce-fusion-backend"]["verdict"] == "no-op"
+    flags = {ch.flag for t in result.trials for ch in t.changes}
+    assert flags <= {"--attention-backend", "--max-running-requests", "--cuda-graph-max-bs-decode"}
+    # FA3 instead of Triton attention on Hopper is measurably better (on the seed's SM120 it cannot start)
+    assert "--attention-backend fa3" in result.kept
+    kept = next(
+        t
+        for t in result.trials
+        if t.decision == "kept" and t.number == max(x.number for x in result.trials if x.decision == "kept")
+    )
+    assert kept.comparison["verdict"] == "improved"
+    assert UnitFile.load(config.target.local_unit).command.flags["--attention-backend"] == "fa3"
+    if sum(t.improved for t in result.trials if t.kind == "single") >= 2:
+        assert any(t.kind == "combined" for t in result.trials)
