@@ -74,17 +74,21 @@ class DeadmanSwitch:
         await self.transport.run(["sh", "-c", launch], check=True)
 
     async def disarm(self) -> bool:
-        """Stop the timer; False if it had already fired (the host went back to known-good)."""
-        result = await self.transport.run(["rm", self.armed_path])
-        fired = not result.ok and (await self.is_firing() or await self.fired())
+        """Stop the timer (one round trip); False if it had already fired (the host went back to known-good)."""
+        q = shlex.quote
         if isinstance(self.manager, SystemdManager):
-            sudo = ["sudo", "-n"] if self.manager.sudo else []
-            await self.transport.run([*sudo, "systemctl", "stop", f"{self.timer_unit}.timer"])
-        else:
-            kill = 'p=$(cat "$1" 2>/dev/null) && [ -n "$p" ] && kill -s TERM -- "-$p" 2>/dev/null; rm -f "$1"'
-            if result.ok:  # only a watchdog that did not fire is stopped; a firing one must finish
-                await self.transport.run(["sh", "-c", kill, "sh", self.watchdog_pid_path])
-        return result.ok or not fired
+            sudo = "sudo -n " if self.manager.sudo else ""
+            stop = f"{sudo}systemctl stop {q(self.timer_unit + '.timer')} >/dev/null 2>&1;"
+        else:  # only a watchdog that did not fire is stopped; a firing one must finish
+            stop = (
+                'p=$(cat "$2" 2>/dev/null) && [ -n "$p" ] && kill -s TERM -- "-$p" 2>/dev/null; rm -f "$2";'
+            )
+        script = (
+            f'if rm "$1" 2>/dev/null; then {stop} exit 0; fi; {stop if isinstance(self.manager, SystemdManager) else ""}'
+            ' if [ -e "$1.firing" ] || [ -e "$1.fired" ]; then exit 3; fi; exit 0'
+        )
+        result = await self.transport.run(["sh", "-c", script, "sh", self.armed_path, self.watchdog_pid_path])
+        return result.returncode != 3
 
     async def is_armed(self) -> bool:
         """True while the switch is armed."""

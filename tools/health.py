@@ -66,7 +66,7 @@ async def wait_healthy(
     timeout: float,
     is_alive: AliveFn | None = None,
     on_progress: ProgressFn | None = None,
-    interval: float = 0.2,
+    interval: float = 0.1,
     request_timeout: float = 30.0,
 ) -> HealthResult:
     """Poll until `/health` answers 200 and a one-token generation succeeds, or give up.
