@@ -14,7 +14,7 @@ from typing import Any
 from agent.builtin_conclusion import conclusion
 from agent.builtin_research import decide_verdict
 
-_FLAG = re.compile(r"--[A-Za-z0-9][\w.-]*")
+_FLAG = re.compile(r"--[A-Za-z0-9][\w-]*(?:\.[\w-]+)*")
 _ORDER = {"high": 0, "medium": 1, "low": 2}
 _RESEARCHED = ("candidate", "no-op", "incompatible")
 """Playbook statuses still worth a code check (already-set and not-in-version are not)."""

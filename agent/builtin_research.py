@@ -15,6 +15,13 @@ def _conditions(checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+_VALIDATORS = ("check_", "_check_", "validate", "_validate")
+
+
+def _is_validation(reader: dict[str, Any]) -> bool:
+    return str(reader.get("function") or "").startswith(_VALIDATORS)
+
+
 def decide_verdict(flag: str, lookup: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any]:
     """The verdict, in order: not in this version → incompatible; a playbook conflict → incompatible;
     never read → dead; every reader's guard fails here → no-op; a playbook need fails → no-op;
@@ -42,13 +49,20 @@ def decide_verdict(flag: str, lookup: dict[str, Any], usage: dict[str, Any]) -> 
     def verdict(kind: str, summary: str) -> dict[str, Any]:
         return {**base, "verdict": kind, "summary": summary, "evidence": evidence, "conditions": conditions}
 
-    readers = usage.get("readers", [])
+    all_readers = usage.get("readers", [])
+    # A reader inside a compatibility check only refuses combinations; it does not make the flag act.
+    checks_only = [r for r in all_readers if _is_validation(r)]
+    readers = [r for r in all_readers if not _is_validation(r)]
     live = []
     for r in readers:
         evidence.append({"location": r["location"], "quote": r["text"], "why": "reader"})
         conditions.extend(_conditions(r.get("checks", [])))
         if not any(c["outcome"] == "fail" for c in r.get("checks", [])):
             live.append(r)
+    for r in checks_only:
+        evidence.append(
+            {"location": r["location"], "quote": r["text"], "why": f"compatibility check in {r['function']}"}
+        )
     if lookup.get("in_catalog") is False:
         return verdict(
             "incompatible", f"{flag} is not a flag of SGLang {version}: the server would refuse to start."
@@ -62,10 +76,13 @@ def decide_verdict(flag: str, lookup: dict[str, Any], usage: dict[str, Any]) -> 
         if needs_fail:
             return verdict("no-op", f"playbook condition fails here: {needs_fail[0]['condition']}.")
         return verdict("unknown", f"no code evidence ({usage.get('error', 'no usage data')}).")
-    if usage.get("dead") or not readers:
+    if usage.get("dead") or not all_readers:
         return verdict(
             "dead", f"{flag} is defined in SGLang {version} but nothing reads `{usage.get('dest')}`."
         )
+    if not readers:
+        where = checks_only[0]["location"]
+        return verdict("no-op", f"{flag} is read only by compatibility checks ({where}); nothing acts on it.")
     if not live:
         failing = next(c for r in readers for c in r["checks"] if c["outcome"] == "fail")
         return verdict(

@@ -72,8 +72,11 @@ def flag_usage(deps: ResearchDeps, flag: str) -> dict[str, Any]:
         return {"flag": flag, "error": f"no source tree: {deps.ctx.missing.get('source', 'unknown')}"}
     from tools.flags import research_flag
 
-    with _AST_LOCK:
-        report = research_flag(deps.ctx.tree, flag)
+    try:
+        with _AST_LOCK:
+            report = research_flag(deps.ctx.tree, flag)
+    except ValueError as e:  # not a flag name the code search accepts
+        return {"flag": flag, "error": str(e)}
     info = report.flag
     facts = deps.ctx.facts
     dest = getattr(info, "dest", None) or _dest(flag)
@@ -82,7 +85,14 @@ def flag_usage(deps: ResearchDeps, flag: str) -> dict[str, Any]:
         guards = [g for g in (getattr(r, "guards", None) or []) if g]
         checks = [c for c in check_guards(guards, facts) if dest not in c["condition"]]
         readers.append(
-            {"location": f"{r.path}:{r.line}", "text": r.text.strip(), "guards": guards, "checks": checks}
+            {
+                "location": f"{r.path}:{r.line}",
+                "text": r.text.strip(),
+                "function": getattr(r, "function", None),
+                "effect": getattr(r, "effect", None),
+                "guards": guards,
+                "checks": checks,
+            }
         )
     return {
         "flag": flag,
