@@ -214,7 +214,18 @@ def down(sim_dir: Path) -> bool:
         return False
 
     async def stop() -> bool:
+        from tools.deadman import DeadmanSwitch
+
         manager = _manager(sim_dir)
+        # A watchdog left armed by a killed optagent would start the server again after `down`.
+        switch = DeadmanSwitch(
+            manager.transport,
+            manager,
+            run_dir=str(sim_dir / "run"),
+            unit_path=str(sim_dir / f"{SERVICE}.service"),
+            service=SERVICE,
+        )
+        await switch.disarm()
         was = await manager.is_active()
         await manager.stop()
         return was

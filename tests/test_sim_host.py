@@ -94,3 +94,42 @@ def test_cli_up_status_down(tmp_path: Path) -> None:
         [*cli, "up", "--dir", str(sim_dir), "--scenario", "nope"], capture_output=True, text=True
     )
     assert bad.returncode == 2 and "unknown scenario 'nope'" in bad.stderr
+
+
+def test_down_disarms_a_left_over_deadman_switch(sim_host, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    import asyncio
+    import os
+
+    from tools.deadman import DeadmanSwitch
+
+    config = sim_host("h100-llama8b")
+    sim_dir = tmp_path / "sim"
+    host.ensure_up(sim_dir)
+    manager = host._manager(sim_dir)
+    switch = DeadmanSwitch(
+        manager.transport,
+        manager,
+        run_dir=config.target.run_dir,
+        unit_path=config.target.remote_unit,
+        service="sglang",
+    )
+    asyncio.run(switch.arm(Path(config.target.remote_unit).read_text(), 600))
+    pid_file = sim_dir / "run" / "sglang.deadman.pid"
+    for _ in range(50):  # the detached watchdog writes its PID as it starts
+        if pid_file.exists() and pid_file.read_text().strip():
+            break
+        asyncio.run(asyncio.sleep(0.1))
+    pid = int(pid_file.read_text())
+    assert (sim_dir / "run" / "sglang.deadman-armed").exists()
+
+    assert host.down(sim_dir)
+    assert not (sim_dir / "run" / "sglang.deadman-armed").exists()
+    for _ in range(50):  # the watchdog's group gets SIGTERM; give it a moment to go
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        asyncio.run(asyncio.sleep(0.1))
+    else:
+        raise AssertionError(f"watchdog {pid} still alive after sim down")
+    assert not host.status(sim_dir)["running"]
