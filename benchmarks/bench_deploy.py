@@ -56,15 +56,50 @@ def server_startup(unit: UnitFile, endpoint: str) -> float:
         proc.wait()
 
 
-async def one_deploy(target, value: str) -> tuple[float, dict[str, float]]:  # type: ignore[no-untyped-def]
-    start = time.monotonic()
-    async with Deployment(target) as d:
+async def one_deploy(target, value: str) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    """One deploy + commit; seconds per phase (deploy steps from the outcome) and remote calls made."""
+    phases: dict[str, float] = {}
+    start = mark = time.monotonic()
+
+    def lap(name: str) -> None:
+        nonlocal mark
+        now = time.monotonic()
+        phases[name], mark = now - mark, now
+
+    d = Deployment(target)
+    calls = _count_calls(d.transport)
+    async with d:
+        lap("connect+lock+recover")
         text = UnitFile.parse(await d.known_good()).set_flag("--mem-fraction-static", value).render()
         outcome = await d.deploy(text)
         if not outcome.ok:
             raise RuntimeError(outcome.error)
+        lap("deploy")
         await d.commit()
-    return time.monotonic() - start, outcome.timings
+        lap("commit")
+    lap("unlock+close")
+    phases.update({k: v for k, v in outcome.timings.items() if k != "total"})
+    phases["deploy-other"] = phases["deploy"] - sum(outcome.timings[k] for k in STEP_KEYS)
+    phases["total"] = time.monotonic() - start
+    phases["remote calls"] = float(calls["n"])
+    return phases
+
+
+STEP_KEYS = ("backup", "upload", "arm", "restart", "wait")
+
+
+def _count_calls(transport) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    """Count the transport's remote operations (commands and file transfers)."""
+    calls = {"n": 0}
+    for name in ("run", "read_file", "write_file_atomic", "exists"):
+        method = getattr(transport, name)
+
+        async def counted(*args, _method=method, **kwargs):  # type: ignore[no-untyped-def]
+            calls["n"] += 1
+            return await _method(*args, **kwargs)
+
+        setattr(transport, name, counted)
+    return calls
 
 
 def main() -> None:
@@ -90,20 +125,25 @@ def main() -> None:
         unit = UnitFile.load(target.remote_unit)
         own = [server_startup(unit, target.endpoint) for _ in range(args.runs)]
         host.ensure_up(work / "sim")
-        totals, steps = [], []
-        for i in range(args.runs):
-            total, timings = asyncio.run(one_deploy(target, f"0.{80 + i % 2}"))
-            totals.append(total)
-            steps.append(timings)
+        runs = [asyncio.run(one_deploy(target, f"0.{80 + i % 2}")) for i in range(args.runs)]
         host.down(work / "sim")
     finally:
         sshd_proc.terminate()
-    own_s, total_s = statistics.median(own), statistics.median(totals)
+    own_s = statistics.median(own)
+    total_s = statistics.median(r["total"] for r in runs)
     print(f"server's own start-up (median of {args.runs}):      {own_s:.3f} s")
     print(f"optagent deploy + commit over SSH (median):   {total_s:.3f} s")
     print(f"optagent's overhead beyond start-up:          {total_s - own_s:.3f} s  (target < 1 s)")
-    for key in ("backup", "upload", "arm", "restart", "wait"):
-        print(f"  {key:<8} median {statistics.median(s[key] for s in steps):.3f} s")
+    print("per phase, median (min-max):")
+    order = ["connect+lock+recover", "deploy", *STEP_KEYS, "deploy-other", "commit", "unlock+close"]
+    for key in [*order, "remote calls"]:
+        values = [r[key] for r in runs]
+        indent = "    " if key in (*STEP_KEYS, "deploy-other") else "  "
+        unit = "" if key == "remote calls" else " s"
+        print(
+            f"{indent}{key:<{24 - len(indent)}} {statistics.median(values):7.3f}{unit}"
+            f"  ({min(values):.3f}-{max(values):.3f})"
+        )
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.sim import free_port
-from tools.remote import CommandError, CommandTimeout, LocalTransport, TransportError
+from tools.remote import CommandError, CommandResult, CommandTimeout, LocalTransport, TransportError
 from tools.sshtransport import SSHTransport
 
 
@@ -84,6 +84,40 @@ def test_ssh_runs_commands_and_replaces_files_atomically(sshd, tmp_path: Path) -
     assert target.read_text() == "new content\n"
     assert target.stat().st_mode & 0o777 == 0o600
     assert sorted(p.name for p in target.parent.iterdir()) == ["sglang.service"]
+
+
+def test_ssh_commands_share_one_shell_without_leaking_into_each_other(sshd, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Output framing, exit codes, stdin, `exit`/`cd`/variables, big outputs and concurrency on one shell."""
+    t = ssh(sshd)
+    big = 3 * 1024 * 1024  # more than asyncssh's 2 MiB receive window, on both streams at once
+
+    async def scenario() -> None:
+        assert (await t.run(["sh", "-c", "printf 'no newline'; printf 'e1\\ne2' >&2; exit 7"])) == (
+            CommandResult(7, "no newline", "e1\ne2")
+        )
+        assert (await t.run(["printf", "\\n\\n"])).stdout == "\n\n"
+        shell = t._shell
+        assert shell is not None
+        assert (await t.run(["cat"])).stdout == ""  # stdin is /dev/null, not the command stream
+        assert (await t.run(["exit", "3"])).returncode == 3  # a builtin cannot end the shared shell
+        await t.run(["cd", str(tmp_path)])
+        await t.run(["export", "LEAK=1"])
+        assert (await t.run(["sh", "-c", 'pwd; echo "[$LEAK]"'])).stdout != f"{tmp_path}\n[1]\n"
+        assert (await t.run(["cat"], input="piped")).stdout == "piped"  # stdin goes to a session of its own
+        script = f"head -c {big} /dev/zero | tr '\\0' o; head -c {big} /dev/zero | tr '\\0' e >&2"
+        result = await t.run(["sh", "-c", script])
+        assert (len(result.stdout), len(result.stderr)) == (big, big)
+        assert set(result.stdout) == {"o"} and set(result.stderr) == {"e"}
+        results = await asyncio.gather(*(t.run(["echo", str(i)]) for i in range(5)))
+        assert [r.stdout for r in results] == [f"{i}\n" for i in range(5)]
+        assert t._shell is shell  # the same shell all along
+        with pytest.raises(CommandTimeout):
+            await t.run(["sleep", "5"], timeout=0.3)
+        assert t._shell is None  # a shell in an unknown state is never reused
+        assert (await t.run(["echo", "fresh"])).stdout == "fresh\n"
+        await t.close()
+
+    run(scenario())
 
 
 def test_upload_is_never_partially_visible(sshd, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

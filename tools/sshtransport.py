@@ -4,6 +4,10 @@ Host keys are checked against known_hosts (an unknown or changed key is refused)
 off is an explicit option that logs a loud warning. Keys or the agent authenticate; the agent is
 never forwarded. Connecting is retried with tenacity (bounded, each retry logged); a command that
 was sent is never retried, because it may have run.
+
+Commands run in one long-lived `sh` on the host, one at a time: a new SSH session per command costs
+a login-shell start (often 100 ms with a busy `.bashrc`), a line to the open shell about 1 ms. Each
+command runs in a subshell with stdin from /dev/null, and its output ends at a random marker line.
 """
 
 from __future__ import annotations
@@ -42,6 +46,20 @@ def _sftp_path(path: str) -> str:
     return path[2:] if path.startswith("~/") else path
 
 
+async def _read_through(stream: asyncssh.SSHReader[bytes], marker: bytes) -> tuple[bytes, bytes]:
+    """Read up to `marker` and the rest of its line: (the data before it, the rest of that line)."""
+    buf = bytearray()
+    while True:
+        at = buf.find(marker)
+        end = buf.find(b"\n", at + len(marker)) if at >= 0 else -1
+        if end >= 0:
+            return bytes(buf[:at]), bytes(buf[at + len(marker) : end])
+        chunk = await stream.read(1 << 16)
+        if not chunk:
+            raise EOFError("the remote shell ended")
+        buf += chunk
+
+
 class SSHTransport:
     """Runs commands on `host` over SSH; every command has a timeout."""
 
@@ -66,7 +84,8 @@ class SSHTransport:
         self.description = f"ssh://{user + '@' if user else ''}{host}:{port}"
         self._conn: asyncssh.SSHClientConnection | None = None
         self._sftp: asyncssh.SFTPClient | None = None
-        self._lock = asyncio.Lock()
+        self._shell: asyncssh.SSHClientProcess[bytes] | None = None
+        self._lock, self._shell_lock = asyncio.Lock(), asyncio.Lock()
 
     @classmethod
     def from_target(cls, target: TargetConfig) -> SSHTransport:
@@ -137,7 +156,7 @@ class SSHTransport:
     def _drop(self) -> None:
         if self._conn is not None:
             self._conn.abort()
-        self._conn, self._sftp = None, None
+        self._conn, self._sftp, self._shell = None, None, None
 
     async def run(
         self, argv: list[str], *, timeout: float | None = None, check: bool = False, input: str | None = None
@@ -147,17 +166,50 @@ class SSHTransport:
         command = " ".join(shlex.quote(a) for a in argv)
         limit = timeout if timeout is not None else self.command_timeout_s
         try:
-            proc = await asyncio.wait_for(conn.run(command, input=input, check=False), limit)
+            if input is None and not self._shell_lock.locked():
+                code, out, err = await asyncio.wait_for(self._run_in_shell(command), limit)
+            else:  # stdin to pass, or the shell is busy with a concurrent command: a session of its own
+                data = input.encode() if input is not None else None
+                proc = await asyncio.wait_for(
+                    conn.run(command, input=data, check=False, encoding=None), limit
+                )
+                code = proc.exit_status if proc.exit_status is not None else 255
+                out, err = bytes(proc.stdout or b""), bytes(proc.stderr or b"")
         except TimeoutError:
             raise CommandTimeout(f"`{command}` on {self.description} timed out after {limit:g}s") from None
-        except (OSError, asyncssh.Error) as e:
+        except (OSError, asyncssh.Error, EOFError) as e:
             self._drop()
             raise TransportError(f"{self.description}: connection lost running `{command}`: {e}") from e
-        code = proc.exit_status if proc.exit_status is not None else 255
         if code < 0:  # killed by a signal
             code = 255
-        result = CommandResult(code, str(proc.stdout or ""), str(proc.stderr or ""))
+        result = CommandResult(code, out.decode(errors="replace"), err.decode(errors="replace"))
         return _check(argv, result, check)
+
+    async def _run_in_shell(self, command: str) -> tuple[int, bytes, bytes]:
+        async with self._shell_lock:
+            try:
+                if self._shell is None:
+                    conn = await self.connection()
+                    self._shell = await conn.create_process("exec sh", encoding=None)
+                    await self._exchange(self._shell, "true")  # the login shell's start-up output
+                return await self._exchange(self._shell, command)
+            except BaseException:
+                # timed out, cancelled or lost: the shell's state is unknown, never reuse it
+                if self._shell is not None:
+                    self._shell.close()
+                self._shell = None
+                raise
+
+    @staticmethod
+    async def _exchange(shell: asyncssh.SSHClientProcess[bytes], command: str) -> tuple[int, bytes, bytes]:
+        marker = f"\n{uuid.uuid4().hex} "
+        shell.stdin.write(
+            f"( {command}\n) </dev/null; printf '{marker}%d\\n' $?; printf '{marker}\\n' >&2\n".encode()
+        )
+        (out, status), (err, _) = await asyncio.gather(
+            _read_through(shell.stdout, marker.encode()), _read_through(shell.stderr, marker.encode())
+        )
+        return int(status), out, err
 
     async def _sftp_client(self) -> asyncssh.SFTPClient:
         if self._sftp is None:
@@ -214,7 +266,9 @@ class SSHTransport:
         """Close the SFTP session and the connection."""
         if self._sftp is not None:
             self._sftp.exit()
+        if self._shell is not None:
+            self._shell.close()
         if self._conn is not None:
             self._conn.close()
             await self._conn.wait_closed()
-        self._conn, self._sftp = None, None
+        self._conn, self._sftp, self._shell = None, None, None
