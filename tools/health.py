@@ -66,24 +66,32 @@ async def wait_healthy(
     timeout: float,
     is_alive: AliveFn | None = None,
     on_progress: ProgressFn | None = None,
-    interval: float = 0.1,
+    interval: float = 0.5,
+    min_interval: float = 0.02,
+    alive_every: float = 0.2,
     request_timeout: float = 30.0,
 ) -> HealthResult:
     """Poll until `/health` answers 200 and a one-token generation succeeds, or give up.
 
-    Gives up at `timeout` seconds, or as soon as `is_alive()` says the server process has died.
+    Polls often at first and less as the wait grows (pauses of 5% of the time waited so far, between
+    `min_interval` and `interval`), so a fast start is seen within a few ms and a slow one costs few
+    requests. Gives up at `timeout` seconds, or as soon as `is_alive()` (asked at most every
+    `alive_every` seconds) says the server process has died.
     """
     endpoint = endpoint.rstrip("/")
     start = time.monotonic()
-    last = "no answer yet"
-    phase = "health"
+    last, phase, alive_at = "no answer yet", "health", -alive_every
     async with httpx.AsyncClient(timeout=httpx.Timeout(request_timeout, connect=2.0)) as client:
         while True:
             elapsed = time.monotonic() - start
             if on_progress is not None:
                 on_progress(elapsed, timeout, phase)
-            if not await _alive(is_alive):
-                return HealthResult(False, elapsed, f"the server process exited ({last})")
+            if elapsed - alive_at >= alive_every:
+                alive_at = elapsed
+                if not await _alive(is_alive):
+                    return HealthResult(
+                        False, time.monotonic() - start, f"the server process exited ({last})"
+                    )
             try:
                 r = await client.get(f"{endpoint}/health")
                 if r.status_code == 200:
@@ -98,7 +106,8 @@ async def wait_healthy(
             elapsed = time.monotonic() - start
             if elapsed >= timeout:
                 return HealthResult(False, elapsed, f"not healthy after {timeout:g}s ({last})")
-            await asyncio.sleep(min(interval, max(0.0, timeout - elapsed)))
+            pause = min(interval, max(min_interval, elapsed * 0.05))
+            await asyncio.sleep(min(pause, timeout - elapsed))
 
 
 async def get_server_info(endpoint: str, *, timeout: float = 10.0) -> dict[str, Any]:
