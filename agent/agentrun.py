@@ -19,6 +19,7 @@ async def run_saving(
     instructions: str | None = None,
     message_history: list[Any] | None = None,
     on_response: Callable[[int], None] | None = None,
+    capabilities: list[Any] | None = None,
 ) -> Any:
     """`agent.iter` to completion; after each node the new messages go to `transcript`.
 
@@ -33,6 +34,8 @@ async def run_saving(
         kwargs["instructions"] = instructions
     if message_history:
         kwargs["message_history"] = message_history
+    if capabilities:
+        kwargs["capabilities"] = capabilities
     async with agent.iter(prompt, **kwargs) as run:
         async for _node in run:
             saved = _save(run, saved, transcript, name, parent, on_response, ModelResponse)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic_ai import Agent, RunContext
+from rich.markup import escape
 
 from agent.agentrun import run_saving
 from agent.context import DeploymentContext
@@ -139,7 +140,7 @@ async def trial(
             deps.ui.note(f"[red]deployment stopped trials:[/] {e}")
             return {"error": f"deployment refused: {e}", "budget_exhausted": True}
     style = "green" if record.decision == "kept" else "yellow"
-    deps.ui.console.print(f"[{style}]{record.headline()}[/]", highlight=False)
+    deps.ui.console.print(f"[{style}]{escape(record.headline())}[/]", highlight=False)
     return trial_result(deps, record)
 
 

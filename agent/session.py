@@ -65,7 +65,17 @@ async def measure_baseline(ui: RunUI, endpoint: str, bench: Any, text: str) -> t
         raise SessionError(f"the baseline benchmark failed: {errors}")
     levels = mean_throughput(reps)
     ui.note("baseline: " + ", ".join(f"c={c}: {v:,.1f} tok/s" for c, v in levels.items()), record=False)
-    ui.record("baseline", {"output_tok_s": levels, "sweeps": [_sweep_summary(s) for s in reps]})
+    ui.record(
+        "baseline",
+        {
+            "output_tok_s": levels,
+            "sweeps": [_sweep_summary(s) for s in reps],
+            # enough to rebuild `Baseline` when a session is resumed (per-request lists left out)
+            "reps": [s.model_dump(mode="json", exclude={"levels": {"__all__": {"requests"}}}) for s in reps],
+            "probe": probe.model_dump(mode="json") if hasattr(probe, "model_dump") else None,
+            "unit_text": text,
+        },
+    )
     return Baseline(reps=reps, probe=probe, text=text), time.monotonic() - started
 
 

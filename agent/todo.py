@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import BaseModel, Field
+from rich.markup import escape
 
 Status = Literal["pending", "in_progress", "completed", "cancelled"]
 _MARK = {"pending": "[ ]", "in_progress": "[~]", "completed": "[x]", "cancelled": "[-]"}
@@ -45,6 +46,6 @@ class TodoList(BaseModel):
         lines = []
         for item in self.items:
             style = _STYLE[item.status]
-            text = f"{_MARK[item.status]} {item.content}  [dim]({item.priority})[/]"
+            text = f"{escape(_MARK[item.status])} {escape(item.content)}  [dim]({item.priority})[/]"
             lines.append(f"[{style}]{text}[/]" if style else text)
         return "\n".join(lines) or "(empty)"

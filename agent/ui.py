@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.panel import Panel
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -50,17 +51,19 @@ class RunUI:
 
     def todo(self, todo: TodoList, changes: list[str], *, msg: int | None = None) -> None:
         """Show the list after a change and record its full state."""
-        self.console.print(Panel(todo.render(), title="todo", expand=False))
+        self.console.print(Panel(todo.render(), title="todo", expand=False))  # render() escapes item text
         self.record("todo", {"items": [i.model_dump() for i in todo.items], "changes": changes}, msg=msg)
 
     def verdict(self, v: FlagVerdict, *, msg: int | None = None) -> None:
         """Show a research verdict with its first pieces of evidence."""
         style = _VERDICT_STYLE.get(v.verdict, "")
-        self.console.print(f"[bold]{v.flag}[/]: [{style}]{v.verdict}[/] — {v.summary}", highlight=False)
+        self.console.print(
+            f"[bold]{v.flag}[/]: [{style}]{v.verdict}[/] — {escape(v.summary)}", highlight=False
+        )
         for e in v.evidence[:3]:
-            self.console.print(f"    {e.location}: [dim]{e.quote}[/]", highlight=False)
+            self.console.print(f"    {e.location}: [dim]{escape(e.quote)}[/]", highlight=False)
         for c in v.conditions[:4]:
-            self.console.print(f"    check {c.condition} vs {c.fact}: {c.outcome}", highlight=False)
+            self.console.print(escape(f"    check {c.condition} vs {c.fact}: {c.outcome}"), highlight=False)
         self.record("verdict", v.model_dump(mode="json"), msg=msg)
 
     def deploy_progress(self, phase: str, elapsed: float = 0.0, total: float | None = None) -> None:
