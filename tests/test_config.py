@@ -43,3 +43,25 @@ def test_sim_config_reads_the_endpoint_file(tmp_path: Path) -> None:
     assert cfg.simulated
     assert cfg.target.endpoint == "http://127.0.0.1:31234"
     assert cfg.target.remote_unit == str(tmp_path.resolve() / "sglang.service")
+
+
+def test_relative_local_paths_are_anchored_at_the_config_file(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "optagent.toml").write_text(
+        "[target]\nlocal_unit = 'units/sglang.service'\nstate_dir = '.state'\nremote_unit = 'rel/on/host'\n"
+        "[agent]\ntranscripts_dir = 'tx'\n"
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    cfg = load_config(tmp_path / "optagent.toml")
+    assert cfg.target.local_unit == tmp_path / "units" / "sglang.service"
+    assert cfg.target.state_dir == tmp_path / ".state"
+    assert cfg.agent.transcripts_dir == tmp_path / "tx"
+    assert cfg.target.remote_unit == "rel/on/host"  # a host path stays as the host resolves it
+
+
+def test_errors_with_brackets_are_printed_not_parsed_as_markup(tmp_path: Path) -> None:
+    bad = tmp_path / "[odd]" / "optagent.toml"
+    result = CliRunner().invoke(app, ["status", "--config", str(bad)])
+    assert result.exit_code == 2
+    assert "[odd]" in result.output and "no such config file" in result.output

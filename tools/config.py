@@ -145,9 +145,33 @@ def load_config(path: Path | None = None) -> Config:
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: not valid TOML: {e}") from e
     try:
-        return Config.model_validate(data)
+        config = Config.model_validate(data)
     except ValidationError as e:
         raise ConfigError(_describe(e, path)) from e
+    return _anchor_paths(config, path.resolve().parent)
+
+
+def _anchor_paths(config: Config, base: Path) -> Config:
+    """Relative local paths mean "next to the config file", whatever directory optagent runs from.
+
+    Otherwise `recover` run from another directory would look for the journal in the wrong place.
+    """
+
+    def anchored(p: Path | None) -> Path | None:
+        return p if p is None or p.expanduser().is_absolute() else base / p
+
+    t, a, r = config.target, config.agent, config.research
+    return config.model_copy(
+        update={
+            "target": t.model_copy(
+                update={"local_unit": anchored(t.local_unit), "state_dir": anchored(t.state_dir)}
+            ),
+            "agent": a.model_copy(update={"transcripts_dir": anchored(a.transcripts_dir)}),
+            "research": r.model_copy(
+                update={"source_dir": anchored(r.source_dir), "cache_dir": anchored(r.cache_dir)}
+            ),
+        }
+    )
 
 
 def sim_config(sim_dir: Path = DEFAULT_SIM_DIR, *, port: int | None = None) -> Config:

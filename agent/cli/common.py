@@ -7,6 +7,7 @@ from typing import NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from tools.config import Config, ConfigError, load_config
 
@@ -20,7 +21,7 @@ ConfigOption = typer.Option(
 
 def fail(message: str, *, code: int = 1) -> NoReturn:
     """Print `message` on stderr and exit with `code` (1: the work failed, 2: bad usage or input)."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    err_console.print("[bold red]error:[/] " + escape(message), highlight=False)
     raise typer.Exit(code)
 
 
