@@ -33,12 +33,21 @@ _SECRET_ENV = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNO
 _SECRET_KEY = re.compile(
     r"(?i)^(.*api[_-]?key|.*secret.*|.*password|passwd|.*access[_-]?token|.*auth[_-]?token|token|authorization)$"
 )
+# A name ending in a secret word (api_key, admin-api-key, ssl_keyfile_password, hf_token), never a
+# counter such as max_tokens or input_tokens; a value quoted or bare (a bare one stops at & for URLs).
+_SECRET_NAME = r"[\w-]*(?:api[_-]?key|password|passwd|token|secret)"
+_SECRET_VALUE = r"(?:\"[^\"]*\"|'[^']*'|[^\s\"',;)&]+)"
 _SECRET_PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"(?i)(authorization\s*[:=]\s*)(bearer|basic|token)\s+[^\s\"',]+"), rf"\1\2 {REDACTED}"),
     (re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{8,}"), rf"\1 {REDACTED}"),
     (re.compile(r"\bsk-[A-Za-z0-9_-]{8,}"), f"sk-{REDACTED}"),
     (re.compile(r"\bhf_[A-Za-z0-9]{16,}"), f"hf_{REDACTED}"),
-    (re.compile(r"(?i)(--api-key[= ]\s*)(\"[^\"]*\"|'[^']*'|[^\s\"']+)"), rf"\1{REDACTED}"),
+    (re.compile(rf"(?i)(--{_SECRET_NAME}(?:=|\s+))(?!--|(?:None|null)\b){_SECRET_VALUE}"), rf"\1{REDACTED}"),
+    (
+        re.compile(rf"(?i)((?<![\w-]){_SECRET_NAME}[\"']?\s*[=:]\s*)(?!(?:None|null)\b){_SECRET_VALUE}"),
+        rf"\1{REDACTED}",
+    ),
+    (re.compile(r"(?i)([?&](?:key|sig|signature|auth)=)[^\s&#\"']+"), rf"\1{REDACTED}"),
     (
         re.compile(r"\b([A-Z0-9_]*(?:API_?KEY|TOKEN(?!S)|SECRET|PASSWORD)[A-Z0-9_]*\s*[=:]\s*)([^\s\"',;]+)"),
         rf"\1{REDACTED}",

@@ -153,6 +153,29 @@ def test_secrets_are_redacted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     assert redact_text("nothing to hide here") == "nothing to hide here"
 
 
+def test_secret_flags_server_args_and_url_params_are_redacted_but_counters_are_not() -> None:
+    unit = (
+        "ExecStart=/usr/bin/python -m sglang.launch_server --admin-api-key adm1n-s3cr3t"
+        " --api-key=k3y-value --ssl-keyfile-password 'pw with space' --max-running-requests 64"
+    )
+    log = (
+        "[2025-01-01 00:00:00] server_args=ServerArgs(model_path='Qwen/Qwen3-8B', api_key='sekret123',"
+        " admin_api_key='Adm1nKey', ssl_keyfile_password=None, max_total_tokens=8192, chunked_prefill_size=4096)"
+    )
+    url = "GET http://10.0.0.5:30000/v1/models?api_key=url-s3cret&limit=5 HTTP/1.1"
+    counters = "max_tokens=256 input_tokens: 12 prompt_tokens 40 --max-prefill-tokens 8192 output_tokens=7"
+    out = redact_text("\n".join((unit, log, url, counters)))
+    for secret in ("adm1n-s3cr3t", "k3y-value", "pw with space", "sekret123", "Adm1nKey", "url-s3cret"):
+        assert secret not in out
+    assert "--max-running-requests 64" in out and "ssl_keyfile_password=None" in out
+    assert "max_total_tokens=8192" in out and "&limit=5" in out
+    assert counters in out
+    assert (
+        redact_text("api_key='sekret123' --admin-api-key s3cr3t --ssl-keyfile-password pw").count(REDACTED)
+        == 3
+    )
+
+
 def test_a_failed_write_warns_once_and_never_raises(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
