@@ -174,7 +174,7 @@ class TrialRunner:
             self.on_event("trial", record.model_dump(mode="json"))
             return record
         try:
-            await asyncio.shield(self._deploy_and_measure(record, new_text))
+            await _finish_before_cancelling(self._deploy_and_measure(record, new_text))
         finally:
             record.seconds = time.monotonic() - started
             self.on_event("trial", record.model_dump(mode="json"))
@@ -238,7 +238,7 @@ class TrialRunner:
         record.comparison = _comparison_dict(cmp)
         record.improved = cmp.verdict == "improved"
         if not record.improved:
-            return await self._reject(record, f"{cmp.verdict}: {cmp.summary}")
+            return await self._reject(record, cmp.summary)
         if self.best is not None and self.best_reps is not None:
             # Against the best so far directly, not through the older baseline: drift cancels out.
             vs_best = compare(
@@ -256,7 +256,7 @@ class TrialRunner:
                     f"which stays deployed ({vs_best.summary})",
                 )
         await self.deployment.commit()
-        record.decision, record.why = "kept", f"improved: {cmp.summary}"
+        record.decision, record.why = "kept", cmp.summary
         self.best, self.best_reps = record, reps
 
     async def _reject(self, record: TrialRecord, why: str) -> None:
@@ -276,6 +276,28 @@ class TrialRunner:
         return await self.run(
             list(merged.values()), reason=f"check that the gains of {names} add up", kind="combined"
         )
+
+
+async def _finish_before_cancelling(coro: Any) -> None:
+    """Run `coro` in its own task; if the caller is cancelled (Ctrl-C), cancel that task too and
+    wait until it has finished (its handler rolls the candidate back) before re-raising.
+
+    A bare `asyncio.shield` would let the caller's `Deployment` close (lock released, connection
+    gone) while the trial carried on deploying in the background.
+    """
+    task = asyncio.ensure_future(coro)
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        task.cancel()
+        while not task.done():
+            try:
+                await asyncio.wait({task})
+            except asyncio.CancelledError:
+                continue  # a second interrupt: the rollback still has to finish first
+        if not task.cancelled():
+            task.exception()  # retrieved: the cancellation below is what the caller sees
+        raise
 
 
 def _comparison_dict(cmp: Any) -> dict[str, Any]:
