@@ -159,3 +159,21 @@ def test_cli_flags_and_research(sglang_0523, tmp_path):
 
     out = runner.invoke(app, [*args, "--model-config", str(tmp_path / "missing.json")])
     assert out.exit_code == 2 and "no such file" in out.output
+
+
+def test_research_of_an_unknown_flag_exits_2_with_close_names(tmp_path):
+    root = _tree(tmp_path).root
+    (root / "sglang" / "_version.py").write_text('__version__ = "9.9.9"\n')
+    runner = CliRunner()
+    out = runner.invoke(app, ["research", "foo-mod", "--source", str(root)])
+    assert out.exit_code == 2, out.output
+    text = " ".join(out.output.split())
+    assert "--foo-mod is not a launch_server flag of SGLang 9.9.9" in text
+    assert "did you mean --foo-mode" in text and "verdict" not in text
+    out = runner.invoke(app, ["research", "foo-mod", "--source", str(root), "--json"])
+    assert out.exit_code == 2
+    data = json.loads(out.stdout)
+    assert data["suggestions"] == ["--foo-mode"] and "not a launch_server flag" in data["error"]
+    out = runner.invoke(app, ["research", "zzzz-qqqq", "--source", str(root)])
+    assert out.exit_code == 2 and "did you mean" not in out.output
+    assert runner.invoke(app, ["research", "foo_mode", "--source", str(root)]).exit_code == 0

@@ -109,6 +109,19 @@ def _facts(cfg: Any, model_config: Path | None) -> tuple[Any, Any, list[str]]:
     return model, hardware, notes
 
 
+def _unknown_flag(name: str, version: str, known: list[str], *, json_out: bool) -> None:
+    """Say `name` is no flag of this version, with close names if any, and exit with status 2."""
+    import difflib
+
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    message = f"{name} is not a launch_server flag of SGLang {version}"
+    if close:
+        message += f"; did you mean {', '.join(close)}?"
+    if json_out:
+        print(json.dumps({"flag": name, "version": version, "error": message, "suggestions": close}))
+    fail(message, code=2)
+
+
 def research(
     flag: str = typer.Argument(..., help="The flag, with or without dashes."),
     config: Path | None = ConfigOption,
@@ -117,11 +130,14 @@ def research(
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Where a flag is defined, read and gated, against this model and these GPUs."""
-    from tools.flags import guard_facts, research_flag
+    from tools.flags import find_flag, flag_catalog, guard_facts, research_flag
 
     name = normalize_flag(flag)
     tree, cfg = _tree(config, source, None)
-    report = research_flag(tree, name)
+    catalog = flag_catalog(tree)
+    if find_flag(catalog, name) is None:
+        _unknown_flag(name, tree.version, [f.name for f in catalog], json_out=json_out)
+    report = research_flag(tree, name, catalog=catalog)
     model, hardware, notes = _facts(cfg, model_config)
     report.notes += notes
     all_guards = [g for r in report.readers for g in r.guards]
@@ -134,13 +150,10 @@ def research(
         return
     out = console.print
     out(f"[bold]{name}[/] in sglang {tree.version} ({tree.origin})", highlight=False)
-    if report.flag is None:
-        out("  not a launch_server flag of this version", highlight=False)
-    else:
-        f = report.flag
-        out(f"  defined at {f.path}:{f.line}  type={f.type} default={f.default!r}", highlight=False)
-        if f.help:
-            out(f"  help: {f.help}", highlight=False, markup=False)
+    f = report.flag
+    out(f"  defined at {f.path}:{f.line}  type={f.type} default={f.default!r}", highlight=False)
+    if f.help:
+        out(f"  help: {f.help}", highlight=False, markup=False)
     out(f"[bold]readers[/] ({len(report.readers)}):", highlight=False)
     for r in report.readers:
         tag = "config" if r.kind == "config" else ("inert" if r.inert else "use")
