@@ -66,6 +66,29 @@ def test_level_guard_overrides_objective_improvement():
     assert [lc.verdict for lc in result.per_level if lc.concurrency == 64] == ["regressed"]
 
 
+def level_sweep(values: dict[int, float]) -> SweepResult:
+    """One repetition with exactly these output throughputs per level."""
+    levels = [
+        LevelResult(max_concurrency=c, num_prompts=8, completed=8, output_throughput=v)
+        for c, v in values.items()
+    ]
+    return SweepResult(endpoint="http://x", api="completions", levels=levels)
+
+
+def test_noisy_level_regression_beyond_tolerance_is_never_improved():
+    # c=1 is +30% and c=8 is -9.1% (3x the tolerance, p~0.03: not significant at alpha/3).
+    base = [level_sweep({1: 100 + d, 8: 800 + 27 * d, 64: 1600 + 10 * d}) for d in (0, 1, -1)]
+    cand = [level_sweep({1: 130 + d, 8: 727 + 27 * d, 64: 1600 + 10 * d}) for d in (0, 1, -1)]
+    result = compare(base, cand)
+    assert result.overall.verdict == "improved"  # the objective alone would keep it
+    c8 = next(lc for lc in result.per_level if lc.concurrency == 8)
+    assert 0.9 < c8.ratio < 0.92 and 0.05 / 3 < c8.p_value < 0.05
+    assert result.verdict == "inconclusive"
+    assert c8.verdict == "inconclusive" and "tolerance" in c8.note and "9.1% lower" in c8.note
+    assert "concurrency 8" in result.summary and "9.1% lower" in result.summary
+    assert all(lc.note == "" for lc in result.per_level if lc.concurrency != 8)
+
+
 def test_too_few_reps_is_inconclusive_never_improved():
     rng = random.Random(6)
     result = compare(reps(rng, n=1), reps(rng, n=1, shift=1.5))

@@ -250,5 +250,8 @@ def compare_cmd(
         p = "missing" if lc.p_value is None else f"{lc.p_value:.3g}"
         table.add_row(str(lc.concurrency), _fmt(lc.baseline), _fmt(lc.candidate), change, ci, p, lc.verdict)
     console.print(table)
+    for lc in result.per_level:
+        if lc.note:
+            console.print(f"concurrency {lc.concurrency}: {lc.note}", highlight=False)
     if plot_file:
         console.print(f"saved {plot_file}")

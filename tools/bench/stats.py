@@ -4,7 +4,9 @@ Method: for each repetition the objective is one number (a geometric mean of lev
 Baseline and candidate repetitions are compared with a two-sample t-test on the logarithms, which
 gives a 95% confidence interval for the ratio of the (geometric) means. The verdict needs
 significance *and* an effect of at least `min_effect`; every level is also checked on its own
-(Bonferroni-corrected) so that no level may regress beyond `regress_tolerance` unnoticed.
+(Bonferroni-corrected) so that no level may regress beyond `regress_tolerance` unnoticed: a level
+significantly below 1 - `regress_tolerance` makes the verdict regressed, and a level whose point
+estimate is below it without significance makes the verdict at least inconclusive.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ class LevelComparison(BaseModel):
     n_baseline: int = 0
     n_candidate: int = 0
     verdict: Verdict = "inconclusive"
+    note: str = ""
+    """Why the verdict is what it is when the numbers alone do not say (e.g. a suspect level)."""
 
 
 class Comparison(BaseModel):
@@ -189,7 +193,22 @@ def compare(
             f"(beyond the {regress_tolerance:.0%} tolerance, p={lc.p_value:.3g}); {numbers}",
             **extra,
         )
+    suspect = [lc for lc in per_level if _suspect(lc, regress_tolerance)]
+    for lc in suspect:
+        lc.verdict = "inconclusive"
+        lc.note = (
+            f"{(1 - lc.ratio) * 100:.1f}% lower, beyond the {regress_tolerance:.0%} tolerance but not "
+            f"significant (p={lc.p_value:.3g}): a possible regression, measure again"
+        )
+    if suspect and overall.verdict != "regressed":
+        lc = suspect[0]
+        return done("inconclusive", f"concurrency {lc.concurrency}: {lc.note}; {numbers}", **extra)
     return done(overall.verdict, numbers, **extra)
+
+
+def _suspect(lc: LevelComparison, tolerance: float) -> bool:
+    """A level whose point estimate is worse than the tolerance (significant ones are regressed)."""
+    return lc.ratio is not None and lc.p_value is not None and lc.ratio < 1 - tolerance
 
 
 def _level_errors(sweep: SweepResult) -> list[str]:
