@@ -93,6 +93,22 @@ def test_review(sessions: tuple[Path, str, str]) -> None:
     assert "status: damaged at line 15" in out and "### Trial 1:" in out and "### Trial 2:" not in out
 
 
+def test_review_json(sessions: tuple[Path, str, str]) -> None:
+    d, good, cut = sessions
+    code, out, _ = _run("transcripts", "review", good, "--dir", str(d), "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["id"] == good and data["status"] == "done" and data["context"]["version"] == "0.5.23"
+    assert data["kept"] == ["--cuda-graph-max-bs 256"]
+    assert [t["decision"] for t in data["trials"]] == ["kept", "rolled back"]
+    assert data["trials"][0]["candidate"]["64"] == pytest.approx(2270.0)
+    assert data["gain"]["64"] == pytest.approx([2020.0, 2270.0])
+    assert data["error"] is None and "analysis" not in data
+    code, out, _ = _run("transcripts", "review", cut, "--dir", str(d), "--json")
+    data = json.loads(out)
+    assert code == 0 and data["status"].startswith("damaged at line 15") and len(data["trials"]) == 1
+
+
 def test_review_narrate_without_llm_says_so(
     sessions: tuple[Path, str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -163,25 +163,37 @@ def review(
     ),
     base_url: str | None = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint for --narrate."),
     as_markdown: bool = typer.Option(False, "--markdown", help="Print raw Markdown."),
+    json_out: bool = typer.Option(False, "--json", help="Print the structured review as JSON."),
     directory: Path | None = DirOption,
     config: Path | None = ConfigOption,
 ) -> None:
     """A structured account of a session: context, todo list, verdicts, trials, rollbacks, gain."""
+    import dataclasses
+
     from agent.review import build_review, review_markdown
 
     loaded = _open(session, directory, config)
-    text = review_markdown(build_review(loaded))
+    built = build_review(loaded)
+    text = review_markdown(built)
+    analysis = None
     if narrate:
         from agent.narrate import NoModelError, narrate_review
 
         cfg = get_config(config)
         try:
-            text += "\n## Analysis\n\n" + narrate_review(
+            analysis = narrate_review(
                 text, model=model or cfg.agent.model, base_url=base_url or cfg.agent.base_url
             )
         except NoModelError as e:
-            text += f"\n## Analysis\n\nnot written: {e}\n"
+            analysis = f"not written: {e}\n"
             err_console.print(f"[yellow]--narrate:[/] {e}", highlight=False)
+        text += "\n## Analysis\n\n" + analysis
+    if json_out:
+        data = {"id": loaded.id, **dataclasses.asdict(built)}
+        if narrate:
+            data["analysis"] = analysis
+        print(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+        return
     if as_markdown:
         print(text)
         return
