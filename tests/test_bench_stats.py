@@ -111,6 +111,26 @@ def test_candidate_errors_are_never_a_pass():
     assert compare(reps(rng), []).verdict == "inconclusive"
 
 
+def test_baseline_levels_missing_in_candidate_are_never_a_pass():
+    rng = random.Random(11)
+    base = reps(rng, noise=0.01)
+    cand = reps(rng, noise=0.01, shift=1.5)
+    for s in cand:  # not flagged partial: e.g. a sweep run with fewer levels
+        s.levels = [lv for lv in s.levels if lv.max_concurrency != 8]
+    result = compare(base, cand)
+    assert result.verdict == "regressed" and "concurrency 8" in result.summary
+    # Present but without the objective's metric in one repetition: no data either.
+    cand = reps(rng, noise=0.01, shift=1.5)
+    cand[2].levels[-1].output_throughput = None
+    result = compare(base, cand)
+    assert result.verdict == "regressed" and "concurrency 64" in result.summary
+    # Extra candidate levels are ignored; a level the baseline lacks cannot be compared.
+    short = [s.model_copy(update={"levels": s.levels[:2]}) for s in base]
+    assert [lc.concurrency for lc in compare(short, reps(rng)).per_level] == [1, 8]
+    objective = objective_from_goal("p99 ttft at concurrency 64")
+    assert compare(short, reps(rng), objective).verdict == "inconclusive"
+
+
 def test_latency_objective_prefers_lower_values_at_lowest_level():
     rng = random.Random(8)
     objective = objective_from_goal("lower the latency for interactive users")

@@ -159,7 +159,9 @@ def compare(
         return done("regressed", f"the candidate's benchmark had errors: {'; '.join(bad[:3])}")
     if any(s.partial for s in baseline_reps):
         return done("inconclusive", "the baseline's benchmark had errors; measure it again")
-    levels = _common_levels(baseline_reps + candidate_reps)
+    levels = _common_levels(baseline_reps)
+    if lost := _missing_in_candidate(baseline_reps, candidate_reps, objective, levels):
+        return done("regressed", f"the candidate has no data at {lost} (measured in the baseline)")
     wanted = objective.levels or (levels[:1] if objective.lowest_level else levels)
     if not levels or any(c not in levels for c in wanted):
         return done("inconclusive", f"levels {wanted} not measured on both sides (have {levels})")
@@ -209,6 +211,22 @@ def compare(
 def _suspect(lc: LevelComparison, tolerance: float) -> bool:
     """A level whose point estimate is worse than the tolerance (significant ones are regressed)."""
     return lc.ratio is not None and lc.p_value is not None and lc.ratio < 1 - tolerance
+
+
+def _missing_in_candidate(
+    baseline_reps: list[SweepResult],
+    candidate_reps: list[SweepResult],
+    objective: Objective,
+    levels: list[int],
+) -> str:
+    """The baseline levels with data that some candidate repetition lacks, described ('' if none)."""
+    lost = [
+        c
+        for c in levels
+        if any(_score(s, objective, [c]) is not None for s in baseline_reps)
+        and any(_score(s, objective, [c]) is None for s in candidate_reps)
+    ]
+    return ", ".join(f"concurrency {c}" for c in lost)
 
 
 def _level_errors(sweep: SweepResult) -> list[str]:
