@@ -84,6 +84,28 @@ def test_dead_when_unused_or_only_logged(tmp_path):
     assert not live.dead and live.flag.choices == ["fast", "slow"] and live.flag.default == "fast"
 
 
+def test_readers_in_test_code_do_not_make_a_flag_live(tmp_path):
+    tree = _tree(tmp_path)
+    pkg = tmp_path / "sglang"
+    reader = "def check(server_args):\n    if server_args.unused_knob > 2:\n        return 1\n"
+    for rel in (
+        "test/srt/runner.py",
+        "srt/tests/helper.py",
+        "srt/test_knob.py",
+        "srt/knob_test.py",
+        "conftest.py",
+    ):
+        (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / rel).write_text(reader)
+    (pkg / "srt" / "testing_utils.py").write_text(reader.replace("check", "check_real"))
+    readers = find_readers(tree, "unused_knob")
+    assert {r.path for r in readers} == {"sglang/srt/layers/foo.py", "sglang/srt/testing_utils.py"}
+    (pkg / "srt" / "testing_utils.py").unlink()
+    report = research_flag(tree, "--unused-knob")
+    assert report.dead and report.flag.path == "sglang/srt/server_args.py"
+    assert [r.path for r in report.readers] == ["sglang/srt/layers/foo.py"]
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="launch_server")
     parser.add_argument("--model-path", "--model", type=str, required=True, help="The model weights.")

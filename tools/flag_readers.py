@@ -15,7 +15,7 @@ import bisect
 import re
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from tools.flag_catalog import FlagInfo, find_flag, flag_catalog
@@ -244,13 +244,26 @@ def _in_add_argument(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
     return False
 
 
+def is_test_path(rel: str) -> bool:
+    """Whether `rel` is test code: under a `test`/`tests` directory, or `test_*.py`, `*_test.py`, `conftest.py`."""
+    *dirs, name = PurePosixPath(rel.replace("\\", "/")).parts
+    if any(d in ("test", "tests") for d in dirs):
+        return True
+    return name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py"
+
+
 def find_readers(tree: SourceTree, dest: str) -> list[Reader]:
-    """Every read of `dest` in the tree's Python files, with guards, in path/line order."""
+    """Every read of `dest` in the tree's Python files, with guards, in path/line order.
+
+    Test code (`is_test_path`) is left out: a flag read only by tests changes nothing in a server.
+    """
     if not dest.isidentifier():
         raise ValueError(f"not a flag dest: {dest!r}")
     hits = grep(tree, rf"\b{dest}\b", glob="*.py", max_results=100_000)
     by_file: dict[str, list[int]] = {}
     for m in hits.matches:
+        if is_test_path(m.path):
+            continue
         by_file.setdefault(m.path, []).append(m.line)
     readers: list[Reader] = []
     for rel, lines in by_file.items():
