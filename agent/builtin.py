@@ -107,6 +107,15 @@ def _todo(
                     "priority": prio,
                 }
             )
+        elif _lossy_blocked(c, v):
+            items.append(
+                {
+                    "id": flag,
+                    "content": f"{label}: skipped — lossy (changes outputs), --allow-lossy not given",
+                    "status": "cancelled",
+                    "priority": prio,
+                }
+            )
         else:
             items.append(
                 {
@@ -159,7 +168,16 @@ def planner_policy(messages: list[Any], info: Any) -> Any:
     nxt = (
         None
         if budget_out
-        else next((c for c in live if c["flag"] not in trials and _worth(verdicts.get(c["flag"]))), None)
+        else next(
+            (
+                c
+                for c in live
+                if c["flag"] not in trials
+                and _worth(verdicts.get(c["flag"]))
+                and not _lossy_blocked(c, verdicts.get(c["flag"]))
+            ),
+            None,
+        )
     )
     if nxt is not None:
         todo = _todo(cands, verdicts, trials, extra)
@@ -199,6 +217,12 @@ def planner_policy(messages: list[Any], info: Any) -> Any:
 
 def _worth(v: dict[str, Any] | None) -> bool:
     return v is not None and v["verdict"] in ("applies", "unknown")
+
+
+def _lossy_blocked(cand: dict[str, Any], v: dict[str, Any] | None) -> bool:
+    """Lossy by the playbook or the research, and the user did not allow lossy changes."""
+    lossy = cand.get("lossy") or bool((v or {}).get("lossy"))
+    return bool(lossy) and not cand.get("lossy_allowed", False)
 
 
 def _final_todo_written(messages: list[Any]) -> bool:

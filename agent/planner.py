@@ -60,6 +60,7 @@ def candidates_view(deps: PlannerDeps) -> list[dict[str, Any]]:
             "note": c.note,
             "priority": c.lever.priority,
             "lossy": c.lever.lossy,
+            "lossy_allowed": deps.allow_lossy,
             "what": c.lever.what,
             "helps": c.lever.helps,
             "risk": c.lever.risk,
@@ -88,6 +89,8 @@ async def research(deps: PlannerDeps, flag: str, question: str, *, usage: Any = 
     verdict = result.output
     verdict.flag = flag
     deps.verdicts[flag] = verdict
+    if verdict.lossy and deps.runner is not None:  # the trial runner refuses it without --allow-lossy
+        deps.runner.lossy.setdefault(flag, f"research: {verdict.risk or verdict.summary}")
     deps.ui.verdict(verdict, msg=parent)
     return verdict
 

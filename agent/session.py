@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.trial import Baseline, TrialRunner, mean_throughput
+from agent.trial import Baseline, TrialRunner, lossy_flags, mean_throughput
 from agent.ui import RunUI
 
 
@@ -129,6 +129,7 @@ async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
                     objective=objective,
                     baseline=baseline,
                     allow_lossy=opts.allow_lossy,
+                    lossy=lossy_flags(candidates),
                     max_trials=opts.max_trials,
                     deadline=deadline,
                     on_event=lambda kind, data: ui.record(kind, data),

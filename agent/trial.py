@@ -90,6 +90,11 @@ def mean_throughput(reps: list[Any]) -> dict[int, float]:
     return {c: sum(v) / len(v) for c, v in sorted(sums.items())}
 
 
+def lossy_flags(candidates: list[Any]) -> dict[str, str]:
+    """Flag → why, for the playbook candidates (`agent.playbook.Candidate`) whose lever is lossy."""
+    return {c.flag: f"playbook: {c.lever.risk or 'changes the outputs'}" for c in candidates if c.lever.lossy}
+
+
 def apply_changes(text: str, changes: list[TrialChange]) -> str:
     """The unit file text with every change applied (validated and quoted by `tools.unitfile`)."""
     from tools.unitfile import UnitFile
@@ -110,6 +115,9 @@ class TrialRunner:
     objective: Any
     baseline: Baseline
     allow_lossy: bool = False
+    lossy: dict[str, str] = field(default_factory=dict)
+    """Flags known to change outputs (playbook lever or research verdict) → why; without
+    `allow_lossy` a change of one is never deployed nor kept, whatever the probe says."""
     max_trials: int = 12
     deadline: float = float("inf")
     """`time.monotonic()` after which no new trial starts."""
@@ -137,6 +145,15 @@ class TrialRunner:
             return "wall-time budget spent"
         return None
 
+    def lossy_reason(self, changes: list[TrialChange]) -> str | None:
+        """Why `changes` are known to be lossy (None when none is), from `lossy`."""
+        found = [f"{c.flag} ({self.lossy[c.flag]})" for c in changes if c.flag in self.lossy]
+        return "known lossy: " + "; ".join(found) if found else None
+
+    def _lossy_refusal(self, changes: list[TrialChange]) -> str | None:
+        why = None if self.allow_lossy else self.lossy_reason(changes)
+        return f"{why}; --allow-lossy not given" if why else None
+
     def eligible(self) -> list[TrialRecord]:
         """Single trials that improved on the baseline, best first."""
         singles = [t for t in self.trials if t.kind == "single" and t.improved]
@@ -163,6 +180,11 @@ class TrialRunner:
         )
         self.trials.append(record)
         started = time.monotonic()
+        refusal = self._lossy_refusal(changes)
+        if refusal:
+            record.why = f"refused before deploying: {refusal}"
+            self.on_event("trial", record.model_dump(mode="json"))
+            return record
         try:
             new_text = apply_changes(self.baseline.text, changes)
         except ValueError as e:  # UnitFileError: a value that cannot go into the unit file
@@ -223,6 +245,8 @@ class TrialRunner:
             return await self._reject(
                 record, "outputs drift from the baseline (lossy); --allow-lossy not given"
             )
+        if refusal := self._lossy_refusal(record.changes):  # marked lossy while this trial ran
+            return await self._reject(record, f"probe {pv.status}, but {refusal}")
         reps = await run_repeated(self.endpoint, self.bench, on_progress=self.on_progress)
         record.levels = mean_throughput(reps)
         if any(s.partial for s in reps):
@@ -255,6 +279,8 @@ class TrialRunner:
                     f"improved on the baseline ({cmp.summary}) but not on trial {self.best.number}, "
                     f"which stays deployed ({vs_best.summary})",
                 )
+        if refusal := self._lossy_refusal(record.changes):
+            return await self._reject(record, refusal)
         await self.deployment.commit()
         record.decision, record.why = "kept", cmp.summary
         self.best, self.best_reps = record, reps

@@ -78,3 +78,140 @@ def test_cancelled_trial_rolls_back_before_the_deployment_is_exited():
     assert fake.events == ["deploy", "deploy cancelled", "rollback", "exit"]
     assert runner.trials[0].decision == "rolled_back"
     assert "CancelledError" in runner.trials[0].why
+
+
+@dataclass
+class HealthyFake(FakeDeployment):
+    """`deploy` starts fine (the server is left as it is); `on_deploy` runs while the trial is in flight."""
+
+    on_deploy: object = None
+
+    async def deploy(self, text: str, *, reason: str) -> DeployOutcome:
+        self.events.append("deploy")
+        if callable(self.on_deploy):
+            self.on_deploy()
+        return DeployOutcome(ok=True)
+
+
+KV_FP8 = TrialChange(flag="--kv-cache-dtype", value="fp8_e4m3")
+
+
+def test_known_lossy_change_is_refused_without_a_restart():
+    fake = HealthyFake()
+    runner = _runner(fake, lossy={"--kv-cache-dtype": "playbook: greedy outputs drift"})
+    record = asyncio.run(runner.run([KV_FP8], reason="test"))
+    assert fake.events == []  # nothing deployed, nothing restarted
+    assert (record.decision, record.deployed, record.restarts, runner.restarts) == ("skipped", False, 0, 0)
+    assert "known lossy" in record.why and "--allow-lossy" in record.why
+
+
+def test_known_lossy_change_is_deployed_when_allowed():
+    fake = FakeDeployment()  # fails to start: enough to see that it was deployed
+    runner = _runner(fake, lossy={"--kv-cache-dtype": "playbook"}, allow_lossy=True)
+    record = asyncio.run(runner.run([KV_FP8], reason="test"))
+    assert fake.events == ["deploy", "deploy done"]
+    assert record.decision == "rolled_back" and record.restarts == 2
+
+
+def test_change_marked_lossy_mid_trial_is_not_kept_even_with_identical_outputs(sim_server):
+    from tools.bench.probe import run_probe
+
+    server = sim_server("seed")
+    reference = asyncio.run(run_probe(server.endpoint))
+    fake = HealthyFake()
+    runner = TrialRunner(
+        deployment=fake,
+        endpoint=server.endpoint,
+        bench=BenchConfig(),
+        objective=None,
+        baseline=Baseline(reps=[], probe=reference, text=UNIT),
+    )
+    # research finishes while the trial runs and says the flag is lossy
+    fake.on_deploy = lambda: runner.lossy.setdefault("--kv-cache-dtype", "research: FP8 KV cache")
+    record = asyncio.run(runner.run([KV_FP8], reason="test"))
+    assert record.probe == "identical"  # the probe alone would have let it through
+    assert record.decision == "rolled_back" and "known lossy" in record.why
+    assert fake.events == ["deploy", "rollback"] and not record.levels  # no commit, no benchmark
+
+
+def _history(cands: list[dict], verdicts: dict[str, dict]) -> list:
+    """The planner's history after list_candidates, the first todo_write and the research."""
+    from pydantic_ai.messages import ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart, UserPromptPart
+
+    calls = [ToolCallPart("todo_write", {"items": []}, tool_call_id="todo")]
+    calls += [ToolCallPart("research_flag", {"flag": f}, tool_call_id=f) for f in verdicts]
+    returns = [ToolReturnPart("todo_write", "ok", tool_call_id="todo")]
+    returns += [ToolReturnPart("research_flag", v, tool_call_id=f) for f, v in verdicts.items()]
+    return [
+        ModelRequest(parts=[UserPromptPart("go")]),
+        ModelResponse(parts=[ToolCallPart("list_candidates", {}, tool_call_id="c")]),
+        ModelRequest(parts=[ToolReturnPart("list_candidates", cands, tool_call_id="c")]),
+        ModelResponse(parts=calls),
+        ModelRequest(parts=returns),
+    ]
+
+
+def _cand(flag: str, value: str, *, lossy: bool, allowed: bool) -> dict:
+    return {
+        "flag": flag,
+        "value": value,
+        "action": "set",
+        "status": "candidate",
+        "note": "",
+        "priority": "high",
+        "lossy": lossy,
+        "lossy_allowed": allowed,
+        "what": "",
+        "helps": "helps",
+        "risk": "",
+    }
+
+
+def _verdict(flag: str, *, lossy: bool = False) -> dict:
+    return {"flag": flag, "verdict": "applies", "summary": "read here", "lossy": lossy}
+
+
+def _next_calls(cands: list[dict], verdicts: dict[str, dict]) -> dict[str, dict]:
+    from agent.builtin import planner_policy
+
+    response = planner_policy(_history(cands, verdicts), None)
+    return {p.tool_name: p.args_as_dict() for p in response.parts if hasattr(p, "tool_name")}
+
+
+def test_builtin_planner_skips_lossy_levers_without_allow_lossy():
+    verdicts = {"--kv-cache-dtype": _verdict("--kv-cache-dtype"), "--x": _verdict("--x", lossy=True)}
+    cands = [
+        _cand("--kv-cache-dtype", "fp8_e4m3", lossy=True, allowed=False),  # lossy by the playbook
+        _cand("--x", "1", lossy=False, allowed=False),  # lossy by the research
+    ]
+    calls = _next_calls(cands, verdicts)
+    assert "run_trial" not in calls
+    todo = {i["id"]: i for i in calls["todo_write"]["items"]}
+    for flag in verdicts:
+        assert todo[flag]["status"] == "cancelled" and "lossy" in todo[flag]["content"]
+
+
+def test_builtin_planner_trials_lossy_levers_when_allowed():
+    verdicts = {"--kv-cache-dtype": _verdict("--kv-cache-dtype")}
+    calls = _next_calls([_cand("--kv-cache-dtype", "fp8_e4m3", lossy=True, allowed=True)], verdicts)
+    assert calls["run_trial"]["changes"][0]["flag"] == "--kv-cache-dtype"
+
+
+def test_session_marks_playbook_lossy_levers_for_the_runner():
+    from agent.playbook import PLAYBOOK_PATH, Candidate, load_playbook
+    from agent.trial import lossy_flags
+
+    levers = {lv.flag: lv for lv in load_playbook(PLAYBOOK_PATH)}
+    cands = [
+        Candidate(
+            flag=f,
+            value=levers[f].value,
+            action="set",
+            lever=levers[f],
+            needs=[],
+            conflicts=[],
+            status="candidate",
+        )
+        for f in ("--kv-cache-dtype", "--enable-torch-compile")
+    ]
+    assert list(lossy_flags(cands)) == ["--kv-cache-dtype"]
