@@ -9,7 +9,7 @@ import sys
 import textwrap
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tools.unitfile import UnitFile, UnitFileError, unified_diff
@@ -196,6 +196,21 @@ def units(draw: st.DrawFn) -> str:
 
 @settings(max_examples=150, deadline=None)
 @given(units(), flag_names, values)
+@example(
+    text="[Service]\nExecStart=/usr/bin/srv run --a 1 --a 1\n; c\n",
+    flag="--a",
+    value="",
+)
+@example(
+    text="[Service]\nExecStart=/usr/bin/srv run --a 1 --a 1\n",
+    flag="--a",
+    value="00",
+)
+@example(
+    text="[Service]\nExecStart=/usr/bin/srv run --a 1 --a 1\n",
+    flag="--a",
+    value="*",
+)
 def test_edits_round_trip_and_values_stay_in_their_argument(text: str, flag: str, value: str) -> None:
     unit = UnitFile.parse(text)
     assert unit.render() == text

@@ -226,9 +226,9 @@ class UnitFile:
         if not old:
             text = self._insert(self._tokens(flag, value, eq_form=False))
         else:
+            # Later repeats go first: cutting them leaves the byte offsets of the first one valid.
             first, rest = old[0], old[1:]
-            text = self._replace_flag(first, value)
-            text = self._cut(text, rest)
+            text = self._replace_flag(self._cut(self.text, rest), first, value)
         return self._checked(text, expected)
 
     def unset_flag(self, flag: str) -> UnitFile:
@@ -244,14 +244,14 @@ class UnitFile:
     def _span_end(self, s: _FlagSpan) -> int:
         return self.words[s.value_indexes[-1] if s.value_indexes else s.name_index].end
 
-    def _replace_flag(self, s: _FlagSpan, value: str | Sequence[str] | None) -> str:
+    def _replace_flag(self, text: str, s: _FlagSpan, value: str | Sequence[str] | None) -> str:
         simple = isinstance(value, str) and value != "" and not _looks_like_option(value)
         if not s.eq_form and len(s.value_indexes) == 1 and simple:
             w = self.words[s.value_indexes[0]]  # only the value's bytes change
-            return self.text[: w.start] + self._quote(value) + self.text[w.end :]
+            return text[: w.start] + self._quote(value) + text[w.end :]
         start = self.words[s.name_index].start
         new = self._tokens(s.name, value, eq_form=s.eq_form and isinstance(value, str))
-        return self.text[:start] + new + self.text[self._span_end(s) :]
+        return text[:start] + new + text[self._span_end(s) :]
 
     def _cut(self, text: str, spans: Sequence[_FlagSpan]) -> str:
         # Remove from the end of the previous word so a flag on its own continuation line goes whole.
