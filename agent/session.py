@@ -40,6 +40,8 @@ class RunResult:
     """How a run ended: the report path, the kept trial, the numbers, restarts and wall time."""
 
     status: str
+    failed: bool = False
+    """The work failed (the planner stopped, or the server was unhealthy at the end): exit status 1."""
     transcript: Path | None = None
     report: Path | None = None
     baseline: dict[int, float] = field(default_factory=dict)
@@ -270,6 +272,7 @@ async def _final(
     ui.note(f"deployed: {', '.join(kept) or 'baseline configuration'}; healthy: {health.ok}")
     result = RunResult(
         status=status if health.ok else f"{status}; server unhealthy at the end: {health.reason}",
+        failed=status != "completed" or not health.ok,
         transcript=getattr(ui.transcript, "path", None),
         baseline=mean_throughput(baseline.reps),
         final=final_levels,

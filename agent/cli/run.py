@@ -110,3 +110,5 @@ def run(
         f"[bold]done[/] in {result.seconds:.0f} s: {len(result.trials)} trials, {result.restarts} restarts; "
         f"deployed: {', '.join(result.kept) or 'baseline'}; report: {result.report}"
     )
+    if result.failed:
+        fail(f"the run did not complete: {result.status}")
