@@ -55,6 +55,13 @@ def test_bench_sweep_table_json_plot_and_compare(tmp_path):
     assert len(decision["per_level"]) == 2 and decision["objective"]["metrics"] == ["output_throughput"]
     res = runner.invoke(app, ["bench", "compare", str(a), str(b), "--goal", "p99 ttft at concurrency 2"])
     assert res.exit_code == 0 and "p99_ttft_ms at concurrency 2" in flat(res)
+    other = json.loads(b.read_text())
+    for s in other:
+        s["settings"]["output_len"] = 999
+    b.write_text(json.dumps(other))
+    res = runner.invoke(app, ["bench", "compare", str(a), str(b)])
+    assert res.exit_code == 2, res.output
+    assert "cannot compare" in flat(res) and "output_len 8" in flat(res) and "vs 999" in flat(res)
 
 
 def test_bench_unreachable_exits_1_and_saves_partial(tmp_path):

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from tools.bench.results import LevelResult, SweepResult
-from tools.bench.stats import Objective, compare, objective_from_goal
+from tools.bench.stats import IncomparableResults, Objective, compare, objective_from_goal
 
 LEVELS = {1: 120.0, 8: 800.0, 64: 1600.0}
 
@@ -129,6 +131,28 @@ def test_baseline_levels_missing_in_candidate_are_never_a_pass():
     assert [lc.concurrency for lc in compare(short, reps(rng)).per_level] == [1, 8]
     objective = objective_from_goal("p99 ttft at concurrency 64")
     assert compare(short, reps(rng), objective).verdict == "inconclusive"
+
+
+def test_results_measured_with_different_settings_are_refused():
+    rng = random.Random(12)
+    settings = {"input_len": 512, "output_len": 256, "request_rate": None, "prompt_file": None}
+    base, cand = reps(rng, noise=0.01), reps(rng, noise=0.01, shift=1.3)
+    for s in base + cand:
+        s.settings = dict(settings)
+    assert compare(base, cand).verdict == "improved"
+    for key, value in [
+        ("output_len", 999),
+        ("input_len", 16),
+        ("request_rate", 4.0),
+        ("prompt_file", "p.jsonl"),
+    ]:
+        changed = [s.model_copy(update={"settings": {**settings, key: value}}) for s in cand]
+        with pytest.raises(IncomparableResults, match=f"{key} .* vs {value!r}"):
+            compare(base, changed)
+    with pytest.raises(ValueError, match="api 'completions'"):
+        compare(base, [s.model_copy(update={"api": "chat"}) for s in cand])
+    # Results without recorded settings (older files) are compared on their API only.
+    assert compare(base, [s.model_copy(update={"settings": {}}) for s in cand]).verdict == "improved"
 
 
 def test_latency_objective_prefers_lower_values_at_lowest_level():

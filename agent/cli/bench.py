@@ -212,7 +212,7 @@ def compare_cmd(
     plot_file: Path | None = typer.Option(None, "--plot", help="Save a before/after PNG plot."),
 ) -> None:
     """Decide whether CANDIDATE is better than BASELINE, with the numbers and the test used."""
-    from tools.bench.stats import compare, objective_from_goal
+    from tools.bench.stats import IncomparableResults, compare, objective_from_goal
 
     sides = []
     for path in (baseline, candidate):
@@ -222,9 +222,12 @@ def compare_cmd(
             fail(f"{path}: no such file", code=2)
         except (ValueError, ValidationError) as e:
             fail(f"{path}: not a benchmark result: {str(e).splitlines()[0]}", code=2)
-    result = compare(
-        sides[0], sides[1], objective_from_goal(goal), min_effect=min_effect, regress_tolerance=tolerance
-    )
+    try:
+        result = compare(
+            sides[0], sides[1], objective_from_goal(goal), min_effect=min_effect, regress_tolerance=tolerance
+        )
+    except IncomparableResults as e:
+        fail(f"cannot compare {baseline} with {candidate}: {e}", code=2)
     if plot_file:
         from tools.bench.plot import plot_sweeps
 

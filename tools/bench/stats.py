@@ -19,12 +19,28 @@ from pydantic import BaseModel
 from tools.bench.objective import Objective, Slo, objective_from_goal
 from tools.bench.results import SweepResult
 
-__all__ = ["Comparison", "LevelComparison", "Objective", "Slo", "compare", "objective_from_goal"]
+__all__ = [
+    "Comparison",
+    "IncomparableResults",
+    "LevelComparison",
+    "Objective",
+    "Slo",
+    "compare",
+    "objective_from_goal",
+]
 
 Verdict = Literal["improved", "regressed", "no_change", "inconclusive"]
 METHOD = "two-sample t-test (pooled variance) on log(metric) across repetitions; 95% CI of the ratio of geometric means"
 MAX_CI_HALF_WIDTH = 0.10
 """A non-significant result is called no_change only if the CI excludes effects beyond ±10%."""
+
+
+MEASURED_SETTINGS = ("api", "input_len", "output_len", "prompt_file", "request_rate")
+"""Benchmark settings that change what is measured: results differing in any are not comparable."""
+
+
+class IncomparableResults(ValueError):
+    """The two sides were measured with different benchmark settings."""
 
 
 class LevelComparison(BaseModel):
@@ -142,8 +158,10 @@ def compare(
     `baseline_reps` on `objective` (default: throughput), with a guard on every level.
 
     A candidate with errors or missing levels is `regressed` (no data is never a pass); a broken
-    baseline or fewer than 2 repetitions a side is `inconclusive`.
+    baseline or fewer than 2 repetitions a side is `inconclusive`. Raises `IncomparableResults`
+    when the repetitions differ in a setting of `MEASURED_SETTINGS`.
     """
+    _check_comparable(baseline_reps + candidate_reps)
     objective = objective or Objective()
     base = dict(objective=objective, min_effect=min_effect, regress_tolerance=regress_tolerance)
 
@@ -211,6 +229,29 @@ def compare(
 def _suspect(lc: LevelComparison, tolerance: float) -> bool:
     """A level whose point estimate is worse than the tolerance (significant ones are regressed)."""
     return lc.ratio is not None and lc.p_value is not None and lc.ratio < 1 - tolerance
+
+
+def _measured(sweep: SweepResult) -> dict[str, object]:
+    """What the sweep measured: its API, plus the other settings when they were recorded."""
+    if not sweep.settings:
+        return {"api": sweep.api}
+    return {k: sweep.api if k == "api" else sweep.settings.get(k) for k in MEASURED_SETTINGS}
+
+
+def _check_comparable(sweeps: list[SweepResult]) -> None:
+    """Raise `IncomparableResults` if two sweeps recorded different `MEASURED_SETTINGS`."""
+    seen: dict[str, tuple[object, SweepResult]] = {}
+    diff = []
+    for s in sweeps:
+        for k, v in _measured(s).items():
+            ref = seen.setdefault(k, (v, s))
+            if ref[0] != v and not any(d[0] == k for d in diff):
+                diff.append((k, f"{k} {ref[0]!r} ({ref[1].endpoint}) vs {v!r} ({s.endpoint})"))
+    if diff:
+        raise IncomparableResults(
+            f"the results were measured with different settings: {'; '.join(d[1] for d in diff)}; "
+            "run both with the same benchmark settings"
+        )
 
 
 def _missing_in_candidate(
