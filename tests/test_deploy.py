@@ -257,3 +257,24 @@ def test_restart_rate_limit_and_failure_stop(ssh_sim) -> None:  # type: ignore[n
 
     run(limited_scenario())
     assert Path(sim.target.remote_unit).read_text() == original
+
+
+def test_deploy_without_a_terminal_or_yes_is_bad_usage_and_touches_nothing(ssh_sim) -> None:  # type: ignore[no-untyped-def]
+    sim = ssh_sim()
+    state = Path(sim.target.state_dir)
+    before, pid = snapshot(sim.sim_dir, state.parent), pid_of(sim.sim_dir)
+    result = subprocess.run(
+        [OPTAGENT, "deploy", "--set", "mem-fraction-static=0.8", "--config", str(sim.config_path)],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "--yes" in result.stdout + result.stderr
+    log = sim.sim_dir / "run" / "sglang.log"
+    after = snapshot(sim.sim_dir, state.parent)
+    after[str(log)] = before[str(log)]
+    assert after == before  # no lock file, no journal, no backup, no upload
+    assert pid_of(sim.sim_dir) == pid

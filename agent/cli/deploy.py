@@ -112,6 +112,8 @@ def deploy(
     from tools.unitfile import unified_diff
 
     edits = _edits(set_, unset)
+    if not dry_run and not yes and not sys.stdin.isatty():  # bad usage: before the lock or the host
+        fail("no terminal to confirm on: add --yes to deploy without asking", code=2)
     cfg = _config(config)
     target = cfg.target
     kind = "script" if target.remote_unit.endswith(".sh") else "systemd"
@@ -149,7 +151,7 @@ def deploy(
                 if candidate == current:
                     console.print("nothing to change")
                     return None
-                if not yes and not (sys.stdin.isatty() and typer.confirm("Deploy this change?")):
+                if not yes and not typer.confirm("Deploy this change?"):
                     fail("not confirmed (use --yes to deploy without asking)", code=1)
                 outcome = await d.deploy(candidate, reason="optagent deploy " + " ".join(set_ + unset))
                 if outcome.ok:
