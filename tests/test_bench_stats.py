@@ -188,3 +188,28 @@ def test_summary_names_numbers_and_method():
     assert "95% CI" in result.summary and "3 vs 3 repetitions" in result.summary
     assert 1.05 < result.ratio < 1.15
     assert len(result.per_level) == 3
+
+
+def test_restart_noise_keeps_aa_across_launches_at_the_nominal_rate():
+    """Baseline and candidate run in different launches, each with its own speed factor.
+
+    Repetitions within a launch cannot see that spread: ignoring it calls noise an effect far more
+    often than 5%; declaring it (`launch_noise`) brings A/A back to the nominal rate while a real
+    10% gain is still found.
+    """
+    rng = random.Random(7)
+
+    def launch(sd: float, shift: float = 1.0) -> list[SweepResult]:
+        return reps(rng, shift=shift * 2.718281828 ** rng.gauss(0, sd), noise=0.005)
+
+    def calls(sd: float, declared: float, shift: float, n: int = 300) -> dict[str, int]:
+        counts = {"improved": 0, "regressed": 0, "no_change": 0, "inconclusive": 0}
+        for _ in range(n):
+            cmp = compare(launch(sd), launch(sd, shift), min_effect=0.02, launch_noise=declared)
+            counts[cmp.verdict] += 1
+        return counts
+
+    naive, declared = calls(0.02, 0.0, 1.0), calls(0.02, 0.02, 1.0)
+    assert naive["improved"] + naive["regressed"] > 0.25 * 300, naive
+    assert declared["improved"] <= 15 and declared["regressed"] <= 15, declared
+    assert calls(0.01, 0.01, 1.10, n=100)["improved"] >= 90

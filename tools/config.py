@@ -78,6 +78,8 @@ class BenchConfig(_Strict):
     reps: int = Field(3, ge=1)
     min_effect: float = Field(0.02, ge=0)
     regress_tolerance: float = Field(0.03, ge=0)
+    launch_noise: float = Field(0.01, ge=0, lt=1)
+    """Restart-to-restart spread of throughput (relative sd) that repetitions in one launch can't see."""
     request_timeout_s: float = Field(600.0, gt=0)
     backend: Literal["optagent", "sglang"] = "optagent"
 

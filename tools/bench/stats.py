@@ -76,8 +76,14 @@ class Comparison(BaseModel):
     summary: str
 
 
-def _t_test(b: list[float], c: list[float], higher: bool, alpha: float) -> tuple[float, float, float, float]:
+def _t_test(
+    b: list[float], c: list[float], higher: bool, alpha: float, launch_noise: float = 0.0
+) -> tuple[float, float, float, float]:
     """(ratio, ci_low, ci_high, p) for candidate vs baseline on log values, >1 is better.
+
+    `launch_noise` is the restart-to-restart spread (relative sd) of a server: repetitions within
+    one launch cannot see it, yet baseline and candidate always run in different launches, so its
+    variance is added for each side.
 
     Pooled-variance t (df = nb + nc - 2): baseline and candidate run on the same machine with the
     same client, so their run-to-run noise is alike, and with 3 repetitions a side Welch's
@@ -90,7 +96,7 @@ def _t_test(b: list[float], c: list[float], higher: bool, alpha: float) -> tuple
     df = len(lb) + len(lc) - 2
     pooled = (sum((x - mb) ** 2 for x in lb) + sum((x - mc) ** 2 for x in lc)) / df
     diff = (mc - mb) if higher else (mb - mc)
-    se = math.sqrt(pooled * (1 / len(lb) + 1 / len(lc)))
+    se = math.sqrt(pooled * (1 / len(lb) + 1 / len(lc)) + 2 * math.log1p(launch_noise) ** 2)
     if se <= 1e-12:  # identical repetitions (a deterministic server): the difference is exact
         return math.exp(diff), math.exp(diff), math.exp(diff), (1.0 if abs(diff) < 1e-12 else 0.0)
     half = float(sps.t.ppf(1 - alpha / 2, df)) * se
@@ -125,7 +131,7 @@ def _score(sweep: SweepResult, objective: Objective, levels: list[int]) -> float
 
 def _compare_scores(
     b: list[float], c: list[float], *, higher: bool, alpha: float, up: float, down: float,
-    concurrency: int | None, metric: str,
+    concurrency: int | None, metric: str, launch_noise: float,
 ) -> LevelComparison:  # fmt: skip
     out = LevelComparison(concurrency=concurrency, metric=metric, n_baseline=len(b), n_candidate=len(c))
     if b and c:
@@ -135,7 +141,7 @@ def _compare_scores(
             gm = math.exp(sum(map(math.log, c)) / len(c) - sum(map(math.log, b)) / len(b))
             out.ratio = gm if higher else 1 / gm
         return out  # too few repetitions for the test: inconclusive
-    out.ratio, out.ci_low, out.ci_high, out.p_value = _t_test(b, c, higher, alpha)
+    out.ratio, out.ci_low, out.ci_high, out.p_value = _t_test(b, c, higher, alpha, launch_noise)
     out.verdict = _decide(out.ratio, out.ci_low, out.ci_high, out.p_value, alpha, up, down)
     return out
 
@@ -153,12 +159,15 @@ def compare(
     min_effect: float = 0.02,
     regress_tolerance: float = 0.03,
     alpha: float = 0.05,
+    launch_noise: float = 0.0,
 ) -> Comparison:
     """Decide improved / regressed / no_change / inconclusive for `candidate_reps` vs
     `baseline_reps` on `objective` (default: throughput), with a guard on every level.
 
     A candidate with errors or missing levels is `regressed` (no data is never a pass); a broken
-    baseline or fewer than 2 repetitions a side is `inconclusive`. Raises `IncomparableResults`
+    baseline or fewer than 2 repetitions a side is `inconclusive`. `launch_noise` (relative sd
+    between server restarts) widens every interval when the two sides ran in different launches
+    (e.g. a trial vs its baseline). Raises `IncomparableResults`
     when the repetitions differ in a setting of `MEASURED_SETTINGS`.
     """
     _check_comparable(baseline_reps + candidate_reps)
@@ -184,7 +193,10 @@ def compare(
     if not levels or any(c not in levels for c in wanted):
         return done("inconclusive", f"levels {wanted} not measured on both sides (have {levels})")
     higher = objective.higher_is_better
-    kw = dict(higher=higher, alpha=alpha, up=min_effect, down=min_effect, metric="+".join(objective.metrics))
+    kw = dict(
+        higher=higher, alpha=alpha, up=min_effect, down=min_effect,
+        metric="+".join(objective.metrics), launch_noise=launch_noise,
+    )  # fmt: skip
     b = [x for s in baseline_reps if (x := _score(s, objective, wanted)) is not None]
     c = [x for s in candidate_reps if (x := _score(s, objective, wanted)) is not None]
     overall = _compare_scores(b, c, concurrency=wanted[0] if len(wanted) == 1 else None, **kw)
@@ -199,7 +211,7 @@ def compare(
         for lvl in levels
     ]
     extra = dict(ratio=overall.ratio, overall=overall, per_level=per_level)
-    numbers = _describe(overall, objective, len(b), len(c))
+    numbers = _describe(overall, objective, len(b), len(c), launch_noise)
     if len(b) < 2 or len(c) < 2:
         return done("inconclusive", f"needs >= 2 repetitions a side; {numbers}", **extra)
     if objective.slo and (v := [x for s in candidate_reps for x in objective.slo.violations(s.levels)]):
@@ -274,7 +286,7 @@ def _level_errors(sweep: SweepResult) -> list[str]:
     return [f"c={lv.max_concurrency}: {e}" for lv in sweep.levels for e in lv.errors] or ["partial result"]
 
 
-def _describe(lc: LevelComparison, objective: Objective, nb: int, nc: int) -> str:
+def _describe(lc: LevelComparison, objective: Objective, nb: int, nc: int, launch_noise: float) -> str:
     if lc.ratio is None or lc.baseline is None:
         return f"{objective.description}: no usable values ({nb} vs {nc} repetitions)"
     text = (
@@ -282,4 +294,5 @@ def _describe(lc: LevelComparison, objective: Objective, nb: int, nc: int) -> st
     )
     if lc.ci_low is not None:
         text += f", 95% CI {(lc.ci_low - 1) * 100:+.1f}%..{(lc.ci_high - 1) * 100:+.1f}%, p={lc.p_value:.3g}"
-    return text + f"; t-test on logs, {nb} vs {nc} repetitions)"
+    noise = f", {launch_noise:.1%} restart noise" if launch_noise else ""
+    return text + f"; t-test on logs, {nb} vs {nc} repetitions{noise})"
