@@ -208,6 +208,13 @@ def compare_cmd(
     ),
     min_effect: float = typer.Option(0.02, "--min-effect", help="Smallest change that counts (0.02 = 2%)."),
     tolerance: float = typer.Option(0.03, "--tolerance", help="Largest regression allowed at any level."),
+    launch_noise: float = typer.Option(
+        0.01,
+        "--launch-noise",
+        min=0,
+        max=0.99,
+        help="Restart-to-restart spread (0.01 = 1%); 0 for one launch.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the decision as JSON."),
     plot_file: Path | None = typer.Option(None, "--plot", help="Save a before/after PNG plot."),
 ) -> None:
@@ -224,7 +231,12 @@ def compare_cmd(
             fail(f"{path}: not a benchmark result: {str(e).splitlines()[0]}", code=2)
     try:
         result = compare(
-            sides[0], sides[1], objective_from_goal(goal), min_effect=min_effect, regress_tolerance=tolerance
+            sides[0],
+            sides[1],
+            objective_from_goal(goal),
+            min_effect=min_effect,
+            regress_tolerance=tolerance,
+            launch_noise=launch_noise,
         )
     except IncomparableResults as e:
         fail(f"cannot compare {baseline} with {candidate}: {e}", code=2)
