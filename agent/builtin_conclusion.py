@@ -53,7 +53,7 @@ def conclusion(
             lines.append(f"- {c['flag']}: {v['verdict']} — {v['summary']} ({ev})")
             ruled += 1
         elif c["status"] != "candidate":
-            lines.append(f"- {c['flag']}: {c['status']} by the playbook ({c['note']})")
+            lines.append(f"- {c['flag']}: skipped ({c['note']})")
             ruled += 1
     if not ruled:
         lines.append("- none")
