@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import signal
@@ -43,6 +44,16 @@ def assert_settled(sim, expected: str | None = None) -> str:  # type: ignore[no-
     return remote
 
 
+def assert_candidate_guarded(sim) -> None:  # type: ignore[no-untyped-def]
+    """Whenever the host's unit file is not known-good (and no commit is under way), the switch is armed."""
+    state = Path(sim.target.state_dir)
+    journal = state / "journal.json"
+    if not journal.exists() or json.loads(journal.read_text())["step"] == "commit":
+        return
+    if Path(sim.target.remote_unit).read_text() != (state / "known-good.service").read_text():
+        assert (sim.sim_dir / "run" / "sglang.deadman-armed").exists(), journal.read_text()
+
+
 def recover_twice(sim) -> str:  # type: ignore[no-untyped-def]
     result = cli("recover", config=sim.config_path)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -79,6 +90,7 @@ def test_killed_at_every_journal_step_and_at_random_moments(ssh_sim) -> None:  #
         code = proc.wait(60)
         if step:
             assert code == -signal.SIGKILL, (step, proc.stderr.read() if proc.stderr else "")
+        assert_candidate_guarded(sim)
         out = recover_twice(sim)
         if step == "commit":
             current = assert_settled(sim, candidate)

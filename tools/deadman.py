@@ -1,6 +1,7 @@
 """The dead-man's switch: the host restores known-good by itself unless optagent confirms in time.
 
-Armed before a restart with a candidate. An `armed` file on the host is the switch: the timer claims
+Armed before a candidate is uploaded (it only needs the known-good text), so the host never holds
+a candidate without it. An `armed` file on the host is the switch: the timer claims
 it with an atomic `mv` before restoring, and disarming removes it with `rm`, so exactly one of
 "confirmed" and "restored" happens. The known-good text is copied to the host when arming.
 For systemd the timer is a transient unit (`systemd-run --on-active=N`); for the process manager it

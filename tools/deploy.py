@@ -1,4 +1,4 @@
-"""The one gate that changes the target: lock, journal, upload, restart, verify, roll back.
+"""The one gate that changes the target: lock, journal, arm the dead-man's switch, upload, restart, verify.
 
     async with Deployment(target) as d:          # lock on the host + recovery of an unfinished journal
         outcome = await d.deploy(new_text)       # on failure it has already rolled back
@@ -220,10 +220,11 @@ class Deployment:
         error, health = "", None
         try:
             await self._timed(timings, "backup", entry, self._backup())
+            # Armed before the upload: a candidate is never on the host without the switch behind it.
+            await self._timed(timings, "arm", entry, self.deadman.arm(known_good, self.target.deadman_s))
             await self._timed(
                 timings, "upload", entry, self.transport.write_file_atomic(self.remote_unit, new_text)
             )
-            await self._timed(timings, "arm", entry, self.deadman.arm(known_good, self.target.deadman_s))
             await self._timed(timings, "restart", entry, self._restart())
             health = await self._timed(timings, "wait", entry, self._wait())
             if health.ok:

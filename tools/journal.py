@@ -20,7 +20,7 @@ from tools.remote import write_local_atomic
 
 __all__ = ["STEPS", "Journal", "JournalEntry", "sha"]
 
-STEPS = ("begin", "backup", "upload", "arm", "restart", "wait", "healthy", "commit", "rollback")
+STEPS = ("begin", "backup", "arm", "upload", "restart", "wait", "healthy", "commit", "rollback")
 """Each is journaled before it is taken; `healthy` means the candidate serves and awaits commit."""
 FAULT_ENV = "OPTAGENT_FAULT_KILL_AT"
 """Fault injection for the crash tests: SIGKILL this process right after journaling that step."""

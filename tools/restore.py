@@ -40,15 +40,15 @@ async def restore_known_good(
 
     start = time.monotonic()
     known_good = d.journal.known_good() or await d.known_good()
-    fired = fired or not await d.deadman.disarm()
-    await _wait_while_firing(d)
     try:
         remote = await d.transport.read_file(d.remote_unit)
     except FileNotFoundError:
         remote = None
     changed_file = remote != known_good
-    if changed_file:
-        await d.transport.write_file_atomic(d.remote_unit, known_good)
+    if changed_file:  # before disarming: a candidate never stays on the host without the switch
+        await d.transport.write_file_atomic(d.remote_unit, known_good)  # (a firing switch writes the same)
+    fired = fired or not await d.deadman.disarm()
+    await _wait_while_firing(d)
     steps = [*(entry.history if entry else []), entry.step if entry else ""]
     restarted_with_candidate = any(s in _AFTER_RESTART for s in steps) and not fired
     need_restart = (
