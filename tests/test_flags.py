@@ -79,3 +79,12 @@ def test_unknown_flag_is_reported_not_raised(sglang_059):
     report = research_flag(sglang_059, "--no-such-flag-anywhere")
     assert report.flag is None and not report.dead and report.readers == []
     assert "not a launch_server flag" in report.notes[0]
+
+
+def test_a_value_forwarded_by_resolution_code_is_live(sglang_0523):
+    # 0.5.23 only hands it to the CUDA-graph config (`_set(Phase.DECODE, "max_bs", cfg.x)`);
+    # the runtime reads that config, so the flag matters even with no direct runtime reader.
+    report = research_flag(sglang_0523, "cuda-graph-max-bs-decode")
+    assert not report.dead
+    forwarded = [r for r in report.readers if (r.effect or "").startswith("passed to _set")]
+    assert forwarded and forwarded[0].path.endswith("arg_groups/cuda_graph_hook.py")

@@ -212,6 +212,11 @@ def _effect(
     if isinstance(statement, ast.If | ast.While) and (node is statement.test or statement.test in chain):
         writes = sorted(_writes(statement.body) - {dest})
         return (f"sets {', '.join(writes)}" if writes else "controls a branch"), False
+    if calls := [c for c in chain if isinstance(c, ast.Call) and c.func not in chain]:
+        return (
+            f"passed to {ast.unparse(calls[0].func)}()",
+            False,
+        )  # forwarded, e.g. `_set(phase, "max_bs", x)`
     return None, False
 
 
@@ -304,7 +309,9 @@ def research_flag(tree: SourceTree, flag: str, *, catalog: list[FlagInfo] | None
     uses = [r for r in report.readers if r.kind == "use"]
     live = [r for r in uses if not r.inert]
     config_effects = [
-        r for r in report.readers if r.kind == "config" and (r.effect or "").startswith("sets ")
+        r
+        for r in report.readers
+        if r.kind == "config" and (r.effect or "").startswith(("sets ", "passed to "))
     ]
     report.dead = info is not None and not live and not config_effects
     if report.dead and uses:
