@@ -68,7 +68,7 @@ async def open_chat(
     from agent.playbook import evaluate, load_playbook
     from agent.researcher import build_researcher
     from agent.session import _preflight, measure_baseline
-    from agent.trial import TrialRunner, mean_throughput
+    from agent.trial import TrialRunner, lossy_flags, mean_throughput
     from prompts import render
     from tools.bench.stats import objective_from_goal
     from tools.deploy import Deployment
@@ -92,6 +92,7 @@ async def open_chat(
                 ui, target.endpoint, config.bench, Path(target.local_unit).read_text()
             )
             objective = objective_from_goal(goal)
+            candidates = evaluate(load_playbook(), ctx.facts, ctx.catalog or None)
             runner = TrialRunner(
                 deployment=deployment,
                 endpoint=target.endpoint,
@@ -99,13 +100,14 @@ async def open_chat(
                 objective=objective,
                 baseline=baseline,
                 allow_lossy=config.agent.allow_lossy,
+                lossy=lossy_flags(candidates),
                 max_trials=config.agent.max_trials,
                 on_event=lambda kind, data: ui.record(kind, data),
             )
             deps = PlannerDeps(
                 goal=goal,
                 ctx=ctx,
-                candidates=evaluate(load_playbook(), ctx.facts, ctx.catalog or None),
+                candidates=candidates,
                 ui=ui,
                 researcher=build_researcher(models.researcher),
                 runner=runner,
@@ -122,6 +124,7 @@ async def open_chat(
                 "planner.md.j2",
                 goal=goal,
                 allow_lossy=config.agent.allow_lossy,
+                lossy=lossy_flags(candidates),
                 max_trials=config.agent.max_trials,
                 dry_run=False,
                 context=ctx.summary(),

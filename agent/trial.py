@@ -258,6 +258,7 @@ class TrialRunner:
             self.objective,
             min_effect=self.bench.min_effect,
             regress_tolerance=self.bench.regress_tolerance,
+            launch_noise=self.bench.launch_noise,
         )
         record.comparison = _comparison_dict(cmp)
         record.improved = cmp.verdict == "improved"
@@ -271,6 +272,7 @@ class TrialRunner:
                 self.objective,
                 min_effect=self.bench.min_effect,
                 regress_tolerance=self.bench.regress_tolerance,
+                launch_noise=self.bench.launch_noise,
             )
             record.comparison["vs_best"] = {"trial": self.best.number, **_comparison_dict(vs_best)}
             if vs_best.verdict != "improved":
