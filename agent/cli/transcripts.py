@@ -93,16 +93,17 @@ def list_(
     table = Table(header_style="bold")
     table.add_column("id", no_wrap=True)
     table.add_column("started", no_wrap=True)
-    for name in ("kind", "goal", "model", "target", "outcome"):
-        table.add_column(name)
-    table.add_column("msgs", justify="right")
+    table.add_column("kind", no_wrap=True)
+    for name in ("goal", "model", "target", "outcome"):
+        table.add_column(name, min_width=10)
+    table.add_column("msgs", justify="right", no_wrap=True)
     for r in rows:
         outcome = r["status"]
         if r["kept"]:
             outcome += "; kept " + ", ".join(r["kept"])
         if r["throughput_change"]:
             outcome += f"; {r['throughput_change']}"
-        started = r["started_at"][:19].replace("T", " ")
+        started = r["started_at"][5:16].replace("T", " ")  # MM-DD HH:MM: the id holds the year
         table.add_row(
             r["id"], started, r["kind"], r["goal"], r["model"], r["target"], outcome, str(r["messages"])
         )
