@@ -104,7 +104,7 @@ def test_killed_at_every_journal_step_and_at_random_moments(ssh_sim) -> None:  #
 
 
 def test_deadman_switch_restores_known_good_without_optagent(ssh_sim) -> None:  # type: ignore[no-untyped-def]
-    sim = ssh_sim(time_scale=0.004, deadman_s=6.0)
+    sim = ssh_sim(time_scale=0.004, deadman_s=6.0, health_timeout_s=4.0)
     original = assert_settled(sim)
     env = {**os.environ, "OPTAGENT_FAULT_KILL_AT": "healthy"}
     result = subprocess.run(
@@ -129,4 +129,30 @@ def test_deadman_switch_restores_known_good_without_optagent(ssh_sim) -> None:  
     out = recover_twice(sim)  # closes the journal; the watchdog already restarted known-good
     assert "restored the known-good configuration" in out
     assert pid_of(sim.sim_dir) == pid
+    assert_settled(sim, original)
+
+
+def test_switch_waits_out_the_health_timeout_and_keepalive_extends_it(ssh_sim) -> None:  # type: ignore[no-untyped-def]
+    sim = ssh_sim(time_scale=0.004, deadman_s=1.0, health_timeout_s=4.0)
+    original = assert_settled(sim)
+    candidate = UnitFile.parse(original).set_flag("--mem-fraction-static", "0.8").render()
+    fired = sim.sim_dir / "run" / "sglang.deadman-armed.fired"
+
+    async def scenario() -> None:
+        async with Deployment(sim.target) as d:
+            assert d.deadman_seconds == 6.0  # never shorter than 1.5 x the health timeout
+            assert await d.keepalive() is False  # nothing in flight
+            assert (await d.deploy(candidate)).ok
+            for _ in range(10):  # 10 s, well past the 6 s the switch was armed for
+                assert await d.keepalive() is True
+                await asyncio.sleep(1.0)
+            assert not fired.exists()
+            assert Path(sim.target.remote_unit).read_text() == candidate
+            deadline = time.monotonic() + 30
+            while not fired.exists() and time.monotonic() < deadline:  # no keepalive: it fires
+                await asyncio.sleep(0.2)
+            assert fired.exists()
+            assert await d.keepalive() is False
+
+    asyncio.run(scenario())
     assert_settled(sim, original)

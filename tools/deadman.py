@@ -32,6 +32,7 @@ class DeadmanSwitch:
         base = f"{run_dir.rstrip('/')}/{service}"
         self.armed_path, self.known_good_path = f"{base}.deadman-armed", f"{base}.known-good"
         self.watchdog_pid_path, self.timer_unit = f"{base}.deadman.pid", f"optagent-deadman-{service}"
+        self.deadline_path = f"{base}.deadman-deadline"
 
     def _restore_shell(self) -> str:
         q = shlex.quote
@@ -39,6 +40,14 @@ class DeadmanSwitch:
         return (
             f"mv -f {q(self.armed_path)} {q(self.armed_path)}.firing 2>/dev/null || exit 0; "
             f"cp {q(self.known_good_path)} {q(tmp)} && mv -f {q(tmp)} {q(self.unit_path)}"
+        )
+
+    def _systemd_script(self) -> str:
+        assert isinstance(self.manager, SystemdManager)
+        q = shlex.quote
+        return (
+            f"{self._restore_shell()} && systemctl daemon-reload && systemctl restart {q(self.manager.unit)}; "
+            f"mv -f {q(self.armed_path)}.firing {q(self.armed_path)}.fired"
         )
 
     async def arm(self, known_good: str, seconds: float) -> None:
@@ -49,11 +58,7 @@ class DeadmanSwitch:
         secs = max(1, round(seconds))
         if isinstance(self.manager, SystemdManager):
             sudo = ["sudo", "-n"] if self.manager.sudo else []
-            unit = shlex.quote(self.manager.unit)
-            script = (
-                f"{self._restore_shell()} && systemctl daemon-reload && systemctl restart {unit}; "
-                f"mv -f {shlex.quote(self.armed_path)}.firing {shlex.quote(self.armed_path)}.fired"
-            )
+            script = self._systemd_script()
             await self.transport.run(["sh", "-c", arm], check=True)
             await self.transport.run([*sudo, "systemctl", "stop", f"{self.timer_unit}.timer"])
             await self.transport.run(
@@ -65,14 +70,39 @@ class DeadmanSwitch:
         assert isinstance(self.manager, ProcessManager)
         pm = self.manager
         argv, env, cwd = pm.command_for(known_good)
+        deadline = q(self.deadline_path)
+        wait = (  # sleeps until the deadline, which extend() may push back
+            f'while :; do d=$(cat {deadline} 2>/dev/null || echo 0); n=$(date +%s); [ "$n" -ge "$d" ] && break; '
+            f"sleep $((d - n)); done"
+        )
         script = (
-            f"echo $$ > {q(self.watchdog_pid_path)}; sleep {secs}; {self._restore_shell()}; "
+            f"echo $$ > {q(self.watchdog_pid_path)}; {wait}; {self._restore_shell()}; "
             f"echo 'optagent dead-man switch: restoring the known-good configuration' >> {q(pm.log_path)}; "
             f"{pm.stop_shell()}; {pm.start_shell(argv, env, cwd)}; "
             f"mv -f {q(self.armed_path)}.firing {q(self.armed_path)}.fired; rm -f {q(self.watchdog_pid_path)}"
         )
-        launch = f"{arm} && {{ setsid sh -c {q(script)} > /dev/null 2>&1 < /dev/null & }}"
+        launch = (
+            f"{arm} && echo $(($(date +%s) + {secs})) > {deadline} && "
+            f"{{ setsid sh -c {q(script)} > /dev/null 2>&1 < /dev/null & }}"
+        )
         await self.transport.run(["sh", "-c", launch], check=True)
+
+    async def extend(self, seconds: float) -> bool:
+        """Push the deadline to `seconds` from now (one round trip); False if the switch is not armed."""
+        q, secs = shlex.quote, max(1, round(seconds))
+        if isinstance(self.manager, SystemdManager):
+            sudo = "sudo -n " if self.manager.sudo else ""
+            timer = shlex.join(
+                ["systemd-run", f"--unit={self.timer_unit}", f"--on-active={secs}",
+                 "--timer-property=AccuracySec=1s", "/bin/sh", "-c", self._systemd_script()]
+            )  # fmt: skip
+            move = f"{sudo}systemctl stop {q(self.timer_unit + '.timer')} >/dev/null 2>&1; {sudo}{timer} >/dev/null"
+        else:
+            tmp = q(self.deadline_path + ".tmp")
+            move = f"echo $(($(date +%s) + {secs})) > {tmp} && mv -f {tmp} {q(self.deadline_path)}"
+        script = f"[ -e {q(self.armed_path)} ] || exit 3; {move}"
+        result = await self.transport.run(["sh", "-c", script])
+        return result.ok
 
     async def disarm(self) -> bool:
         """Stop the timer (one round trip); False if it had already fired (the host went back to known-good)."""

@@ -36,6 +36,9 @@ ProgressFn = Callable[[str, float, float | None], None]
 FAILURE_WINDOW_S = 900.0
 """Consecutive failed candidates older than this no longer block new deploys."""
 KEEP_BACKUPS = 20
+DEADMAN_MIN_FACTOR = 1.5
+"""The switch is armed for max(deadman_s, 1.5 x health_timeout_s), so a slow start never trips it;
+a caller that benchmarks longer than that calls `keepalive()` while it works."""
 
 
 class DeployError(Exception):
@@ -221,7 +224,7 @@ class Deployment:
         try:
             await self._timed(timings, "backup", entry, self._backup())
             # Armed before the upload: a candidate is never on the host without the switch behind it.
-            await self._timed(timings, "arm", entry, self.deadman.arm(known_good, self.target.deadman_s))
+            await self._timed(timings, "arm", entry, self.deadman.arm(known_good, self.deadman_seconds))
             await self._timed(
                 timings, "upload", entry, self.transport.write_file_atomic(self.remote_unit, new_text)
             )
@@ -251,6 +254,19 @@ class Deployment:
             health=health,
             timings=timings,
         )
+
+    @property
+    def deadman_seconds(self) -> float:
+        """How long the switch waits: `deadman_s`, but never less than 1.5 x `health_timeout_s`."""
+        return max(self.target.deadman_s, DEADMAN_MIN_FACTOR * self.target.health_timeout_s)
+
+    async def keepalive(self) -> bool:
+        """Push the dead-man's deadline to `deadman_seconds` from now (one remote command); call it while a
+        trial is still making progress. False when no candidate is in flight or the switch already fired."""
+        entry = self.journal.read()
+        if entry is None or entry.step not in ("restart", "wait", "healthy"):
+            return False
+        return await self.deadman.extend(self.deadman_seconds)
 
     async def _timed(self, timings: dict[str, float], step: str, entry: JournalEntry, awaitable: Any) -> Any:
         self.journal.step(entry, step)
