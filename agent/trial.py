@@ -236,6 +236,7 @@ class TrialRunner:
                 self.restarts += 1
             return
         record.deployed = True
+        await self.deployment.keepalive()  # the dead-man's switch must not fire mid-measurement
         probe = await run_probe(self.endpoint)
         pv = compare_probe(self.baseline.probe, probe)
         record.probe, record.probe_detail = pv.status, str(getattr(pv, "first_diff", "") or "")
@@ -247,6 +248,7 @@ class TrialRunner:
             )
         if refusal := self._lossy_refusal(record.changes):  # marked lossy while this trial ran
             return await self._reject(record, f"probe {pv.status}, but {refusal}")
+        await self.deployment.keepalive()
         reps = await run_repeated(self.endpoint, self.bench, on_progress=self.on_progress)
         record.levels = mean_throughput(reps)
         if any(s.partial for s in reps):

@@ -46,6 +46,10 @@ class FakeDeployment:
     async def commit(self) -> None:
         self.events.append("commit")
 
+    async def keepalive(self) -> bool:
+        self.events.append("keepalive")
+        return True
+
 
 def _runner(deployment: FakeDeployment, **kw: object) -> TrialRunner:
     return TrialRunner(
@@ -131,7 +135,7 @@ def test_change_marked_lossy_mid_trial_is_not_kept_even_with_identical_outputs(s
     record = asyncio.run(runner.run([KV_FP8], reason="test"))
     assert record.probe == "identical"  # the probe alone would have let it through
     assert record.decision == "rolled_back" and "known lossy" in record.why
-    assert fake.events == ["deploy", "rollback"] and not record.levels  # no commit, no benchmark
+    assert fake.events == ["deploy", "keepalive", "rollback"] and not record.levels  # no commit, no benchmark
 
 
 def _history(cands: list[dict], verdicts: dict[str, dict]) -> list:
