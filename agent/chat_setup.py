@@ -67,8 +67,8 @@ async def open_chat(
     from agent.planner import PlannerDeps, build_planner
     from agent.playbook import evaluate, load_playbook
     from agent.researcher import build_researcher
-    from agent.session import _preflight, measure_baseline
-    from agent.trial import TrialRunner, lossy_flags, mean_throughput
+    from agent.session import _preflight, make_runner, measure_baseline
+    from agent.trial import lossy_flags, mean_throughput
     from prompts import render
     from tools.bench.stats import objective_from_goal
     from tools.deploy import Deployment
@@ -93,17 +93,10 @@ async def open_chat(
             )
             objective = objective_from_goal(goal)
             candidates = evaluate(load_playbook(), ctx.facts, ctx.catalog or None)
-            runner = TrialRunner(
-                deployment=deployment,
-                endpoint=target.endpoint,
-                bench=config.bench,
-                objective=objective,
-                baseline=baseline,
-                allow_lossy=config.agent.allow_lossy,
-                lossy=lossy_flags(candidates),
-                max_trials=config.agent.max_trials,
-                on_event=lambda kind, data: ui.record(kind, data),
-            )
+            runner = make_runner(
+                deployment, config, objective, baseline, candidates, ui,
+                allow_lossy=config.agent.allow_lossy, max_trials=config.agent.max_trials,
+            )  # fmt: skip
             deps = PlannerDeps(
                 goal=goal,
                 ctx=ctx,

@@ -124,19 +124,10 @@ async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
             objective = objective_from_goal(opts.goal)
             runner = None
             if not opts.dry_run:
-                runner = TrialRunner(
-                    deployment=deployment,
-                    endpoint=target.endpoint,
-                    bench=config.bench,
-                    objective=objective,
-                    baseline=baseline,
-                    allow_lossy=opts.allow_lossy,
-                    lossy=lossy_flags(candidates),
-                    max_trials=opts.max_trials,
-                    deadline=deadline,
-                    on_event=lambda kind, data: ui.record(kind, data),
-                    on_progress=None,
-                )
+                runner = make_runner(
+                    deployment, config, objective, baseline, candidates, ui,
+                    allow_lossy=opts.allow_lossy, max_trials=opts.max_trials, deadline=deadline,
+                )  # fmt: skip
             deps = PlannerDeps(
                 goal=opts.goal,
                 ctx=ctx,
@@ -157,6 +148,34 @@ async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
     finally:
         await transport.close()
     return result
+
+
+def make_runner(
+    deployment: Any,
+    config: Any,
+    objective: Any,
+    baseline: Baseline,
+    candidates: list[Any],
+    ui: Any,
+    *,
+    allow_lossy: bool,
+    max_trials: int,
+    deadline: float = float("inf"),
+) -> TrialRunner:
+    """The trial runner of a run or a chat: the playbook's lossy levers marked, every trial recorded."""
+    return TrialRunner(
+        deployment=deployment,
+        endpoint=config.target.endpoint,
+        bench=config.bench,
+        objective=objective,
+        baseline=baseline,
+        allow_lossy=allow_lossy,
+        lossy=lossy_flags(candidates),
+        max_trials=max_trials,
+        deadline=deadline,
+        on_event=lambda kind, data: ui.record(kind, data),
+        on_progress=None,
+    )
 
 
 async def _preflight(ui: RunUI, deployment: Any, target: Any) -> None:
