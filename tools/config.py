@@ -98,6 +98,9 @@ class AgentConfig(_Strict):
     base_url: str | None = None
     max_trials: int = Field(12, ge=0)
     max_wall_minutes: float = Field(240.0, gt=0)
+    max_minutes: float | None = Field(None, gt=0)
+    """Wall-time budget of `optagent run` in minutes (overrides max_wall_minutes when set;
+    `--max-minutes` overrides both)."""
     max_parallel_research: int = Field(4, ge=1)
     allow_lossy: bool = False
     transcripts_dir: Path = Path("transcripts")

@@ -18,6 +18,16 @@ def compact_bench(bench: object) -> object:
     return bench.model_copy(update={"concurrency": [1, 8, 64], "output_len": 128, "warmup": 1, "reps": 3})
 
 
+def budget_minutes(cfg: object, option: float | None, *, simulated: bool) -> float:
+    """The run's wall-time budget: --max-minutes, else agent.max_minutes, else the simulated
+    default (SIM_WALL_MINUTES) or agent.max_wall_minutes against a real server."""
+    if option is not None:
+        return option
+    if cfg.agent.max_minutes is not None:
+        return cfg.agent.max_minutes
+    return SIM_WALL_MINUTES if simulated else cfg.agent.max_wall_minutes
+
+
 def _sim_config(config_path: Path | None):
     """The simulated deployment, started if needed (only when no config file is in use)."""
     from sim.host import ensure_up
@@ -36,6 +46,12 @@ def run(
     model: str | None = typer.Option(None, "--model", help="pydantic-ai model name, or 'builtin'."),
     base_url: str | None = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint for the model."),
     max_trials: int | None = typer.Option(None, "--max-trials", help="At most this many trials."),
+    max_minutes: float | None = typer.Option(
+        None,
+        "--max-minutes",
+        help=f"Wall-time budget in minutes (default: optagent.toml's agent.max_minutes; "
+        f"{SIM_WALL_MINUTES:g} on the simulated deployment).",
+    ),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before changing the target."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Plan and research; deploy nothing."),
     allow_lossy: bool = typer.Option(
@@ -52,6 +68,8 @@ def run(
 
     if max_trials is not None and max_trials < 0:
         fail("--max-trials must be 0 or more", code=2)
+    if max_minutes is not None and not max_minutes > 0:
+        fail("--max-minutes must be more than 0", code=2)
     cfg = get_config(config)
     if cfg.simulated and config is None:
         cfg = _sim_config(config)
@@ -66,9 +84,7 @@ def run(
             f"optagent will restart the server at {cfg.target.endpoint} for trials. Continue?"
         ):
             fail("not confirmed; nothing changed", code=1)
-    wall = cfg.agent.max_wall_minutes
-    if cfg.simulated and config is None:
-        wall = min(wall, SIM_WALL_MINUTES)
+    wall = budget_minutes(cfg, max_minutes, simulated=cfg.simulated and config is None)
     opts = RunOptions(
         goal=goal,
         model=name,
