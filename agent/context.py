@@ -34,10 +34,9 @@ class DeploymentContext:
         facts: dict[str, Any] = {"bench.max_concurrency": self.max_concurrency}
         if self.version:
             facts["sglang.version"] = self.version
-        args = self.server_info.get("server_args") or self.server_info
-        for k, v in args.items():
-            if isinstance(v, _SCALARS):
-                facts[f"server.{k}"] = v
+        # resolved values (catalog default < top level < internal_states), never the unresolved None
+        for k, v in self.resolved_args.items():
+            facts[f"server.{k}"] = v
         for k, v in self.unit_flags.items():
             # a boolean flag (no value) that is present is True; an absent one is missing
             facts["flag." + k.lstrip("-").replace("-", "_")] = True if v is None else _number(v)
@@ -62,6 +61,13 @@ class DeploymentContext:
         if hw.get("interconnect") is not None:
             facts["interconnect"] = str(hw["interconnect"]).lower()
         return facts
+
+    @property
+    def resolved_args(self) -> dict[str, Any]:
+        """Server argument -> the value the running server uses (see `agent.resolved`)."""
+        from agent.resolved import resolved_args
+
+        return resolved_args(self.server_info, self.catalog)
 
     def summary(self) -> dict[str, Any]:
         """A JSON-able digest for prompts, the transcript and the report."""

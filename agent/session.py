@@ -96,6 +96,7 @@ async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
     from agent.planner import PlannerDeps, build_planner
     from agent.playbook import PLAYBOOK_PATH, evaluate, load_playbook
     from agent.researcher import build_researcher
+    from agent.resolved import drop_pointless
     from tools.bench.stats import objective_from_goal
     from tools.deploy import Deployment
     from tools.remote import make_transport
@@ -115,8 +116,9 @@ async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
             )
             ui.record("context", {**ctx.summary(), "facts": ctx.facts})
             _show_context(ui, ctx)
-            candidates = evaluate(
-                load_playbook(opts.playbook or PLAYBOOK_PATH), ctx.facts, ctx.catalog or None
+            candidates = drop_pointless(
+                evaluate(load_playbook(opts.playbook or PLAYBOOK_PATH), ctx.facts, ctx.catalog or None),
+                ctx.resolved_args,
             )
             ui.step("baseline")
             text = Path(target.local_unit).read_text()

@@ -1,0 +1,64 @@
+"""Planning reads the server's resolved configuration (a real simulated server, the real playbook):
+a candidate equal to, or below, what the server already runs is never trialled."""
+
+from __future__ import annotations
+
+import asyncio
+
+from agent.context import DeploymentContext
+from agent.playbook import evaluate, load_playbook
+from agent.resolved import drop_pointless, resolved_args
+from tools.health import get_server_info
+
+
+def _candidates(info: dict, unit_flags: dict) -> dict[str, object]:
+    ctx = DeploymentContext(unit_flags=unit_flags, server_info=info, max_concurrency=64)
+    facts = {**ctx.facts, "gpu.sm": 90, "gpu.count": 1, "model.is_moe": True}
+    cands = drop_pointless(evaluate(load_playbook(), facts), ctx.resolved_args)
+    return {c.flag: c for c in cands}
+
+
+def test_unset_graph_limit_is_read_from_internal_states(sim_server):
+    # h200-qwen30b leaves --cuda-graph-max-bs-decode unset: the top level says None, the server captured 256
+    server = sim_server("h200-qwen30b")
+    info = asyncio.run(get_server_info(server.endpoint))
+    assert info.get("cuda_graph_max_bs_decode") is None
+    resolved = resolved_args(info)
+    assert resolved["cuda_graph_max_bs_decode"] == resolved["cuda_graph_max_bs"] >= 64
+    cands = _candidates(info, {})
+    graphs = cands.get("--cuda-graph-max-bs-decode") or cands["--cuda-graph-max-bs"]
+    assert graphs.status != "candidate", graphs
+
+
+def test_seed_graph_limit_below_the_load_stays_a_candidate(sim_server):
+    server = sim_server("seed")
+    info = asyncio.run(get_server_info(server.endpoint))
+    cands = _candidates(info, {"--cuda-graph-max-bs-decode": "32"})
+    graphs = cands.get("--cuda-graph-max-bs-decode") or cands["--cuda-graph-max-bs"]
+    assert graphs.status == "candidate" and graphs.value == "64"
+
+
+class _Lever:
+    needs = ["server.max_running_requests < bench.max_concurrency"]
+
+
+class _Cand:
+    def __init__(self, flag: str, value: str) -> None:
+        self.flag, self.value, self.action, self.status, self.lever = (
+            flag,
+            value,
+            "set",
+            "candidate",
+            _Lever(),
+        )
+
+
+def test_equal_or_lower_limit_is_pointless_and_other_values_are_not():
+    from agent.resolved import pointless_reason
+
+    resolved = {"max_running_requests": 128, "attention_backend": "fa3"}
+    assert "already resolves" in pointless_reason(_Cand("--max-running-requests", "128"), resolved)
+    assert "above 64" in pointless_reason(_Cand("--max-running-requests", "64"), resolved)
+    assert pointless_reason(_Cand("--max-running-requests", "256"), resolved) is None
+    assert pointless_reason(_Cand("--attention-backend", "FA3"), resolved)
+    assert pointless_reason(_Cand("--attention-backend", "triton"), resolved) is None
