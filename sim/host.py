@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 
 from sim.nvsmi import render_nvidia_smi
-from sim.scenario import Scenario, load_scenario
+from sim.scenario import SCENARIO_DIR, Scenario, load_scenario
 
 SERVICE = "sglang"
 DEFAULT_PORT = 30000
@@ -79,11 +79,9 @@ def render_unit(scenario: Scenario, model_dir: Path, *, port: int, time_scale: f
     """The systemd unit text for a scenario's baseline launch."""
     argv = [*_sim_command(), "launch_server", "--model-path", str(model_dir), *scenario.launch.flags]
     argv += ["--host", "127.0.0.1", "--port", str(port)]
-    ref = (
-        scenario.name
-        if scenario.source and scenario.source.parent.name == "scenarios"
-        else str(scenario.source)
-    )
+    # Only a file of the bundled folder goes by name: `/some/where/scenarios/x.toml` is not `x`.
+    bundled = scenario.source is not None and scenario.source.parent == SCENARIO_DIR.resolve()
+    ref = scenario.name if bundled and scenario.source.stem == scenario.name else str(scenario.source)
     lines = [_word(a) for a in argv]
     exec_start = " \\\n    ".join([" ".join(lines[:2]), *_pair_flags(lines[2:])])
     return (

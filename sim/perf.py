@@ -29,9 +29,12 @@ class PerfModel:
         self.plan, self.model, self.hw, self.cal = plan, model, scenario.hardware, scenario.calibration
         self.acceptance = scenario.model.draft_acceptance
         heads_per_gpu = max(1, math.ceil(model.kv_heads / plan.tp))
-        self.kv_bytes_per_token = (
-            model.full_attn_layers * 2 * heads_per_gpu * model.head_dim * plan.kv_dtype_bytes
-        )
+        # One layer's K+V of one token on one GPU; MLA keeps one latent vector, replicated per rank.
+        layer_kv = model.mla_kv_dim or 2 * heads_per_gpu * model.head_dim
+        self.kv_bytes_per_token = model.full_attn_layers * layer_kv * plan.kv_dtype_bytes
+        # Sliding-window layers: their pool holds swa_full_tokens_ratio (0.8) x the full pool's tokens
+        # (model_executor/pool_configurator.py), and a step reads at most the window per request.
+        self.swa_bytes_per_token = model.sliding_attn_layers * layer_kv * plan.kv_dtype_bytes
         self.state_bytes_per_request = (
             model.linear_attn_layers * model.linear_state_bytes_per_layer / plan.tp
             + model.linear_attn_layers * 4 * model.hidden * 2 * 3 / plan.tp  # conv state
@@ -43,7 +46,7 @@ class PerfModel:
         budget = self.plan.kv_budget_bytes
         if self.state_bytes_per_request:
             budget *= 0.5  # hybrid models split the pool between KV and recurrent (mamba) state
-        return int(budget / self.kv_bytes_per_token)
+        return int(budget / (self.kv_bytes_per_token + 0.8 * self.swa_bytes_per_token))
 
     def max_running_default(self) -> int:
         """SGLang's default cap: what the KV pool (and the recurrent-state pool) can hold."""
@@ -63,11 +66,17 @@ class PerfModel:
         """Seconds for one forward of `tokens` tokens of `batch` requests holding `ctx_tokens` of KV."""
         m, p, hw, cal = self.model, self.plan, self.hw, self.cal
         tp = p.tp
-        experts = self._distinct_experts(tokens)
-        weight_bytes = layers * (m.dense_params_per_layer + experts * m.expert_params) * 2 / tp
+        experts = self._distinct_experts(tokens) * m.moe_fraction
+        dense_b, expert_b = p.dense_weight_bytes, p.expert_weight_bytes
+        weight_bytes = (
+            layers * (m.dense_params_per_layer * dense_b + experts * m.expert_params * expert_b) / tp
+        )
         weight_bytes += m.lm_head_params * 2 / tp
         frac_full = m.full_attn_layers / m.layers
         kv_bytes = ctx_tokens * self.kv_bytes_per_token * layers / m.layers
+        if m.sliding_attn_layers:
+            window = min(ctx_tokens / max(batch, 1), m.sliding_window) * batch
+            kv_bytes += window * self.swa_bytes_per_token * layers / m.layers
         state_bytes = batch * self.state_bytes_per_request * layers / m.layers
         act_bytes = tokens * m.hidden * 2 * 8 * layers
         if m.is_moe and not p.fused_moe_sum:
@@ -75,10 +84,21 @@ class PerfModel:
         bw = hw.memory_bandwidth_gbps * 1e9 * cal.bw_efficiency
         attn_eff = ATTN_EFFICIENCY.get(p.attention_backend, 0.8)
         mem_t = (weight_bytes + act_bytes + state_bytes) / bw + kv_bytes / (bw * attn_eff)
-        active = layers * (m.dense_params_per_layer + m.experts_per_tok * m.expert_params) + m.lm_head_params
+        # FLOPs at each part's tensor-core rate: FP8/FP4 GEMMs run 2-4x the BF16 rate.
+        dense = layers * m.dense_params_per_layer / p.dense_speedup + m.lm_head_params
+        routed = layers * m.moe_fraction * m.experts_per_tok * m.expert_params / p.expert_speedup
         avg_ctx = ctx_tokens / max(batch, 1)
         attn_flops = 4 * tokens * avg_ctx * m.q_heads * m.head_dim * layers * frac_full
-        comp_t = (2 * active * tokens + attn_flops) / tp / (hw.bf16_tflops * 1e12 * cal.compute_efficiency)
+        if m.sliding_attn_layers:
+            swa_ctx = min(avg_ctx, m.sliding_window)
+            attn_flops += (
+                4 * tokens * swa_ctx * m.q_heads * m.head_dim * layers * m.sliding_attn_layers / m.layers
+            )
+        comp_t = (
+            (2 * (dense + routed) * tokens + attn_flops)
+            / tp
+            / (hw.bf16_tflops * 1e12 * cal.compute_efficiency)
+        )
         gpu_t = max(mem_t, comp_t) + 0.15 * min(mem_t, comp_t)
         kernels = cal.kernels_per_layer * layers
         if m.is_moe and p.fused_moe_sum:

@@ -7,11 +7,14 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
 
+from sim.kernels import KernelError, attention_backend, moe_runner
 from sim.modelinfo import ModelInfo
+from sim.quant import compute_speedup
 from sim.scenario import Scenario
+from sim.serverinfo import resolved_server_args
 
 
 class StartupError(Exception):
@@ -25,9 +28,6 @@ class StartupError(Exception):
 # layers/attention/*: relative efficiency of each backend's decode kernel at reading the KV cache.
 ATTN_EFFICIENCY = {"fa3": 1.0, "fa4": 1.05, "flashinfer": 0.95, "trtllm_mha": 1.0, "triton": 0.82}
 ATTN_EFFICIENCY |= {"torch_native": 0.15, "flex_attention": 0.5}
-_MLA_ONLY = {"flashmla", "trtllm_mla", "cutedsl_mla", "tokenspeed_mla", "dsa", "nsa", "qsa", "dsv4"}
-_MLA_ONLY |= {"compressed", "minicpm_flashattn", "minicpm_flashinfer", "llada2_cfg_flashinfer"}
-_NON_CUDA = {"aiter", "wave", "intel_amx", "ascend", "intel_xpu", "hpc_ops"}
 # arg_groups/overrides.py `_FLASHINFER_ALLREDUCE_FUSION_ARCHS` (auto-enabled on SM90/SM100, TP > 1).
 AR_FUSION_ARCHS = {"Qwen3MoeForCausalLM", "Qwen3NextForCausalLM", "Qwen3_5MoeForConditionalGeneration"}
 AR_FUSION_ARCHS |= {"Qwen3_5ForConditionalGeneration", "DeepseekV3ForCausalLM", "GptOssForCausalLM"}
@@ -43,6 +43,7 @@ class Plan:
     tp: int
     attention_backend: str
     moe_runner: str
+    """The MoE kernel that runs ("none" for a dense model); see `sim.kernels.MoeChoice`."""
     spec_steps: int
     """Speculative draft steps (0 = no speculative decoding)."""
     spec_topk: int
@@ -52,7 +53,7 @@ class Plan:
     chunked_prefill: int
     max_running: int | None
     mem_fraction_static: float
-    kv_dtype_bytes: int
+    kv_dtype_bytes: float
     fused_moe_sum: bool
     ar_fusion: bool
     torch_compile_max_bs: int
@@ -66,6 +67,14 @@ class Plan:
     lossy: Lossy
     hangs_in_warmup: bool
     extra_startup_s: float
+    dense_speedup: float = 1.0
+    """Tensor-core rate of the attention/dense GEMMs relative to BF16 (FP8 weights: 2x)."""
+    expert_speedup: float = 1.0
+    """Same for the routed experts (MXFP4 on flashinfer_mxfp4 runs MXFP8 activations: 2x)."""
+    dense_weight_bytes: float = 2.0
+    expert_weight_bytes: float = 2.0
+    resolved: dict[str, Any] = field(default_factory=dict)
+    """Server args SGLang resolves at start-up (reported at the top level of `/get_server_info`)."""
 
 
 def _gpu_mem_defaults(mem_mib: int, tp: int) -> tuple[int, int]:
@@ -80,49 +89,6 @@ def _gpu_mem_defaults(mem_mib: int, tp: int) -> tuple[int, int]:
     if gib < 160:
         return 8192, 256 if tp < 4 else 512
     return 16384, 512
-
-
-def _check_backends(args: argparse.Namespace, sm: int, model: ModelInfo) -> str:
-    backend = args.attention_backend or {90: "fa3", 100: "trtllm_mha"}.get(
-        sm, "triton" if sm >= 120 else "flashinfer"
-    )
-    if model.linear_attn_layers and args.attention_backend is None:
-        backend = "triton" if sm >= 120 else "flashinfer"
-    if backend in _MLA_ONLY:
-        raise StartupError(f"Attention backend {backend} only supports MLA / sparse-attention models.")
-    if backend in _NON_CUDA:
-        raise StartupError(f"Attention backend {backend} is not available on a CUDA platform.")
-    if backend == "fa3" and sm not in (80, 86, 89, 90):
-        # layers/attention/attention_registry.py create_flashattention_v3_backend
-        raise StartupError(
-            "AssertionError: FlashAttention v3 Backend requires SM>=80 and SM<=90. "
-            "Please use `--attention-backend flashinfer`.",
-            after_load=True,
-        )
-    if backend == "fa4" and sm not in (100, 103):
-        raise StartupError("FlashAttention v4 backend requires an SM100-family GPU.", after_load=True)
-    if backend == "trtllm_mha" and sm not in (90, 100, 103, 120):
-        raise StartupError("TRTLLM MHA backend is only supported on SM90, SM100 and SM120 GPUs.")
-    return backend
-
-
-def _check_moe_runner(args: argparse.Namespace, sm: int, model: ModelInfo) -> str:
-    runner = args.moe_runner_backend
-    if not model.is_moe:
-        return runner
-    if runner == "auto":
-        return "triton"  # unquantized BF16 MoE resolves to the Triton fused_moe kernel
-    if runner in {"triton", "triton_kernel"}:
-        return runner
-    if runner in {"deep_gemm", "marlin", "experimental_sgl_marlin", "humming", "flashinfer_mxfp4"}:
-        raise StartupError(f"--moe-runner-backend {runner} requires a quantized checkpoint (fp8/fp4/int4).")
-    if runner.startswith("lora_"):
-        raise StartupError(f"--moe-runner-backend {runner} requires --enable-lora.")
-    if sm not in (100, 103):
-        raise StartupError(
-            f"--moe-runner-backend {runner} requires an SM100-family (Blackwell B200/GB200) GPU."
-        )
-    return runner
 
 
 def _speculative(args: argparse.Namespace, model: ModelInfo) -> tuple[int, int, int]:
@@ -141,6 +107,41 @@ def _speculative(args: argparse.Namespace, model: ModelInfo) -> tuple[int, int, 
     return steps, topk, draft
 
 
+def _quant_compatible(requested: str, method: str) -> bool:
+    """configs/model_config.py `_verify_quantization`: a CLI method the checkpoint's method allows."""
+    return requested == method or requested.startswith(method) or method.startswith(requested)
+
+
+def _weight_format(args: argparse.Namespace, model: ModelInfo) -> tuple[float, float, Lossy]:
+    """(dense bytes/param, expert bytes/param, lossy) for the checkpoint and `--quantization`."""
+    q, requested = model.quant, args.quantization
+    if requested is None or requested == "unquant":
+        return q.dense_bytes, q.expert_bytes, None
+    if q.method is not None:
+        if not _quant_compatible(requested, q.method):
+            raise StartupError(
+                "ValueError: Quantization method specified in the model config "
+                f"({q.method}) does not match the quantization method specified in the "
+                f"`quantization` argument ({requested})."
+            )
+        return q.dense_bytes, q.expert_bytes, None
+    if requested in ("fp8", "w8a8_fp8"):
+        return 1.0, 1.0, "drift"  # online FP8 quantization of a BF16 checkpoint: not bit-exact
+    # Pre-quantized formats need their packed tensors (qweight/scales) in the checkpoint.
+    raise StartupError(
+        f"KeyError: --quantization {requested} needs a {requested}-quantized checkpoint; "
+        f"{model.name} is BF16 (no 'qweight' tensors).",
+        after_load=True,
+    )
+
+
+def _sized(model: ModelInfo, dense_bytes: float, expert_bytes: float) -> ModelInfo:
+    """`model` with the weight format in force (online quantization changes it)."""
+    if (dense_bytes, expert_bytes) == (model.quant.dense_bytes, model.quant.expert_bytes):
+        return model
+    return replace(model, quant=replace(model.quant, dense_bytes=dense_bytes, expert_bytes=expert_bytes))
+
+
 def resolve_plan(args: argparse.Namespace, scenario: Scenario, model: ModelInfo) -> Plan:
     """Resolve parsed `launch_server` flags on the scenario's hardware, or raise `StartupError`."""
     hw, tp = scenario.hardware, args.tp_size
@@ -152,16 +153,28 @@ def resolve_plan(args: argparse.Namespace, scenario: Scenario, model: ModelInfo)
         raise StartupError(
             f"AssertionError: num_attention_heads ({model.q_heads}) must be divisible by tp_size {tp}."
         )
-    backend = _check_backends(args, hw.sm, model)
-    runner = _check_moe_runner(args, hw.sm, model)
+    try:
+        backend = attention_backend(args, hw.sm, model)
+        moe = moe_runner(args, hw.sm, model, hw.driver_version)
+    except KernelError as e:
+        raise StartupError(str(e), after_load=e.after_load) from e
     steps, topk, draft = _speculative(args, model)
-    lossy: Lossy = None
+    dense_bytes, expert_bytes, lossy = _weight_format(args, model)
     kv = args.kv_cache_dtype
-    if kv in {"nvfp4", "fp4_mx_block16", "mxfp8"} and hw.sm not in (100, 103):
+    if kv == "nvfp4" and hw.sm not in (100, 103, 120):
+        # arg_groups/kv_cache_hook.py
+        raise StartupError("RuntimeError: --kv-cache-dtype=nvfp4 requires Blackwell SM100 or SM120.")
+    if kv in {"fp4_mx_block16", "mxfp8"} and hw.sm not in (100, 103):
         raise StartupError(f"--kv-cache-dtype {kv} requires an SM100-family GPU.")
-    kv_bytes = 1 if kv.startswith(("fp8", "mxfp8")) else 2
-    if kv_bytes == 1:
-        lossy = "drift"
+    if kv == "auto":
+        # mem_cache/kv_cache_dtype.py: a checkpoint with an FP8 KV scale gets an FP8 cache
+        kv_bytes = 1.0 if model.quant.kv_fp8 else 2.0
+    else:
+        kv_bytes = {"nvfp4": 0.5625, "fp4_mx_block16": 0.5625}.get(
+            kv, 1.0 if kv.startswith(("fp8", "mxfp8")) else 2.0
+        )
+        if kv_bytes < 2:
+            lossy = "drift"
     weight_scale = 2.0 if args.dtype in ("float", "float32") else 1.0
     if args.dtype in ("half", "float16") and model.architecture.startswith("Qwen3"):
         lossy = "garbage"  # Qwen3 activations overflow fp16; logits become NaN-driven noise
@@ -178,7 +191,8 @@ def resolve_plan(args: argparse.Namespace, scenario: Scenario, model: ModelInfo)
     if mem / 2**20 > 60 * 1024:
         reserved_mb = max(reserved_mb, 10 * 1024)
     mfs = args.mem_fraction_static or round((mem / 2**20 - reserved_mb) / (mem / 2**20), 3)
-    weights = (model.total_params + model.mtp_layers * model.dense_params_per_layer) * 2 * weight_scale / tp
+    sized = _sized(model, dense_bytes, expert_bytes)
+    weights = sized.weight_bytes(extra_dense_layers=model.mtp_layers, bf16_scale=weight_scale) / tp
     kv_budget = mfs * mem - weights
     if kv_budget < 1 * 2**30:
         # model_executor/pool_configurator.py
@@ -205,13 +219,15 @@ def resolve_plan(args: argparse.Namespace, scenario: Scenario, model: ModelInfo)
         raise StartupError(
             "ValueError: FlashInfer allreduce fusion requires SM90 or SM10X NVIDIA GPUs.", after_load=True
         )
-    fused_moe_sum = args.enable_fused_moe_sum_all_reduce and runner == "triton" and model.experts_per_tok > 2
+    fused_moe_sum = (
+        args.enable_fused_moe_sum_all_reduce and moe.kernel == "triton" and model.experts_per_tok > 2
+    )
     compile_bs = (args.torch_compile_max_bs or 32) if args.enable_torch_compile else 0
     hangs = bool(compile_bs) and model.linear_attn_layers > 0
     return Plan(
         tp=tp,
         attention_backend=backend,
-        moe_runner=runner,
+        moe_runner=moe.kernel,
         spec_steps=steps,
         spec_topk=topk,
         spec_draft_tokens=draft,
@@ -231,4 +247,21 @@ def resolve_plan(args: argparse.Namespace, scenario: Scenario, model: ModelInfo)
         lossy=lossy,
         hangs_in_warmup=hangs,
         extra_startup_s=(120.0 if compile_bs else 0.0) + (0.0 if graphs_off else 0.1 * min(max_bs, 512)),
+        dense_speedup=compute_speedup(sized.quant, sm=hw.sm, moe_kernel=moe.kernel, experts=False),
+        expert_speedup=compute_speedup(sized.quant, sm=hw.sm, moe_kernel=moe.kernel, experts=True),
+        dense_weight_bytes=dense_bytes,
+        expert_weight_bytes=expert_bytes,
+        resolved=resolved_server_args(
+            args,
+            model,
+            sm=hw.sm,
+            backend=backend,
+            moe_reported=moe.reported,
+            chunk=chunk,
+            mfs=mfs,
+            max_bs=0 if graphs_off else max_bs,
+            spec=(steps, topk, draft),
+            ar_backend=ar_backend if ar_fusion else None,
+            compile_bs=compile_bs,
+        ),  # fmt: skip
     )
