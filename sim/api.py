@@ -16,6 +16,7 @@ from sim.httpio import HttpError, HttpRequest, Response, json_response
 from sim.modelinfo import ModelInfo
 from sim.plan import Plan
 from sim.scheduler import Request
+from sim.serverinfo import server_info
 from sim.text import TextStream, count_prompt_tokens, greedy_length, prompt_key
 
 
@@ -99,22 +100,22 @@ class Api:
     def _server_info(self) -> dict[str, Any]:
         sched = self.engine.scheduler
         accept = self.engine.scheduler.perf.acceptance if self.plan.spec_steps else None
-        return {
-            **vars(self.args),
-            "version": SGLANG_VERSION,
+        live = {
             "max_total_num_tokens": sched.capacity,
-            "internal_states": [
-                {
-                    "max_running_requests": sched.max_running,
-                    "cuda_graph_max_bs": self.plan.cuda_graph_max_bs,
-                    "chunked_prefill_size": self.plan.chunked_prefill,
-                    "mem_fraction_static": self.plan.mem_fraction_static,
-                    "attention_backend": self.plan.attention_backend,
-                    "last_gen_throughput": self.engine.last_gen_throughput,
-                    "avg_spec_accept_length": accept,
-                }
-            ],
+            "max_req_input_len": self.context_length - 1,
+            "effective_max_running_requests_per_dp": sched.max_running,
+            "max_running_requests": sched.max_running,
+            "cuda_graph_max_bs": self.plan.cuda_graph_max_bs,
+            "world_size": self.plan.tp,
+            "memory_usage": {
+                "weight": round(self.plan.weight_bytes_per_gpu / 2**30, 2),
+                "kvcache": round(self.plan.kv_budget_bytes / 2**30, 2),
+                "token_capacity": sched.capacity,
+            },
+            "last_gen_throughput": self.engine.last_gen_throughput,
+            "avg_spec_accept_length": accept,
         }
+        return server_info(self.args, self.plan.resolved, version=SGLANG_VERSION, live=live)
 
     # -- generation ----------------------------------------------------------------------------
     def _start(self, *, prompt: Any, max_new: int, greedy: bool, ignore_eos: bool) -> Generation:
