@@ -147,6 +147,10 @@ class Api:
         try:
             while received < gen.req.stop_at:
                 n = await gen.queue.get()
+                # Like SGLang's tokenizer manager, a stream that fell behind sends what accumulated in one chunk:
+                # per-step events would make the HTTP side, not the model, set the pace at a small time scale.
+                while not gen.queue.empty():
+                    n += gen.queue.get_nowait()
                 received += n
                 yield gen.text.next_text(n)
         finally:
