@@ -96,6 +96,29 @@ def test_cli_up_status_down(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "unknown scenario 'nope'" in bad.stderr
 
 
+def test_cli_up_loads_a_scenario_file_from_any_scenarios_folder(tmp_path: Path) -> None:
+    src = Path(host.load_scenario("h100-llama8b").source).read_text()  # type: ignore[arg-type]
+    folder = tmp_path / "elsewhere" / "scenarios"  # named like the bundled folder, but not it
+    folder.mkdir(parents=True)
+    text = src.replace('name = "h100-llama8b"', 'name = "mine"').replace('"llama-3.1-8b"', '"my-llama"')
+    (folder / "mine.toml").write_text(text)
+    sim_dir, port = tmp_path / "sim", free_port()
+    argv = ["optagent", "sim", "up", "--dir", str(sim_dir), "--port", str(port), "--time-scale", "0.01"]
+    up = subprocess.run(
+        [*argv, "--scenario", str(folder / "mine.toml")], capture_output=True, text=True, timeout=120
+    )
+    try:
+        assert up.returncode == 0, up.stderr + up.stdout
+        unit = UnitFile.load(sim_dir / "sglang.service")
+        assert unit.environment["OPTAGENT_SIM_SCENARIO"] == str((folder / "mine.toml").resolve())
+        models = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=10).json()
+        assert models["data"][0]["id"] == "my-llama"
+    finally:
+        host.down(sim_dir)
+    bundled = host.load_scenario("seed")
+    assert "OPTAGENT_SIM_SCENARIO=seed\n" in host.render_unit(bundled, tmp_path, port=1, time_scale=1)
+
+
 def test_down_disarms_a_left_over_deadman_switch(sim_host, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     import asyncio
     import os
