@@ -74,3 +74,27 @@ def test_never_becomes_healthy(sim_server) -> None:  # type: ignore[no-untyped-d
         time.sleep(0.1)
     assert statuses == {503} and srv.proc.poll() is None
     assert "has not finished" in httpx.get(srv.endpoint + "/health").json()["message"]
+
+
+def test_quantization_flag_against_the_checkpoint(sim_server) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(SimStartError) as exc:
+        sim_server("rtx6000-qwen235b-fp8", ["--quantization", "awq"])
+    assert "exited with 1" in str(exc.value)
+    assert "Quantization method specified in the model config (fp8) does not match" in str(exc.value)
+    # The MXFP4 checkpoint serves with the FlashInfer MXFP4 MoE runner named explicitly.
+    srv = sim_server("b200-gptoss120b", ["--moe-runner-backend", "flashinfer_mxfp4"])
+    assert _greedy(srv.endpoint, "MXFP4 experts", 8)
+
+
+def test_bf16_gpt_oss_does_not_fit_one_b200(sim_server, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from sim.scenario import load_scenario
+
+    config = json.loads((load_scenario("b200-gptoss120b").model_dir / "config.json").read_text())
+    del config["quantization_config"]  # the same model at two bytes a weight: ~233 GB
+    (tmp_path / "gpt-oss-120b-bf16").mkdir()
+    (tmp_path / "gpt-oss-120b-bf16" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(SimStartError) as exc:
+        sim_server("b200-gptoss120b", ["--model-path", str(tmp_path / "gpt-oss-120b-bf16")])
+    assert "Not enough memory" in str(exc.value)
