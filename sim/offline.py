@@ -1,6 +1,7 @@
 """The scheduler and performance model without a clock or HTTP: a closed-loop benchmark in virtual time.
 
-Used to calibrate scenarios and by tests that check the model's numbers exactly and fast.
+Used to calibrate scenarios, by `sim.groundtruth` (the README's tables) and by tests that check the
+model's numbers exactly and fast.
 """
 
 from __future__ import annotations

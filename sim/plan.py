@@ -173,8 +173,8 @@ def resolve_plan(args: argparse.Namespace, scenario: Scenario, model: ModelInfo)
         kv_bytes = {"nvfp4": 0.5625, "fp4_mx_block16": 0.5625}.get(
             kv, 1.0 if kv.startswith(("fp8", "mxfp8")) else 2.0
         )
-        if kv_bytes < 2:
-            lossy = "drift"
+        if kv_bytes < (1.0 if model.quant.kv_fp8 else 2.0):
+            lossy = "drift"  # fewer KV bits than the checkpoint's own cache: output drifts
     weight_scale = 2.0 if args.dtype in ("float", "float32") else 1.0
     if args.dtype in ("half", "float16") and model.architecture.startswith("Qwen3"):
         lossy = "garbage"  # Qwen3 activations overflow fp16; logits become NaN-driven noise

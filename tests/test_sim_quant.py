@@ -127,6 +127,11 @@ def test_checkpoint_fp8_kv_scale_makes_auto_kv_fp8(tmp_path: Path) -> None:
 
     scn, model, plan = plan_for(_variant(tmp_path, "h100-llama8b", fp8_kv))
     assert plan.kv_dtype_bytes == 1 and plan.lossy is None  # the checkpoint's own calibration
+    assert plan_for(scn, ["--kv-cache-dtype", "fp8_e4m3"])[2].lossy is None  # the same cache
+    bf16_kv = plan_for(scn, ["--kv-cache-dtype", "bfloat16"])[2]
+    assert bf16_kv.kv_dtype_bytes == 2 and bf16_kv.kv_budget_bytes == plan.kv_budget_bytes
+    fp8_tokens = PerfModel(plan, model, scn).kv_capacity_tokens()
+    assert fp8_tokens == pytest.approx(2 * PerfModel(bf16_kv, model, scn).kv_capacity_tokens(), abs=2)
     _, _, explicit = plan_for("h100-llama8b", ["--kv-cache-dtype", "fp8_e4m3"])
     assert explicit.lossy == "drift"
 
