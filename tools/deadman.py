@@ -69,7 +69,7 @@ class DeadmanSwitch:
             return
         assert isinstance(self.manager, ProcessManager)
         pm = self.manager
-        argv, env, cwd = pm.command_for(known_good)
+        argv, env, cwd = await pm.command_for(known_good)
         deadline = q(self.deadline_path)
         wait = (  # sleeps until the deadline, which extend() may push back
             f'while :; do d=$(cat {deadline} 2>/dev/null || echo 0); n=$(date +%s); [ "$n" -ge "$d" ] && break; '

@@ -15,10 +15,19 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from tools.deadman import DeadmanSwitch
+from tools.dirtrust import (
+    REMOTE_WRITABLE_SCRIPT,
+    UntrustedDirError,
+    check_chain,
+    check_local_dir,
+    parse_probe,
+    remote_probe_script,
+    unwritable_local,
+)
 from tools.health import HealthResult, wait_healthy
 from tools.journal import Journal, JournalEntry
 from tools.lock import HostLock, LockedError
@@ -29,7 +38,7 @@ from tools.unitfile import UnitFile, UnitFileError, unified_diff
 if TYPE_CHECKING:
     from tools.config import TargetConfig
 
-__all__ = ["DeployError", "DeployOutcome", "Deployment", "DriftError", "LockedError"]
+__all__ = ["DeployError", "DeployOutcome", "Deployment", "DriftError", "LockedError", "UnitInvalidError"]
 
 ProgressFn = Callable[[str, float, float | None], None]
 """on_progress(phase, elapsed_s, total_s or None)."""
@@ -43,6 +52,10 @@ a caller that benchmarks longer than that calls `keepalive()` while it works."""
 
 class DeployError(Exception):
     """A deploy could not be started or finished; the message says why and what state the host is in."""
+
+
+class UnitInvalidError(DeployError):
+    """A unit file optagent would have to record or start does not parse; nothing was changed."""
 
 
 class DriftError(DeployError):
@@ -88,16 +101,7 @@ class Deployment:
         """Resolve the host paths and build the service manager, the lock and the dead-man's switch."""
         if self._opened:
             return
-        script = 'mkdir -p "$1" && (cd "$1" && pwd) && (cd "$(dirname "$2")" && pwd)'
-        result = await self.transport.run(
-            ["sh", "-c", script, "sh", self.target.run_dir, self.target.remote_unit]
-        )
-        lines = result.stdout.split("\n")
-        if not result.ok or len(lines) < 2:
-            raise DeployError(
-                f"cannot prepare {self.target.run_dir} or find the directory of {self.target.remote_unit}"
-            )
-        run_dir, unit_dir = lines[0], lines[1]
+        run_dir, unit_dir = await self._trusted_dirs()
         self.remote_unit = f"{unit_dir}/{PurePosixPath(self.target.remote_unit).name}"
         self.run_dir = run_dir
         self.target = self.target.model_copy(update={"run_dir": run_dir, "remote_unit": self.remote_unit})
@@ -111,6 +115,32 @@ class Deployment:
         )
         self.lock = HostLock(self.transport, f"{run_dir}/{self.target.service}.lock", command=self.command)
         self._opened = True
+
+    async def _trusted_dirs(self) -> tuple[str, str]:
+        """Create the host's run directory 0700 and refuse one another user could plant or write
+        (and the same for the local state directory); returns the resolved run and unit directories."""
+        t = self.target
+        try:
+            check_local_dir(t.state_dir)
+        except (UntrustedDirError, OSError) as e:
+            raise DeployError(str(e)) from e
+        result = await self.transport.run(["sh", "-c", remote_probe_script(), "sh", t.run_dir, t.remote_unit])
+        why = {3: "is a symlink; refusing to follow it", 4: "cannot be created or entered"}
+        if result.returncode in why:
+            raise DeployError(f"run directory {t.run_dir} on the host {why[result.returncode]}")
+        if result.returncode == 5:
+            raise DeployError(f"the directory of {t.remote_unit} does not exist on the host")
+        me, chains = parse_probe(result.stdout)
+        if not result.ok or me < 0 or set(chains) != {"run", "unit"}:
+            raise DeployError(
+                f"cannot inspect {t.run_dir} or the directory of {t.remote_unit}: {result.stderr.strip()[-300:]}"
+            )
+        try:
+            check_chain("run directory", t.run_dir, chains["run"][1], me=me)
+            check_chain("unit directory of", t.remote_unit, chains["unit"][1], me=me)
+        except UntrustedDirError as e:
+            raise DeployError(str(e)) from e
+        return chains["run"][0], chains["unit"][0]
 
     async def __aenter__(self) -> Deployment:
         try:
@@ -129,8 +159,8 @@ class Deployment:
     async def __aexit__(self, *exc: object) -> None:
         try:
             entry = self.journal.read()
-            if entry is not None and entry.step != "commit":
-                await self.rollback()  # a candidate never outlives the session that deployed it
+            if entry is not None:  # a candidate never outlives the session that deployed it
+                await self.rollback()  # (an unfinished commit is finished, or else undone)
         finally:
             await self.close()
 
@@ -170,6 +200,8 @@ class Deployment:
         local = self.target.local_unit.read_text() if self.target.local_unit.exists() else None
         if recorded is None:
             recorded = local if local is not None else await self.remote_text()
+            source = self.target.local_unit if local is not None else self.remote_unit
+            self._check_parses(recorded, source)  # never record a file no restart could use
             self.journal.set_known_good(recorded)
         if local is None:
             write_local_atomic(self.target.local_unit, recorded)
@@ -179,6 +211,12 @@ class Deployment:
                 f"copy is {self.journal.known_good_path}:\n{unified_diff(recorded, local, name='local')}"
             )
         return recorded
+
+    def _check_parses(self, text: str, source: object) -> None:
+        try:
+            self.parse(text)
+        except UnitFileError as e:
+            raise UnitInvalidError(f"{source}: {e}; fix the file (nothing was changed)") from e
 
     # --- deploy, commit, rollback ---------------------------------------------------------------
 
@@ -207,7 +245,14 @@ class Deployment:
             self.parse(new_text)
         except UnitFileError as e:
             raise DeployError(f"the candidate unit file is invalid: {e}") from e
+        resolve = getattr(self.manager, "command_for", None)
+        if resolve is not None:  # e.g. a missing EnvironmentFile=: refuse before the host changes
+            try:
+                await resolve(new_text)
+            except (ServiceError, UnitFileError) as e:
+                raise DeployError(f"the candidate cannot be started: {e}") from e
         self._check_limits()
+        await self._check_writable()
         known_good = await self.known_good()
         remote = await self.remote_text()
         if remote != known_good:
@@ -291,6 +336,8 @@ class Deployment:
         )
 
     async def _restart(self) -> None:
+        # A unit that does not parse would stop the server and never start it again: refuse first.
+        self._check_parses(await self.remote_text(), self.remote_unit)
         self.journal.record(restart=True)
         await self.manager.reload()
         await self.manager.restart()
@@ -300,6 +347,7 @@ class Deployment:
             self.target.endpoint,
             timeout=self.target.health_timeout_s,
             is_alive=self.manager.is_active,
+            api_key=self.target.api_key,
             on_progress=lambda elapsed, total, phase: self._progress(f"wait:{phase}", elapsed, total),
         )
 
@@ -309,11 +357,32 @@ class Deployment:
         except (TransportError, ServiceError, OSError) as e:
             return f"(could not read the service log: {e})"
 
+    def _local_dirs(self) -> list[Path]:
+        return [Path(self.target.local_unit).expanduser().parent, Path(self.target.state_dir)]
+
+    async def _check_writable(self) -> None:
+        """Every directory a deploy and its commit write to, locally and on the host, takes a file;
+        checked before the host is touched, so a commit never fails halfway."""
+        bad = unwritable_local(self._local_dirs())
+        remote_dirs = [str(PurePosixPath(self.remote_unit).parent), self.run_dir, f"{self.run_dir}/backups"]
+        result = await self.transport.run(["sh", "-c", REMOTE_WRITABLE_SCRIPT, "sh", *remote_dirs])
+        bad += [f"{d} on the host" for d in result.stdout.splitlines() if d]
+        if bad:
+            raise DeployError(f"cannot write to {', '.join(bad)}; nothing was changed")
+
     async def commit(self) -> None:
-        """Keep the healthy candidate: it becomes known-good and the local unit file takes its text."""
+        """Keep the healthy candidate: it becomes known-good and the local unit file takes its text.
+
+        If the local files cannot be written the commit is refused before it starts (the session
+        then rolls the candidate back), never left half-done."""
         entry = self.journal.read()
         if entry is None or entry.step not in ("healthy", "commit"):
             raise DeployError("nothing healthy to commit (deploy a candidate first)")
+        bad = unwritable_local(self._local_dirs())
+        if bad:
+            raise DeployError(
+                f"cannot commit: cannot write to {', '.join(bad)}; the candidate will be rolled back"
+            )
         self.journal.step(entry, "commit")
         await self._finish_commit()
 
@@ -328,8 +397,11 @@ class Deployment:
         candidate = self.journal.candidate()
         if candidate is None:
             raise DeployError(f"the candidate copy {self.journal.candidate_path} is missing; cannot commit")
-        write_local_atomic(self.target.local_unit, candidate)
-        self.journal.set_known_good(candidate)
+        try:
+            write_local_atomic(self.target.local_unit, candidate)
+            self.journal.set_known_good(candidate)
+        except OSError as e:
+            raise DeployError(f"cannot finish the commit: {e}") from e
         await self.transport.write_file_atomic(self.deadman.known_good_path, candidate)
         self.journal.record(failure=False)
         self.journal.close()
@@ -342,8 +414,11 @@ class Deployment:
         if entry is None:
             return DeployOutcome(ok=True, changed=False)
         if entry.step == "commit":
-            await self._finish_commit()
-            return DeployOutcome(ok=True, changed=False, error="the change was already being committed")
+            try:
+                await self._finish_commit()
+                return DeployOutcome(ok=True, changed=False, error="the change was already being committed")
+            except DeployError:
+                pass  # it cannot be finished (a path became read-only): undo it instead
         self.journal.step(entry, "rollback")
         self._progress("rollback")
         return await restore_known_good(self, entry)

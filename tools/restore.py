@@ -103,8 +103,15 @@ async def recover(d: Deployment) -> str | None:
         note = "" if health.ok else f", but it is not healthy: {health.reason}"
         return f"the running server did not match its unit file; restarted it{note}"
     if entry.step == "commit":
-        await d._finish_commit()
-        return f"completed the interrupted commit of {entry.id}"
+        from tools.deploy import DeployError
+
+        try:
+            await d._finish_commit()
+            return f"completed the interrupted commit of {entry.id}"
+        except DeployError as e:  # e.g. the local unit directory became read-only: undo instead
+            outcome = await restore_known_good(d, entry)
+            note = "" if outcome.ok else f", but it is not healthy: {outcome.error}"
+            return f"could not finish the interrupted commit of {entry.id} ({e}); restored the known-good configuration{note}"
     outcome = await restore_known_good(d, entry)
     note = "" if outcome.ok else f", but it is not healthy: {outcome.error}"
     return f"restored the known-good configuration after an interrupted deploy ({entry.id}, at step {entry.step}){note}"
@@ -137,10 +144,11 @@ async def status(d: Deployment) -> dict[str, Any]:
         info["config_matches_file"] = await config_matches(d.manager)
     except (TransportError, ServiceError) as e:
         info["active"], info["config_matches_file"] = None, f"unknown: {e}"
-    health = await wait_healthy(t.endpoint, timeout=3.0, request_timeout=3.0)
+    health = await wait_healthy(t.endpoint, timeout=3.0, request_timeout=3.0, api_key=t.api_key)
     info["health"] = {"ok": health.ok, "reason": health.reason, "seconds": round(health.seconds, 3)}
     holder = await d.lock.holder()
-    info["lock"] = holder.describe() if holder else None
+    mine = holder is not None and d.lock.owner is not None and holder.token == d.lock.owner.token
+    info["lock"] = holder.describe() if holder and not mine else None  # `status` itself is no holder
     entry = d.journal.read()
     info["journal"] = {"id": entry.id, "step": entry.step, "reason": entry.reason} if entry else None
     info["deadman"] = (

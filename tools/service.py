@@ -11,6 +11,7 @@ import shlex
 import time
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from tools.envfile import environment_files, parse_env_file
 from tools.remote import CommandResult, Transport, TransportError
 from tools.unitfile import UnitFile, UnitFileError
 
@@ -143,15 +144,30 @@ class ProcessManager:
     async def reload(self) -> None:
         """Nothing to do: the unit file is read at every start."""
 
-    def command_for(self, text: str) -> tuple[list[str], dict[str, str], str]:
-        """(argv, environment, working directory) that the unit text `text` asks for."""
+    async def command_for(self, text: str) -> tuple[list[str], dict[str, str], str]:
+        """(argv, environment, working directory) that the unit text `text` asks for.
+
+        `EnvironmentFile=` files are read on the host and override `Environment=`, as systemd does.
+        """
         unit = UnitFile.parse(text, kind="script" if self.unit_path.endswith(".sh") else None)
         if unit.kind == "script":
             return ["sh", self.unit_path], {}, "."
-        argv = unit.exec_argv()
+        env = dict(unit.environment)
+        for ref in environment_files(unit.entries):
+            try:
+                env.update(parse_env_file(await self.transport.read_file(ref.path), name=ref.path))
+            except UnicodeDecodeError as e:
+                raise ServiceError(f"EnvironmentFile={ref.path} is not UTF-8 text: {e}") from e
+            except FileNotFoundError as e:
+                if not ref.optional:
+                    raise ServiceError(
+                        f"EnvironmentFile={ref.path} does not exist on the host (write it as "
+                        f"EnvironmentFile=-{ref.path} if it is optional)"
+                    ) from e
+        argv = unit.exec_argv(env)
         if "=" in argv[0]:
             raise ServiceError(f"executable {argv[0]!r} contains '='; refusing to run it")
-        return argv, unit.environment, unit.working_directory or "."
+        return argv, env, unit.working_directory or "."
 
     async def command(self) -> tuple[list[str], dict[str, str], str]:
         """(argv, environment, working directory) the unit file on the host asks for."""
@@ -159,7 +175,7 @@ class ProcessManager:
             text = await self.transport.read_file(self.unit_path)
         except FileNotFoundError as e:
             raise ServiceError(f"{self.unit_path}: no such unit file on the host") from e
-        return self.command_for(text)
+        return await self.command_for(text)
 
     def start_shell(self, argv: list[str], env: dict[str, str], cwd: str) -> str:
         """A shell command line that starts `argv` detached; every value quoted by `shlex.quote`."""
@@ -233,13 +249,14 @@ class ProcessManager:
         try:
             argv, want_env, _ = await self.command()
         except (ServiceError, UnitFileError):
-            return False
+            return None  # unknown: a file that does not parse must never trigger a restart
         args = argv[1:]
         same_args = running[len(running) - len(args) :] == args if args else True
         return same_args and all(f"{k}={v}" in env for k, v in want_env.items())
 
     async def restart(self) -> None:
-        """Stop, then start with the unit file as it is now."""
+        """Stop, then start with the unit file as it is now; a file that does not parse stops nothing."""
+        await self.command()  # raises UnitFileError/ServiceError while the old server still runs
         await self.stop()
         await self.start()
 

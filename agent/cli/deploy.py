@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 import typer
 
-from agent.cli.common import ConfigOption, console, fail, get_config, normalize_flag
+from agent.cli.common import ConfigOption, console, err_console, fail, get_config, normalize_flag
 from tools.config import Config
 
 T = TypeVar("T")
@@ -33,15 +33,20 @@ def _config(path: Path | None) -> Config:
 
 def _run(coro: Awaitable[T]) -> T:
     """Run a coroutine; turn the deploy layer's errors into a clear message and exit status 1."""
-    from tools.deploy import DeployError
+    from tools.deploy import DeployError, UnitInvalidError
     from tools.lock import LockedError
     from tools.remote import TransportError
     from tools.service import ServiceError
+    from tools.unitfile import UnitFileError
 
     try:
         return asyncio.run(coro)  # type: ignore[arg-type]
+    except (UnitInvalidError, UnitFileError) as e:
+        fail(str(e), code=2)
     except (DeployError, LockedError, TransportError, ServiceError) as e:
         fail(str(e))
+    except OSError as e:  # a local file optagent must write (journal, unit copy) is not writable
+        fail(f"{e.filename or ''}: {e.strerror or e}".lstrip(": "))
 
 
 def _edits(set_: list[str], unset: list[str]) -> list[tuple[str, str, str | None]]:
@@ -53,6 +58,37 @@ def _edits(set_: list[str], unset: list[str]) -> list[tuple[str, str, str | None
     if not edits:
         fail("nothing to change: give --set FLAG[=VALUE] or --unset FLAG", code=2)
     return edits
+
+
+def _check_flags(cfg: Config, edits: list[tuple[str, str, str | None]]) -> None:
+    """Exit 2 when the running version's catalog says an edit would not start; before any restart."""
+    from tools.flagcheck import check_edits
+    from tools.flags import flag_catalog
+    from tools.remote import TransportError, make_transport
+    from tools.source import SourceError, detect_version, get_source, local_source
+
+    research = cfg.research
+
+    async def version() -> str:
+        transport = make_transport(cfg.target)
+        try:
+            return await detect_version(cfg.target.endpoint, transport=transport, python=cfg.target.python)
+        finally:
+            await transport.close()
+
+    try:
+        if research.source_dir is not None:
+            tree = local_source(research.source_dir, version=research.version)
+        else:
+            v = research.version or asyncio.run(version())
+            tree = get_source(v, repo_url=research.repo_url, cache_dir=research.cache_dir)
+        catalog = flag_catalog(tree)
+    except (SourceError, TransportError, OSError) as e:  # no catalog: deploy still rolls back a bad flag
+        err_console.print(f"[yellow]warning:[/] flags not checked against the catalog: {e}", highlight=False)
+        return
+    problems = check_edits(catalog, edits, version=tree.version)
+    if problems:
+        fail("\n".join(problems), code=2)
 
 
 def _apply(text: str, kind: str, edits: list[tuple[str, str, str | None]]) -> str:
@@ -117,6 +153,7 @@ def deploy(
     cfg = _config(config)
     target = cfg.target
     kind = "script" if target.remote_unit.endswith(".sh") else "systemd"
+    _check_flags(cfg, edits)
 
     if dry_run:  # read-only: no lock, no recovery, no writes anywhere
         from tools.journal import Journal
@@ -216,8 +253,11 @@ def status(
                 await d.transport.close()
 
     info = _run(go())
+    unhealthy = not info["health"]["ok"]
     if as_json:
         print(json.dumps(info, indent=2, default=str))
+        if unhealthy:
+            raise typer.Exit(1)
         return
     from rich.table import Table
 
@@ -229,6 +269,8 @@ def status(
             value = "healthy" if value["ok"] else f"NOT healthy: {value['reason']}"
         table.add_row(key.replace("_", " "), "-" if value is None else str(value))
     console.print(table)
+    if unhealthy:  # scripts and monitors read the exit status
+        raise typer.Exit(1)
 
 
 def recover(config: Path | None = ConfigOption) -> None:

@@ -1,0 +1,105 @@
+"""A run directory another local user planted (or can write) is refused over a real sshd; ours is 0700."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pwd
+import shutil
+import stat
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.test_deploy import cli
+from tools.deploy import DeployError, Deployment
+
+OTHER_USER = "optagent-other"
+
+
+@pytest.fixture(scope="module")
+def other_user() -> str:
+    """A second local account (created when absent; the tests run as root)."""
+    try:
+        pwd.getpwnam(OTHER_USER)
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--no-create-home", OTHER_USER], check=True)
+    return OTHER_USER
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A world-writable sticky directory like /var/tmp, reachable by every user."""
+    path = Path(tempfile.mkdtemp(prefix="optagent-shared-", dir="/tmp"))
+    path.chmod(0o1777)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def as_user(user: str, script: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["runuser", "-u", user, "--", "sh", "-c", script], capture_output=True, text=True)
+
+
+def test_a_run_dir_planted_by_another_user_is_refused(ssh_sim, other_user: str, shared_dir: Path) -> None:  # type: ignore[no-untyped-def]
+    planted = shared_dir / "optagent"
+    # The other user creates the run dir first, with a PID file naming its own process group.
+    victim = subprocess.Popen(["runuser", "-u", other_user, "--", "setsid", "sleep", "300"])
+    try:
+        made = as_user(other_user, f"mkdir -m 777 {planted} && echo {victim.pid} > {planted}/sglang.pid")
+        assert made.returncode == 0, made.stderr
+        sim = ssh_sim(run_dir=str(planted))
+
+        result = cli("status", config=sim.config_path)
+        assert result.returncode == 1
+        message = " ".join(result.stderr.split())
+        assert f"is owned by uid {pwd.getpwnam(other_user).pw_uid}" in message
+        result = cli("deploy", "--set", "mem-fraction-static=0.8", "--yes", config=sim.config_path)
+        assert result.returncode == 1 and "another user may have planted it" in " ".join(
+            result.stderr.split()
+        )
+        assert victim.poll() is None  # optagent killed nothing
+        assert (planted / "sglang.pid").read_text().strip() == str(victim.pid)
+        assert not (planted / "sglang.lock").exists()
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def test_writable_or_symlinked_run_dirs_are_refused(ssh_sim, shared_dir: Path) -> None:  # type: ignore[no-untyped-def]
+    group_writable = shared_dir / "gw"
+    group_writable.mkdir()
+    group_writable.chmod(0o770)
+    link = shared_dir / "link"
+    link.symlink_to(group_writable)
+    for run_dir, why in [(group_writable, "writable by group or others"), (link, "is a symlink")]:
+        sim = ssh_sim(run_dir=str(run_dir), name=f"sim-{run_dir.name}")
+        with pytest.raises(DeployError, match=why):
+            asyncio.run(Deployment(sim.target).open())
+
+
+def test_a_new_run_dir_is_created_private(ssh_sim, shared_dir: Path) -> None:  # type: ignore[no-untyped-def]
+    run_dir = shared_dir / "fresh" / "run"
+    sim = ssh_sim(run_dir=str(run_dir))
+
+    async def scenario() -> str:
+        async with Deployment(sim.target) as d:
+            return d.run_dir
+
+    assert asyncio.run(scenario()) == str(run_dir)
+    for p in (run_dir, run_dir.parent):
+        st = p.stat()
+        assert stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == os.geteuid()
+
+
+def test_a_shared_local_state_dir_is_refused(ssh_sim, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    state = tmp_path / "state"
+    state.mkdir()
+    state.chmod(0o777)
+    sim = ssh_sim(state_dir=state)
+    with pytest.raises(DeployError, match="state directory .* writable by group or others"):
+        asyncio.run(Deployment(sim.target).open())
