@@ -7,6 +7,7 @@ restarts, consecutive failed candidates) live beside it in `counters.json`.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -46,6 +47,24 @@ class JournalEntry:
     history: list[str] = field(default_factory=list)
 
 
+def _entry(data: object) -> JournalEntry:
+    """A `JournalEntry` from parsed JSON; `TypeError`/`ValueError` for anything of another shape."""
+    if not isinstance(data, dict):
+        raise TypeError(f"the journal holds a {type(data).__name__}, not an object")
+    entry = JournalEntry(**data)
+    text_fields = (entry.id, entry.step, entry.candidate_sha, entry.known_good_sha, entry.reason)
+    if not all(isinstance(v, str) for v in text_fields) or entry.step not in STEPS:
+        raise ValueError(f"the journal's fields have the wrong types or an unknown step {entry.step!r}")
+    if not isinstance(entry.history, list) or not all(isinstance(h, str) for h in entry.history):
+        raise ValueError("the journal's history is not a list of steps")
+    if not all(
+        isinstance(v, int | float) and not isinstance(v, bool)
+        for v in (entry.pid, entry.started, entry.updated)
+    ):
+        raise ValueError("the journal's pid or times are not numbers")
+    return entry
+
+
 class Journal:
     """The journal, known-good and candidate files in `state_dir`."""
 
@@ -57,15 +76,31 @@ class Journal:
         self.counters_path = self.dir / "counters.json"
 
     def read(self) -> JournalEntry | None:
-        """The open entry, or None when nothing is in flight."""
+        """The open entry, or None when nothing is in flight.
+
+        A torn write cannot happen (atomic replace), so a journal that is not valid JSON or not the
+        shape written here was damaged by something else: it still means "in flight" (the caller
+        restores known-good), and a copy is kept beside it for a human to look at.
+        """
         try:
-            data = json.loads(self.path.read_text())
+            text = self.path.read_text()
         except FileNotFoundError:
             return None
-        except ValueError:
-            # A torn write cannot happen (atomic replace); an unreadable journal still means "in flight".
-            return JournalEntry(id="unreadable", step="begin", candidate_sha="", known_good_sha="")
-        return JournalEntry(**data)
+        except (OSError, UnicodeDecodeError) as e:
+            return self._unreadable(None, f"{type(e).__name__}: {e}")
+        try:
+            entry = _entry(json.loads(text))
+        except (ValueError, TypeError) as e:
+            return self._unreadable(text, str(e))
+        return entry
+
+    def _unreadable(self, text: str | None, why: str) -> JournalEntry:
+        if text is not None:  # named by content: every read of the same damage keeps one copy
+            copy = self.dir / f"journal.unreadable-{sha(text)}.json"
+            with contextlib.suppress(OSError):  # a courtesy; recovery must not depend on it
+                if not copy.exists():
+                    write_local_atomic(copy, text)
+        return JournalEntry(id="unreadable", step="begin", candidate_sha="", known_good_sha="", reason=why)
 
     def open(self, *, candidate: str, known_good: str, reason: str = "") -> JournalEntry:
         """Record the texts, then open an entry at step `begin`."""
@@ -129,9 +164,16 @@ class Journal:
         """`{"restarts": [unix times], "failures": [unix times of consecutive failed candidates]}`."""
         try:
             data = json.loads(self.counters_path.read_text())
-        except (FileNotFoundError, ValueError):
+        except (OSError, ValueError):
             data = {}
-        return {"restarts": list(data.get("restarts", [])), "failures": list(data.get("failures", []))}
+
+        def times(key: str) -> list[float]:  # a damaged file counts as empty, never as a crash
+            value = data.get(key) if isinstance(data, dict) else None
+            if not isinstance(value, list):
+                return []
+            return [float(t) for t in value if isinstance(t, int | float) and not isinstance(t, bool)]
+
+        return {"restarts": times("restarts"), "failures": times("failures")}
 
     def record(self, *, restart: bool = False, failure: bool | None = None) -> None:
         """Count a restart; count a failed candidate (`failure=True`) or reset the count (`False`)."""
