@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import secrets
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -50,6 +51,8 @@ class Api:
     async def handle(self, req: HttpRequest) -> Response:
         """Dispatch one request."""
         route = (req.method, req.path)
+        if not self._authorized(req):
+            return json_response({"error": "Unauthorized"}, 401)
         if route in {("GET", "/health"), ("GET", "/health_generate")}:
             if not self.healthy:
                 raise HttpError(503, "Server is not ready (warmup has not finished).")
@@ -72,6 +75,15 @@ class Api:
                 return self._generate(body)
             return self._openai(body, chat=req.path.endswith("chat/completions"))
         raise HttpError(404, f"Not Found: {req.method} {req.path}")
+
+    def _authorized(self, req: HttpRequest) -> bool:
+        """SGLang 0.5.23's `--api-key` (srt/utils/auth.py `decide_request_auth`): OPTIONS and paths
+        starting with /health, /ready or /metrics are open; every other route needs `Bearer KEY`."""
+        key = getattr(self.args, "api_key", None)
+        if not key or req.method == "OPTIONS" or req.path.startswith(("/health", "/ready", "/metrics")):
+            return True
+        scheme, _, token = (req.authorization or "").partition(" ")
+        return scheme.lower() == "bearer" and secrets.compare_digest(token, key)
 
     # -- info ----------------------------------------------------------------------------------
     def _model_card(self) -> dict[str, Any]:

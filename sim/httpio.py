@@ -16,6 +16,8 @@ class HttpRequest:
     method: str
     path: str
     body: bytes
+    authorization: str | None = None
+    """The `Authorization` header, for `--api-key`."""
 
     def json(self) -> Any:
         """The body as JSON; raises `HttpError(400)` when it is not."""
@@ -70,7 +72,8 @@ async def _read_request(reader: asyncio.StreamReader, conn: h11.Connection) -> H
             body += event.data
         elif isinstance(event, h11.EndOfMessage) and req is not None:
             path = req.target.decode("latin-1").split("?", 1)[0]
-            return HttpRequest(req.method.decode(), path, bytes(body))
+            auth = next((v.decode("latin-1") for k, v in req.headers if k == b"authorization"), None)
+            return HttpRequest(req.method.decode(), path, bytes(body), auth)
         elif isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
             return None
 

@@ -49,6 +49,8 @@ class TargetConfig(_Strict):
     """The host's Python that has sglang installed (for `pip show`, `--help`, bench_serving)."""
 
     endpoint: str = "http://127.0.0.1:30000"
+    api_key: str | None = Field(None, repr=False)
+    """The server's `--api-key` (sent as a bearer token); `$OPTAGENT_API_KEY` is used when unset."""
     health_timeout_s: float = Field(900.0, gt=0)
     deadman_s: float = Field(1800.0, gt=0)
     """Dead-man's switch: the host restores known-good unless optagent confirms within this time."""

@@ -15,6 +15,8 @@ from typing import Any
 
 import httpx
 
+from tools.auth import auth_headers, scrub_server_info
+
 __all__ = ["HealthResult", "get_server_info", "wait_healthy", "generate_one_token"]
 
 ProgressFn = Callable[[float, float, str], None]
@@ -70,18 +72,21 @@ async def wait_healthy(
     min_interval: float = 0.02,
     alive_every: float = 0.2,
     request_timeout: float = 30.0,
+    api_key: str | None = None,
 ) -> HealthResult:
     """Poll until `/health` answers 200 and a one-token generation succeeds, or give up.
 
     Polls often at first and less as the wait grows (pauses of 5% of the time waited so far, between
     `min_interval` and `interval`), so a fast start is seen within a few ms and a slow one costs few
     requests. Gives up at `timeout` seconds, or as soon as `is_alive()` (asked at most every
-    `alive_every` seconds) says the server process has died.
+    `alive_every` seconds) says the server process has died. `api_key` (default `$OPTAGENT_API_KEY`)
+    is sent as a bearer token; `/health` needs none, but the generation does.
     """
     endpoint = endpoint.rstrip("/")
     start = time.monotonic()
     last, phase, alive_at = "no answer yet", "health", -alive_every
-    async with httpx.AsyncClient(timeout=httpx.Timeout(request_timeout, connect=2.0)) as client:
+    timeouts = httpx.Timeout(request_timeout, connect=2.0)
+    async with httpx.AsyncClient(timeout=timeouts, headers=auth_headers(api_key), trust_env=False) as client:
         while True:
             elapsed = time.monotonic() - start
             if on_progress is not None:
@@ -110,10 +115,12 @@ async def wait_healthy(
             await asyncio.sleep(min(pause, timeout - elapsed))
 
 
-async def get_server_info(endpoint: str, *, timeout: float = 10.0) -> dict[str, Any]:
+async def get_server_info(
+    endpoint: str, *, timeout: float = 10.0, api_key: str | None = None
+) -> dict[str, Any]:
     """The server's `/get_server_info` (or `/server_info`) as a dict."""
     endpoint = endpoint.rstrip("/")
-    async with httpx.AsyncClient(timeout=timeout) as client:
+    async with httpx.AsyncClient(timeout=timeout, headers=auth_headers(api_key), trust_env=False) as client:
         r = await client.get(f"{endpoint}/get_server_info")
         if r.status_code == 404:
             r = await client.get(f"{endpoint}/server_info")
@@ -121,4 +128,4 @@ async def get_server_info(endpoint: str, *, timeout: float = 10.0) -> dict[str, 
         data = r.json()
     if not isinstance(data, dict):
         raise ValueError(f"{endpoint}: server info is not a JSON object")
-    return data
+    return scrub_server_info(data)

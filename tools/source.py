@@ -256,7 +256,9 @@ async def detect_version(endpoint: str | None, *, transport: Any = None, python:
     tried: list[str] = []
     if endpoint:
         try:
-            async with httpx.AsyncClient(timeout=10.0) as client:
+            from tools.auth import auth_headers  # a server started with --api-key answers 401 without it
+
+            async with httpx.AsyncClient(timeout=10.0, headers=auth_headers()) as client:
                 resp = await client.get(f"{endpoint.rstrip('/')}/get_server_info")
             if resp.status_code == 200 and isinstance(resp.json().get("version"), str):
                 return _check_version(resp.json()["version"])

@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from tools.auth import export_api_key
 from tools.config import Config, ConfigError, load_config
 
 console = Console()
@@ -28,9 +29,11 @@ def fail(message: str, *, code: int = 1) -> NoReturn:
 def get_config(path: Path | None) -> Config:
     """Load the config or exit with status 2 naming the bad key."""
     try:
-        return load_config(path)
+        config = load_config(path)
     except ConfigError as e:
         fail(str(e), code=2)
+    export_api_key(config.target.api_key)  # every request of this process sends it; transcripts hide it
+    return config
 
 
 def normalize_flag(flag: str) -> str:

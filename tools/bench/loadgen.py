@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from tools.auth import auth_headers, scrub_server_info
 from tools.bench.netstream import single_connection_transport
 from tools.bench.prompts import Prompt, load_prompt_file, random_prompts
 from tools.bench.results import RequestResult, SweepResult, summarize_level
@@ -59,13 +60,17 @@ class ClientPool:
     seconds of client CPU per level; 256 pools of one cost almost nothing.
     """
 
-    def __init__(self, endpoint: str, slots: int, timeout_s: float) -> None:
+    def __init__(self, endpoint: str, slots: int, timeout_s: float, *, api_key: str | None = None) -> None:
         timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0))
+        headers = auth_headers(api_key)  # a server started with --api-key answers 401 without it
         tls = ssl.create_default_context()  # one CA bundle load for every client (~20 ms each)
         # trust_env=False: a proxy from the environment must never sit between us and the server.
         self.clients = [
             httpx.AsyncClient(
-                transport=single_connection_transport(endpoint, verify=tls), timeout=timeout, trust_env=False
+                transport=single_connection_transport(endpoint, verify=tls),
+                timeout=timeout,
+                trust_env=False,
+                headers=headers,
             )
             for _ in range(slots)
         ]
@@ -102,7 +107,7 @@ async def fetch_server_info(client: httpx.AsyncClient, endpoint: str) -> dict[st
                 info = resp.json()
             except ValueError:
                 return None
-            return info if isinstance(info, dict) else None
+            return scrub_server_info(info) if isinstance(info, dict) else None
     return None
 
 

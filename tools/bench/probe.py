@@ -15,6 +15,8 @@ from typing import Literal
 import httpx
 from pydantic import BaseModel
 
+from tools.auth import auth_headers
+
 Status = Literal["identical", "drifting", "broken"]
 DEFAULT_MAX_TOKENS = 48
 
@@ -85,13 +87,19 @@ def _answer(api: str, data: dict) -> str:
 
 
 async def run_probe(
-    endpoint: str, *, api: str = "completions", max_tokens: int = DEFAULT_MAX_TOKENS, timeout_s: float = 120.0
+    endpoint: str,
+    *,
+    api: str = "completions",
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    timeout_s: float = 120.0,
+    api_key: str | None = None,
 ) -> ProbeResult:
     """Send every probe prompt once, one at a time (batch composition can change numerics),
     at temperature 0. Failures are recorded per prompt, never raised."""
     endpoint = endpoint.rstrip("/")
     outputs = []
-    async with httpx.AsyncClient(timeout=timeout_s, trust_env=False) as client:
+    headers = auth_headers(api_key)  # default: $OPTAGENT_API_KEY
+    async with httpx.AsyncClient(timeout=timeout_s, trust_env=False, headers=headers) as client:
         for item in probe_prompts():
             path, body = _request(api, item["prompt"], max_tokens)
             try:
