@@ -149,6 +149,10 @@ def load_config(path: Path | None = None) -> Config:
         data = tomllib.loads(path.read_text())
     except FileNotFoundError as e:
         raise ConfigError(f"{path}: no such config file") from e
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start}: {e.reason}); save it as UTF-8") from e
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read: {e.strerror or e}") from e
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: not valid TOML: {e}") from e
     try:

@@ -32,6 +32,7 @@ from tools.health import HealthResult, wait_healthy
 from tools.journal import Journal, JournalEntry
 from tools.lock import HostLock, LockedError
 from tools.remote import Transport, TransportError, make_transport, write_local_atomic
+from tools.serverlog import error_line, readable_tail
 from tools.service import ServiceError, ServiceManager, make_service_manager
 from tools.unitfile import UnitFile, UnitFileError, unified_diff
 
@@ -284,7 +285,10 @@ class Deployment:
             error = health.reason
         except (TransportError, ServiceError, UnitFileError, OSError) as e:
             error = str(e)
-        log_tail = await self._log_tail()
+        raw_log = await self._log_tail()
+        said = error_line(raw_log)  # the server's own reason, not its kilobytes of arguments
+        error = f"{error}; the server said: {said}" if said else error
+        log_tail = readable_tail(raw_log, lines=40)
         self.journal.record(failure=True)
         rollback = await self.rollback()
         if not rollback.ok:
@@ -412,7 +416,13 @@ class Deployment:
 
         entry = self.journal.read()
         if entry is None:
-            return DeployOutcome(ok=True, changed=False)
+            health = await wait_healthy(
+                self.target.endpoint, timeout=3.0, request_timeout=3.0, api_key=self.target.api_key
+            )
+            if health.ok:
+                return DeployOutcome(ok=True, changed=False, health=health)
+            self._progress("rollback")  # nothing in flight, but the server is down: bring known-good back
+            return await restore_known_good(self, None)
         if entry.step == "commit":
             try:
                 await self._finish_commit()

@@ -89,11 +89,14 @@ class HostLock:
         text = json.dumps(me.__dict__)
         for _ in range(3):
             tmp = f"{self.path}.{me.token}.tmp"
-            if (await self.transport.run(["sh", "-c", _CREATE, "sh", text, tmp, self.path])).ok:
+            created = await self.transport.run(["sh", "-c", _CREATE, "sh", text, tmp, self.path])
+            if created.ok:
                 self.owner = me
                 return me
             owner = await self.holder()
             if owner is None:
+                if not await self.transport.exists(tmp.rsplit("/", 1)[0] or "/") or _denied(created.stderr):
+                    raise LockedError(f"cannot create the lock {self.path}: {created.stderr.strip()[-300:]}")
                 continue  # released in between
             alive = owner.alive()
             if alive is None:
@@ -126,6 +129,14 @@ class HostLock:
         if current is not None and current.token == self.owner.token:
             await self.transport.run(["rm", "-f", self.path])
         self.owner = None
+
+
+def _denied(stderr: str) -> bool:
+    """True when the shell could not write the lock at all (not a lost race with another optagent)."""
+    return any(
+        m in stderr
+        for m in ("Permission denied", "Read-only file system", "Operation not permitted", "No space")
+    )
 
 
 def _parse(text: str) -> LockOwner | None:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from tools.health import wait_healthy
 from tools.journal import JournalEntry, sha
 from tools.remote import TransportError
+from tools.serverlog import error_line, readable_tail
 from tools.service import ServiceError, ServiceManager
 from tools.unitfile import UnitFileError
 
@@ -64,9 +65,12 @@ async def restore_known_good(
     if not health.ok and not need_restart:
         await d._restart()
         health = await d._wait()
-    log_tail = "" if health.ok else await d._log_tail()
+    raw_log = "" if health.ok else await d._log_tail()
     d.journal.close()
+    said = error_line(raw_log)
     error = "" if health.ok else f"the known-good configuration is not healthy: {health.reason}"
+    error += f"; the server said: {said}" if said and not health.ok else ""
+    log_tail = readable_tail(raw_log, lines=40)
     return DeployOutcome(
         health.ok, error, log_tail, time.monotonic() - start, changed=True, rolled_back=True, health=health
     )

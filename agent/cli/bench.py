@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -22,8 +23,8 @@ app = typer.Typer(
 def _levels(text: str | None) -> list[int] | None:
     if text is None:
         return None
-    try:
-        return [int(x) for x in text.replace(" ", "").split(",") if x]
+    try:  # "1 8" is two levels (1, 8), never 18
+        return [int(x) for x in re.split(r"[\s,]+", text.strip()) if x]
     except ValueError:
         raise typer.BadParameter(f"expected comma-separated integers like 1,8,64, got {text!r}") from None
 

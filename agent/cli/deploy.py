@@ -222,7 +222,9 @@ def rollback(config: Path | None = ConfigOption) -> None:
 
     outcome = _session(_config(config), body, command="optagent rollback")
     if not outcome.changed:
-        console.print("nothing in flight: the host already runs the known-good configuration")
+        console.print(
+            "nothing in flight: the host already runs the known-good configuration, and it is healthy"
+        )
         return
     _print_outcome(outcome, "rolled back")
     if not outcome.ok:

@@ -27,11 +27,15 @@ def _tree(config: Path | None, source: Path | None, version: str | None) -> tupl
         if version is None:
             from tools.remote import make_transport
 
-            version = asyncio.run(
-                detect_version(
-                    cfg.target.endpoint, transport=make_transport(cfg.target), python=cfg.target.python
+            try:
+                version = asyncio.run(
+                    detect_version(
+                        cfg.target.endpoint, transport=make_transport(cfg.target), python=cfg.target.python
+                    )
                 )
-            )
+            except SourceError as e:
+                start = "`optagent sim up`" if cfg.simulated else f"the server at {cfg.target.endpoint}"
+                fail(f"{e}\nstart {start}, or name the version: --version 0.5.23 (or --source DIR)")
         return get_source(version, repo_url=research.repo_url, cache_dir=research.cache_dir), cfg
     except SourceError as e:
         fail(str(e))

@@ -36,7 +36,21 @@ def _sim_config(config_path: Path | None):
     console.print(
         f"no optagent.toml: using the simulated deployment in {DEFAULT_SIM_DIR}/ (starting it if needed)"
     )
-    config = ensure_up(DEFAULT_SIM_DIR)
+    from sim.host import SimHostError
+    from sim.scenario import ScenarioError
+    from tools.remote import TransportError
+    from tools.service import ServiceError
+
+    try:
+        config = ensure_up(DEFAULT_SIM_DIR)
+    except (SimHostError, ScenarioError, ServiceError, TransportError, OSError, ValueError) as e:
+        from tools.serverlog import error_line  # one clear line, not a traceback or an argument dump
+
+        first, said = str(e).split("\n", 1)[0], error_line(str(e))
+        fail(
+            f"cannot start the simulated deployment in {DEFAULT_SIM_DIR}/: {first}"
+            + (f" {said}" if said else "")
+        )
     return config.model_copy(update={"bench": compact_bench(config.bench)})
 
 

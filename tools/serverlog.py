@@ -1,0 +1,44 @@
+"""What a failed server start said, in one line: the argparse error or the traceback's last line.
+
+SGLang logs its whole `server_args=ServerArgs(...)` (kilobytes on one line) before it fails; showing
+that as "the error" hides the one line a human needs.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["error_line", "readable_tail"]
+
+MAX_LINE = 300
+_ARGPARSE = re.compile(r"^[\w./-][\w./ -]{0,60}: error: .+")  # "sglang serve: error: ..." too
+_EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt)\b(?::.*)?$")
+_TIMESTAMP = re.compile(r"^\[[^\]]{8,40}\]\s*(?:\w+\s+)?")
+_DUMP = re.compile(r"\b(server_args|ServerArgs)\s*[=(]")
+
+
+def _clean(line: str) -> str:
+    return _TIMESTAMP.sub("", line.strip())
+
+
+def error_line(log: str) -> str | None:
+    """The server's own reason for failing (argparse error, last exception line), or None."""
+    lines = [_clean(x) for x in log.splitlines() if x.strip()]
+    for line in reversed(lines):
+        if _ARGPARSE.match(line):
+            return line
+    for line in reversed(lines):
+        if _EXCEPTION.match(line) and not _DUMP.search(line):
+            return line[:MAX_LINE]
+    return None
+
+
+def readable_tail(log: str, *, lines: int = 20) -> str:
+    """The last `lines` lines with the argument dump and other huge lines cut to a short mark."""
+    out = []
+    for line in log.splitlines()[-lines:]:
+        if len(line) > MAX_LINE:
+            what = "server arguments" if _DUMP.search(line) else "line"
+            line = f"{line[:120]}… ({what}, {len(line)} characters, cut)"
+        out.append(line)
+    return "\n".join(out)
