@@ -98,7 +98,13 @@ def _todo(
             items.append(
                 {"id": flag, "content": f"research {label}", "status": "in_progress", "priority": prio}
             )
-        elif v["verdict"] in ("no-op", "dead", "incompatible"):
+        elif v["verdict"] in (
+            "no-op",
+            "dead",
+            "incompatible",
+            "refuses-to-start",
+            "incompatible-with-version",
+        ):
             items.append(
                 {
                     "id": flag,

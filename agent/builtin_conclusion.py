@@ -48,7 +48,13 @@ def conclusion(
     ruled = 0
     for c in cands:
         v = verdicts.get(c["flag"])
-        if v and v["verdict"] in ("no-op", "dead", "incompatible"):
+        if v and v["verdict"] in (
+            "no-op",
+            "dead",
+            "incompatible",
+            "refuses-to-start",
+            "incompatible-with-version",
+        ):
             ev = v["evidence"][0]["location"] if v.get("evidence") else "no evidence"
             lines.append(f"- {c['flag']}: {v['verdict']} — {v['summary']} ({ev})")
             ruled += 1

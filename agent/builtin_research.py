@@ -1,4 +1,10 @@
-"""The builtin researcher's rules: a `FlagVerdict` from the catalog, the playbook and the code search."""
+"""The builtin researcher's rules: a `FlagVerdict` from the code's verdict, with the playbook as a prior.
+
+The code decides whenever it can (`tools.flag_analysis`): not in this version, refuses to start, dead,
+no-op, applies. The playbook only decides when the code leaves the question open (`unknown`, or no
+source tree), and such a verdict is labelled `decided_by = "playbook"`. Where a playbook rule and
+the code disagree, the code wins and the summary says which rule was overruled.
+"""
 
 from __future__ import annotations
 
@@ -15,92 +21,89 @@ def _conditions(checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-_VALIDATORS = ("check_", "_check_", "validate", "_validate")
+def _evidence(usage: dict[str, Any]) -> list[dict[str, str]]:
+    """The definition, then readers that decide (on/runtime first), then exits that fire."""
+    out: list[dict[str, str]] = []
+    if usage.get("definition"):
+        out.append(
+            {
+                "location": usage["definition"],
+                "quote": str(usage.get("help") or usage.get("dest")),
+                "why": "definition",
+            }
+        )
+    order = {"on": 0, "runtime": 1, "unknown": 2, "off": 3}
+    for r in sorted(usage.get("readers", []), key=lambda r: order.get(r.get("state", ""), 4)):
+        out.append(
+            {"location": r["location"], "quote": r["text"], "why": f"reader ({r['state']}): {r['why']}"}
+        )
+        for e in r.get("exits", []):
+            if e.get("fires") is True:
+                out.append(
+                    {
+                        "location": e["location"],
+                        "quote": e["message"],
+                        "why": f"{e['kind']} reached from {r['location']}",
+                    }
+                )
+    return out
 
 
-def _is_validation(reader: dict[str, Any]) -> bool:
-    return str(reader.get("function") or "").startswith(_VALIDATORS)
+def _playbook_opinion(playbook: dict[str, Any]) -> tuple[str, str] | None:
+    """What the playbook alone would say: a conflict that holds, or a need that fails."""
+    conflicts = [c for c in playbook.get("conflicts", []) if c["outcome"] == "pass"]
+    if conflicts:
+        why = "; ".join(f"{c['condition']} (actual {c.get('actual')!r})" for c in conflicts)
+        return "refuses-to-start", f"the playbook says it conflicts with this deployment: {why}"
+    needs = [c for c in playbook.get("needs", []) if c["outcome"] == "fail"]
+    if needs:
+        c = needs[0]
+        return "no-op", f"the playbook says it needs {c['condition']} and here it is {c.get('actual')!r}"
+    return None
 
 
 def decide_verdict(flag: str, lookup: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any]:
-    """The verdict, in order: not in this version → incompatible; a playbook conflict → incompatible;
-    never read → dead; every reader's guard fails here → no-op; a playbook need fails → no-op;
-    a reader whose conditions hold → applies; no code evidence → unknown."""
+    """The verdict: the code's, unless it is unknown; then the playbook's rule, labelled as such."""
     playbook = lookup.get("playbook") or {}
     version = lookup.get("sglang_version") or "?"
-    evidence: list[dict[str, str]] = []
     conditions = _conditions(playbook.get("needs", []) + playbook.get("conflicts", []))
+    for r in usage.get("readers", []):
+        conditions.extend(_conditions(r.get("checks", [])))
     base = {
         "flag": flag,
         "expected_effect": playbook.get("helps", ""),
         "risk": playbook.get("risk", ""),
         "lossy": bool(playbook.get("lossy", False)),
         "suggested_value": playbook.get("value"),
+        "evidence": _evidence(usage),
+        "conditions": conditions,
     }
-    if usage.get("definition"):  # the definition first, then every reader
-        evidence.append(
-            {
-                "location": usage["definition"],
-                "quote": str(usage.get("help") or usage["dest"]),
-                "why": "definition",
-            }
-        )
 
-    def verdict(kind: str, summary: str) -> dict[str, Any]:
-        return {**base, "verdict": kind, "summary": summary, "evidence": evidence, "conditions": conditions}
+    def verdict(kind: str, summary: str, decided_by: str, certainty: float) -> dict[str, Any]:
+        return {**base, "verdict": kind, "summary": summary, "decided_by": decided_by, "certainty": certainty}
 
-    all_readers = usage.get("readers", [])
-    # A reader inside a compatibility check only refuses combinations; it does not make the flag act.
-    checks_only = [r for r in all_readers if _is_validation(r)]
-    readers = [r for r in all_readers if not _is_validation(r)]
-    live = []
-    for r in readers:
-        evidence.append({"location": r["location"], "quote": r["text"], "why": "reader"})
-        conditions.extend(_conditions(r.get("checks", [])))
-        if not any(c["outcome"] == "fail" for c in r.get("checks", [])):
-            live.append(r)
-    for r in checks_only:
-        evidence.append(
-            {"location": r["location"], "quote": r["text"], "why": f"compatibility check in {r['function']}"}
-        )
     if lookup.get("in_catalog") is False:
         return verdict(
-            "incompatible", f"{flag} is not a flag of SGLang {version}: the server would refuse to start."
+            "incompatible-with-version",
+            f"{flag} is not a flag of SGLang {version}: the server would refuse to start.",
+            "code",
+            1.0,
         )
-    conflicts = [c for c in playbook.get("conflicts", []) if c["outcome"] == "pass"]
-    if conflicts:
-        why = "; ".join(f"{c['condition']} (actual {c['actual']!r})" for c in conflicts)
-        return verdict("incompatible", f"conflicts with this deployment: {why}.")
-    if "error" in usage or not usage:
-        needs_fail = [c for c in playbook.get("needs", []) if c["outcome"] == "fail"]
-        if needs_fail:
-            return verdict("no-op", f"playbook condition fails here: {needs_fail[0]['condition']}.")
-        return verdict("unknown", f"no code evidence ({usage.get('error', 'no usage data')}).")
-    if usage.get("dead") or not all_readers:
+    code = usage.get("code_verdict")
+    prior = _playbook_opinion(playbook)
+    if code and code != "unknown":
+        summary = usage.get("code_summary", "")
+        if usage.get("researched_as"):
+            summary += f" (researched as {usage['researched_as']}, its replacement)"
+        if prior is not None and prior[0] != code:
+            summary += f" The code overrules the playbook here: {prior[1]}."
+        return verdict(code, summary, "code", float(usage.get("certainty", 0.8)))
+    why_open = usage.get("code_summary") or usage.get("error") or "no code evidence"
+    if prior is not None:
         return verdict(
-            "dead", f"{flag} is defined in SGLang {version} but nothing reads `{usage.get('dest')}`."
+            prior[0],
+            f"{prior[1]} (playbook rule alone; the code leaves it open: {why_open})",
+            "playbook",
+            0.5,
         )
-    if not readers:
-        where = checks_only[0]["location"]
-        return verdict("no-op", f"{flag} is read only by compatibility checks ({where}); nothing acts on it.")
-    if not live:
-        failing = next(c for r in readers for c in r["checks"] if c["outcome"] == "fail")
-        return verdict(
-            "no-op",
-            f"every reader is guarded by a condition that fails here, e.g. {failing['condition']} "
-            f"with {failing['fact']} ({readers[0]['location']}).",
-        )
-    needs_fail = [c for c in playbook.get("needs", []) if c["outcome"] == "fail"]
-    if needs_fail:
-        c = needs_fail[0]
-        return verdict(
-            "no-op", f"read by the code, but it needs {c['condition']} and here it is {c['actual']!r}."
-        )
-    passing = [c for r in live for c in r.get("checks", []) if c["outcome"] == "pass"]
-    held = "; ".join(f"{c['condition']} with {c['fact']}" for c in passing[:3])
-    summary = f"read at {live[0]['location']}" + (f"; conditions hold: {held}" if held else "") + "."
-    if usage.get("deprecated"):
-        summary += f" Deprecated in {version}" + (
-            f", replaced by {usage['replacement']}." if usage.get("replacement") else "."
-        )
-    return verdict("applies", summary)
+    return verdict("unknown", f"the code leaves it open: {why_open}", "unknown", 0.3)

@@ -11,7 +11,6 @@ from typing import Any
 from pydantic_ai import Agent, RunContext
 
 from agent.context import DeploymentContext
-from agent.guards import check_guards
 from agent.playbook import Candidate
 from agent.verdict import FlagVerdict
 from prompts import render
@@ -65,47 +64,49 @@ def lookup_flag(deps: ResearchDeps, flag: str) -> dict[str, Any]:
 
 
 def flag_usage(deps: ResearchDeps, flag: str) -> dict[str, Any]:
-    """Where `flag` is defined, every place it is read, the guard around each read checked against
-    this deployment's facts, and whether it is dead (defined, never read)."""
+    """The code's verdict on `flag` here: its definition, every serving-path reader with its guards
+    checked against this deployment (three-valued), the exits it reaches, and why (issue 10)."""
     flag = "--" + flag.lstrip("-")
     if deps.ctx.tree is None:
         return {"flag": flag, "error": f"no source tree: {deps.ctx.missing.get('source', 'unknown')}"}
-    from tools.flags import research_flag
+    from tools.flag_analysis import analyze_flag
+    from tools.flag_index import load_index
 
+    cand = deps.candidates.get(flag)
+    value = cand.value if cand is not None else None
     try:
         with _AST_LOCK:
-            report = research_flag(deps.ctx.tree, flag)
-    except ValueError as e:  # not a flag name the code search accepts
+            index = load_index(deps.ctx.tree)
+            code = analyze_flag(index, flag, deps.ctx.facts, value=value)
+    except (ValueError, OSError) as e:
         return {"flag": flag, "error": str(e)}
-    info = report.flag
-    facts = deps.ctx.facts
-    dest = getattr(info, "dest", None) or _dest(flag)
-    readers = []
-    for r in report.readers:
-        guards = [g for g in (getattr(r, "guards", None) or []) if g]
-        checks = [c for c in check_guards(guards, facts) if dest not in c["condition"]]
-        readers.append(
-            {
-                "location": f"{r.path}:{r.line}",
-                "text": r.text.strip(),
-                "function": getattr(r, "function", None),
-                "effect": getattr(r, "effect", None),
-                "guards": guards,
-                "checks": checks,
-            }
-        )
+    readers = [
+        {
+            "location": f.location,
+            "text": f.text,
+            "function": f.function,
+            "state": f.state,
+            "why": f.why,
+            "checks": f.conditions,
+            "exits": [
+                {"location": e.location, "kind": e.kind, "message": e.message, "fires": e.truth, "via": e.via}
+                for e in f.exits
+                if e.truth is not False
+            ][:5],
+        }
+        for f in code.findings
+    ]
     return {
-        "flag": flag,
-        "definition": f"{info.path}:{info.line}"
-        if info is not None and getattr(info, "path", None)
-        else None,
-        "help": getattr(info, "help", None),
-        "deprecated": getattr(info, "deprecated", False),
-        "replacement": getattr(info, "replacement", None),
-        "dest": dest,
+        "flag": code.flag,
+        "definition": code.definition,
+        "help": code.help,
+        "dest": code.dest,
+        "researched_as": code.researched_as,
+        "code_verdict": code.verdict,
+        "code_summary": code.summary,
+        "certainty": code.certainty,
         "readers": readers,
-        "dead": bool(report.dead),
-        "notes": list(getattr(report, "notes", []) or []),
+        "notes": code.notes,
     }
 
 
@@ -151,7 +152,8 @@ def build_researcher(model: Any) -> Any:
 
     @agent.tool
     async def usage(ctx: RunContext[ResearchDeps], flag: str) -> dict[str, Any]:
-        """Definition (path:line), readers with their guards checked against the model and GPUs, dead or not."""
+        """The code's verdict: definition, serving-path readers with guards checked against the model and
+        GPUs (pass/fail/unknown), start-up refusals they reach, and whether anything acts on the flag."""
         return await asyncio.to_thread(flag_usage, ctx.deps, flag)
 
     @agent.tool

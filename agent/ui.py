@@ -20,6 +20,8 @@ _VERDICT_STYLE = {
     "no-op": "yellow",
     "dead": "red",
     "incompatible": "red",
+    "incompatible-with-version": "red",
+    "refuses-to-start": "red",
     "unknown": "magenta",
 }
 

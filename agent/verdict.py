@@ -1,13 +1,27 @@
-"""`FlagVerdict`: the researcher's structured answer about one flag, with `path:line` evidence."""
+"""`FlagVerdict`: the researcher's structured answer about one flag, with `path:line` evidence.
+
+One verdict vocabulary for the CLI, the agent, transcripts and reports (issue 10, item 6):
+`applies`, `no-op`, `dead`, `refuses-to-start`, `incompatible-with-version`, `unknown`.
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
-Verdict = Literal["applies", "no-op", "dead", "incompatible", "unknown"]
-REJECTED: frozenset[str] = frozenset({"no-op", "dead", "incompatible"})
+Verdict = Literal["applies", "no-op", "dead", "refuses-to-start", "incompatible-with-version", "unknown"]
+VERDICTS: tuple[str, ...] = (
+    "applies",
+    "no-op",
+    "dead",
+    "refuses-to-start",
+    "incompatible-with-version",
+    "unknown",
+)
+REJECTED: frozenset[str] = frozenset({"no-op", "dead", "refuses-to-start", "incompatible-with-version"})
+"""Verdicts under which a trial would be wasted (no restart is spent on them)."""
+_OLD_NAMES = {"incompatible": "incompatible-with-version", "live": "applies", "refuses": "refuses-to-start"}
 
 
 class Evidence(BaseModel):
@@ -27,7 +41,14 @@ class ConditionCheck(BaseModel):
 
 
 class FlagVerdict(BaseModel):
-    """Does this flag do anything on this deployment, and what should a trial expect?"""
+    """Does this flag do anything on this deployment, and what should a trial expect?
+
+    `decided_by` says where the verdict comes from: `code` (the SGLang source of the running
+    version: readers, guards, exits), `playbook` (a playbook rule alone, no code evidence either
+    way) or `unknown`. `certainty` (0..1) is how sure that source is: ~0.9-1.0 for a reader or exit
+    whose conditions were all decided from facts, ~0.75 when runtime state is left open, ~0.5 for a
+    playbook rule alone, ~0.3 or less for `unknown`. Trial ordering may try uncertain verdicts last.
+    """
 
     flag: str = Field(description="the flag, with leading dashes")
     verdict: Verdict
@@ -38,8 +59,19 @@ class FlagVerdict(BaseModel):
     risk: str = ""
     lossy: bool = False
     suggested_value: str | None = Field(None, description="the value to try, if the flag takes one")
+    decided_by: Literal["code", "playbook", "unknown"] = Field(
+        "unknown", description="code: from the SGLang source; playbook: a playbook rule alone"
+    )
+    certainty: float = Field(0.5, ge=0.0, le=1.0, description="0..1, how sure the deciding source is")
+
+    @field_validator("verdict", mode="before")
+    @classmethod
+    def _old_names(cls, value: Any) -> Any:
+        """Older transcripts and models say `incompatible` or `live`."""
+        return _OLD_NAMES.get(value, value) if isinstance(value, str) else value
 
     @property
     def rejected(self) -> bool:
-        """True when research says a trial would be wasted (no-op, dead or incompatible)."""
+        """True when research says a trial would be wasted (no-op, dead, refuses-to-start or
+        incompatible-with-version)."""
         return self.verdict in REJECTED

@@ -47,7 +47,7 @@ def test_dead_and_unknown_flags(sglang_0523):
     dead = _verdict(ctx, "--num-continuous-decode-steps")
     assert dead.verdict == "dead" and dead.evidence[0].location.startswith("sglang/srt/arg_groups/fields/")
     missing = _verdict(ctx, "--no-such-flag-anywhere")
-    assert missing.verdict == "incompatible" and "0.5.23" in missing.summary
+    assert missing.verdict == "incompatible-with-version" and "0.5.23" in missing.summary
 
 
 def test_model_choice():

@@ -41,6 +41,8 @@ class FlagInfo:
     aliases: list[str] = field(default_factory=list)
     namespace: str | None = None
     """The config namespace of a field-declared flag (`exec.moe` → `get_exec().moe.<dest>`)."""
+    negatable: bool = False
+    """A `BooleanOptionalAction` flag: `--no-<name>` is accepted too and sets it False."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -152,6 +154,7 @@ def _argparse_flags(mod: _Module, field_defaults: dict[str, Any]) -> list[FlagIn
                 path=mod.rel,
                 line=node.lineno,
                 aliases=[n for n in names if n != longs[0]],
+                negatable="BooleanOptional" in (action or ""),
             )
         )
     return flags
@@ -259,6 +262,7 @@ def _field_flags(mod: _Module, names: dict[str, ast.expr]) -> list[FlagInfo]:
                     line=stmt.lineno,
                     aliases=[a for a in (_literal(kw.get("aliases")) or []) if isinstance(a, str)],
                     namespace=namespace if isinstance(namespace, str) else None,
+                    negatable="BooleanOptional" in (action or ""),
                 )
             )
     return flags
@@ -300,13 +304,25 @@ def _catalog_cached(package_dir: Path, root: Path) -> tuple[FlagInfo, ...]:
 
 
 def find_flag(catalog: list[FlagInfo], flag: str) -> FlagInfo | None:
-    """The catalog entry for `flag` (`--x-y`, `x-y` or `x_y`; aliases count too)."""
+    """The catalog entry for `flag` (`--x-y`, `x-y` or `x_y`; aliases count too; `--no-x` finds a
+    negatable boolean `--x`, see `negated`)."""
     name = "--" + flag.strip().lstrip("-").replace("_", "-")
     dest = name[2:].replace("-", "_")
     for f in catalog:
         if f.name == name or name in f.aliases:
             return f
-    return next((f for f in catalog if f.dest == dest), None)
+    found = next((f for f in catalog if f.dest == dest), None)
+    if found is None and name.startswith("--no-"):
+        base = find_flag(catalog, name[5:])
+        if base is not None and (base.negatable or "--no-" + base.name[2:] in base.aliases):
+            return base
+    return found
+
+
+def negated(info: FlagInfo, flag: str) -> bool:
+    """Whether `flag` is the `--no-` spelling of the boolean `info` (so it sets it False)."""
+    name = "--" + flag.strip().lstrip("-").replace("_", "-")
+    return name.startswith("--no-") and name != info.name and name[5:] == info.name[2:]
 
 
 _OPTION_RE = re.compile(r"^  (-{1,2}[\w][\w.-]*.*?)(?:\s{2,}(\S.*))?$")

@@ -1,0 +1,313 @@
+"""A flag's verdict on one deployment, decided from the code (issue 10).
+
+`analyze_flag` takes the index of the running SGLang version, the flag (any spelling: `--x`, `x`,
+`x_y`, `--no-x`), the deployment's facts (`gpu.sm`, `gpu.count`, `server.<dest>`, `model.<fact>`)
+and optionally the value to try. It follows a deprecated flag to its replacement, keeps only readers
+on the serving path that read *this* setting (not a same-named attribute of another object), drops
+readers in modules this deployment does not load (dispatch context), evaluates each reader's guards
+three-valued with the flag set, and follows calls to the exits the flag can reach. Verdicts:
+
+- `incompatible-with-version`: not a flag of this version (the server would refuse the argument);
+- `refuses-to-start`: a `raise`/`assert` reached from a running reader fires here;
+- `dead`: nothing on the serving path reads it (or only logs it);
+- `no-op`: every reader is off here (a guard fails, its module is not loaded, or a fallback fires);
+- `applies`: a reader runs here; `unknown`: it depends on a deployment fact nobody gave.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tools.flag_catalog import FlagInfo, find_flag, negated
+from tools.flag_dispatch import module_reason, module_status
+from tools.flag_index import FlagIndex, is_config_path
+from tools.flag_index_walk import Read
+from tools.guard_eval import Env, Outcome, evaluate, evaluate_all, non_default
+from tools.reach import ExitPath, reach_exits
+
+_VALIDATORS = ("check_", "_check_", "validate", "_validate", "verify", "_verify")
+_SERVER_ARGS_RECEIVER = re.compile(
+    r"server_args|\bargs\b|get_global_server_args|get_\w+\(\)|\bcfg\b|\bview\b"
+)
+
+
+@dataclass
+class Finding:
+    """One reader and what it does here: `state` is on / runtime / unknown / off / excluded."""
+
+    location: str
+    text: str
+    function: str
+    state: str
+    why: str
+    conditions: list[dict[str, str]] = field(default_factory=list)
+    exits: list[ExitPath] = field(default_factory=list)
+    config: bool = False
+
+
+@dataclass
+class CodeVerdict:
+    """The code's answer about one flag on one deployment, with evidence (see the module docstring).
+
+    `certainty` (0..1) is how sure the code analysis is: 1.0 for facts of the catalog, ~0.9 for a
+    reader or exit whose every condition was decided from facts, lower when runtime state or a
+    missing deployment fact leaves conditions open.
+    """
+
+    flag: str
+    dest: str
+    version: str
+    verdict: str
+    summary: str
+    certainty: float
+    researched_as: str | None = None
+    value: Any = None
+    findings: list[Finding] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    definition: str | None = None
+    help: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return asdict(self)
+
+
+def _parse_value(text: str | None, info: FlagInfo) -> Any:
+    if text is None:
+        return True if info.type == "bool" else non_default(info.default)
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False, "none": None}.get(text.lower(), text)
+
+
+def default_facts(catalog: list[FlagInfo]) -> dict[str, Any]:
+    """`server.<dest>` = the declared default of every flag with a literal default: a flag the
+    deployment does not set has that value (resolution may still change it; given facts win)."""
+    out: dict[str, Any] = {}
+    for f in catalog:
+        d = f.default
+        if (
+            d is None
+            or isinstance(d, bool | int | float)
+            or (isinstance(d, str) and re.fullmatch(r"[\w.:/-]*", d))
+        ):
+            out[f"server.{f.dest}"] = d
+    return out
+
+
+def _replacement(index: FlagIndex, info: FlagInfo) -> tuple[FlagInfo, str | None] | None:
+    """The flag (and value) a deprecated flag's help points to, when it is in the catalog."""
+    if not (info.deprecated and info.replacement):
+        return None
+    name, _, value = info.replacement.partition("=")
+    target = find_flag(index.catalog, name.split()[0])
+    if target is None or target.dest == info.dest:
+        return None
+    return target, (value or None)
+
+
+def _terms(source: str) -> list[str]:
+    """Top-level `and` terms of a condition."""
+    try:
+        node = ast.parse(source, mode="eval").body
+    except SyntaxError:
+        return [source]
+    if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And):
+        return [t for v in node.values for t in _terms(ast.unparse(v))]
+    return [ast.unparse(node)]
+
+
+def _conditions(conds: list[str], env: Env, dest: str) -> list[dict[str, str]]:
+    """Each condition term that mentions a deployment fact, checked."""
+    out = []
+    for cond in conds:
+        for term in _terms(cond):
+            o = evaluate(term, env)
+            if not o.used and not o.missing:
+                continue
+            outcome = {True: "pass", False: "fail"}.get(o.truth, "unknown")
+            fact = ", ".join(o.used) if o.used else "missing: " + ", ".join(o.missing)
+            out.append({"condition": term, "fact": fact, "outcome": outcome})
+    return out
+
+
+def _foreign(index: FlagIndex, read: Read, definitions: set[str]) -> bool:
+    """A same-named attribute of another object: the file declares a class field of that name
+    (e.g. a request model) and the read's receiver is not server args."""
+    if read.path in definitions or is_config_path(read.path):
+        return False
+    module = index.modules.get(read.path)
+    declared = [c for c, fields in (module.classes if module else {}).items() if read.dest in fields]
+    if not declared:
+        return False
+    return not _SERVER_ARGS_RECEIVER.search(read.receiver) or (
+        read.receiver == "self" and read.cls in declared
+    )
+
+
+def _activation(read: Read, env: Env) -> Outcome:
+    conds = list(read.guards)
+    if read.cond is not None:
+        o = evaluate(read.cond, env)
+        if read.exit_body and o.truth is False:
+            pass  # the exit is not taken: the function goes on with the flag's value
+        elif read.exit_body and o.truth is True:
+            conds.append("False")
+        else:
+            conds.append(read.cond)
+    return evaluate_all(conds, env)
+
+
+def analyze_flag(
+    index: FlagIndex, flag: str, facts: dict[str, Any], *, value: str | None = None
+) -> CodeVerdict:
+    """The verdict of `flag` (set to `value`, or on for a boolean) on the deployment `facts`."""
+    name = "--" + flag.strip().lstrip("-").replace("_", "-")
+    info = find_flag(index.catalog, name)
+    if info is None:
+        return CodeVerdict(
+            name,
+            name[2:].replace("-", "_"),
+            index.version,
+            "incompatible-with-version",
+            f"{name} is not a launch_server flag of SGLang {index.version}: the server would refuse to start.",
+            1.0,
+        )
+    facts = {**default_facts(index.catalog), **facts}
+    trial = False if negated(info, name) else _parse_value(value, info)
+    verdict = CodeVerdict(info.name, info.dest, index.version, "unknown", "", 0.3, value=trial)
+    verdict.definition = f"{info.path}:{info.line}" if info.path else None
+    verdict.help = info.help
+    target = info
+    if (repl := _replacement(index, info)) is not None:
+        target, repl_value = repl
+        trial = (
+            _parse_value(repl_value, target)
+            if repl_value or target.type == "bool"
+            else non_default(target.default)
+        )
+        verdict.researched_as = target.name + (f"={repl_value}" if repl_value else "")
+        verdict.notes.append(f"deprecated: researched through its replacement {verdict.researched_as}")
+    elif info.deprecated:
+        verdict.notes.append("deprecated; no replacement named")
+    flag_values = {target.dest: trial}
+    _findings(index, target.dest, facts, flag_values, verdict)
+    _decide(verdict, target)
+    return verdict
+
+
+def _findings(
+    index: FlagIndex, dest: str, facts: dict[str, Any], flag_values: dict[str, Any], v: CodeVerdict
+) -> None:
+    dests = frozenset(f.dest for f in index.catalog)
+    definitions = {f.path for f in index.catalog if f.path}
+    status = module_status(index, facts)
+    for read in index.reads(dest):
+        loc = f"{read.path}:{read.line}"
+        if _foreign(index, read, definitions):
+            v.notes.append(f"{loc}: `{read.receiver}.{dest}` is another object's attribute, not the flag")
+            continue
+        if status.get(read.path) is False:
+            why = module_reason(index, facts, read.path, status)
+            v.findings.append(Finding(loc, read.receiver, read.func, "off", f"not loaded here: {why}"))
+            continue
+        func = index.func(read.path, read.func)
+        module = index.modules.get(read.path)
+        env = Env(
+            facts,
+            flag_values,
+            dests,
+            func.locals if func else {},
+            {},
+            module.consts if module else {},
+            frozenset({read.local} if read.local else ()),
+        )
+        o = _activation(read, env)
+        conds = [*read.guards, *([read.cond] if read.cond else [])]
+        finding = Finding(loc, f"{read.receiver}.{dest}", read.func, "", "", _conditions(conds, env, dest))
+        finding.config = is_config_path(read.path)
+        if read.inert:
+            finding.state, finding.why = "off", read.effect or "nothing follows"
+        elif o.truth is False:
+            finding.state, finding.why = "off", "its condition fails here"
+        elif o.truth is True:
+            finding.state, finding.why = "on", read.effect or "read"
+        elif o.missing:
+            finding.state, finding.why = "unknown", "needs " + ", ".join(o.missing)
+        else:
+            finding.state, finding.why = (
+                "runtime",
+                "conditions hold for this deployment; the rest is runtime state",
+            )
+        if status.get(read.path) is None and finding.state == "on":
+            finding.state, finding.why = (
+                "runtime",
+                f"{read.effect or 'read'}; whether its module is loaded here is open",
+            )
+        if finding.state != "off":
+            finding.exits = reach_exits(index, read, facts, flag_values)
+            if any(e.kind == "fallback" and e.truth is True for e in finding.exits):
+                fb = next(e for e in finding.exits if e.kind == "fallback" and e.truth is True)
+                finding.state, finding.why = "off", f"falls back at {fb.location}: {fb.message}"
+        v.findings.append(finding)
+
+
+def _decide(v: CodeVerdict, target: FlagInfo) -> None:
+    found = v.findings
+    refusals = [
+        (f, e)
+        for f in found
+        if f.state == "on"
+        for e in f.exits
+        if e.kind in ("raise", "assert") and e.truth is True
+    ]
+    acting = [f for f in found if not _validator(f)]
+    if refusals:
+        f, e = refusals[0]
+        via = f" via {' / '.join(e.via)}" if e.via else ""
+        v.verdict, v.certainty = "refuses-to-start", 0.9
+        v.summary = (
+            f'{e.exc} at {e.location}: "{e.message}" (reached from {f.location}{via}; {", ".join(e.used)}).'
+        )
+    elif not found:
+        v.verdict, v.certainty = "dead", 0.95
+        v.summary = f"{target.name} is defined in SGLang {v.version} but nothing on the serving path reads `{target.dest}`."
+    elif all(f.why == "only logged" or "never used" in f.why for f in found):
+        v.verdict, v.certainty = "dead", 0.9
+        v.summary = f"read only where nothing follows: {found[0].location} ({found[0].why})."
+    elif on := [f for f in acting if f.state in ("on", "runtime")]:
+        best = max(
+            on,
+            key=lambda f: (f.state == "on", not f.config, sum(c["outcome"] == "pass" for c in f.conditions)),
+        )
+        held = "; ".join(
+            f"{c['condition']} with {c['fact']}" for c in best.conditions if c["outcome"] == "pass"
+        )
+        v.verdict = "applies"
+        v.certainty = 0.9 if best.state == "on" else 0.75
+        v.summary = (
+            f"read at {best.location} in {best.function}" + (f"; holds here: {held}" if held else "") + "."
+        )
+    elif unknown := [f for f in found if f.state == "unknown"]:
+        v.verdict, v.certainty = "unknown", 0.3
+        v.summary = f"{unknown[0].location} {unknown[0].why}."
+    elif not acting:
+        v.verdict, v.certainty = "no-op", 0.8
+        v.summary = f"read only by compatibility checks ({found[0].location})."
+    else:
+        first = next((f for f in found if any(c["outcome"] == "fail" for c in f.conditions)), found[0])
+        failing = next((c for c in first.conditions if c["outcome"] == "fail"), None)
+        why = f"{failing['condition']} with {failing['fact']}" if failing else first.why
+        v.verdict, v.certainty = "no-op", 0.85
+        v.summary = f"every reader is off here, e.g. {first.location}: {why}."
+
+
+def _validator(f: Finding) -> bool:
+    last = f.function.rsplit(".", 1)[-1]
+    return last.startswith(_VALIDATORS)

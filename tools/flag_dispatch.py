@@ -1,0 +1,164 @@
+"""Dispatch context: which serving-path modules run for this deployment (issue 10, item 3).
+
+Three sources, all read from the index, none naming a flag:
+
+- registries: a function decorated `@register_<dest>("key")` (e.g. `@register_attention_backend
+  ("triton")`) runs only when the flag `<dest>` (or a `<prefix>_<dest>` variant such as
+  `decode_attention_backend`) is `key`; the modules it imports belong to that key;
+- model files: `srt/models/*.py` run only for the model whose architecture class they define, and
+  the model files that one imports;
+- imports: a module is inactive when every import of it comes from an inactive module or from a
+  branch whose guard fails here (`if server_args.enable_double_sparsity: from ... import ...`).
+
+A module whose status cannot be decided (a missing fact) is unknown; entry points and modules
+loaded dynamically (no importer) are active.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tools.flag_index import FlagIndex
+from tools.guard_eval import Env, evaluate_all
+
+Status = bool | None
+"""True active, False inactive, None unknown."""
+
+
+def _registry_status(
+    index: FlagIndex, facts: dict[str, Any], dests: frozenset[str]
+) -> dict[tuple[str, str], Status]:
+    """(decorator, key) -> whether that registered entry is the one selected here."""
+    out: dict[tuple[str, str], Status] = {}
+    for deco, key, _path, _imports in index.registries:
+        word = deco.removeprefix("register_").removeprefix("register")
+        if word not in dests:
+            continue
+        variants = [word] + sorted(d for d in dests if d.endswith("_" + word))
+        main = facts.get(f"server.{word}", KeyError)
+        if main is KeyError:
+            out[(deco, key)] = None
+            continue
+        values = {str(main)} | {
+            str(facts.get(f"server.{v}")) for v in variants[1:] if facts.get(f"server.{v}")
+        }
+        out[(deco, key)] = key in values
+    return out
+
+
+_PLATFORM_PARTS = ("npu", "hip", "rocm", "amd", "xpu", "cpu", "mps", "musa", "hpu", "ascend")
+
+
+def _platform_status(index: FlagIndex, facts: dict[str, Any]) -> dict[str, Status]:
+    """Files of another platform (`hardware_backend/npu/`, `cpu_graph_runner.py`) on a known one."""
+    from tools.guard_eval import Outcome, platform
+
+    out: dict[str, Status] = {}
+    for path in index.modules:
+        parts = index.package_rel(path)[:-3].split("/")
+        words = [p for p in parts[:-1]] + [parts[-1].split("_", 1)[0]]
+        for word in words:
+            if word in _PLATFORM_PARTS:
+                value = platform(
+                    "is_" + ("hip" if word in ("amd", "rocm") else "npu" if word == "ascend" else word),
+                    facts,
+                    Outcome(),
+                )
+                if value is False:
+                    out[path] = False
+                    break
+    return out
+
+
+def _model_status(index: FlagIndex, facts: dict[str, Any]) -> dict[str, Status]:
+    """Model files: active for this architecture (and what it imports among models), else inactive."""
+    models_dir = index.prefix + "srt/models/"
+    files = [p for p in index.modules if p.startswith(models_dir)]
+    arch = facts.get("model.architecture")
+    if not arch:
+        return dict.fromkeys(files)
+    own = [p for p in files if arch in index.modules[p].classes]
+    if not own:
+        return dict.fromkeys(files)
+    imports: dict[str, list[str]] = {}
+    for target, src, _g, _k in index.import_graph:
+        if src.startswith(models_dir) and target.startswith(models_dir):
+            imports.setdefault(src, []).append(target)
+    active, todo = set(own), list(own)
+    while todo:
+        for target in imports.get(todo.pop(), []):
+            if target not in active:
+                active.add(target)
+                todo.append(target)
+    return {p: p in active for p in files}
+
+
+_STATUS_CACHE: dict[tuple[int, tuple], dict[str, Status]] = {}
+
+
+def module_status(index: FlagIndex, facts: dict[str, Any]) -> dict[str, Status]:
+    """Every module's status for these facts (True/False/None); see the module docstring."""
+    key = (id(index), tuple(sorted((k, repr(v)) for k, v in facts.items())))
+    if key not in _STATUS_CACHE:
+        _STATUS_CACHE[key] = _module_status(index, facts)
+    return _STATUS_CACHE[key]
+
+
+def _module_status(index: FlagIndex, facts: dict[str, Any]) -> dict[str, Status]:
+    dests = frozenset(f.dest for f in index.catalog)
+    registry = _registry_status(index, facts, dests)
+    status: dict[str, Status] = dict.fromkeys(index.modules, True)
+    status.update(_model_status(index, facts))
+    status.update(_platform_status(index, facts))
+    fixed = {p for p, s in status.items() if s is not True}  # model files: decided above
+    importers: dict[str, list[tuple[str, Status]]] = {}
+    guard_memo: dict[tuple[str, tuple[str, ...]], bool | None] = {}
+    for target, path, guards, keys in index.import_graph:
+        edge: Status = True
+        for k in keys:
+            edge = registry.get(k, edge)
+        if edge is not False and guards:
+            if (path, guards) not in guard_memo:
+                env = Env(facts=facts, flag={}, dests=dests, consts=index.modules[path].consts)
+                guard_memo[(path, guards)] = evaluate_all(list(guards), env).truth
+            t = guard_memo[(path, guards)]
+            edge = False if t is False else (edge if t is True else None)
+        importers.setdefault(target, []).append((path, edge))
+    dependents: dict[str, set[str]] = {}
+    for target, edges in importers.items():
+        for src, _ in edges:
+            dependents.setdefault(src, set()).add(target)
+    todo = [t for t in importers if t not in fixed]
+    while todo:
+        target = todo.pop()
+        new = _combine(importers[target], status)
+        if new != status[target]:
+            status[target] = new
+            todo.extend(t for t in dependents.get(target, ()) if t not in fixed)
+    return status
+
+
+def _combine(edges: list[tuple[str, Status]], status: dict[str, Status]) -> Status:
+    """Active if one import of it runs here, inactive if none can, else unknown."""
+    unknown = False
+    for src, e in edges:
+        if e is True and status[src] is True:
+            return True  # why: checked first and early; utils modules have hundreds of importers
+        if e is not False and status[src] is not False:
+            unknown = True
+    return None if unknown else False
+
+
+def module_reason(index: FlagIndex, facts: dict[str, Any], path: str, status: dict[str, Status]) -> str:
+    """Why `path` is inactive, in words, for the evidence."""
+    models_dir = index.prefix + "srt/models/"
+    if path.startswith(models_dir):
+        return f"a model file not used by {facts.get('model.architecture') or 'this model'}"
+    if path in _platform_status(index, facts):
+        return f"code for another platform than this {facts.get('gpu.vendor') or 'NVIDIA'} GPU"
+    mod = index.modules.get(path)
+    name = mod.module if mod else path
+    sources = [src for target, src, _g, _k in index.import_graph if target == path]
+    return (
+        f"{name} is imported only where this deployment does not go ({', '.join(sorted(set(sources))[:3])})"
+    )

@@ -1,0 +1,360 @@
+"""One source file walked once for the flag index: flag reads, calls, exits, locals, imports.
+
+Every fact is kept as source text plus line numbers (cheap to pickle, re-parsed only when a guard is
+evaluated). Guards are the conditions a statement runs under inside its function: enclosing
+`if`/`while` tests (negated in `else`), and the negation of every earlier `if c: return|raise` in
+the same block (an early exit). Exits are `raise`, failing `assert` and guarded fallbacks (a
+warning followed by `return`, or a warning that switches a setting off).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+
+_LOG = re.compile(r"(^|\.)(warning|warn|error|info|debug|exception|print_warning|warning_once|info_once)$")
+_EXITS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
+
+
+@dataclass
+class Read:
+    """A load of a flag's dest: where, in which function, under which guards, feeding what."""
+
+    dest: str
+    path: str
+    line: int
+    func: str
+    cls: str | None
+    receiver: str
+    guards: list[str]
+    cond: str | None
+    """The whole boolean expression or `if` test holding the read (evaluated with the flag set)."""
+    local: str | None
+    """The local name the read is assigned to (`backend = cfg.x`), followed through later guards."""
+    effect: str | None
+    inert: bool
+    exit_body: bool = False
+    """The read is in the test of an `if` whose body ends in return/raise: when the test is false
+    the function goes on, so the flag acts by *not* taking the exit."""
+
+
+@dataclass
+class Exit:
+    """A `raise`, a failing `assert`, or a guarded fallback (warning + return / switched off)."""
+
+    kind: str
+    line: int
+    message: str
+    guards: list[str]
+    exc: str = ""
+    sets: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Call:
+    """A call site: callee's last name, its guards, and the argument texts (positional, keyword)."""
+
+    callee: str
+    line: int
+    guards: list[str]
+    args: list[str]
+    kwargs: dict[str, str]
+
+
+@dataclass
+class Func:
+    """A function: parameters, single-assigned locals, calls, exits, registry keys, lazy imports."""
+
+    qual: str
+    path: str
+    line: int
+    end: int
+    params: list[str]
+    locals: dict[str, str | None] = field(default_factory=dict)
+    calls: list[Call] = field(default_factory=list)
+    exits: list[Exit] = field(default_factory=list)
+    keys: list[tuple[str, str]] = field(default_factory=list)
+    imports: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ModuleFacts:
+    """What one file contributes to the index."""
+
+    path: str
+    module: str
+    consts: dict[str, str] = field(default_factory=dict)
+    imports: list[str] = field(default_factory=list)
+    classes: dict[str, list[str]] = field(default_factory=dict)
+    """Class name -> the fields it declares (class-level annotations)."""
+    funcs: list[Func] = field(default_factory=list)
+    reads: list[Read] = field(default_factory=list)
+    edges: list[tuple[str, tuple[str, ...], tuple[tuple[str, str], ...]]] = field(default_factory=list)
+    """Every import, module- or function-level: (dotted name, guards, registry keys of the function)."""
+
+
+def src(node: ast.AST) -> str:
+    """One-line source text of a node (never clipped: guards are parsed again when evaluated)."""
+    return " ".join(ast.unparse(node).split())
+
+
+def neg(node: ast.expr) -> str:
+    """`not (test)` as text."""
+    return f"not ({src(node)})"
+
+
+def _message(node: ast.AST | None) -> str:
+    if node is None:
+        return ""
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Constant) and isinstance(sub.value, str) and len(sub.value) > 3:
+            parts = [
+                s.value for s in ast.walk(node) if isinstance(s, ast.Constant) and isinstance(s.value, str)
+            ]
+            return " ".join("".join(parts).split())[:200]
+    return src(node)[:200]
+
+
+def _absolute(module: str, level: int, name: str | None, is_pkg: bool) -> str:
+    if not level:
+        return name or ""
+    parts = module.split(".")
+    base = parts if is_pkg else parts[:-1]
+    base = base[: len(base) - (level - 1)] if level > 1 else base
+    return ".".join([*base, name] if name else base)
+
+
+class _Walker:
+    """Walks one module; `dests` limits which attribute names count as flag reads."""
+
+    def __init__(self, facts: ModuleFacts, dests: frozenset[str], is_pkg: bool):
+        self.m, self.dests, self.is_pkg = facts, dests, is_pkg
+        self.func: Func | None = None
+        self.cls: str | None = None
+        self.loaded: set[str] = set()
+
+    # ---- statements --------------------------------------------------------------------------
+    def body(self, stmts: list[ast.stmt], guards: list[str]) -> None:
+        extra: list[str] = []
+        for st in stmts:
+            self.stmt(st, guards + extra)
+            if isinstance(st, ast.If) and not st.orelse and st.body and isinstance(st.body[-1], _EXITS):
+                extra.append(neg(st.test))
+
+    def stmt(self, st: ast.stmt, guards: list[str]) -> None:
+        if isinstance(st, ast.FunctionDef | ast.AsyncFunctionDef):
+            self.function(st)
+        elif isinstance(st, ast.ClassDef):
+            outer, self.cls = self.cls, st.name
+            fields = self.m.classes.setdefault(st.name, [])
+            for s in st.body:
+                if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name):
+                    fields.append(s.target.id)
+            for d in st.decorator_list:
+                self.expr(d, guards, st)
+            self.body(st.body, [])
+            self.cls = outer
+        elif isinstance(st, ast.If | ast.While):
+            self.expr(st.test, guards, st)
+            self.body(st.body, [*guards, src(st.test)])
+            self.body(st.orelse, [*guards, neg(st.test)])
+            if isinstance(st, ast.If):
+                self.fallback(st, guards)
+        elif isinstance(st, ast.For | ast.AsyncFor | ast.With | ast.AsyncWith):
+            for e in [getattr(st, "iter", None), *(i.context_expr for i in getattr(st, "items", []))]:
+                if e is not None:
+                    self.expr(e, guards, st)
+            self.body(st.body, guards)
+            self.body(getattr(st, "orelse", []), guards)
+        elif isinstance(st, ast.Try) or type(st).__name__ == "TryStar":
+            self.body(st.body, guards)
+            for h in st.handlers:
+                self.body(h.body, guards)
+            self.body(st.orelse, guards)
+            self.body(st.finalbody, guards)
+        elif isinstance(st, ast.Import | ast.ImportFrom):
+            self.imports(st, guards)
+        else:
+            if isinstance(st, ast.Raise) and self.func is not None:
+                exc = src(st.exc.func if isinstance(st.exc, ast.Call) else st.exc) if st.exc else "re-raise"
+                self.func.exits.append(Exit("raise", st.lineno, _message(st.exc), guards, exc))
+            elif isinstance(st, ast.Assert) and self.func is not None:
+                msg = _message(st.msg) or src(st.test)
+                self.func.exits.append(
+                    Exit("assert", st.lineno, msg, [*guards, neg(st.test)], "AssertionError")
+                )
+            self.assign(st)
+            for child in ast.iter_child_nodes(st):
+                if isinstance(child, ast.expr):
+                    self.expr(child, guards, st)
+
+    def function(self, st: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        outer, outer_loaded = self.func, self.loaded
+        qual = f"{self.cls}.{st.name}" if self.cls and outer is None else st.name
+        if outer is not None:
+            qual = f"{outer.qual}.{st.name}"
+        a = st.args
+        params = [p.arg for p in [*a.posonlyargs, *a.args, *a.kwonlyargs]]
+        f = Func(qual, self.m.path, st.lineno, st.end_lineno or st.lineno, params)
+        for d in st.decorator_list:
+            if isinstance(d, ast.Call) and d.args and isinstance(d.args[0], ast.Constant):
+                name = src(d.func).rsplit(".", 1)[-1]
+                if name.startswith("register") and isinstance(d.args[0].value, str):
+                    f.keys.append((name, d.args[0].value))
+        self.m.funcs.append(f)
+        self.func = f
+        self.loaded = {n.id for n in ast.walk(st) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        self.body(st.body, [])
+        self.func, self.loaded = outer, outer_loaded
+
+    def assign(self, st: ast.stmt) -> None:
+        if not isinstance(st, ast.Assign | ast.AnnAssign) or st.value is None:
+            return
+        targets = st.targets if isinstance(st, ast.Assign) else [st.target]
+        for t in targets:
+            if isinstance(t, ast.Name):
+                if self.func is None:
+                    self.m.consts[t.id] = src(st.value)
+                else:
+                    seen = t.id in self.func.locals
+                    self.func.locals[t.id] = None if seen else src(st.value)
+
+    def fallback(self, st: ast.If, guards: list[str]) -> None:
+        """`if c: logger.warning(...); return` or `...; self.x = False`: a guarded fallback."""
+        if self.func is None:
+            return
+        logs = [
+            n for s in st.body for n in ast.walk(s) if isinstance(n, ast.Call) and _LOG.search(src(n.func))
+        ]
+        if not logs:
+            return
+        sets = [
+            t.attr
+            for s in st.body
+            if isinstance(s, ast.Assign)
+            and isinstance(s.value, ast.Constant)
+            and s.value.value in (False, None)
+            for t in s.targets
+            if isinstance(t, ast.Attribute)
+        ]
+        if sets or isinstance(st.body[-1], ast.Return):
+            self.func.exits.append(
+                Exit("fallback", st.lineno, _message(logs[0]), [*guards, src(st.test)], sets=sets)
+            )
+
+    def imports(self, st: ast.Import | ast.ImportFrom, guards: list[str]) -> None:
+        if isinstance(st, ast.Import):
+            names = [a.name for a in st.names]
+        else:
+            base = _absolute(self.m.module, st.level, st.module, self.is_pkg)
+            names = [base] + [f"{base}.{a.name}" for a in st.names]
+        (self.func.imports if self.func is not None else self.m.imports).extend(names)
+        keys = tuple(self.func.keys) if self.func is not None else ()
+        self.m.edges.extend((n, tuple(guards), keys) for n in names)
+
+    # ---- expressions -------------------------------------------------------------------------
+    def expr(self, root: ast.expr, guards: list[str], st: ast.AST) -> None:
+        parents: dict[ast.AST, ast.AST] = {}
+        for node in ast.walk(root):
+            for child in ast.iter_child_nodes(node):
+                parents[child] = node
+            dest = self.read_dest(node)
+            if dest is not None:
+                self.read(node, dest, parents, guards, st, root)
+            elif isinstance(node, ast.Call) and self.func is not None:
+                name = src(node.func).rsplit(".", 1)[-1]
+                if name and name.isidentifier():
+                    self.func.calls.append(
+                        Call(
+                            name,
+                            node.lineno,
+                            guards,
+                            [src(a) for a in node.args],
+                            {k.arg: src(k.value) for k in node.keywords if k.arg},
+                        )
+                    )
+
+    def read_dest(self, node: ast.AST) -> str | None:
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and node.attr in self.dests:
+            return node.attr
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
+            key = node.slice
+            if isinstance(key, ast.Constant) and key.value in self.dests:
+                return key.value
+        if isinstance(node, ast.Call) and node.args:
+            name = src(node.func).rsplit(".", 1)[-1]
+            if name in ("getattr", "hasattr", "get"):
+                key = node.args[1] if name != "get" and len(node.args) > 1 else node.args[0]
+                if isinstance(key, ast.Constant) and key.value in self.dests:
+                    return key.value
+        return None
+
+    def read(self, node, dest, parents, guards, st, root) -> None:  # noqa: ANN001
+        chain, cur = [node], node
+        while cur in parents:
+            cur = parents[cur]
+            chain.append(cur)
+        if any(isinstance(c, ast.Call) and src(c.func).rsplit(".", 1)[-1] == "add_argument" for c in chain):
+            return
+        extra, cond = [], None
+        for child, parent in zip(chain, chain[1:], strict=False):
+            if isinstance(parent, ast.IfExp) and child is not parent.test:
+                extra.append(src(parent.test) if child is parent.body else neg(parent.test))
+            if isinstance(parent, ast.BoolOp | ast.UnaryOp | ast.Compare) or (
+                isinstance(parent, ast.IfExp) and child is parent.test
+            ):
+                cond = src(parent.test if isinstance(parent, ast.IfExp) else parent)
+        if isinstance(st, ast.If | ast.While) and node in ast.walk(st.test):
+            cond = src(st.test)
+        effect, inert, local = self.effect(chain, st, dest)
+        receiver = src(node.value) if isinstance(node, ast.Attribute | ast.Subscript) else src(node)
+        self.m.reads.append(
+            Read(
+                dest,
+                self.m.path,
+                node.lineno,
+                self.func.qual if self.func else "<module>",
+                self.cls,
+                receiver,
+                [*guards, *extra],
+                cond,
+                local,
+                effect,
+                inert,
+                isinstance(st, ast.If)
+                and bool(st.body)
+                and isinstance(st.body[-1], _EXITS)
+                and not st.orelse,
+            )
+        )
+
+    def effect(self, chain: list[ast.AST], st: ast.AST, dest: str) -> tuple[str | None, bool, str | None]:
+        for c in chain:
+            if isinstance(c, ast.Call) and _LOG.search(src(c.func)):
+                return "only logged", True, None
+        if isinstance(st, ast.Assign | ast.AnnAssign):
+            targets = st.targets if isinstance(st, ast.Assign) else [st.target]
+            names = [t.id for t in targets if isinstance(t, ast.Name)]
+            if names and len(names) == len(targets):
+                if self.func is not None and not any(n in self.loaded for n in names):
+                    return f"assigned to {', '.join(names)}, never used", True, None
+                return f"assigned to {', '.join(names)}", False, names[0]
+            return f"assigned to {', '.join(src(t) for t in targets)}", False, None
+        if isinstance(st, ast.If | ast.While):
+            return "controls a branch", False, None
+        calls = [c for c in chain[1:] if isinstance(c, ast.Call)]
+        if calls:
+            return f"passed to {src(calls[0].func)}()", False, None
+        return None, False, None
+
+
+def walk_file(path: str, module: str, text: str, dests: frozenset[str], is_pkg: bool) -> ModuleFacts:
+    """The index facts of one file (an unparsable file gives empty facts)."""
+    facts = ModuleFacts(path, module)
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return facts
+    _Walker(facts, dests, is_pkg).body(tree.body, [])
+    return facts

@@ -1,0 +1,350 @@
+"""Three-valued evaluation of a guard from SGLang's code against a deployment's facts.
+
+A guard is Python source (`(_is_sm90_supported or _is_sm100_supported) and topk > 2`). It is parsed
+with `ast` (never run) and evaluated with Kleene logic: `and`/`or`/`not`/comparisons/`in`/`is` over
+True, False and UNKNOWN. Names resolve, in order, to the flag under research (its trial value),
+other flags (`server.<dest>` facts), platform predicates (`is_sm90_supported()`, `_is_cuda`,
+`get_platform().is_sm100`, `get_device_capability()` → `gpu.sm`), model facts for well-known code
+names (`topk` → `model.experts_per_tok`), then the function's single-assigned locals, the caller's
+arguments and the module's constants. Anything else stays UNKNOWN, never a guess; the outcome says
+whether it was unknown for a missing deployment fact or for runtime state.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+
+class _Unknown:
+    def __repr__(self) -> str:
+        return "UNKNOWN"
+
+
+UNKNOWN: Any = _Unknown()
+
+
+class _NonDefault:
+    """A flag set to some value other than its default (the exact value was not given)."""
+
+    def __init__(self, default: Any):
+        self.default = default
+
+    def __repr__(self) -> str:
+        return f"<not {self.default!r}>"
+
+
+def non_default(default: Any) -> Any:
+    """The trial value of a flag whose value is not known, only that it differs from `default`."""
+    return _NonDefault(default)
+
+
+# Code names that are deployment facts wherever they appear as bare names or config attributes.
+CODE_FACTS = {
+    "topk": "model.experts_per_tok",
+    "top_k": "model.experts_per_tok",
+    "num_experts_per_tok": "model.experts_per_tok",
+    "n_routed_experts": "model.num_experts",
+    "num_experts": "model.num_experts",
+    "tp_size": "server.tp_size",
+    "tp_world_size": "server.tp_size",
+    "world_size": "server.tp_size",
+}
+_QUANT = {
+    "use_int8_w8a16": ("w8a16", "int8"),
+    "use_int4_w4a16": ("w4a16", "int4", "awq", "gptq"),
+    "use_fp8_w8a8": ("fp8",),
+}
+_CONFIG_RECEIVERS = re.compile(r"(^|\.)(config|hf_config|text_config|hf_text_config|model_config)$")
+_SM = re.compile(r"^sm_?(\d{2,3})(_or_(?:newer|later|above))?$")
+_OTHER_VENDORS = ("hip", "rocm", "npu", "xpu", "cpu", "mps", "musa", "hpu", "gfx95", "gfx942", "aiter")
+
+
+@dataclass
+class Env:
+    """What a guard is evaluated against."""
+
+    facts: dict[str, Any]
+    flag: dict[str, Any]
+    """Dest -> trial value of the flag under research (and of the flags it maps onto)."""
+    dests: frozenset[str] = frozenset()
+    locals: dict[str, str | None] = field(default_factory=dict)
+    params: dict[str, Any] = field(default_factory=dict)
+    """Parameter -> value evaluated in the caller (only known or flag-dependent values)."""
+    consts: dict[str, str] = field(default_factory=dict)
+    flag_locals: frozenset[str] = frozenset()
+
+
+@dataclass
+class Outcome:
+    """The value and why: facts used, deployment facts missing, runtime terms, flag dependence."""
+
+    value: Any = UNKNOWN
+    used: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    runtime: list[str] = field(default_factory=list)
+    flag_dependent: bool = False
+
+    @property
+    def truth(self) -> bool | None:
+        """True, False, or None for unknown."""
+        t = truth(self.value)
+        return None if t is UNKNOWN else t
+
+
+def truth(value: Any) -> Any:
+    """Three-valued truthiness."""
+    if value is UNKNOWN:
+        return UNKNOWN
+    if isinstance(value, _NonDefault):
+        return True if value.default in (None, False, 0, "") else UNKNOWN
+    try:
+        return bool(value)
+    except Exception:  # noqa: BLE001 - odd objects are unknown, not an error
+        return UNKNOWN
+
+
+def platform(name: str, facts: dict[str, Any], out: Outcome) -> Any:
+    """A platform predicate (`is_sm90_supported`, `_is_cuda`, `is_hip`, ...) as a hardware fact;
+    None when `name` is not a platform predicate."""
+    n = name.lstrip("_").lower()
+    if not n.startswith("is_"):
+        return None
+    n = n[3:].removesuffix("_supported").removesuffix("_available").removesuffix("_device")
+    sm = facts.get("gpu.sm")
+    vendor = facts.get("gpu.vendor") or ("nvidia" if sm is not None else None)
+    m = _SM.match(n)
+    if m:
+        if sm is None:
+            out.missing.append("gpu.sm")
+            return UNKNOWN
+        want = int(m.group(1)) // 10
+        out.used.append(f"gpu.sm = {sm}")
+        return sm // 10 >= want if m.group(2) else sm // 10 == want
+    if n in ("blackwell", "hopper"):
+        if sm is None:
+            out.missing.append("gpu.sm")
+            return UNKNOWN
+        out.used.append(f"gpu.sm = {sm}")
+        return sm >= 100 if n == "blackwell" else sm // 10 == 9
+    if n in ("cuda", "cuda_alike", "nvidia"):
+        if vendor is None:
+            out.missing.append("gpu.vendor")
+            return UNKNOWN
+        out.used.append(f"gpu vendor = {vendor}")
+        return vendor == "nvidia"
+    if n in _OTHER_VENDORS:
+        if vendor is None:
+            out.missing.append("gpu.vendor")
+            return UNKNOWN
+        out.used.append(f"gpu vendor = {vendor}")
+        return False if vendor == "nvidia" else UNKNOWN
+    if n == "flashinfer":
+        if "software.flashinfer" in facts:
+            return bool(facts["software.flashinfer"])
+        out.missing.append("software.flashinfer")
+        return UNKNOWN
+    return None
+
+
+@lru_cache(maxsize=8192)
+def _parse(source: str) -> ast.expr | None:
+    try:
+        return ast.parse(source, mode="eval").body
+    except SyntaxError:
+        return None
+
+
+def evaluate(source: str, env: Env) -> Outcome:
+    """Evaluate one guard (Python source) against `env`."""
+    out = Outcome()
+    node = _parse(source)
+    out.value = UNKNOWN if node is None else _Eval(env, out).ev(node, 0)
+    out.used = list(dict.fromkeys(out.used))
+    out.missing = list(dict.fromkeys(out.missing))
+    out.runtime = list(dict.fromkeys(out.runtime))
+    return out
+
+
+def evaluate_all(guards: list[str], env: Env) -> Outcome:
+    """The conjunction of several guards (an empty list is True)."""
+    return evaluate(" and ".join(f"({g})" for g in guards) if guards else "True", env)
+
+
+class _Eval:
+    def __init__(self, env: Env, out: Outcome):
+        self.env, self.out = env, out
+
+    def fact(self, key: str) -> Any:
+        if key in self.env.facts:
+            self.out.used.append(f"{key} = {self.env.facts[key]!r}")
+            return self.env.facts[key]
+        self.out.missing.append(key)
+        return UNKNOWN
+
+    def dest(self, name: str) -> Any:
+        if name in self.env.flag:
+            self.out.flag_dependent = True
+            return self.env.flag[name]
+        return self.fact(f"server.{name}")
+
+    def named(self, name: str, depth: int) -> Any:
+        env = self.env
+        if name in env.params:
+            if name in env.flag_locals:
+                self.out.flag_dependent = True
+            return env.params[name]
+        if name in env.flag_locals and env.locals.get(name):
+            self.out.flag_dependent = True
+        value = platform(name, env.facts, self.out)
+        if value is not None:
+            return value
+        if name in CODE_FACTS:
+            return self.fact(CODE_FACTS[name])
+        if name in _QUANT:
+            q = self.fact("model.quantization")
+            return q if q is UNKNOWN else any(s in str(q or "").lower() for s in _QUANT[name])
+        for table in (env.locals, env.consts):
+            text = table.get(name)
+            if text and depth < 5 and (sub := _parse(text)) is not None:
+                return self.ev(sub, depth + 1)
+        self.out.runtime.append(name)
+        return UNKNOWN
+
+    def ev(self, node: ast.expr, depth: int) -> Any:  # noqa: C901, PLR0911, PLR0912 - one case per node type
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, ast.Name):
+            return self.named(node.id, depth)
+        if isinstance(node, ast.Attribute):
+            if node.attr in self.env.flag or node.attr in self.env.dests:
+                return self.dest(node.attr)
+            value = platform(node.attr, self.env.facts, self.out)
+            if value is not None:
+                return value
+            if node.attr in CODE_FACTS and _CONFIG_RECEIVERS.search(_dotted(node.value)):
+                return self.fact(CODE_FACTS[node.attr])
+            self.out.runtime.append("." + node.attr)  # why: ast.unparse here dominated the cost
+            return UNKNOWN
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+            key = node.slice.value
+            if isinstance(key, str) and (key in self.env.flag or key in self.env.dests):
+                return self.dest(key)
+            return UNKNOWN
+        if isinstance(node, ast.Call):
+            return self.call(node, depth)
+        if isinstance(node, ast.BoolOp):
+            return self.boolop(node, depth)
+        if isinstance(node, ast.UnaryOp):
+            value = self.ev(node.operand, depth)
+            if isinstance(node.op, ast.Not):
+                t = truth(value)
+                return UNKNOWN if t is UNKNOWN else not t
+            if isinstance(node.op, ast.USub) and isinstance(value, int | float):
+                return -value
+            return UNKNOWN
+        if isinstance(node, ast.Compare):
+            return self.compare(node, depth)
+        if isinstance(node, ast.Tuple | ast.List | ast.Set):
+            items = [self.ev(e, depth) for e in node.elts]
+            return UNKNOWN if any(i is UNKNOWN for i in items) else tuple(items)
+        if isinstance(node, ast.IfExp):
+            t = truth(self.ev(node.test, depth))
+            if t is UNKNOWN:
+                return UNKNOWN
+            return self.ev(node.body if t else node.orelse, depth)
+        return UNKNOWN
+
+    def call(self, node: ast.Call, depth: int) -> Any:
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        if name in ("getattr", "get") and node.args:
+            key = node.args[1] if name == "getattr" and len(node.args) > 1 else node.args[0]
+            known = isinstance(key, ast.Constant) and isinstance(key.value, str)
+            if known and (key.value in self.env.flag or key.value in self.env.dests):
+                return self.dest(key.value)
+        if name == "get_device_capability":
+            sm = self.fact("gpu.sm")
+            return UNKNOWN if sm is UNKNOWN else (sm // 10, sm % 10)
+        if name in ("get_device_sm", "get_sm_version"):
+            return self.fact("gpu.sm")
+        value = platform(name, self.env.facts, self.out)
+        if value is not None:
+            return value
+        self.out.runtime.append(name + "()")
+        return UNKNOWN
+
+    def boolop(self, node: ast.BoolOp, depth: int) -> Any:
+        is_and = isinstance(node.op, ast.And)
+        unknown, last = False, None
+        for sub in node.values:
+            last = self.ev(sub, depth)
+            t = truth(last)
+            if t is UNKNOWN:
+                unknown = True
+            elif t != is_and:  # a False in `and`, a True in `or` decides
+                return last if not is_and else False
+        return UNKNOWN if unknown else last
+
+    def compare(self, node: ast.Compare, depth: int) -> Any:
+        left = self.ev(node.left, depth)
+        result: Any = True
+        for op, right_node in zip(node.ops, node.comparators, strict=True):
+            right = self.ev(right_node, depth)
+            r = _compare(left, op, right)
+            if r is False:
+                return False
+            if r is UNKNOWN:
+                result = UNKNOWN
+            left = right
+        return result
+
+
+def _compare(left: Any, op: ast.cmpop, right: Any) -> Any:
+    if isinstance(op, ast.Is | ast.IsNot):
+        if left is UNKNOWN or right is UNKNOWN:
+            return UNKNOWN
+        if isinstance(left, _NonDefault) or isinstance(right, _NonDefault):
+            nd, other = (left, right) if isinstance(left, _NonDefault) else (right, left)
+            if other is not None or nd.default is not None:
+                return UNKNOWN
+            same = False  # set to something other than its default None: not None
+        else:
+            same = left is right
+        return same if isinstance(op, ast.Is) else not same
+    if left is UNKNOWN or right is UNKNOWN:
+        return UNKNOWN
+    if isinstance(left, _NonDefault) or isinstance(right, _NonDefault):
+        nd, other = (left, right) if isinstance(left, _NonDefault) else (right, left)
+        if isinstance(op, ast.Eq | ast.NotEq) and other == nd.default:
+            return isinstance(op, ast.NotEq)
+        return UNKNOWN
+    try:
+        if isinstance(op, ast.In | ast.NotIn):
+            inside = left in right
+            return inside if isinstance(op, ast.In) else not inside
+        return {
+            ast.Eq: lambda: left == right,
+            ast.NotEq: lambda: left != right,
+            ast.Gt: lambda: left > right,
+            ast.GtE: lambda: left >= right,
+            ast.Lt: lambda: left < right,
+            ast.LtE: lambda: left <= right,
+        }[type(op)]()
+    except (TypeError, KeyError):
+        return UNKNOWN
+
+
+def _dotted(node: ast.expr) -> str:
+    """`a.b.c` of a Name/Attribute chain (calls and subscripts give the empty string)."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return ""
