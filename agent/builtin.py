@@ -13,6 +13,7 @@ from typing import Any
 
 from agent.builtin_conclusion import conclusion
 from agent.builtin_research import decide_verdict
+from agent.order import rank
 
 _FLAG = re.compile(r"--[A-Za-z0-9][\w-]*(?:\.[\w-]+)*")
 _ORDER = {"high": 0, "medium": 1, "low": 2}
@@ -149,11 +150,15 @@ def planner_policy(messages: list[Any], info: Any) -> Any:
     }
     trials: dict[str, dict] = {}
     combined = None
-    budget_out = False
+    budget_out: str | None = None
     for name, content, args in returns:
         if name != "run_trial" or not isinstance(content, dict):
             continue
-        budget_out = budget_out or bool(content.get("budget_exhausted"))
+        if content.get("budget_exhausted"):
+            budget_out = str(content.get("error") or "budget exhausted")
+            continue
+        if content.get("halted"):
+            budget_out = str(content["halted"])
         flags = [ch["flag"] for ch in args.get("changes", [])]
         if len(flags) > 1:
             combined = content
@@ -171,20 +176,15 @@ def planner_policy(messages: list[Any], info: Any) -> Any:
         todo = _todo(cands, verdicts, trials, extra)
         research = [_call("research_flag", {"flag": c["flag"]}) for c in live]
         return _response([_call("todo_write", {"items": todo}), *research])
-    nxt = (
-        None
-        if budget_out
-        else next(
-            (
-                c
-                for c in live
-                if c["flag"] not in trials
-                and _worth(verdicts.get(c["flag"]))
-                and not _lossy_blocked(c, verdicts.get(c["flag"]))
-            ),
-            None,
-        )
-    )
+    # highest expected value per restart first (research certainty x plausible gain / restart cost)
+    ready = [
+        c
+        for c in rank(live, verdicts)
+        if c["flag"] not in trials
+        and _worth(verdicts.get(c["flag"]))
+        and not _lossy_blocked(c, verdicts.get(c["flag"]))
+    ]
+    nxt = None if budget_out else next(iter(ready), None)
     if nxt is not None:
         todo = _todo(cands, verdicts, trials, extra)
         for item in todo:
@@ -199,8 +199,10 @@ def planner_policy(messages: list[Any], info: Any) -> Any:
                 "the code search was inconclusive but the playbook's conditions hold here"
             )
         return _response([_call("todo_write", {"items": todo}), _call("run_trial", args)])
-    kept = [t for t in trials.values() if t.get("improved")]
-    if len(kept) >= 2 and combined is None and not budget_out:
+    # each trial runs on top of the changes kept so far, so kept ones are already combined; what
+    # improved alone but is not deployed gets one trial together with the deployed best
+    kept = [t for t in trials.values() if t.get("improved") and t.get("decision") != "kept"]
+    if kept and combined is None and not budget_out:
         changes = [c for c in live if c["flag"] in trials and trials[c["flag"]].get("improved")]
         extra[0]["status"] = "in_progress"
         args = {
@@ -213,12 +215,15 @@ def planner_policy(messages: list[Any], info: Any) -> Any:
     if not _final_todo_written(messages):
         extra[0]["status"] = "completed" if combined else "cancelled"
         extra[0]["content"] = "trial the kept flags together" + (
-            f": {combined.get('decision')} — {combined.get('why')}" if combined else ": fewer than two kept"
+            f": {combined.get('decision')} — {combined.get('why')}"
+            if combined
+            else ": nothing left to combine (each trial ran on top of the changes kept before it)"
         )
         return _response([_call("todo_write", {"items": _todo(cands, verdicts, trials, extra)})])
     from pydantic_ai.messages import TextPart
 
-    return _response([TextPart(conclusion(cands, verdicts, trials, combined, budget_out))])
+    untried = {c["flag"]: i + 1 for i, c in enumerate(ready)}
+    return _response([TextPart(conclusion(cands, verdicts, trials, combined, budget_out, untried))])
 
 
 def _worth(v: dict[str, Any] | None) -> bool:

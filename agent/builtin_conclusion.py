@@ -19,9 +19,11 @@ def conclusion(
     verdicts: dict[str, dict[str, Any]],
     trials: dict[str, dict[str, Any]],
     combined: dict[str, Any] | None,
-    budget_out: bool,
+    budget_out: str | None,
+    untried: dict[str, int] | None = None,
 ) -> str:
-    """Markdown: what was kept with its numbers, what was rolled back and why, what was ruled out."""
+    """Markdown: what was kept with its numbers, what was rolled back and why, what was ruled out,
+    and which candidates were never tried and why (`untried`: flag -> rank by expected value)."""
     all_trials = [*trials.values(), *([combined] if combined else [])]
     kept = [t for t in all_trials if t.get("decision") == "kept"]
     best = kept[-1] if kept else None
@@ -63,6 +65,13 @@ def conclusion(
             ruled += 1
     if not ruled:
         lines.append("- none")
-    if budget_out:
-        lines += ["", "The trial budget ran out before every candidate was tried."]
+    lines += ["", "### Not tried"]
+    if untried:
+        why = budget_out or "the planner stopped"
+        for flag, rank in untried.items():
+            c = next((c for c in cands if c["flag"] == flag), {"value": None})
+            label = flag if c.get("value") is None else f"{flag} {c['value']}"
+            lines.append(f"- {label}: {why} (rank {rank} by expected value per restart)")
+    else:
+        lines.append("- none: every candidate worth a restart was tried")
     return "\n".join(lines)

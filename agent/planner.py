@@ -64,6 +64,8 @@ def candidates_view(deps: PlannerDeps) -> list[dict[str, Any]]:
             "what": c.lever.what,
             "helps": c.lever.helps,
             "risk": c.lever.risk,
+            "expected_gain": getattr(c.lever, "expected_gain", None),
+            "restart_cost": getattr(c.lever, "restart_cost", None),
         }
         for c in deps.candidates
     ]
@@ -109,6 +111,8 @@ def trial_result(deps: PlannerDeps, record: Any) -> dict[str, Any]:
         "baseline_output_tok_s": deps.baseline_levels,
         "ratio": (record.comparison or {}).get("ratio"),
         "restarts": record.restarts,
+        "environment": record.environment,
+        "halted": deps.runner.halted if deps.runner is not None else None,
     }
 
 

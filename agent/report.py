@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +17,46 @@ def _table(baseline: dict[int, float], final: dict[int, float]) -> list[str]:
     return lines
 
 
+RULE = (
+    "A candidate is deployed on top of the changes kept so far and measured between two blocks of "
+    "the known-good configuration (A/B/A: before it, and after the rollback), so drift and machine "
+    "load cancel. Repetitions are adaptive: {reps} per block, stopping early when no gain of the "
+    "minimum effect is possible, and one more at a time (up to {cap}) while a gain is possible but "
+    'not established. For "improve throughput" the Pareto rule decides: better at some measured '
+    "level by at least {min_effect:.0%} (95% interval above 1), worse at none by more than "
+    "{tolerance:.0%}; among those, the goal's objective ranks. A named level or a latency goal "
+    "decides on that objective alone. A winner is deployed again and kept only if its probe and a "
+    "block on that second launch agree."
+)
+
+
+def _trial_line(t: Any) -> list[str]:
+    what = ", ".join(c.describe() for c in t.changes)
+    on_top = ", ".join(c.describe() for c in getattr(t, "on_top_of", []) or [])
+    decision = t.decision.replace("_", " ")
+    line = f"- trial {t.number} `{what}`{f' (on top of {on_top})' if on_top else ''}: **{decision}**"
+    cmp = t.comparison or {}
+    if isinstance(cmp.get("ratio"), float):
+        line += f", objective {(cmp['ratio'] - 1) * 100:+.1f}%"
+    line += f" — restarts {t.restarts}, {t.seconds:.0f} s"
+    out = [line, f"  - {t.why}"]
+    if getattr(t, "blocks", None):
+        out.append("  - repetitions: " + ", ".join(f"{k} {v}" for k, v in t.blocks.items()))
+    if getattr(t, "environment", None):
+        out.append(f"  - environment failure, not the flag: {t.environment}")
+    if t.override:
+        out.append(f"  - deployed against research, reason: {t.override}")
+    return out
+
+
+def _without_trials(conclusion: str) -> str:
+    """The conclusion without its own trial list (the report lists every trial once, above)."""
+    return re.sub(r"\n### Trials\n.*?(?=\n### |\Z)", "\n", conclusion, flags=re.S)
+
+
 def render_report(result: Any, *, plot_name: str | None) -> str:
     """Markdown of a finished run (numbers only from measurements; missing ones say so)."""
+    budget = getattr(result, "budget", "") or ""
     lines = [
         "# optagent run report",
         "",
@@ -25,23 +64,26 @@ def render_report(result: Any, *, plot_name: str | None) -> str:
         f"- transcript: {result.transcript}",
         f"- deployed: {', '.join(result.kept) or 'baseline configuration (nothing kept)'}",
         f"- trials: {len(result.trials)}, restarts: {result.restarts}, wall time: {result.seconds:.0f} s",
-        "",
-        "## Output throughput, baseline vs final",
-        "",
-        *_table(result.baseline, result.final),
-        "",
     ]
+    if budget:
+        lines.append(f"- budget: {budget}")
+    lines += ["", "## Output throughput, baseline vs final", "", *_table(result.baseline, result.final), ""]
     if plot_name:
         lines += [f"![before/after]({plot_name})", ""]
+    lines += ["## How a change was judged", "", getattr(result, "rule", "") or RULE_DEFAULT, ""]
     lines += ["## Trials", ""]
     for t in result.trials:
-        lines.append(f"- {t.headline()}  (restarts: {t.restarts}, {t.seconds:.0f} s)")
-        if t.override:
-            lines.append(f"  - deployed against research, reason: {t.override}")
+        lines += _trial_line(t)
     if not result.trials:
         lines.append("- none")
-    lines += ["", result.conclusion, ""]
+    untried = getattr(result, "untried", None) or {}
+    lines += ["", "## Candidates not tried", ""]
+    lines += [f"- {flag}: {why}" for flag, why in untried.items()] or ["- none"]
+    lines += ["", _without_trials(result.conclusion), ""]
     return "\n".join(lines)
+
+
+RULE_DEFAULT = RULE.format(reps=3, cap=6, min_effect=0.02, tolerance=0.03)
 
 
 def write_report(

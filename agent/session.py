@@ -51,6 +51,12 @@ class RunResult:
     restarts: int = 0
     seconds: float = 0.0
     conclusion: str = ""
+    budget: str = ""
+    """The wall-time budget and whether it was spent, in words."""
+    untried: dict[str, str] = field(default_factory=dict)
+    """Candidate change -> why it was never trialled."""
+    rule: str = ""
+    """How a change was judged (the report explains it)."""
 
 
 async def measure_baseline(ui: RunUI, endpoint: str, bench: Any, text: str) -> tuple[Baseline, float]:
@@ -95,6 +101,7 @@ async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
     from agent.models import make_models
     from agent.planner import PlannerDeps, build_planner
     from agent.playbook import PLAYBOOK_PATH, evaluate, load_playbook
+    from agent.report import write_report
     from agent.researcher import build_researcher
     from agent.resolved import drop_pointless
     from tools.bench.stats import objective_from_goal
@@ -147,6 +154,12 @@ async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
                 status = await _combine_if_needed(ui, runner, status)
                 await deployment.rollback()  # no-op unless something is still in flight
             result = await _final(ui, config, runner, baseline, conclusion, status, started, bench_s)
+            _explain(result, deps, runner, opts, config)
+            if result.report is not None:  # written again with the budget, untried candidates, rule
+                result.report = write_report(
+                    result, baseline_reps=baseline.reps, best_reps=runner.best_reps if runner else None
+                )
+            ui.note(result.budget)
     finally:
         await transport.close()
     return result
@@ -219,6 +232,7 @@ def _show_context(ui: RunUI, ctx: Any) -> None:
 
 async def _plan(ui: RunUI, deps: Any, planner: Any, opts: RunOptions, objective: Any) -> tuple[str, str]:
     from pydantic_ai.usage import UsageLimits
+    from rich.markup import escape
 
     from agent.agentrun import run_saving
     from prompts import render
@@ -251,7 +265,7 @@ async def _plan(ui: RunUI, deps: Any, planner: Any, opts: RunOptions, objective:
         )
         return str(result.output), "completed"
     except Exception as e:  # an LLM failure ends planning; the target stays on its best config
-        ui.note(f"[red]planner stopped:[/] {type(e).__name__}: {e}")
+        ui.note(f"[red]planner stopped:[/] {type(e).__name__}: {escape(str(e))}")
         return f"The planner stopped early: {type(e).__name__}: {e}", f"planner failed: {type(e).__name__}"
 
 
@@ -259,7 +273,7 @@ async def _combine_if_needed(ui: RunUI, runner: TrialRunner, status: str) -> str
     """The combined trial is not optional: if two or more flags were kept alone, try them together."""
     from agent.trial import BudgetExhausted
 
-    if any(t.kind == "combined" for t in runner.trials) or len(runner.eligible()) < 2:
+    if any(t.kind == "combined" for t in runner.trials) or not runner.eligible():
         return status
     try:
         record = await runner.combine()
@@ -289,11 +303,13 @@ async def _final(
         mean_throughput(runner.best_reps) if runner and runner.best_reps else mean_throughput(baseline.reps)
     )
     health = await wait_healthy(config.target.endpoint, timeout=60.0)
-    kept = [c.describe() for c in runner.best.changes] if runner and runner.best else []
+    kept = [c.describe() for c in runner.kept_changes] if runner else []
     ui.note(f"deployed: {', '.join(kept) or 'baseline configuration'}; healthy: {health.ok}")
+    if status == "completed" and runner is not None and (runner.exhausted or runner.halted):
+        status = f"budget spent: {runner.exhausted}" if not runner.halted else f"stopped: {runner.halted}"
     result = RunResult(
         status=status if health.ok else f"{status}; server unhealthy at the end: {health.reason}",
-        failed=status != "completed" or not health.ok,
+        failed=status.startswith(("planner failed", "stopped")) or not health.ok,
         transcript=getattr(ui.transcript, "path", None),
         baseline=mean_throughput(baseline.reps),
         final=final_levels,
@@ -308,3 +324,40 @@ async def _final(
     )
     ui.console.print(conclusion)
     return result
+
+
+def _explain(result: RunResult, deps: Any, runner: TrialRunner | None, opts: RunOptions, config: Any) -> None:
+    """Fill in the budget sentence, the rule, and why each untried candidate was not tried."""
+    from agent.report import RULE
+
+    bench = config.bench
+    cap = runner.max_reps if runner else 2 * bench.reps
+    result.rule = RULE.format(
+        reps=bench.reps, cap=cap, min_effect=bench.min_effect, tolerance=bench.regress_tolerance
+    )
+    spent = runner is not None and runner.exhausted is not None
+    result.budget = (
+        f"{opts.max_wall_minutes:g} min wall-time budget (--max-minutes; the simulated deployment's "
+        f"default is 10), {result.seconds / 60:.1f} min used"
+        + (f"; spent: {runner.exhausted}" if spent else "; not spent")
+    )
+    tried = {ch.flag for t in result.trials for ch in t.changes}
+    for c in deps.candidates:
+        label = c.change
+        if c.flag in tried:
+            continue
+        v = deps.verdicts.get(c.flag)
+        if c.status != "candidate":
+            result.untried[label] = f"playbook: {c.status} ({c.note})"
+        elif v is not None and v.rejected:
+            result.untried[label] = f"research: {v.verdict} — {v.summary}"
+        elif c.lever.lossy and not opts.allow_lossy:
+            result.untried[label] = "lossy (changes outputs); --allow-lossy not given"
+        elif runner is not None and runner.halted:
+            result.untried[label] = f"trials stopped: {runner.halted}"
+        elif runner is not None and runner.exhausted:
+            result.untried[label] = f"budget: {runner.exhausted}"
+        elif opts.dry_run:
+            result.untried[label] = "dry run"
+        else:
+            result.untried[label] = "not chosen by the planner"

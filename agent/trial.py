@@ -8,6 +8,7 @@ host is always the best one measured so far, so a run that stops anywhere leaves
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -44,6 +45,8 @@ class TrialRecord(BaseModel):
     number: int
     kind: Literal["single", "combined"] = "single"
     changes: list[TrialChange]
+    on_top_of: list[TrialChange] = Field(default_factory=list)
+    """The kept changes this trial was deployed on top of (empty: on the baseline)."""
     reason: str = ""
     override: str | None = None
     """Why a flag research rejected was deployed anyway (the planner's words)."""
@@ -61,6 +64,14 @@ class TrialRecord(BaseModel):
     why: str = ""
     restarts: int = 0
     seconds: float = 0.0
+    environment: str | None = None
+    """Set when the failure was the environment's (port in use, out of disk, host unreachable)."""
+    blocks: dict[str, int] = Field(default_factory=dict)
+    """Repetitions measured: known-good before, candidate, known-good after, confirmation."""
+
+    def full_changes(self) -> list[TrialChange]:
+        """The whole configuration of this trial, relative to the baseline."""
+        return [*self.on_top_of, *self.changes]
 
     def headline(self) -> str:
         """One line for the terminal and the report."""
@@ -107,7 +118,13 @@ def apply_changes(text: str, changes: list[TrialChange]) -> str:
 
 @dataclass
 class TrialRunner:
-    """Runs trials against one `Deployment` within a budget; keeps the best configuration deployed."""
+    """Runs trials against one `Deployment` within a budget; keeps the best configuration deployed.
+
+    Each candidate goes on top of the best configuration so far (so the kept changes are always
+    measured together) and is judged A/B/A: the known-good block measured just before it, the
+    candidate, and the known-good block measured after the rollback (see `tools.bench.paired`).
+    A candidate that wins is deployed again and checked on that second launch before it is kept.
+    """
 
     deployment: Any
     endpoint: str
@@ -121,27 +138,49 @@ class TrialRunner:
     max_trials: int = 12
     deadline: float = float("inf")
     """`time.monotonic()` after which no new trial starts."""
+    max_reps: int = 0
+    """Cap of the adaptive repetitions per block (0: twice `bench.reps`)."""
     on_event: EventFn = lambda kind, data: None
     on_progress: Callable[[Any], None] | None = None
     trials: list[TrialRecord] = field(default_factory=list)
     best: TrialRecord | None = None
     best_reps: list[Any] | None = None
     restarts: int = 0
+    reference: list[Any] | None = None
+    """The latest block of the known-good configuration, measured in its current launch (None when
+    it was restarted since: the next trial measures it first)."""
+    exhausted: str | None = None
+    """Why a trial was refused for lack of budget (None while budget was left)."""
+    halted: str | None = None
+    """Why trials stopped for good (a failed rollback, an environment failure)."""
+
+    def __post_init__(self) -> None:
+        if self.reference is None and self.baseline.reps:
+            self.reference = list(self.baseline.reps)
+        self.max_reps = self.max_reps or 2 * self.bench.reps
+
+    @property
+    def kept_changes(self) -> list[TrialChange]:
+        """Every change of the deployed best configuration, relative to the baseline."""
+        return list(self.best.full_changes()) if self.best else []
 
     @property
     def deployed_text(self) -> str:
         """The unit file text of the best configuration (the baseline when nothing was kept)."""
-        if self.best is None:
-            return self.baseline.text
-        return apply_changes(self.baseline.text, self.best.changes)
+        return apply_changes(self.baseline.text, self.kept_changes)
 
-    def budget_left(self) -> str | None:
-        """None when another trial may start, else why not."""
+    def trial_estimate(self) -> float:
+        """Seconds the next trial will take: the longest measured one (0 before the first)."""
+        return max((t.seconds for t in self.trials if t.deployed), default=0.0)
+
+    def budget_left(self, *, reserve: float = 0.0) -> str | None:
+        """None when another trial may start (leaving `reserve` seconds), else why not."""
+        if self.halted:
+            return f"trials stopped: {self.halted}"
         if len(self.trials) >= self.max_trials:
             return f"trial budget spent ({self.max_trials} trials)"
-        done = [t.seconds for t in self.trials if t.deployed]
-        estimate = max(done) if done else 0.0
-        if time.monotonic() + estimate > self.deadline:
+        # half a trial more: room to deploy a winner again and check it (the combination kept)
+        if time.monotonic() + 1.5 * self.trial_estimate() + reserve > self.deadline:
             return "wall-time budget spent"
         return None
 
@@ -155,9 +194,15 @@ class TrialRunner:
         return f"{why}; --allow-lossy not given" if why else None
 
     def eligible(self) -> list[TrialRecord]:
-        """Single trials that improved on the baseline, best first."""
-        singles = [t for t in self.trials if t.kind == "single" and t.improved]
-        return sorted(singles, key=lambda t: -(t.comparison or {}).get("ratio", 1.0))
+        """Single trials that improved on their reference but are not part of the deployed best
+        (worth one combined trial), best first."""
+        deployed = {c.flag for c in self.kept_changes}
+        singles = [
+            t
+            for t in self.trials
+            if t.kind == "single" and t.improved and not {c.flag for c in t.changes} <= deployed
+        ]
+        return sorted(singles, key=lambda t: -((t.comparison or {}).get("ratio") or 1.0))
 
     async def run(
         self,
@@ -167,17 +212,20 @@ class TrialRunner:
         kind: Literal["single", "combined"] = "single",
         override: str | None = None,
     ) -> TrialRecord:
-        """Deploy `changes` on top of the baseline, probe, measure, then keep or roll back.
+        """Deploy `changes` on top of the best configuration, probe, measure A/B/A, keep or roll back.
 
         Raises `BudgetExhausted` before touching the target when no budget is left. Whatever
         happens inside (including cancellation), the target ends on the best known configuration.
         """
         why_not = self.budget_left()
         if why_not:
+            self.exhausted = why_not
             raise BudgetExhausted(why_not)
+        base = [c for c in self.kept_changes if c.flag not in {ch.flag for ch in changes}]
         record = TrialRecord(
-            number=len(self.trials) + 1, kind=kind, changes=changes, reason=reason, override=override
-        )
+            number=len(self.trials) + 1, kind=kind, changes=changes, on_top_of=base, reason=reason,
+            override=override,
+        )  # fmt: skip
         self.trials.append(record)
         started = time.monotonic()
         refusal = self._lossy_refusal(changes)
@@ -186,7 +234,7 @@ class TrialRunner:
             self.on_event("trial", record.model_dump(mode="json"))
             return record
         try:
-            new_text = apply_changes(self.baseline.text, changes)
+            new_text = apply_changes(self.baseline.text, record.full_changes())
         except ValueError as e:  # UnitFileError: a value that cannot go into the unit file
             record.why = f"rejected before deploying: {e}"
             self.on_event("trial", record.model_dump(mode="json"))
@@ -203,100 +251,46 @@ class TrialRunner:
         return record
 
     async def _deploy_and_measure(self, record: TrialRecord, new_text: str) -> None:
+        from agent.paired_trial import run_paired
+
         try:
-            await self._trial(record, new_text)
+            await run_paired(self, record, new_text)
         except BaseException as e:
             # Whatever broke (a bug, a lost connection, cancellation), the candidate must not stay.
-            record.decision, record.why = "rolled_back", f"trial aborted: {type(e).__name__}: {e}"
-            await self._rollback(record)
+            if record.decision != "kept":
+                record.decision, record.why = "rolled_back", f"trial aborted: {type(e).__name__}: {e}"
+            await self.rollback(record)
             raise
 
-    async def _rollback(self, record: TrialRecord) -> None:
+    async def rollback(self, record: TrialRecord) -> bool:
+        """Back to known-good; on failure stop all trials and restore known-good before anything else."""
         outcome = await self.deployment.rollback()
         if outcome.changed:
             record.restarts += 1
             self.restarts += 1
-
-    async def _trial(self, record: TrialRecord, new_text: str) -> None:
-        from tools.bench.loadgen import run_repeated
-        from tools.bench.probe import compare_probe, run_probe
-        from tools.bench.stats import compare
-
-        what = ", ".join(c.describe() for c in record.changes)
-        outcome = await self.deployment.deploy(new_text, reason=f"trial {record.number}: {what}")
-        record.restarts += 1
-        self.restarts += 1
+            self.reference = None  # known-good runs in a new launch: measure it again
         if not outcome.ok:
-            record.decision = "rolled_back"
-            record.deploy_error, record.log_tail = outcome.error, outcome.log_tail
-            record.why = f"failed to start: {outcome.error}"
-            # deploy() restored the known-good configuration itself, with one more restart.
-            if outcome.rolled_back:
-                record.restarts += 1
-                self.restarts += 1
-            return
-        record.deployed = True
-        await self.deployment.keepalive()  # the dead-man's switch must not fire mid-measurement
-        probe = await run_probe(self.endpoint)
-        pv = compare_probe(self.baseline.probe, probe)
-        record.probe, record.probe_detail = pv.status, str(getattr(pv, "first_diff", "") or "")
-        if pv.status == "broken":
-            return await self._reject(record, "outputs are broken")
-        if pv.status == "drifting" and not self.allow_lossy:
-            return await self._reject(
-                record, "outputs drift from the baseline (lossy); --allow-lossy not given"
-            )
-        if refusal := self._lossy_refusal(record.changes):  # marked lossy while this trial ran
-            return await self._reject(record, f"probe {pv.status}, but {refusal}")
-        await self.deployment.keepalive()
-        reps = await run_repeated(self.endpoint, self.bench, on_progress=self.on_progress)
-        record.levels = mean_throughput(reps)
-        if any(s.partial for s in reps):
-            errors = "; ".join(e for s in reps for e in s.errors) or "failed requests"
-            return await self._reject(record, f"errors under load: {errors}")
-        cmp = compare(
-            self.baseline.reps,
-            reps,
-            self.objective,
-            min_effect=self.bench.min_effect,
-            regress_tolerance=self.bench.regress_tolerance,
-            launch_noise=self.bench.launch_noise,
-        )
-        record.comparison = _comparison_dict(cmp)
-        record.improved = cmp.verdict == "improved"
-        if not record.improved:
-            return await self._reject(record, cmp.summary)
-        if self.best is not None and self.best_reps is not None:
-            # Against the best so far directly, not through the older baseline: drift cancels out.
-            vs_best = compare(
-                self.best_reps,
-                reps,
-                self.objective,
-                min_effect=self.bench.min_effect,
-                regress_tolerance=self.bench.regress_tolerance,
-                launch_noise=self.bench.launch_noise,
-            )
-            record.comparison["vs_best"] = {"trial": self.best.number, **_comparison_dict(vs_best)}
-            if vs_best.verdict != "improved":
-                return await self._reject(
-                    record,
-                    f"improved on the baseline ({cmp.summary}) but not on trial {self.best.number}, "
-                    f"which stays deployed ({vs_best.summary})",
-                )
-        if refusal := self._lossy_refusal(record.changes):
-            return await self._reject(record, refusal)
-        await self.deployment.commit()
-        record.decision, record.why = "kept", cmp.summary
-        self.best, self.best_reps = record, reps
+            await self.restore_after_failed_rollback(record, outcome.error)
+        return outcome.ok
 
-    async def _reject(self, record: TrialRecord, why: str) -> None:
-        record.decision, record.why = "rolled_back", why
-        await self._rollback(record)
+    async def restore_after_failed_rollback(self, record: TrialRecord, error: str) -> None:
+        """A rollback failed: no further trial; try once more to bring known-good back, healthy."""
+        from tools.health import wait_healthy
+
+        self.halted = f"rollback failed ({error}); known-good restored first, no further trials"
+        record.why += f"; ROLLBACK FAILED: {error}"
+        with contextlib.suppress(Exception):
+            await self.deployment.recover()
+        again = await self.deployment.rollback()
+        health = await wait_healthy(self.endpoint, timeout=120.0)
+        if not (again.ok and health.ok):
+            self.halted = f"rollback failed ({error}) and the known-good restore did not come back healthy"
+        self.reference = None
 
     async def combine(self) -> TrialRecord | None:
-        """One trial of every flag kept individually, together; None when fewer than two were kept."""
+        """One trial of the changes that improved alone but are not deployed, on top of the best."""
         kept = self.eligible()
-        if len(kept) < 2:
+        if not kept:
             return None
         merged: dict[str, TrialChange] = {}
         for t in kept:

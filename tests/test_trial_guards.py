@@ -46,6 +46,10 @@ class FakeDeployment:
     async def commit(self) -> None:
         self.events.append("commit")
 
+    async def recover(self) -> str | None:
+        self.events.append("recover")
+        return None
+
     async def keepalive(self) -> bool:
         self.events.append("keepalive")
         return True
@@ -58,6 +62,7 @@ def _runner(deployment: FakeDeployment, **kw: object) -> TrialRunner:
         bench=BenchConfig(),
         objective=None,
         baseline=Baseline(reps=[], probe=None, text=UNIT),
+        reference=[object()],  # a known-good block measured just before (no server here)
         **kw,
     )
 
@@ -129,6 +134,7 @@ def test_change_marked_lossy_mid_trial_is_not_kept_even_with_identical_outputs(s
         bench=BenchConfig(),
         objective=None,
         baseline=Baseline(reps=[], probe=reference, text=UNIT),
+        reference=[object()],
     )
     # research finishes while the trial runs and says the flag is lossy
     fake.on_deploy = lambda: runner.lossy.setdefault("--kv-cache-dtype", "research: FP8 KV cache")
@@ -219,3 +225,54 @@ def test_session_marks_playbook_lossy_levers_for_the_runner():
         for f in ("--kv-cache-dtype", "--enable-torch-compile")
     ]
     assert list(lossy_flags(cands)) == ["--kv-cache-dtype"]
+
+
+@dataclass
+class FailingFake(FakeDeployment):
+    """`deploy` fails with `error` and `log_tail`, as `tools.deploy.Deployment` reports it."""
+
+    error: str = ""
+    log_tail: str = ""
+
+    async def deploy(self, text: str, *, reason: str) -> DeployOutcome:
+        self.events.append("deploy")
+        return DeployOutcome(ok=False, error=self.error, log_tail=self.log_tail, rolled_back=True)
+
+
+def test_port_in_use_is_an_environment_failure_and_stops_trials():
+    import pytest
+
+    from agent.trial import BudgetExhausted
+
+    fake = FailingFake(
+        error="the server process exited",
+        log_tail="ERROR: [Errno 98] error while attempting to bind on address: address already in use",
+    )
+    runner = _runner(fake)
+    record = asyncio.run(runner.run([TrialChange(flag="--enable-mixed-chunk")], reason="test"))
+    assert record.environment == "the server's port is already in use"
+    assert record.why.startswith("environment failure, not the flag")
+    assert runner.halted and "port" in runner.halted
+    with pytest.raises(BudgetExhausted, match="trials stopped"):
+        asyncio.run(runner.run([TrialChange(flag="--disable-radix-cache")], reason="test"))
+    assert fake.events == ["deploy"]  # the second candidate never reached the host
+
+
+def test_a_flag_that_fails_to_start_is_the_flags_failure():
+    fake = FailingFake(error="the server process exited", log_tail="ValueError: fa3 requires sm80-sm90")
+    runner = _runner(fake)
+    record = asyncio.run(runner.run([TrialChange(flag="--attention-backend", value="fa3")], reason="t"))
+    assert record.environment is None and record.why.startswith("failed to start")
+    assert runner.halted is None and runner.budget_left() is None
+
+
+def test_failed_rollback_stops_trials_and_restores_known_good_first(sim_server):
+    server = sim_server("seed")  # the known-good server the restore must find healthy
+    fake = FailingFake(error="did not start; ROLLBACK FAILED: restart timed out")
+    runner = _runner(fake)
+    runner.endpoint = server.endpoint
+    record = asyncio.run(runner.run([TrialChange(flag="--enable-mixed-chunk")], reason="test"))
+    assert fake.events == ["deploy", "recover", "rollback"]  # restore before anything else
+    assert "ROLLBACK FAILED" in record.why
+    assert runner.halted and "rollback failed" in runner.halted
+    assert "healthy" not in runner.halted  # the restore found the server healthy

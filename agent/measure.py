@@ -1,0 +1,67 @@
+"""How a trial measures: adaptive repetitions, A/B/A pairing, and failures that are not the flag's.
+
+Adaptive repetitions: a configuration is measured `bench.reps` times, then compared with the
+known-good block measured next to it. The measurement stops as soon as the answer is clear (no
+interval reaches the minimum effect, a significant regression, or a clear improvement) and adds one
+repetition at a time, up to `max_reps`, while a gain is still possible but not established. The
+interval actually reached is what the record and the report show.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+ENV_PATTERNS: dict[str, str] = {
+    r"address already in use|errno 98|eaddrinuse": "the server's port is already in use",
+    r"no space left on device|errno 28|disk quota exceeded": "the host is out of disk space",
+    r"no route to host|network is unreachable|name or service not known|host is down|"
+    r"could not resolve|connection reset by peer|broken pipe|ssh.*(timed out|refused)|"
+    r"host unreachable|transporterror": "the host is unreachable",
+}
+"""Failures of the machine, not of the flag: recognised in the error or the server's log."""
+
+
+def environment_failure(*texts: str | None) -> str | None:
+    """Why the failure is the environment's (port in use, out of disk, host unreachable), or None."""
+    blob = "\n".join(t for t in texts if t).lower()
+    for pattern, why in ENV_PATTERNS.items():
+        if re.search(pattern, blob):
+            return why
+    return None
+
+
+async def measure(
+    endpoint: str,
+    bench: Any,
+    *,
+    decide: Callable[[list[Any]], Any] | None = None,
+    max_reps: int,
+    on_progress: Any = None,
+) -> list[Any]:
+    """`bench.reps` sweeps, then one more at a time (up to `max_reps`) while `decide(reps)` says the
+    comparison is promising but inconclusive. Stops at a partial sweep (its numbers are not trusted)."""
+    from tools.bench.loadgen import run_sweep
+
+    reps: list[Any] = []
+    target = bench.reps
+    while len(reps) < target:
+        sweep = await run_sweep(
+            endpoint, bench, on_progress=on_progress, seed=len(reps), rep=len(reps), reps=target
+        )
+        reps.append(sweep)
+        if sweep.partial:
+            break
+        more = len(reps) == target and decide is not None and target < max_reps
+        if more and getattr(decide(reps), "promising", False):
+            target += 1
+    return reps
+
+
+def reps_note(cmp: Any, max_reps: int) -> str:
+    """`stopped early` / `extended to N` / `at the cap`: how the sequential test ended."""
+    n = cmp.overall.n_candidate
+    if cmp.promising and n >= max_reps:
+        return f"still inconclusive at the {max_reps}-repetition cap"
+    return f"{n} candidate repetitions"

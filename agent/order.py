@@ -1,0 +1,53 @@
+"""Which candidate to trial next: expected value per restart.
+
+    value = research certainty x plausible gain / restart cost
+
+Certainty comes from the research verdict (its `certainty` when the researcher gives one, else from
+the verdict itself: `applies` is likely to matter, `unknown` is a coin flip); the plausible gain from
+the playbook lever's priority (its `expected_gain` when it has one); the restart cost from the
+lever's `restart_cost` (1 = one ordinary restart; torch.compile and the like take longer). A run
+with a budget then spends it on the candidates most likely to pay for their restart.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+GAIN_BY_PRIORITY = {"high": 0.06, "medium": 0.04, "low": 0.02}
+CERTAINTY_BY_VERDICT = {"applies": 0.8, "unknown": 0.4}
+CERTAINTY_WORDS = {"high": 0.9, "medium": 0.6, "low": 0.3}
+PLAYBOOK_DOUBTS = ("no-op", "incompatible")
+"""Playbook statuses that research overruled: still tried, but only after the undisputed ones."""
+SLOW_START = ("--enable-torch-compile",)
+"""Flags known to lengthen start-up several fold (counted as two restarts)."""
+
+
+def _get(obj: Any, key: str, default: Any = None) -> Any:
+    if isinstance(obj, dict):
+        return obj.get(key, default)
+    return getattr(obj, key, default)
+
+
+def certainty(verdict: Any) -> float:
+    """0..1: how sure research is that the flag changes something here."""
+    given = _get(verdict, "certainty")
+    if isinstance(given, int | float) and not isinstance(given, bool):
+        return max(0.0, min(1.0, float(given)))
+    if isinstance(given, str) and given.lower() in CERTAINTY_WORDS:
+        return CERTAINTY_WORDS[given.lower()]
+    return CERTAINTY_BY_VERDICT.get(str(_get(verdict, "verdict", "unknown")), 0.0)
+
+
+def expected_value(candidate: dict[str, Any], verdict: Any) -> float:
+    """certainty x plausible gain / restart cost for a candidate as the planner sees it."""
+    gain = candidate.get("expected_gain") or GAIN_BY_PRIORITY.get(candidate.get("priority", ""), 0.02)
+    cost = candidate.get("restart_cost") or (2.0 if candidate["flag"] in SLOW_START else 1.0)
+    sure = certainty(verdict)
+    if candidate.get("status") in PLAYBOOK_DOUBTS:  # the playbook's conditions say it won't help or start
+        sure *= 0.25
+    return sure * float(gain) / float(cost)
+
+
+def rank(candidates: list[dict[str, Any]], verdicts: dict[str, Any]) -> list[dict[str, Any]]:
+    """`candidates` by expected value per restart, highest first (stable for equal values)."""
+    return sorted(candidates, key=lambda c: -expected_value(c, verdicts.get(c["flag"])))

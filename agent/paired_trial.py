@@ -1,0 +1,165 @@
+"""One trial, A/B/A: known-good block, candidate block, rollback, known-good block, then a confirmed keep.
+
+A = the deployed best configuration, B = the candidate on top of it. A is measured right before B
+(it is running: no restart); B is measured with adaptive repetitions and abandoned early when no
+gain of the minimum effect is possible; otherwise the rollback (which a rejection needs anyway)
+restarts A and A is measured again, so B sits between two A blocks and drift cancels. A candidate
+that wins is deployed again, its probe and a block on that second launch must agree, and only then
+is it committed. The A block after a trial is the next trial's A block before.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent.measure import environment_failure, measure
+from agent.trial import BudgetExhausted, TrialRecord, _comparison_dict, mean_throughput
+
+
+def _cmp(r: Any, before: list[Any], cand: list[Any], after: list[Any] | None) -> Any:
+    from tools.bench.paired import paired_compare
+
+    b = r.bench
+    return paired_compare(
+        before, cand, after, r.objective, min_effect=b.min_effect,
+        regress_tolerance=b.regress_tolerance, launch_noise=b.launch_noise,
+    )  # fmt: skip
+
+
+async def known_good_block(r: Any) -> list[Any]:
+    """The known-good block in its current launch: the last one, or measured now (no restart)."""
+    if r.reference:
+        return r.reference
+    reps = await measure(r.endpoint, r.bench, max_reps=r.bench.reps, on_progress=r.on_progress)
+    if not reps or any(s.partial for s in reps):
+        errors = "; ".join(e for s in reps for e in s.errors) or "no result"
+        r.halted = f"the known-good configuration failed its benchmark ({errors})"
+        raise BudgetExhausted(r.halted)
+    r.reference = reps
+    return reps
+
+
+async def _reject(r: Any, record: TrialRecord, why: str) -> None:
+    record.decision, record.why = "rolled_back", why
+    await r.rollback(record)
+
+
+async def _probe_ok(r: Any, record: TrialRecord) -> str | None:
+    """None when the outputs may be kept, else why not."""
+    from tools.bench.probe import compare_probe, run_probe
+
+    probe = await run_probe(r.endpoint)
+    pv = compare_probe(r.baseline.probe, probe)
+    record.probe, record.probe_detail = pv.status, str(getattr(pv, "first_diff", "") or "")
+    if pv.status == "broken":
+        return "outputs are broken"
+    if pv.status == "drifting" and not r.allow_lossy:
+        return "outputs drift from the baseline (lossy); --allow-lossy not given"
+    if refusal := r._lossy_refusal(record.changes):  # marked lossy while this trial ran
+        return f"probe {pv.status}, but {refusal}"
+    return None
+
+
+async def _deploy(r: Any, record: TrialRecord, text: str, label: str) -> bool:
+    """Deploy `text`; on failure record why (environment or flag) and stop trials if the machine
+    itself is the problem or the rollback failed. True when the candidate runs healthy."""
+    what = ", ".join(c.describe() for c in record.changes)
+    outcome = await r.deployment.deploy(text, reason=f"trial {record.number} ({label}): {what}")
+    record.restarts += 1
+    r.restarts += 1
+    r.reference = None
+    if outcome.ok:
+        return True
+    record.decision = "rolled_back"
+    record.deploy_error, record.log_tail = outcome.error, outcome.log_tail
+    if outcome.rolled_back:  # deploy() restored the known-good configuration, one more restart
+        record.restarts += 1
+        r.restarts += 1
+    env = environment_failure(outcome.error, outcome.log_tail)
+    if env:
+        record.environment = env
+        record.why = f"environment failure, not the flag: {env} ({outcome.error.splitlines()[0]})"
+        r.halted = f"environment failure: {env}; fix the host, then run again"
+    else:
+        record.why = f"failed to start: {outcome.error}"
+    if "ROLLBACK FAILED" in (outcome.error or ""):
+        await r.restore_after_failed_rollback(record, outcome.error)
+    return False
+
+
+async def run_paired(r: Any, record: TrialRecord, new_text: str) -> None:
+    """The whole A/B/A trial of `record` (deployed as `new_text`) on runner `r`."""
+    before = await known_good_block(r)
+    if not await _deploy(r, record, new_text, "candidate"):
+        return
+    record.deployed = True
+    await r.deployment.keepalive()  # the dead-man's switch must not fire mid-measurement
+    if why := await _probe_ok(r, record):
+        return await _reject(r, record, why)
+    await r.deployment.keepalive()
+    cand = await measure(
+        r.endpoint, r.bench, decide=lambda reps: _cmp(r, before, reps, None), max_reps=r.max_reps,
+        on_progress=r.on_progress,
+    )  # fmt: skip
+    record.levels = mean_throughput(cand)
+    record.blocks = {"before": len(before), "candidate": len(cand)}
+    if any(s.partial for s in cand):
+        errors = "; ".join(e for s in cand for e in s.errors) or "failed requests"
+        env = environment_failure(errors)
+        if env:
+            record.environment = env
+            r.halted = f"environment failure: {env}"
+        return await _reject(r, record, f"errors under load: {errors}")
+    first = _cmp(r, before, cand, None)
+    if first.clear_no:
+        record.comparison = _comparison_dict(first)
+        return await _reject(r, record, f"stopped after {len(cand)} repetitions: {first.summary}")
+    # A/B/A: the rollback restarts known-good; measure it again next to the candidate
+    if not await r.rollback(record):
+        record.decision = "rolled_back"
+        return
+    record.decision = "rolled_back"
+    after = await measure(
+        r.endpoint, r.bench, decide=lambda reps: _cmp(r, before, cand, reps), max_reps=r.max_reps,
+        on_progress=r.on_progress,
+    )  # fmt: skip
+    if not after or any(s.partial for s in after):
+        record.why = "the known-good configuration failed its benchmark after the rollback"
+        r.halted = record.why
+        return
+    r.reference = after
+    cmp = _cmp(r, before, cand, after)
+    # the A/B look before the second known-good block, kept to show what pairing changed
+    record.comparison = {**_comparison_dict(cmp), "ab_only": {"verdict": first.verdict, "ratio": first.ratio}}
+    record.blocks["after"] = len(after)
+    record.improved = cmp.verdict == "improved"
+    record.why = cmp.summary
+    if not record.improved:
+        return
+    if refusal := r._lossy_refusal(record.changes):
+        record.why = refusal
+        return
+    await _keep(r, record, new_text, cmp, after)
+
+
+async def _keep(r: Any, record: TrialRecord, new_text: str, cmp: Any, after: list[Any]) -> None:
+    """Deploy the winner again; keep it only if its probe and a block on this launch agree."""
+    record.improved = False  # until this launch agrees
+    if not await _deploy(r, record, new_text, "keep"):
+        record.why = f"improved ({cmp.summary}) but did not start again: {record.why}"
+        return
+    await r.deployment.keepalive()
+    if why := await _probe_ok(r, record):
+        return await _reject(r, record, why)
+    await r.deployment.keepalive()
+    confirm = await measure(r.endpoint, r.bench, max_reps=r.bench.reps, on_progress=r.on_progress)
+    record.blocks["confirm"] = len(confirm)
+    check = _cmp(r, after, confirm, None)
+    if any(s.partial for s in confirm) or check.clear_no:
+        return await _reject(
+            r, record, f"improved ({cmp.summary}) but not on a second launch ({check.summary})"
+        )
+    await r.deployment.commit()
+    record.improved = True
+    record.decision, record.why = "kept", cmp.summary
+    r.best, r.best_reps, r.reference = record, confirm, confirm

@@ -1,0 +1,272 @@
+"""Does the agent find the real gains? `optagent run` (builtin policy, default playbook, default goal)
+on every shipped scenario against the simulated server, compared with the noise-free model.
+
+Per scenario it prints:
+- oracle gain: the best noise-free objective (geometric mean of output tok/s over the benchmark's
+  levels) of any combination of the playbook's levers for that deployment (exhaustive search on
+  `sim.offline`; combinations that cannot start, are lossy, or lose more than the 3% tolerance at a
+  level are excluded),
+- gain kept: the noise-free objective of the configuration the run left deployed,
+- restarts of the run vs a one-at-a-time grid (deploy + rollback of every lever of the playbook
+  that exists in this version and is not already set),
+- no-op kept: kept flags whose own noise-free effect is below 0.5% at every level,
+- wall time.
+Then a false-keep rate: A/A trials (a flag that changes nothing) with drift injected by a CPU hog
+that runs only while the known-good block before the candidate is measured, judged A/B/A (what the
+agent does) and unpaired A/B (the candidate vs that block alone).
+
+    python benchmarks/bench_agent.py [--scenario NAME]... [--time-scale 0.1] [--aa 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import math
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from agent.playbook import evaluate, load_playbook  # noqa: E402
+from sim import host  # noqa: E402
+from sim.offline import offline_throughput  # noqa: E402
+from sim.scenario import SCENARIO_DIR  # noqa: E402
+
+LEVELS = [1, 8, 64]
+OUT_LEN = 128
+TOLERANCE = 0.03
+
+
+def fast_scenario(name: str, tmp: Path) -> Path:
+    """The scenario with a 5 s simulated start-up (the time scale shortens it further)."""
+    text = (SCENARIO_DIR / f"{name}.toml").read_text()
+    path = tmp / f"{name}.toml"
+    path.write_text(re.sub(r"startup_s = [\d.]+", "startup_s = 5", text))
+    return path
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def up(name: str, tmp: Path, scale: float):  # type: ignore[no-untyped-def]
+    config = host.ensure_up(
+        tmp / "sim", scenario=fast_scenario(name, tmp), port=free_port(), time_scale=scale
+    )
+    bench = config.bench.model_copy(
+        update={"concurrency": LEVELS, "output_len": OUT_LEN, "warmup": 1, "reps": 3}
+    )
+    return config.model_copy(
+        update={
+            "bench": bench,
+            "target": config.target.model_copy(update={"max_restarts_per_minute": 100}),
+            "agent": config.agent.model_copy(update={"transcripts_dir": tmp / "transcripts"}),
+        }
+    )
+
+
+def sim_catalog() -> dict[str, object]:
+    """The simulated version's flags (deprecated ones marked), so levers resolve as in the run."""
+    from types import SimpleNamespace
+
+    table = json.loads((Path(__file__).resolve().parents[1] / "sim" / "flags-0.5.23.json").read_text())
+    return {
+        name: SimpleNamespace(
+            deprecated="deprecated" in (f.get("help") or "").lower(), default=f.get("default")
+        )
+        for f in table["flags"]
+        for name in f["names"]
+    }
+
+
+def noise_free(name: str, flags: list[str]) -> dict[int, float] | None:
+    """Output tok/s per level of the scenario's baseline plus `flags`; None when it cannot start."""
+    try:
+        return {
+            c: offline_throughput(name, flags, concurrency=c, output_len=OUT_LEN, requests=max(2 * c, 8))
+            for c in LEVELS
+        }
+    except (Exception, SystemExit):  # StartupError, or argparse refusing the flags
+        return None
+
+
+def objective(base: dict[int, float], now: dict[int, float]) -> float:
+    return math.exp(sum(math.log(now[c] / base[c]) for c in LEVELS) / len(LEVELS))
+
+
+def flag_args(changes: list[str]) -> list[str]:
+    out: list[str] = []
+    for ch in changes:
+        out += ch.split(" ", 1)
+    return out
+
+
+def oracle(name: str, candidates: list, base: dict[int, float]) -> tuple[float, list[str], dict[str, dict]]:
+    """Best objective over every combination of the levers; also each lever's own levels."""
+    levers = [
+        c
+        for c in candidates
+        if c.status in ("candidate", "no-op") and c.action == "set" and not c.lever.lossy
+    ]
+    alone = {c.change: noise_free(name, flag_args([c.change])) for c in levers}
+    useful = [c for c in levers if alone[c.change] is not None]
+    best, best_set = 1.0, []
+    for k in range(1, len(useful) + 1):
+        for combo in itertools.combinations(useful, k):
+            changes = [c.change for c in combo]
+            got = noise_free(name, flag_args(changes))
+            if got is None or any(got[c] < base[c] * (1 - TOLERANCE) for c in LEVELS):
+                continue
+            if (value := objective(base, got)) > best:
+                best, best_set = value, changes
+    return best, best_set, alone
+
+
+async def run_agent(config, tmp: Path):  # type: ignore[no-untyped-def]
+    from agent.session import RunOptions, run_session
+    from agent.transcript import Transcript
+    from agent.ui import RunUI
+
+    transcript = Transcript.create(
+        tmp / "transcripts", kind="run", goal="improve throughput", model="builtin", target="sim"
+    )
+    with open(tmp / "console.txt", "w") as out:
+        ui = RunUI(Console(file=out, width=140), transcript)
+        try:
+            return await run_session(config, RunOptions(goal="improve throughput", max_wall_minutes=60), ui)
+        finally:
+            transcript.close({"status": "bench"})
+
+
+def scenario_row(name: str, scale: float) -> dict:
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        config = up(name, tmp, scale)
+        try:
+            started = time.monotonic()
+            result = asyncio.run(run_agent(config, tmp))
+            wall = time.monotonic() - started
+            facts = _facts(result)
+        finally:
+            host.down(tmp / "sim")
+    base = noise_free(name, [])
+    cands = evaluate(load_playbook(), facts, sim_catalog())
+    best, best_set, alone = oracle(name, cands, base)
+    final = noise_free(name, flag_args(result.kept)) or base
+    noops = [
+        k for k in result.kept if (a := alone.get(k)) and all(abs(a[c] / base[c] - 1) < 0.005 for c in LEVELS)
+    ]
+    grid = 2 * sum(c.status in ("candidate", "no-op", "incompatible") for c in cands)
+    return {
+        "scenario": name, "oracle": best - 1, "oracle_set": best_set, "kept": objective(base, final) - 1,
+        "kept_set": result.kept, "restarts": result.restarts, "grid": grid, "noops": noops, "wall": wall,
+        "status": result.status, "conclusion": result.conclusion,
+    }  # fmt: skip
+
+
+def _facts(result) -> dict:  # type: ignore[no-untyped-def]
+    from agent.transcript import load_transcript
+
+    tx = load_transcript(result.transcript)
+    return tx.events_of("context")[0]["data"]["facts"]
+
+
+async def aa_trials(name: str, scale: float, n: int, tmp: Path) -> tuple[int, int, int]:
+    """(A/A trials, false keeps by A/B/A, false keeps by unpaired A/B) with drift injected."""
+    from agent.paired_trial import known_good_block
+    from agent.session import make_runner
+    from agent.trial import Baseline, TrialChange
+    from tools.bench.objective import Objective
+    from tools.bench.probe import run_probe
+    from tools.deploy import Deployment
+
+    config = up(name, tmp, scale)
+    paired = unpaired = 0
+    try:
+        async with Deployment(config.target) as dep:
+            text = config.target.local_unit.read_text()
+            base = Baseline(reps=[], probe=await run_probe(config.target.endpoint), text=text)
+            runner = make_runner(
+                dep, config, Objective(), base, [], _Quiet(), allow_lossy=False, max_trials=n
+            )
+            for i in range(n):
+                hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                try:
+                    runner.reference = None
+                    await known_good_block(runner)  # measured while the machine is loaded
+                finally:
+                    hog.kill()
+                    hog.wait()
+                change = TrialChange(flag="--num-continuous-decode-steps", value=str(2 + i % 2))
+                record = await runner.run([change], reason="A/A")
+                paired += record.decision == "kept"
+                if record.decision == "kept":  # undo: the next A/A starts from the same baseline
+                    runner.best = None
+                    await dep.deploy(text, reason="undo A/A keep")
+                    await dep.commit()
+                unpaired += _unpaired_keep(record)
+                print(f"  A/A {i + 1}: {record.decision}; {record.why[:160]}", flush=True)
+    finally:
+        host.down(tmp / "sim")
+    return n, paired, unpaired
+
+
+def _unpaired_keep(record) -> bool:  # type: ignore[no-untyped-def]
+    """Would the candidate's block against the loaded block alone (A/B) have been called improved?"""
+    cmp = record.comparison or {}
+    return (cmp.get("ab_only") or cmp).get("verdict") == "improved"
+
+
+class _Quiet:
+    def record(self, *a: object) -> None:
+        pass
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--scenario", action="append", help="default: every shipped scenario")
+    ap.add_argument("--time-scale", type=float, default=0.1)
+    ap.add_argument("--aa", type=int, default=8, help="A/A trials with injected drift (0: skip)")
+    args = ap.parse_args()
+    names = args.scenario or sorted(p.stem for p in SCENARIO_DIR.glob("*.toml"))
+    rows = []
+    for name in names:
+        print(f"running {name} ...", flush=True)
+        rows.append(scenario_row(name, args.time_scale))
+        r = rows[-1]
+        print(f"  kept {r['kept_set']} ({r['status']}); oracle {r['oracle_set']}", flush=True)
+        print("  " + r["conclusion"].replace("\n", "\n  "), flush=True)
+    print()
+    print(
+        "| scenario | oracle gain | gain kept | % of oracle | restarts | grid restarts | no-op kept | wall s |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---|---:|")
+    for r in rows:
+        share = r["kept"] / r["oracle"] * 100 if r["oracle"] > 0.005 else 100.0
+        print(
+            f"| {r['scenario']} | {r['oracle'] * 100:+.1f}% | {r['kept'] * 100:+.1f}% | {share:.0f}% | "
+            f"{r['restarts']} | {r['grid']} | {', '.join(r['noops']) or 'none'} | {r['wall']:.0f} |"
+        )
+    if args.aa:
+        with tempfile.TemporaryDirectory() as d:
+            n, paired, unpaired = asyncio.run(aa_trials("seed", args.time_scale, args.aa, Path(d)))
+        print(
+            f"\nA/A with injected drift: {n} trials; false keeps A/B/A: {paired}/{n}; unpaired A/B: {unpaired}/{n}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""The A/B/A comparison and the Pareto rule (tools/bench/paired.py), on synthetic repetitions with
+seeded log-normal noise: drift between blocks, gains at one level, regressions, sequential hints."""
+
+from __future__ import annotations
+
+import random
+
+from tools.bench.objective import objective_from_goal
+from tools.bench.paired import paired_compare
+from tools.bench.results import LevelResult, SweepResult
+
+LEVELS = {1: 120.0, 8: 400.0, 64: 1200.0}
+THROUGHPUT = objective_from_goal("improve throughput")
+
+
+def sweep(
+    rng: random.Random, *, shift: float = 1.0, noise: float = 0.01, at: dict | None = None
+) -> SweepResult:
+    levels = []
+    for c, tput in LEVELS.items():
+        f = shift * (at or {}).get(c, 1.0) * 2.718281828 ** rng.gauss(0, noise)
+        levels.append(LevelResult(max_concurrency=c, num_prompts=8, completed=8, output_throughput=tput * f))
+    return SweepResult(endpoint="http://x", api="completions", levels=levels)
+
+
+def block(rng, n=3, **kw):
+    return [sweep(rng, **kw) for _ in range(n)]
+
+
+def test_drift_that_makes_a_no_op_look_better_is_caught_by_the_after_block():
+    rng = random.Random(1)
+    before = block(rng, shift=0.85)  # the machine was loaded while known-good was measured
+    cand, after = block(rng), block(rng)  # load gone: the candidate changes nothing
+    ab = paired_compare(before, cand, None, THROUGHPUT, launch_noise=0.01)
+    aba = paired_compare(before, cand, after, THROUGHPUT, launch_noise=0.01)
+    assert ab.verdict == "improved"  # what an unpaired look would keep
+    assert aba.verdict != "improved" and abs(aba.overall.drift) > 0.1
+
+
+def test_linear_drift_cancels_and_a_real_gain_is_kept():
+    rng = random.Random(2)
+    # a 4% linear drift across the trial: the midpoint of the A blocks sits where B was measured
+    before, cand, after = block(rng, shift=0.98), block(rng, shift=1.06), block(rng, shift=1.02)
+    aba = paired_compare(before, cand, after, THROUGHPUT, launch_noise=0.005)
+    assert aba.verdict == "improved" and 1.03 < aba.ratio < 1.09
+
+
+def test_pareto_keeps_a_gain_at_one_level_that_the_geometric_mean_dilutes():
+    rng = random.Random(3)
+    before, after = block(rng, n=4), block(rng, n=4)
+    cand = block(rng, n=4, at={64: 1.06})
+    pareto = paired_compare(before, cand, after, THROUGHPUT, launch_noise=0.005)
+    assert pareto.rule == "pareto" and pareto.verdict == "improved"
+    assert any(i.concurrency == 64 and i.ci_low > 1 for i in pareto.per_level)
+    at_one = paired_compare(
+        before, cand, after, objective_from_goal("maximize output throughput at concurrency 1")
+    )
+    assert at_one.rule == "objective" and at_one.verdict != "improved"
+
+
+def test_pareto_refuses_a_gain_paid_for_by_another_level():
+    rng = random.Random(4)
+    before, after = block(rng, n=4), block(rng, n=4)
+    cand = block(rng, n=4, at={64: 1.10, 1: 0.94})
+    cmp = paired_compare(before, cand, after, THROUGHPUT, launch_noise=0.005)
+    assert cmp.verdict in ("regressed", "inconclusive")
+    assert cmp.verdict != "improved"
+
+
+def test_sequential_hints_stop_on_no_change_and_continue_when_promising():
+    rng = random.Random(5)
+    same = paired_compare(block(rng), block(rng), None, THROUGHPUT, launch_noise=0.0)
+    assert same.clear_no and not same.promising
+    noisy = random.Random(6)
+    before = block(noisy, n=2, noise=0.04)
+    maybe = paired_compare(before, block(noisy, n=2, noise=0.04, shift=1.04), None, THROUGHPUT)
+    assert maybe.verdict == "inconclusive" and maybe.promising and not maybe.clear_no
+
+
+def test_a_candidate_with_errors_is_never_improved():
+    rng = random.Random(7)
+    cand = block(rng, shift=1.2)
+    cand[0].partial = True
+    cmp = paired_compare(block(rng), cand, block(rng), THROUGHPUT)
+    assert cmp.verdict == "regressed"
