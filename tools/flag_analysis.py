@@ -75,15 +75,20 @@ class CodeVerdict:
         return asdict(self)
 
 
-def _parse_value(text: str | None, info: FlagInfo) -> Any:
-    if text is None:
-        return True if info.type == "bool" else non_default(info.default)
+def _parse_literal(text: str) -> Any:
+    """`4` -> 4, `0.9` -> 0.9, `true`/`false`/`none`, anything else the text."""
     for cast in (int, float):
         try:
             return cast(text)
         except ValueError:
             pass
-    return {"true": True, "false": False, "none": None}.get(text.lower(), text)
+    return {"true": True, "false": False, "none": None, "null": None}.get(text.lower(), text)
+
+
+def _parse_value(text: str | None, info: FlagInfo) -> Any:
+    if text is None:
+        return True if info.type == "bool" else non_default(info.default)
+    return _parse_literal(text)
 
 
 def default_facts(catalog: list[FlagInfo]) -> dict[str, Any]:
@@ -207,8 +212,9 @@ def _findings(
 ) -> None:
     dests = frozenset(f.dest for f in index.catalog)
     definitions = {f.path for f in index.catalog if f.path}
-    status = module_status(index, facts)
-    for read in index.reads(dest):
+    reads = index.reads(dest)
+    status = module_status(index, facts) if reads else {}
+    for read in reads:
         loc = f"{read.path}:{read.line}"
         if _foreign(index, read, definitions):
             v.notes.append(f"{loc}: `{read.receiver}.{dest}` is another object's attribute, not the flag")

@@ -16,6 +16,9 @@ loaded dynamically (no importer) are active.
 
 from __future__ import annotations
 
+import hashlib
+import os
+import pickle
 from typing import Any
 
 from tools.flag_index import FlagIndex
@@ -93,24 +96,47 @@ def _model_status(index: FlagIndex, facts: dict[str, Any]) -> dict[str, Status]:
     return {p: p in active for p in files}
 
 
+_STATUS_FORMAT = 2
+"""Bumped when the rules change, so status files cached on disk are not reused."""
 _STATUS_CACHE: dict[tuple[int, tuple], dict[str, Status]] = {}
 
 
 def module_status(index: FlagIndex, facts: dict[str, Any]) -> dict[str, Status]:
-    """Every module's status for these facts (True/False/None); see the module docstring."""
-    key = (id(index), tuple(sorted((k, repr(v)) for k, v in facts.items())))
-    if key not in _STATUS_CACHE:
-        _STATUS_CACHE[key] = _module_status(index, facts)
-    return _STATUS_CACHE[key]
+    """Every module's status for these facts (True/False/None); see the module docstring.
+
+    Kept in memory and next to the index on disk, keyed by the facts (a warm CLI call skips it)."""
+    text = repr((_STATUS_FORMAT, sorted((k, repr(v)) for k, v in facts.items())))
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    key = (id(index), digest)
+    if key in _STATUS_CACHE:
+        return _STATUS_CACHE[key]
+    path = index.db.with_name(index.db.stem + f".status-{digest}.pickle")
+    status: dict[str, Status] | None = None
+    try:
+        with path.open("rb") as fh:
+            status = pickle.load(fh)
+    except (OSError, pickle.UnpicklingError, EOFError):
+        status = None
+    if status is None:
+        status = _module_status(index, facts)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        try:
+            with tmp.open("wb") as fh:
+                pickle.dump(status, fh, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(tmp, path)
+        except OSError:
+            tmp.unlink(missing_ok=True)  # a read-only cache only costs the recomputation
+    _STATUS_CACHE[key] = status
+    return status
 
 
 def _module_status(index: FlagIndex, facts: dict[str, Any]) -> dict[str, Status]:
     dests = frozenset(f.dest for f in index.catalog)
     registry = _registry_status(index, facts, dests)
     status: dict[str, Status] = dict.fromkeys(index.modules, True)
-    status.update(_model_status(index, facts))
-    status.update(_platform_status(index, facts))
-    fixed = {p for p, s in status.items() if s is not True}  # model files: decided above
+    decided = {**_model_status(index, facts), **_platform_status(index, facts)}
+    status.update(decided)
+    fixed = set(decided)  # model and platform files: decided by the facts, not by their importers
     importers: dict[str, list[tuple[str, Status]]] = {}
     guard_memo: dict[tuple[str, tuple[str, ...]], bool | None] = {}
     for target, path, guards, keys in index.import_graph:

@@ -262,8 +262,8 @@ def build_index(tree: SourceTree, db: Path, *, workers: int = 2) -> FlagIndex:
     _write(tmp, tree, catalog, [m for part in parts for m in part])
     os.replace(tmp, db)  # readers never see a half-written index
     prefix = db.name.rsplit("-", 1)[0] + "-"
-    for old in db.parent.glob(prefix + "*.sqlite"):  # earlier builds of this version
-        if old != db and old.name.rsplit("-", 1)[0] + "-" == prefix:
+    for old in db.parent.glob(prefix + "*"):  # earlier builds of this version, their status caches
+        if old != db and old.name.startswith(prefix) and not old.name.startswith(db.stem):
             old.unlink(missing_ok=True)
     return FlagIndex(db)
 

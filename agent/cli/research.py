@@ -126,53 +126,65 @@ def _unknown_flag(name: str, version: str, known: list[str], *, json_out: bool) 
     fail(message, code=2)
 
 
+CONTEXT = {"ignore_unknown_options": True}
+"""`optagent research --enable-x` works without `--`: an unknown option is the flag to research."""
+
+
+def _server_args(pairs: list[str]) -> dict[str, Any]:
+    """`--server-arg attention_backend=triton` pairs as `server.<dest>` facts (values typed)."""
+    from tools.flag_analysis import _parse_literal
+
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            fail(f"--server-arg wants KEY=VALUE, got {pair!r}", code=2)
+        out["server." + key.strip().lstrip("-").replace("-", "_")] = _parse_literal(value.strip())
+    return out
+
+
 def research(
-    flag: str = typer.Argument(..., help="The flag, with or without dashes."),
+    flag: str = typer.Argument(..., help="The flag, with or without dashes (--x, x, x_y, --no-x)."),
     config: Path | None = ConfigOption,
     source: Path | None = typer.Option(None, "--source", help="SGLang source tree."),
+    version: str | None = typer.Option(None, "--version", help="SGLang version to fetch."),
+    value: str | None = typer.Option(None, "--value", help="The value to try (value flags)."),
     model_config: Path | None = typer.Option(None, "--model-config", help="config.json or its directory."),
+    gpu_sm: int | None = typer.Option(None, "--gpu-sm", help="GPU SM architecture, e.g. 120 (RTX PRO 6000)."),
+    gpus: int | None = typer.Option(None, "--gpus", help="GPUs on the host."),
+    tp: int | None = typer.Option(None, "--tp", help="Tensor-parallel size (server.tp_size)."),
+    server_arg: list[str] = typer.Option(
+        [],
+        "--server-arg",
+        help="A resolved server arg, KEY=VALUE (repeatable), e.g. attention_backend=triton.",
+    ),
+    rebuild_index: bool = typer.Option(False, "--rebuild-index", help="Re-index the source tree first."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """Where a flag is defined, read and gated, against this model and these GPUs."""
-    from tools.flags import find_flag, flag_catalog, guard_facts, research_flag
+    """The verdict of a flag on this deployment, from the code of the running SGLang version."""
+    from agent.cli.research_view import facts_of, print_verdict
+    from tools.flag_analysis import analyze_flag
+    from tools.flag_index import load_index
+    from tools.flags import find_flag
 
     name = normalize_flag(flag)
-    tree, cfg = _tree(config, source, None)
-    catalog = flag_catalog(tree)
-    if find_flag(catalog, name) is None:
-        _unknown_flag(name, tree.version, [f.name for f in catalog], json_out=json_out)
-    report = research_flag(tree, name, catalog=catalog)
+    tree, cfg = _tree(config, source, version)
     model, hardware, notes = _facts(cfg, model_config)
-    report.notes += notes
-    all_guards = [g for r in report.readers for g in r.guards]
-    facts = guard_facts(all_guards, model=model, hardware=hardware)
+    facts = facts_of(cfg, model, hardware)
+    facts.update(_server_args(server_arg))
+    if gpu_sm is not None:
+        facts["gpu.sm"] = gpu_sm
+    if gpus is not None:
+        facts["gpu.count"] = gpus
+    if tp is not None:
+        facts["server.tp_size"] = tp
+    index = load_index(tree, rebuild=rebuild_index)
+    if find_flag(index.catalog, name) is None:
+        _unknown_flag(name, tree.version, [f.name for f in index.catalog], json_out=json_out)
+    verdict = analyze_flag(index, name, facts, value=value)
+    verdict.notes += notes
     if json_out:
-        data = {"version": tree.version, "origin": tree.origin, **report.to_dict(), "facts": facts}
-        data["model"] = model.to_dict() if model else None
-        data["hardware"] = hardware.to_dict() if hardware else None
+        data = {"version": tree.version, "origin": tree.origin, **verdict.to_dict(), "facts": facts}
         print(json.dumps(data, default=str))
         return
-    out = console.print
-    out(f"[bold]{name}[/] in sglang {tree.version} ({tree.origin})", highlight=False)
-    f = report.flag
-    out(f"  defined at {f.path}:{f.line}  type={f.type} default={f.default!r}", highlight=False)
-    if f.help:
-        out(f"  help: {f.help}", highlight=False, markup=False)
-    out(f"[bold]readers[/] ({len(report.readers)}):", highlight=False)
-    for r in report.readers:
-        tag = "config" if r.kind == "config" else ("inert" if r.inert else "use")
-        out(f"  [{tag}] {r.path}:{r.line} in {r.function}: {r.text.strip()}", highlight=False, markup=False)
-        for g in r.guards:
-            out(f"      if {g}", highlight=False, markup=False)
-        if r.effect:
-            out(f"      → {r.effect}", highlight=False, markup=False)
-        for fact in guard_facts(r.guards, model=model, hardware=hardware):
-            out(f"      fact: {fact}", highlight=False, markup=False)
-    if model is not None:
-        out(f"[bold]model[/]: {model.summary()}", highlight=False)
-    if hardware is not None:
-        out(f"[bold]hardware[/]: {hardware.summary()}", highlight=False)
-    verdict = "DEAD (no effective reader)" if report.dead else "live"
-    out(f"[bold]verdict[/]: {verdict}", highlight=False)
-    for note in report.notes:
-        out(f"  note: {note}", highlight=False, markup=False)
+    print_verdict(verdict, tree, facts)

@@ -1,0 +1,92 @@
+"""Research verdicts on the real SGLang 0.5.23 and 0.5.9 wheels against hand-labelled truths.
+
+The truths, with the `path:line` each was read from, are in tests/data/research_labels.toml. The
+deployments are built from real model configs (tests/data/model-configs) and GPU facts; no playbook
+is involved: every verdict here comes from the code index (`tools.flag_analysis`).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent.context import DeploymentContext
+from tools.flag_analysis import analyze_flag
+from tools.flag_index import load_index, off_path_reason
+from tools.modelcfg import load_model_config, model_facts
+
+DATA = Path(__file__).parent / "data"
+CASES = tomllib.loads((DATA / "research_labels.toml").read_text())["case"]
+PROFILES = {
+    "story": ("Qwen--Qwen3.5-122B-A10B_config.json", 120, 4, {"tp_size": 4, "attention_backend": "triton"}),
+    "h100-qwen3moe": ("Qwen--Qwen3-30B-A3B_config.json", 90, 8, {"tp_size": 8, "attention_backend": "fa3"}),
+    "h100-llama": (
+        "meta-llama--Meta-Llama-3.1-8B_config.json",
+        90,
+        1,
+        {"tp_size": 1, "attention_backend": "fa3"},
+    ),
+}
+
+
+def profile_facts(name: str) -> dict[str, Any]:
+    """The flat facts of a labelled deployment, as the agent builds them."""
+    config, sm, count, server = PROFILES[name]
+    model = model_facts(load_model_config(DATA / "model-configs" / config))
+    hardware = {"gpus": [{"name": f"sm{sm} GPU", "sm": sm}] * count}
+    return DeploymentContext(server_info=server, model=model, hardware=hardware).facts
+
+
+@pytest.fixture(scope="module")
+def trees(sglang_0523, sglang_059):  # type: ignore[no-untyped-def]
+    return {"0.5.23": sglang_0523, "0.5.9": sglang_059}
+
+
+def test_the_labelled_set_is_big_enough_and_covers_every_point() -> None:
+    assert len({(c["version"], c["flag"], c["profile"]) for c in CASES}) >= 15
+    covered = {item for c in CASES for item in c["covers"]}
+    for item in (
+        "reachability",
+        "guards",
+        "platform",
+        "dispatch",
+        "aliases",
+        "spellings",
+        "dead",
+        "vocabulary",
+    ):
+        assert item in covered, item
+    assert {c["version"] for c in CASES} == {"0.5.23", "0.5.9"}
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c['version']}-{c['profile']}-{c['flag']}")
+def test_verdict_matches_the_hand_read_truth(case: dict[str, Any], trees) -> None:  # type: ignore[no-untyped-def]
+    index = load_index(trees[case["version"]])
+    verdict = analyze_flag(index, case["flag"], profile_facts(case["profile"]), value=case.get("value"))
+    assert verdict.verdict == case["verdict"], verdict.summary
+    if ":" in case["source"] and verdict.verdict != "dead":
+        # the deciding line is in the evidence (a reader, or the exit it reaches)
+        places = [f.location for f in verdict.findings] + [
+            e.location for f in verdict.findings for e in f.exits
+        ]
+        path, line = case["source"].rsplit(":", 1)
+        assert any(
+            p.startswith(path + ":") and abs(int(p.rsplit(":", 1)[1]) - int(line)) <= 3 for p in places
+        ), places
+    if verdict.verdict == "dead":
+        assert case["source"].split(":")[0] == verdict.definition.split(":")[0]
+
+
+def test_no_evidence_off_the_serving_path(trees) -> None:  # type: ignore[no-untyped-def]
+    """Benchmarks, tests, multimodal_gen and the api/ types are never readers (item 4)."""
+    for tree in trees.values():
+        index = load_index(tree)
+        for f in index.catalog[:: max(1, len(index.catalog) // 120)]:
+            for read in index.reads(f.dest):
+                assert off_path_reason(index.package_rel(read.path)) is None, read.path
+    assert off_path_reason("benchmark/one_batch.py") and off_path_reason("multimodal_gen/runtime/x.py")
+    assert off_path_reason("api/v1/api_types.py") and off_path_reason("bench_serving.py")
+    assert off_path_reason("srt/layers/attention/triton_backend.py") is None
