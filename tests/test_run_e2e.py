@@ -173,6 +173,11 @@ def test_seed_run_keeps_the_winner_and_rolls_back_the_rest(seed_host, tmp_path):
     assert any(re.match(r"sglang/.+\.py:\d+$", e["location"]) for e in graphs["evidence"])
     assert any(c["outcome"] == "pass" and "32" in c["fact"] for c in graphs["conditions"])
     assert len(tx.events_of("trial")) == len(result.trials)
+    # the report explains the rule, the budget, and which candidates were not tried and why
+    report = result.report.read_text()
+    assert "A/B/A" in report and "min wall-time budget" in report
+    assert "## Candidates not tried" in report and "--kv-cache-dtype fp8_e4m3: lossy" in report
+    assert report.count(f"trial {kept.number} `") == 1  # each trial listed once
     researchers = [m for m in tx.messages if m["agent"].startswith("researcher:")]
     assert researchers and all(m["parent"] is not None for m in researchers)
     planner_msgs = {m["msg"] for m in tx.messages if m["agent"] == "planner"}
