@@ -36,12 +36,12 @@ async def measure(
     endpoint: str,
     bench: Any,
     *,
-    decide: Callable[[list[Any]], Any] | None = None,
+    more: Callable[[list[Any]], bool] | None = None,
     max_reps: int,
     on_progress: Any = None,
 ) -> list[Any]:
-    """`bench.reps` sweeps, then one more at a time (up to `max_reps`) while `decide(reps)` says the
-    comparison is promising but inconclusive. Stops at a partial sweep (its numbers are not trusted)."""
+    """`bench.reps` sweeps, then one more at a time (up to `max_reps`) while `more(reps)` says the
+    comparison is worth sharpening. Stops at a partial sweep (its numbers are not trusted)."""
     from tools.bench.loadgen import run_sweep
 
     reps: list[Any] = []
@@ -53,8 +53,7 @@ async def measure(
         reps.append(sweep)
         if sweep.partial:
             break
-        more = len(reps) == target and decide is not None and target < max_reps
-        if more and getattr(decide(reps), "promising", False):
+        if len(reps) == target and more is not None and target < max_reps and more(reps):
             target += 1
     return reps
 

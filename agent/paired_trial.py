@@ -26,6 +26,12 @@ def _cmp(r: Any, before: list[Any], cand: list[Any], after: list[Any] | None) ->
     )  # fmt: skip
 
 
+def _worth_more(cmp: Any) -> bool:
+    """More candidate repetitions pay off while a gain is possible but unproven, and for a likely
+    winner (the A/B/A decision after the rollback cannot add candidate repetitions any more)."""
+    return bool(cmp.promising or cmp.verdict == "improved")
+
+
 async def known_good_block(r: Any) -> list[Any]:
     """The known-good block in its current launch: the last one, or measured now (no restart)."""
     if r.reference:
@@ -98,8 +104,8 @@ async def run_paired(r: Any, record: TrialRecord, new_text: str) -> None:
         return await _reject(r, record, why)
     await r.deployment.keepalive()
     cand = await measure(
-        r.endpoint, r.bench, decide=lambda reps: _cmp(r, before, reps, None), max_reps=r.max_reps,
-        on_progress=r.on_progress,
+        r.endpoint, r.bench, more=lambda reps: _worth_more(_cmp(r, before, reps, None)),
+        max_reps=r.max_reps, on_progress=r.on_progress,
     )  # fmt: skip
     record.levels = mean_throughput(cand)
     record.blocks = {"before": len(before), "candidate": len(cand)}
@@ -120,8 +126,8 @@ async def run_paired(r: Any, record: TrialRecord, new_text: str) -> None:
         return
     record.decision = "rolled_back"
     after = await measure(
-        r.endpoint, r.bench, decide=lambda reps: _cmp(r, before, cand, reps), max_reps=r.max_reps,
-        on_progress=r.on_progress,
+        r.endpoint, r.bench, more=lambda reps: _cmp(r, before, cand, reps).promising,
+        max_reps=r.max_reps, on_progress=r.on_progress,
     )  # fmt: skip
     if not after or any(s.partial for s in after):
         record.why = "the known-good configuration failed its benchmark after the rollback"

@@ -213,7 +213,8 @@ def paired_compare(
             if worse
             else f"a gain of +{min_effect:.0%} is possible but not established"
         )
-    promising = verdict == "inconclusive" and not worse and bool(reach)
+    # a level below the tolerance without significance is noise until more repetitions say otherwise
+    promising = verdict == "inconclusive" and bool(reach)
     return PairedComparison(
         verdict=verdict, summary=f"{verdict}: {why}; {text}", promising=promising,
         clear_no=not reach or bool(sig_worse), **base,
