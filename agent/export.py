@@ -5,30 +5,78 @@ from __future__ import annotations
 import base64
 import html
 import io
+import math
+import statistics
 from pathlib import Path
+from typing import Any
 
-from agent.review import Review, build_review, fmt_change, review_markdown
+from agent.review import Review, TrialRecord, build_review, fmt_change, review_markdown
+from agent.review_verdicts import CONDITIONS_MARKER, condition_outcome, condition_summary
 from agent.transcript import LoadedTranscript
 
 KEPT_COLOR = "#1a7f37"
 ROLLED_COLOR = "#cf222e"
+BETTER_COLOR = "#1a7f37"
+WORSE_COLOR = "#cf222e"
+SAME_COLOR = "#8c959f"
+BASELINE_COLOR = "#0969da"
+NOISE = 0.01
+"""Changes within ±1% are drawn as "about the same" (grey), not as better or worse."""
 
 _CSS = f"""
-body {{ font-family: system-ui, sans-serif; max-width: 1100px; margin: 2em auto; color: #1f2328; }}
-table {{ border-collapse: collapse; margin: 0.6em 0; }}
-th, td {{ border: 1px solid #d0d7de; padding: 4px 10px; text-align: left; }}
+* {{ box-sizing: border-box; }}
+body {{ font-family: system-ui, sans-serif; max-width: 1180px; margin: 1.5em auto; padding: 0 16px;
+        color: #1f2328; overflow-wrap: anywhere; }}
+table {{ border-collapse: collapse; margin: 0.6em 0; max-width: 100%; }}
+th, td {{ border: 1px solid #d0d7de; padding: 4px 10px; text-align: left; vertical-align: top; }}
 th {{ background: #f6f8fa; }}
 strong.kept {{ background: {KEPT_COLOR}; color: white; padding: 1px 6px; border-radius: 4px; }}
 strong.rolled {{ background: {ROLLED_COLOR}; color: white; padding: 1px 6px; border-radius: 4px; }}
-figure.plot {{ margin: 1em 0; border: 3px solid #8250df; display: inline-block; }}
-figure.plot img {{ display: block; width: 1000px; }}
-pre, code {{ background: #f6f8fa; }}
+figure.plot {{ margin: 1em 0; border: 3px solid #8250df; max-width: 100%; }}
+figure.plot img {{ display: block; width: 100%; height: auto; }}
+pre {{ white-space: pre-wrap; }}
+pre, code {{ background: #f6f8fa; overflow-wrap: anywhere; }}
+details {{ margin: 0.2em 0; }} summary {{ cursor: pointer; }}
+details ul {{ margin: 0.2em 0 0.6em; font-size: 0.9em; }}
+li.pass {{ color: {BETTER_COLOR}; }} li.fail {{ color: {WORSE_COLOR}; }} li.unknown {{ color: #656d76; }}
 """
 
 
+def _label(change: str, width: int = 26) -> str:
+    text = change.replace("--", "")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _ratio(trial: TrialRecord) -> float | None:
+    """Geometric mean of candidate / baseline over the levels both measured."""
+    pairs = [(trial.baseline.get(c), v) for c, v in trial.candidate.items()]
+    logs = [math.log(v / b) for b, v in pairs if b and v]
+    return math.exp(statistics.fmean(logs)) if logs else None
+
+
+def _colour(ratio: float | None) -> str:
+    if ratio is None or abs(ratio - 1) <= NOISE:
+        return SAME_COLOR
+    return BETTER_COLOR if ratio > 1 else WORSE_COLOR
+
+
 def plot_png(review: Review) -> bytes | None:
-    """A PNG of output throughput per concurrency level (baseline, each trial, final) and of each
-    trial's change; None when nothing was measured."""
+    """`plot_figure(review)` as PNG bytes; None when nothing was measured."""
+    fig = plot_figure(review)
+    if fig is None:
+        return None
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def plot_figure(review: Review) -> Any:
+    """A matplotlib figure: output throughput per level before (baseline) and after (final), each
+    trial named by its flag and coloured by better/worse than the baseline; and each trial's change
+    per level as bars (kept ones outlined). None when nothing was measured."""
     base = {c: v for c, v in review.baseline["output_throughput"].items() if v is not None}
     trials = [t for t in review.trials if any(v is not None for v in t.candidate.values())]
     if not base and not trials:
@@ -37,45 +85,93 @@ def plot_png(review: Review) -> bytes | None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
 
-    fig, (ax, bars) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=100)
+    fig, (ax, bars) = plt.subplots(1, 2, figsize=(12, 4.8), dpi=100)
     for t in trials:
         pts = sorted((c, v) for c, v in t.candidate.items() if v is not None)
-        color = KEPT_COLOR if t.decision == "kept" else ROLLED_COLOR
-        ax.plot(*zip(*pts, strict=True), "--", color=color, alpha=0.45, linewidth=1, marker=".")
+        colour = _colour(_ratio(t))
+        ax.plot(*zip(*pts, strict=True), "--", color=colour, alpha=0.7, linewidth=1.2, marker=".")
+        ax.annotate(f"#{t.number} {_label(t.change, 18)}", pts[-1], xytext=(4, 0), textcoords="offset points",
+                    fontsize=7, color=colour, va="center")  # fmt: skip
     if base:
-        ax.plot(
-            *zip(*sorted(base.items()), strict=True), "-o", color="#0969da", linewidth=2.5, label="baseline"
-        )
-    final = sorted((c, v) for c, v in review.final.items() if v is not None)
+        ax.plot(*zip(*sorted(base.items()), strict=True), "-o", color=BASELINE_COLOR, linewidth=2.5)
+    final = sorted((c, v) for c, v in review.final.items() if v is not None) or sorted(base.items())
     if final:
-        ax.plot(*zip(*final, strict=True), "-s", color=KEPT_COLOR, linewidth=2.5, label="final")
+        ax.plot(*zip(*final, strict=True), "-s", color="black", linewidth=1.8, markersize=5)
     ax.set_xscale("log", base=2)
     ticks = sorted(set(base) | {c for t in trials for c in t.candidate})
     ax.set_xticks(ticks, [str(c) for c in ticks])
     ax.minorticks_off()
-    ax.set_xlabel("concurrency")
-    ax.set_ylabel("output tok/s")
-    ax.set_title("Throughput per concurrency level")
+    ax.set_xlim(min(ticks) / 1.3, max(ticks) * 2.2)  # room for the trial names
+    ax.set(xlabel="concurrency", ylabel="output tok/s", title="Before (baseline) and after (final)")
     ax.grid(True, alpha=0.3)
-    ax.legend(loc="upper left")
-    top = max((c for t in trials for c in t.candidate), default=max(base, default=1))
-    labels, values, colors = [], [], []
-    for t in trials:
-        before, after = t.baseline.get(top), t.candidate.get(top)
-        if before and after is not None:
-            labels.append(f"#{t.number}")
-            values.append((after / before - 1) * 100)
-            colors.append(KEPT_COLOR if t.decision == "kept" else ROLLED_COLOR)
-    bars.bar(labels, values, color=colors)
-    bars.axhline(0, color="black", linewidth=0.8)
-    bars.set_title(f"Change per trial at concurrency {top} (%)")
-    bars.grid(True, axis="y", alpha=0.3)
+    ax.legend(
+        handles=[
+            Line2D([], [], color=BASELINE_COLOR, marker="o", linewidth=2.5, label="before: baseline"),
+            Line2D(
+                [],
+                [],
+                color="black",
+                marker="s",
+                label="after: final" if review.final else "after: = baseline",
+            ),
+            Line2D([], [], color=BETTER_COLOR, linestyle="--", label="trial better"),
+            Line2D([], [], color=WORSE_COLOR, linestyle="--", label="trial worse"),
+            Line2D([], [], color=SAME_COLOR, linestyle="--", label="trial within ±1%"),
+        ],
+        loc="upper left",
+        fontsize=8,
+    )
+    _change_bars(bars, trials, ticks)
+    bars.legend(handles=[Patch(color=BETTER_COLOR, label="better"), Patch(color=WORSE_COLOR, label="worse"),
+                         Patch(facecolor="white", edgecolor="black", linewidth=2, label="kept")],
+                fontsize=8, loc="best")  # fmt: skip
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    return buf.getvalue()
+    return fig
+
+
+def _change_bars(ax: Any, trials: list[TrialRecord], levels: list[int]) -> None:
+    """Grouped bars: one group per trial (named by its flag), one bar per level, green/red by sign."""
+    width = 0.8 / max(1, len(levels))
+    for i, t in enumerate(trials):
+        for j, c in enumerate(levels):
+            before, after = t.baseline.get(c), t.candidate.get(c)
+            if not before or after is None:
+                continue
+            change = (after / before - 1) * 100
+            colour = _colour(after / before)
+            edge = "black" if t.decision == "kept" else colour
+            ax.bar(i + (j - (len(levels) - 1) / 2) * width, change, width * 0.92, color=colour,
+                   edgecolor=edge, linewidth=2 if t.decision == "kept" else 0.5)  # fmt: skip
+    ax.set_xticks(range(len(trials)), [f"#{t.number} {_label(t.change)}" for t in trials], rotation=25,
+                  ha="right", fontsize=8)  # fmt: skip
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_title(f"Change per trial at concurrency {', '.join(map(str, levels))} (%)")
+    ax.grid(True, axis="y", alpha=0.3)
+
+
+def save_plot(review: Review, path: Path) -> Path | None:
+    """Write `plot_png(review)` to `path` (before and after, every trial); None when nothing was measured."""
+    png = plot_png(review)
+    if png is None:
+        return None
+    Path(path).write_bytes(png)
+    return Path(path)
+
+
+def _conditions_html(review: Review) -> str:
+    """Every verdict's conditions, collapsed: one summary line each, the full list on click."""
+    blocks = []
+    for v in review.verdicts:
+        if not v["conditions"]:
+            blocks.append(f"<p>{html.escape(v['flag'])}: none recorded</p>")
+            continue
+        items = "".join(f'<li class="{condition_outcome(c)}">{html.escape(c)}</li>' for c in v["conditions"])
+        summary = html.escape(f"{v['flag']}: {condition_summary(v['conditions'])}")
+        blocks.append(f"<details><summary>{summary}</summary><ul>{items}</ul></details>")
+    return "".join(blocks)
 
 
 def _trial_table_html(review: Review) -> str:
@@ -103,7 +199,9 @@ def export_html(loaded: LoadedTranscript) -> str:
     from markdown_it import MarkdownIt
 
     review = build_review(loaded)
-    body = MarkdownIt("commonmark", {"html": False}).enable("table").render(review_markdown(review))
+    markdown = review_markdown(review, conditions_marker=True)
+    body = MarkdownIt("commonmark", {"html": False}).enable("table").render(markdown)
+    body = body.replace(f"<p>{CONDITIONS_MARKER}</p>", _conditions_html(review))
     body = body.replace("<strong>kept</strong>", '<strong class="kept">kept</strong>')
     body = body.replace("<strong>rolled back</strong>", '<strong class="rolled">rolled back</strong>')
     png = plot_png(review)

@@ -10,6 +10,7 @@ import dataclasses
 import statistics
 from typing import Any
 
+from agent.review_verdicts import CONDITIONS_MARKER, condition_summary, evidence_lines
 from agent.transcript import LoadedTranscript
 
 MISSING = "missing"
@@ -390,8 +391,37 @@ def trial_table(trial: TrialRecord) -> list[str]:
     return _table(["concurrency", "baseline tok/s", "candidate tok/s", "change"], rows) if rows else []
 
 
-def review_markdown(review: Review) -> str:
-    """The review as a Markdown document."""
+def approval_lines(approvals: list[dict[str, Any]]) -> list[str]:
+    """What the user allowed: how the run was started, and each change asked about (if any)."""
+    out = []
+    for a in approvals:
+        if "approved" not in a and any(k in a for k in ("yes", "dry_run", "allow_lossy")):
+            how = (
+                "dry run (nothing deployed)"
+                if a.get("dry_run")
+                else (
+                    "started with --yes"
+                    if a.get("yes")
+                    else "simulated target (no confirmation needed)"
+                    if a.get("simulated")
+                    else "confirmed at the prompt"
+                )
+            )
+            lossy = "allowed" if a.get("allow_lossy") else "not allowed"
+            out.append(f"- Run: {how}; lossy changes {lossy}")
+            continue
+        what = describe_change(_first(a, "change", "flag", "action"))
+        if "approved" not in a:
+            out.append(f"- {what}: {a.get('answer') or 'no answer recorded'}")
+        else:
+            answer = "approved" if a.get("approved") else "declined"
+            out.append(f"- {what}: {answer} by {a.get('by', 'user')}")
+    return out
+
+
+def review_markdown(review: Review, *, conditions_marker: bool = False) -> str:
+    """The review as a Markdown document (`conditions_marker`: leave a paragraph for the HTML export
+    to replace with every condition, collapsed)."""
     h = review.header
     out = [f"# optagent session {h.get('id', '?')}", ""]
     out += [f"- Kind: {h.get('kind', '?')}, started {h.get('started_at', '?')}, status: {review.status}"]
@@ -416,20 +446,16 @@ def review_markdown(review: Review) -> str:
         out.append("no todo list recorded")
     out += ["", "## Research verdicts", ""]
     if review.verdicts:
-        rows = [
-            [
-                v["flag"],
-                f"**{v['verdict']}**",
-                "; ".join(v["evidence"][:3]) or MISSING,
-                v["effect"],
-                v["risk"],
-            ]
-            for v in review.verdicts
-        ]
-        out += _table(["flag", "verdict", "evidence", "expected effect", "risk"], rows)
+        rows = [[v["flag"], f"**{v['verdict']}**", v["effect"], v["risk"]] for v in review.verdicts]
+        out += _table(["flag", "verdict", "expected effect", "risk"], rows)
+        out += ["", "Evidence (the source lines each verdict rests on):", ""]
         for v in review.verdicts:
-            if v["conditions"]:
-                out.append(f"- {v['flag']} checked: " + "; ".join(v["conditions"]))
+            out += evidence_lines(v)
+        out += ["", "Conditions checked against this deployment:", ""]
+        if conditions_marker:  # the HTML export puts each list, collapsed, under its summary
+            out.append(CONDITIONS_MARKER)
+        else:
+            out += [f"- {v['flag']}: {condition_summary(v['conditions'])}" for v in review.verdicts]
     else:
         out.append("no research recorded")
     out += ["", "## Trials", ""]
@@ -445,12 +471,7 @@ def review_markdown(review: Review) -> str:
     out += ["## Rollbacks", ""]
     out += [f"- Trial {t.number} ({t.change}): {t.reason or MISSING}" for t in rolled] or ["none"]
     if review.approvals:
-        out += ["", "## Approvals", ""]
-        for a in review.approvals:
-            answer = "approved" if a.get("approved") else "declined"
-            out.append(
-                f"- {describe_change(_first(a, 'change', 'flag', 'action'))}: {answer} by {a.get('by', 'user')}"
-            )
+        out += ["", "## Approvals", "", *approval_lines(review.approvals)]
     out += ["", "## Kept", "", *([f"- {k}" for k in review.kept] or ["nothing"])]
     out += ["", "## Final gain per concurrency level", ""]
     if review.gain:

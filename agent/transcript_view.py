@@ -85,6 +85,15 @@ def _md_table(lines: list[str]) -> Table | None:
     return table
 
 
+def evidence_text(evidence: str, limit: int) -> Text:
+    """`path:line quote` with the path always whole (it is what a reader opens); only the quote folds."""
+    where, _, quote = evidence.partition(" ")
+    text = Text(where, style="cyan", no_wrap=False, overflow="fold")
+    if quote:
+        text.append(" " + fold(quote, max(limit - len(where), 40)), style="dim")
+    return text
+
+
 def event_block(e: dict[str, Any], *, baseline: dict[int, float | None], limit: int) -> RenderableType:
     """A recorded event: todo list, verdict, trial table, or a one-line summary."""
     kind, data = e.get("kind", "?"), e.get("data") or {}
@@ -99,10 +108,7 @@ def event_block(e: dict[str, Any], *, baseline: dict[int, float | None], limit: 
     if kind == "verdict":
         v = verdict_record(data)
         text = Text.assemble(label, f" {v['flag']}: ", (v["verdict"], "bold"))
-        rest = [
-            Padding(Text(fold(ev, limit), style="dim"), (0, 0, 0, 2), expand=False)
-            for ev in v["evidence"][:3]
-        ]
+        rest = [Padding(evidence_text(ev, limit), (0, 0, 0, 2), expand=False) for ev in v["evidence"][:3]]
         return Group(text, *rest)
     if kind == "trial":
         t = trial_record(0, e, baseline)

@@ -1,0 +1,48 @@
+"""How research verdicts read in a review: evidence with full paths, condition checks counted.
+
+A verdict may carry dozens of conditions whose outcome is `unknown`; listing them all made the HTML
+export tens of thousands of pixels tall. The review shows counts and the conditions that decided
+something; the HTML export keeps the full lists, collapsed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["CONDITIONS_MARKER", "condition_outcome", "condition_summary", "evidence_lines"]
+
+QUOTE_LIMIT = 120
+CONDITIONS_MARKER = "OPTAGENT-CONDITION-DETAILS"
+"""A paragraph `export_html` replaces with the full, collapsed condition lists."""
+
+
+def condition_outcome(text: str) -> str:
+    """`pass`, `fail` or `unknown` for one rendered condition (`cond vs fact: outcome`)."""
+    word = text.rsplit(":", 1)[-1].strip().lower()
+    if word in ("pass", "passed", "true", "holds", "ok", "yes"):
+        return "pass"
+    if word in ("fail", "failed", "false", "no", "violated"):
+        return "fail"
+    return "unknown"
+
+
+def condition_summary(conditions: list[str]) -> str:
+    """`3 checked: 1 pass, 2 unknown; fails: X vs Y` — counts, and the ones that decided something."""
+    if not conditions:
+        return "none recorded"
+    counts: dict[str, int] = {}
+    for c in conditions:
+        counts[condition_outcome(c)] = counts.get(condition_outcome(c), 0) + 1
+    text = f"{len(conditions)} checked: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+    decided = [c for c in conditions if condition_outcome(c) != "unknown"]
+    return text + ("; " + "; ".join(decided[:4]) if decided else "")
+
+
+def evidence_lines(verdict: dict[str, Any], *, limit: int = 3) -> list[str]:
+    """A verdict's evidence as Markdown bullets with the full `path:line` (never cut)."""
+    lines = []
+    for ev in verdict["evidence"][:limit]:
+        where, _, quote = ev.partition(" ")
+        quote = quote if len(quote) <= QUOTE_LIMIT else quote[: QUOTE_LIMIT - 1] + "…"  # the path stays whole
+        lines.append(f"- {verdict['flag']}: `{where}` {quote}".rstrip())
+    return lines or [f"- {verdict['flag']}: no evidence recorded"]
