@@ -176,8 +176,21 @@ def test_cli_flags_and_research(sglang_0523, tmp_path):
     assert out.exit_code == 0, out.output
     text = " ".join(out.stdout.split())
     assert "sglang/srt/arg_groups/fields/exec_.py:832" in text
-    assert "if topk > 2" in text and "fact: num_experts_per_tok = 8" in text
-    assert "verdict: live" in text
+    assert "check topk > 2 vs model.experts_per_tok = 8: pass" in text
+    assert "verdict: applies (code" in text and "fused_moe.py:635" in text
+
+    # dashes in any position, hardware facts on the command line, the shared vocabulary
+    fusion = ["research", "--enable-flashinfer-allreduce-fusion", "--source", str(sglang_0523.root)]
+    out = runner.invoke(app, [*fusion, "--gpu-sm", "120", "--gpus", "4", "--tp", "4"])
+    assert out.exit_code == 0, out.output
+    text = " ".join(out.stdout.split())
+    assert "verdict: refuses-to-start" in text and "flashinfer_comm_fusion.py:49" in text
+    out = runner.invoke(app, [*fusion, "--gpu-sm", "90", "--tp", "4", "--json"])
+    assert json.loads(out.stdout)["verdict"] == "applies"
+    out = runner.invoke(
+        app, ["research", "--no-enable-tf32-matmul", "--source", str(sglang_0523.root), "--json"]
+    )
+    assert out.exit_code == 0 and json.loads(out.stdout)["verdict"] == "no-op"
 
     out = runner.invoke(app, [*args, "--model-config", str(tmp_path / "missing.json")])
     assert out.exit_code == 2 and "no such file" in out.output
