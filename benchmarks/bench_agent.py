@@ -38,7 +38,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agent.playbook import evaluate, load_playbook  # noqa: E402
 from sim import host  # noqa: E402
-from sim.offline import offline_throughput  # noqa: E402
 from sim.scenario import SCENARIO_DIR  # noqa: E402
 
 LEVELS = [1, 8, 64]
@@ -92,11 +91,32 @@ def sim_catalog() -> dict[str, object]:
     }
 
 
-def noise_free(name: str, flags: list[str]) -> dict[int, float] | None:
-    """Output tok/s per level of the scenario's baseline plus `flags`; None when it cannot start."""
+def launch_flags(name: str, changes: list[str]) -> list[str]:
+    """The scenario's baseline flags with `changes` (`--flag value`, `--flag`, `unset --flag`) applied."""
+    from sim.scenario import load_scenario
+
+    flags = list(load_scenario(name).launch.flags)
+    for ch in changes:
+        flag = ch.removeprefix("unset ").split(" ", 1)[0]
+        if flag in flags:  # drop the old setting (and its value, when it has one)
+            i = flags.index(flag)
+            has_value = i + 1 < len(flags) and not flags[i + 1].startswith("--")
+            del flags[i : i + 1 + has_value]
+        if not ch.startswith("unset "):
+            flags += ch.split(" ", 1)
+    return flags
+
+
+def noise_free(name: str, changes: list[str]) -> dict[int, float] | None:
+    """Output tok/s per level of the scenario's baseline with `changes`; None when it cannot start."""
+    from sim.offline import plan_for, throughput_for_plan
+
     try:
+        scn, model, plan = plan_for(name, launch_flags(name, changes), replace_baseline=True)
         return {
-            c: offline_throughput(name, flags, concurrency=c, output_len=OUT_LEN, requests=max(2 * c, 8))
+            c: throughput_for_plan(
+                scn, model, plan, concurrency=c, output_len=OUT_LEN, requests=max(2 * c, 8)
+            )
             for c in LEVELS
         }
     except (Exception, SystemExit):  # StartupError, or argparse refusing the flags
@@ -107,27 +127,22 @@ def objective(base: dict[int, float], now: dict[int, float]) -> float:
     return math.exp(sum(math.log(now[c] / base[c]) for c in LEVELS) / len(LEVELS))
 
 
-def flag_args(changes: list[str]) -> list[str]:
-    out: list[str] = []
-    for ch in changes:
-        out += ch.split(" ", 1)
-    return out
-
-
 def oracle(name: str, candidates: list, base: dict[int, float]) -> tuple[float, list[str], dict[str, dict]]:
-    """Best objective over every combination of the levers; also each lever's own levels."""
-    levers = [
+    """Best objective over every combination of the playbook's levers (any status but absent from
+    the version; lossy ones excluded), and each lever's own levels."""
+    levers = [c for c in candidates if c.status != "not-in-version" and not c.lever.lossy]
+    alone = {c.change: noise_free(name, [c.change]) for c in levers}
+    # combinations of the levers that help alone somewhere (one that helps nowhere alone is left out)
+    useful = [
         c
-        for c in candidates
-        if c.status in ("candidate", "no-op") and c.action == "set" and not c.lever.lossy
+        for c in levers
+        if (a := alone[c.change]) is not None and any(a[x] > base[x] * 1.001 for x in LEVELS)
     ]
-    alone = {c.change: noise_free(name, flag_args([c.change])) for c in levers}
-    useful = [c for c in levers if alone[c.change] is not None]
     best, best_set = 1.0, []
     for k in range(1, len(useful) + 1):
         for combo in itertools.combinations(useful, k):
             changes = [c.change for c in combo]
-            got = noise_free(name, flag_args(changes))
+            got = noise_free(name, changes)
             if got is None or any(got[c] < base[c] * (1 - TOLERANCE) for c in LEVELS):
                 continue
             if (value := objective(base, got)) > best:
@@ -165,7 +180,7 @@ def scenario_row(name: str, scale: float) -> dict:
     base = noise_free(name, [])
     cands = evaluate(load_playbook(), facts, sim_catalog())
     best, best_set, alone = oracle(name, cands, base)
-    final = noise_free(name, flag_args(result.kept)) or base
+    final = noise_free(name, result.kept) or base
     noops = [
         k for k in result.kept if (a := alone.get(k)) and all(abs(a[c] / base[c] - 1) < 0.005 for c in LEVELS)
     ]
