@@ -103,3 +103,19 @@ def test_a_shared_local_state_dir_is_refused(ssh_sim, tmp_path: Path) -> None:  
     sim = ssh_sim(state_dir=state)
     with pytest.raises(DeployError, match="state directory .* writable by group or others"):
         asyncio.run(Deployment(sim.target).open())
+
+
+def test_a_parent_writable_only_by_the_users_private_group_is_accepted() -> None:
+    from tools.dirtrust import DirEntry, UntrustedDirError, check_chain
+
+    run = DirEntry("/home/u/proj/run", 1000, 0o40700, 1000)
+    private = DirEntry("/home/u/proj", 1000, 0o40775, 1000)  # umask 002 with a user-private group
+    root = DirEntry("/", 0, 0o40755, 0)
+    check_chain("run directory", run.path, [run, private, root], me=1000, my_gid=1000)
+    shared = DirEntry("/home/u/proj", 1000, 0o40775, 100)  # group `users`: other people
+    with pytest.raises(UntrustedDirError, match="writable by group or others"):
+        check_chain("run directory", run.path, [run, shared, root], me=1000, my_gid=1000)
+    with pytest.raises(UntrustedDirError, match="writable by group or others"):  # the dir itself: never
+        check_chain(
+            "run directory", run.path, [DirEntry(run.path, 1000, 0o40770, 1000), root], me=1000, my_gid=1000
+        )

@@ -131,14 +131,14 @@ class Deployment:
             raise DeployError(f"run directory {t.run_dir} on the host {why[result.returncode]}")
         if result.returncode == 5:
             raise DeployError(f"the directory of {t.remote_unit} does not exist on the host")
-        me, chains = parse_probe(result.stdout)
+        me, gid, chains = parse_probe(result.stdout)
         if not result.ok or me < 0 or set(chains) != {"run", "unit"}:
             raise DeployError(
                 f"cannot inspect {t.run_dir} or the directory of {t.remote_unit}: {result.stderr.strip()[-300:]}"
             )
         try:
-            check_chain("run directory", t.run_dir, chains["run"][1], me=me)
-            check_chain("unit directory of", t.remote_unit, chains["unit"][1], me=me)
+            check_chain("run directory", t.run_dir, chains["run"][1], me=me, my_gid=gid)
+            check_chain("unit directory of", t.remote_unit, chains["unit"][1], me=me, my_gid=gid)
         except UntrustedDirError as e:
             raise DeployError(str(e)) from e
         return chains["run"][0], chains["unit"][0]

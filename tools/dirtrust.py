@@ -38,16 +38,19 @@ class DirEntry:
     path: str
     uid: int
     mode: int
+    gid: int = -1
 
 
-def check_chain(what: str, given: str, chain: list[DirEntry], *, me: int) -> None:
+def check_chain(what: str, given: str, chain: list[DirEntry], *, me: int, my_gid: int = -2) -> None:
     """Raise `UntrustedDirError` unless `chain` (the directory first, then each parent up to `/`) is safe.
 
-    `me` is the uid optagent acts as on that machine; root (0) is always trusted.
+    `me` is the uid optagent acts as on that machine; root (0) is always trusted. A parent writable
+    by `my_gid` only (a user-private group, as umask 002 makes them) is not shared with other users.
     """
     for i, entry in enumerate(chain):
         owner_ok = entry.uid in (me, 0)
-        shared = entry.mode & (stat.S_IWGRP | stat.S_IWOTH)
+        group_shared = entry.mode & stat.S_IWGRP and (i == 0 or entry.gid != my_gid)
+        shared = entry.mode & stat.S_IWOTH or group_shared
         sticky = entry.mode & stat.S_ISVTX
         if not owner_ok:
             raise UntrustedDirError(
@@ -77,40 +80,41 @@ def check_local_dir(path: Path, *, what: str = "state directory") -> None:
     chain: list[DirEntry] = []
     for p in [real, *real.parents]:
         st = os.lstat(p)
-        chain.append(DirEntry(str(p), st.st_uid, st.st_mode))
-    check_chain(what, str(path), chain, me=os.geteuid())
+        chain.append(DirEntry(str(p), st.st_uid, st.st_mode, st.st_gid))
+    check_chain(what, str(path), chain, me=os.geteuid(), my_gid=os.getegid())
 
 
 def remote_probe_script() -> str:
-    """A `sh -c` script: `$1` run dir (created 0700), `$2` unit path. Prints `uid=N`, then for the run dir
-    and the unit's directory a `dir <tag> <resolved path>` line followed by `uid mode path` lines up to `/`.
+    """A `sh -c` script: `$1` run dir (created 0700), `$2` unit path. Prints `uid=N gid=G`, then for the run dir
+    and the unit's directory a `dir <tag> <resolved path>` line followed by `uid gid mode path` lines up to `/`.
 
     Exit 3: the run dir is a symlink; 4: it cannot be created; 5: the unit's directory does not exist.
     """
     return (
-        'echo "uid=$(id -u)"; '
+        'echo "uid=$(id -u) gid=$(id -g)"; '
         '[ -L "$1" ] && { echo "run dir $1 is a symlink" >&2; exit 3; }; '
         'if [ ! -d "$1" ]; then (umask 077 && mkdir -p "$1") || exit 4; fi; '
-        'chain() { q=$2; echo "dir $1 $q"; while :; do stat -c \'%u %f %n\' "$q" || exit 6; '
+        'chain() { q=$2; echo "dir $1 $q"; while :; do stat -c \'%u %g %f %n\' "$q" || exit 6; '
         '[ "$q" = / ] && break; q=$(dirname "$q"); done; }; '
         'r=$(cd "$1" && pwd -P) || exit 4; chain run "$r"; '
         'u=$(cd "$(dirname "$2")" 2>/dev/null && pwd -P) || exit 5; chain unit "$u"'
     )
 
 
-def parse_probe(output: str) -> tuple[int, dict[str, tuple[str, list[DirEntry]]]]:
-    """(remote uid, {tag: (resolved path, chain)}) from `remote_probe_script` output."""
-    me, chains, tag = -1, {}, ""
+def parse_probe(output: str) -> tuple[int, int, dict[str, tuple[str, list[DirEntry]]]]:
+    """(remote uid, remote gid, {tag: (resolved path, chain)}) from `remote_probe_script` output."""
+    me, gid, chains, tag = -1, -2, {}, ""
     for line in output.splitlines():
         if line.startswith("uid="):
-            me = int(line[4:])
+            ids = dict(part.split("=", 1) for part in line.split())
+            me, gid = int(ids["uid"]), int(ids.get("gid", -2))
         elif line.startswith("dir "):
             _, tag, path = line.split(" ", 2)
             chains[tag] = (path, [])
         elif line.strip() and tag:
-            uid, mode_hex, path = line.split(" ", 2)
-            chains[tag][1].append(DirEntry(path, int(uid), int(mode_hex, 16)))
-    return me, chains
+            uid, group, mode_hex, path = line.split(" ", 3)
+            chains[tag][1].append(DirEntry(path, int(uid), int(mode_hex, 16), int(group)))
+    return me, gid, chains
 
 
 def unwritable_local(dirs: list[Path]) -> list[str]:
