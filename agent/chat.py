@@ -68,12 +68,14 @@ def target_text(runner: Any, tool: str, args: dict[str, Any]) -> str | None:
     if tool == "run_trial":
         try:
             changes = [TrialChange.model_validate(c) for c in args.get("changes", [])]
-            return apply_changes(runner.baseline.text, changes)
+            return apply_changes(runner.deployed_text, changes)  # trials stack on the kept changes
         except Exception:
             return None
     if tool == "undo_last_kept":
         prev = previous_best(runner)
-        return runner.baseline.text if prev is None else apply_changes(runner.baseline.text, prev.changes)
+        return (
+            runner.baseline.text if prev is None else apply_changes(runner.baseline.text, prev.full_changes())
+        )
     return None
 
 

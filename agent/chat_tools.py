@@ -76,10 +76,11 @@ async def undo_last_kept(deps: Any) -> str:
     if runner.best is None:
         return "nothing was kept: the baseline configuration is deployed"
     undone, prev = runner.best, previous_best(runner)
-    text = runner.baseline.text if prev is None else apply_changes(runner.baseline.text, prev.changes)
+    text = runner.baseline.text if prev is None else apply_changes(runner.baseline.text, prev.full_changes())
     what = ", ".join(c.describe() for c in undone.changes)
     outcome = await runner.deployment.deploy(text, reason=f"chat: roll back trial {undone.number} ({what})")
     runner.restarts += 1
+    runner.reference = None  # the known-good block must be measured again on this launch
     data = {"action": "undo", "trial": undone.number, "changes": what, "ok": outcome.ok, "diff": outcome.diff}
     if not outcome.ok:
         data["error"] = outcome.error
