@@ -13,6 +13,7 @@ from agent.agentrun import run_saving
 from agent.context import DeploymentContext
 from agent.playbook import Candidate
 from agent.researcher import ResearchDeps
+from agent.resolved import same_as_running
 from agent.todo import TodoItem, TodoList
 from agent.trial import BudgetExhausted, TrialChange, TrialRunner, mean_throughput
 from agent.ui import RunUI
@@ -38,8 +39,16 @@ class PlannerDeps:
     verdicts: dict[str, FlagVerdict] = field(default_factory=dict)
     current_msg: int | None = None
     """msg number of the planner response being executed (parent of its subagents)."""
+    _resolved: dict[str, Any] | None = None
     _sem: asyncio.Semaphore | None = None
     _trial_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def resolved(self) -> dict[str, Any]:
+        """The running server's resolved arguments (read once from the context)."""
+        if self._resolved is None:
+            self._resolved = self.ctx.resolved_args if hasattr(self.ctx, "resolved_args") else {}
+        return self._resolved
 
     @property
     def semaphore(self) -> asyncio.Semaphore:
@@ -125,6 +134,8 @@ async def trial(
         v = deps.verdicts.get(ch.flag)
         if v is None:
             return {"error": f"research {ch.flag} with research_flag before trialling it"}
+        if ch.action == "set" and (same := same_as_running(ch.flag, ch.value, deps.resolved)):
+            return {"error": f"{same}: trialling {ch.describe()} would restart for nothing. Not deployed."}
         if v.rejected and not override:
             return {
                 "error": f"research called {ch.flag} {v.verdict}: {v.summary} Not deployed. "

@@ -91,6 +91,19 @@ def drop_pointless(candidates: list[Any], resolved: dict[str, Any]) -> list[Any]
     """The candidates with every pointless one marked `already-set` (with the resolved value as note)."""
     out = []
     for c in candidates:
-        why = pointless_reason(c, resolved) if c.status == "candidate" else None
+        # also the ones the playbook doubts: research may overrule the playbook, never the server
+        why = pointless_reason(c, resolved) if c.status in ("candidate", "no-op", "incompatible") else None
         out.append(c.model_copy(update={"status": "already-set", "note": why}) if why else c)
     return out
+
+
+def same_as_running(flag: str, value: str | None, resolved: dict[str, Any]) -> str | None:
+    """Why setting `flag` to `value` changes nothing on the running server (equal values), or None."""
+    key = _key(flag)
+    if value is None or resolved.get(key) is None:
+        return None
+    running = resolved[key]
+    a, b = _number(running), _number(value)
+    if (a is not None and b is not None and a == b) or str(running).lower() == str(value).lower():
+        return f"the running server already resolves {flag} to {running!r}"
+    return None

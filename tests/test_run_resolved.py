@@ -4,6 +4,7 @@ a candidate equal to, or below, what the server already runs is never trialled."
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 
 from agent.context import DeploymentContext
 from agent.playbook import evaluate, load_playbook
@@ -62,3 +63,30 @@ def test_equal_or_lower_limit_is_pointless_and_other_values_are_not():
     assert pointless_reason(_Cand("--max-running-requests", "256"), resolved) is None
     assert pointless_reason(_Cand("--attention-backend", "FA3"), resolved)
     assert pointless_reason(_Cand("--attention-backend", "triton"), resolved) is None
+
+
+def test_trial_gate_refuses_a_change_to_the_running_value(sim_server):
+    """Whatever the planner (LLM or builtin) asks, a value the server already runs costs no restart."""
+    from agent.planner import PlannerDeps, trial
+    from agent.trial import TrialChange
+    from agent.verdict import FlagVerdict
+
+    server = sim_server("seed")  # resolves --chunked-prefill-size to 8192 without the flag set
+    info = asyncio.run(get_server_info(server.endpoint))
+    deps = PlannerDeps(
+        goal="improve throughput",
+        ctx=DeploymentContext(server_info=info),
+        candidates=[],
+        ui=SimpleNamespace(note=lambda *a, **k: None),  # a dry run only prints a line
+        researcher=None,
+        runner=None,
+        verdicts={
+            "--chunked-prefill-size": FlagVerdict(
+                flag="--chunked-prefill-size", verdict="applies", summary="read"
+            )
+        },
+    )
+    same = asyncio.run(trial(deps, [TrialChange(flag="--chunked-prefill-size", value="8192")], "r", None))
+    assert "already resolves --chunked-prefill-size to 8192" in same["error"]
+    other = asyncio.run(trial(deps, [TrialChange(flag="--chunked-prefill-size", value="16384")], "r", None))
+    assert other.get("dry_run")  # allowed through the gate (no runner: a dry run)
