@@ -189,7 +189,7 @@ def make_runner(
         max_trials=max_trials,
         deadline=deadline,
         on_event=lambda kind, data: ui.record(kind, data),
-        on_progress=None,
+        on_progress=ui.bench_progress,  # a trial's benchmark is shown live, not a stale "waiting" bar
     )
 
 

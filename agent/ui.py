@@ -26,6 +26,11 @@ _VERDICT_STYLE = {
 }
 
 
+def bench_info(p: Any) -> str:
+    """One progress line of a benchmark level; at a level's end its tok/s is the table's number."""
+    return f"c={p.concurrency} {p.done}/{p.total} req {p.tokens_per_s:,.0f} tok/s rep {p.rep + 1}/{p.reps}"
+
+
 @dataclass
 class RunUI:
     """The console and the transcript of one session; `transcript` may be None (nothing saved)."""
@@ -34,6 +39,8 @@ class RunUI:
     transcript: Any = None
     _wait_bar: Any = None
     _wait_task: Any = None
+    _bench_bar: Any = None
+    _bench_task: Any = None
 
     def record(self, kind: str, data: Any, *, msg: int | None = None) -> None:
         """Write an event to the transcript (never raises)."""
@@ -72,6 +79,7 @@ class RunUI:
         """`Deployment(on_progress=...)`: a bar while waiting for the restarted server, a line per step."""
         if phase.startswith("wait"):
             if self._wait_bar is None:
+                self._stop_bench()
                 self._wait_bar = Progress(
                     TextColumn("waiting for the server ({task.fields[phase]})"),
                     BarColumn(),
@@ -90,10 +98,35 @@ class RunUI:
             self.console.print(f"  [dim]deploy: {phase}[/]", highlight=False)
 
     def stop_wait(self) -> None:
-        """End the restart-wait bar (only one live display may run at a time)."""
+        """End the restart-wait bar and a trial's benchmark bar (only one live display may run at a time)."""
         if self._wait_bar is not None:
             self._wait_bar.stop()
             self._wait_bar = None
+        self._stop_bench()
+
+    def _stop_bench(self) -> None:
+        if self._bench_bar is not None:
+            self._bench_bar.stop()
+            self._bench_bar = None
+
+    def bench_progress(self, p: Any) -> None:
+        """`TrialRunner(on_progress=...)`: a live bar while a trial benchmarks (level, requests, tok/s),
+        so the screen never keeps saying "waiting for the server" after the server is up."""
+        if self._wait_bar is not None:
+            self._wait_bar.stop()
+            self._wait_bar = None
+        if self._bench_bar is None:
+            self._bench_bar = Progress(
+                TextColumn("trial benchmark"),
+                BarColumn(),
+                TextColumn("{task.fields[info]}"),
+                TimeElapsedColumn(),
+                console=self.console,
+                transient=True,
+            )
+            self._bench_task = self._bench_bar.add_task("bench", total=None, info="")
+            self._bench_bar.start()
+        self._bench_bar.update(self._bench_task, total=p.total, completed=p.done, info=bench_info(p))
 
     @contextlib.contextmanager
     def progress(self, label: str) -> Iterator[Any]:
@@ -110,8 +143,7 @@ class RunUI:
         task = bar.add_task(label, total=None, info="")
 
         def update(p: Any) -> None:
-            info = f"c={p.concurrency} {p.done}/{p.total} req {p.tokens_per_s:,.0f} tok/s rep {p.rep + 1}/{p.reps}"
-            bar.update(task, total=p.total, completed=p.done, info=info)
+            bar.update(task, total=p.total, completed=p.done, info=bench_info(p))
 
         with bar:
             yield update

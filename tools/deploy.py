@@ -278,6 +278,7 @@ class Deployment:
             health = await self._timed(timings, "wait", entry, self._wait())
             if health.ok:
                 self.journal.step(entry, "healthy")
+                self._progress("healthy")  # ends a "waiting for the server" display
                 timings["total"] = time.monotonic() - start
                 return DeployOutcome(
                     True, diff=diff, seconds=timings["total"], health=health, timings=timings

@@ -164,8 +164,8 @@ async def _run_level(
         if tick:
             tick.cancel()
     duration = time.perf_counter() - t0
-    if progress:
-        progress(len(results), counter.n, duration, True)
+    if progress:  # the final figure uses the table's tokens and duration, so the two agree
+        progress(len(results), sum(r.output_tokens for r in results if r.ok), duration, True)
     return results, duration
 
 

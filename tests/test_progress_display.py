@@ -1,0 +1,42 @@
+"""A trial's benchmark is shown live (not a stale "waiting for the server"), and its final tok/s per
+level is the number the results table shows."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+
+import pytest
+from rich.console import Console
+
+from agent.ui import RunUI
+from tools.bench.loadgen import Progress, run_sweep
+from tools.config import BenchConfig
+
+
+def test_the_last_live_figure_of_each_level_is_the_tables(sim_server) -> None:  # type: ignore[no-untyped-def]
+    server = sim_server()
+    seen: list[Progress] = []
+    settings = BenchConfig(
+        concurrency=[1, 8], input_len=64, output_len=32, prompts_per_level=8, warmup=1, reps=1
+    )
+    sweep = asyncio.run(run_sweep(server.endpoint, settings, on_progress=seen.append))
+    assert not sweep.partial
+    for level in sweep.levels:
+        final = [p for p in seen if p.concurrency == level.max_concurrency and p.finished]
+        assert len(final) == 1
+        assert final[0].tokens_per_s == pytest.approx(level.output_throughput, rel=1e-9)
+
+
+def test_a_trial_benchmark_replaces_the_waiting_bar() -> None:
+    ui = RunUI(Console(file=io.StringIO(), force_terminal=True, width=120))
+    ui.deploy_progress("wait:health", 1.0, 10.0)
+    assert ui._wait_bar is not None
+    ui.bench_progress(Progress(concurrency=8, done=3, total=16, output_tokens=900, elapsed_s=2.0))
+    assert ui._wait_bar is None and ui._bench_bar is not None
+    task = ui._bench_bar.tasks[0]
+    assert task.completed == 3 and task.fields["info"] == "c=8 3/16 req 450 tok/s rep 1/1"
+    ui.deploy_progress("wait:health", 0.5, 10.0)  # the next trial's restart: one live display at a time
+    assert ui._bench_bar is None and ui._wait_bar is not None
+    ui.note("done")
+    assert ui._wait_bar is None and ui._bench_bar is None
