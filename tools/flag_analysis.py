@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from tools.flag_catalog import FlagInfo, find_flag, negated
@@ -117,15 +118,16 @@ def _replacement(index: FlagIndex, info: FlagInfo) -> tuple[FlagInfo, str | None
     return target, (value or None)
 
 
-def _terms(source: str) -> list[str]:
+@lru_cache(maxsize=4096)
+def _terms(source: str) -> tuple[str, ...]:
     """Top-level `and` terms of a condition."""
     try:
         node = ast.parse(source, mode="eval").body
     except SyntaxError:
-        return [source]
+        return (source,)
     if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And):
-        return [t for v in node.values for t in _terms(ast.unparse(v))]
-    return [ast.unparse(node)]
+        return tuple(t for v in node.values for t in _terms(ast.unparse(v)))
+    return (ast.unparse(node),)
 
 
 def _conditions(conds: list[str], env: Env, dest: str) -> list[dict[str, str]]:
@@ -214,6 +216,7 @@ def _findings(
     definitions = {f.path for f in index.catalog if f.path}
     reads = index.reads(dest)
     status = module_status(index, facts) if reads else {}
+    seen: set[str] = set()  # callees already walked for an earlier reader of this flag
     for read in reads:
         loc = f"{read.path}:{read.line}"
         if _foreign(index, read, definitions):
@@ -257,7 +260,7 @@ def _findings(
                 f"{read.effect or 'read'}; whether its module is loaded here is open",
             )
         if finding.state != "off":
-            finding.exits = reach_exits(index, read, facts, flag_values)
+            finding.exits = reach_exits(index, read, facts, flag_values, seen=seen)
             if any(e.kind == "fallback" and e.truth is True for e in finding.exits):
                 fb = next(e for e in finding.exits if e.kind == "fallback" and e.truth is True)
                 finding.state, finding.why = "off", f"falls back at {fb.location}: {fb.message}"

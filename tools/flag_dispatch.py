@@ -175,16 +175,24 @@ def _combine(edges: list[tuple[str, Status]], status: dict[str, Status]) -> Stat
     return None if unknown else False
 
 
+_REASONS: dict[tuple[int, int], Any] = {}
+
+
 def module_reason(index: FlagIndex, facts: dict[str, Any], path: str, status: dict[str, Status]) -> str:
     """Why `path` is inactive, in words, for the evidence."""
     models_dir = index.prefix + "srt/models/"
     if path.startswith(models_dir):
         return f"a model file not used by {facts.get('model.architecture') or 'this model'}"
-    if path in _platform_status(index, facts):
+    key = (id(index), id(status))  # status dicts are cached per facts, so this is per facts too
+    if key not in _REASONS:  # why: computed once per facts; --tp-size has hundreds of off readers
+        importers: dict[str, set[str]] = {}
+        for target, src, _g, _k in index.import_graph:
+            importers.setdefault(target, set()).add(src)
+        _REASONS[key] = (_platform_status(index, facts), importers)
+    platform_off, importers = _REASONS[key]
+    if path in platform_off:
         return f"code for another platform than this {facts.get('gpu.vendor') or 'NVIDIA'} GPU"
     mod = index.modules.get(path)
     name = mod.module if mod else path
-    sources = [src for target, src, _g, _k in index.import_graph if target == path]
-    return (
-        f"{name} is imported only where this deployment does not go ({', '.join(sorted(set(sources))[:3])})"
-    )
+    sources = sorted(importers.get(path, ()))[:3]
+    return f"{name} is imported only where this deployment does not go ({', '.join(sources)})"

@@ -79,6 +79,7 @@ class FlagIndex:
         self._meta = meta
         self._funcs: dict[str, Func | None] = {}
         self._names: dict[str, list[str]] = {}
+        self._imports_of: dict[str, set[str | None]] = {}
 
     @cached_property
     def catalog(self) -> list[FlagInfo]:
@@ -124,6 +125,20 @@ class FlagIndex:
             self._names[name] = [r[0] for r in rows]
         return self._names[name]
 
+    def _imported(self, caller: Func) -> set[str | None]:
+        """Paths of the modules `caller` (or its module) imports; memoized per module."""
+        key = caller.path
+        if key not in self._imports_of:
+            mod = self.modules.get(caller.path)
+            names = mod.imports if mod else []
+            self._imports_of[key] = {self.mod_path.get(i) for i in names} | {
+                self.mod_path.get(i.rsplit(".", 1)[0]) for i in names
+            }
+        own = {self.mod_path.get(i) for i in caller.imports} | {
+            self.mod_path.get(i.rsplit(".", 1)[0]) for i in caller.imports
+        }
+        return self._imports_of[key] | own
+
     def package_rel(self, path: str) -> str:
         """`sglang/srt/x.py` -> `srt/x.py`."""
         return path[len(self.prefix) :] if path.startswith(self.prefix) else path
@@ -136,11 +151,7 @@ class FlagIndex:
             return []
         same = [k for k in keys if k.startswith(caller.path + "::")]
         if not same:
-            mod = self.modules.get(caller.path)
-            names = [*(mod.imports if mod else []), *caller.imports]
-            imported = {self.mod_path.get(i) for i in names} | {
-                self.mod_path.get(i.rsplit(".", 1)[0]) for i in names
-            }
+            imported = self._imported(caller)
             same = [k for k in keys if k.split("::", 1)[0] in imported] or (keys if len(keys) == 1 else [])
         out = []
         for k in same:

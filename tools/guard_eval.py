@@ -170,8 +170,25 @@ def evaluate(source: str, env: Env) -> Outcome:
 
 
 def evaluate_all(guards: list[str], env: Env) -> Outcome:
-    """The conjunction of several guards (an empty list is True)."""
-    return evaluate(" and ".join(f"({g})" for g in guards) if guards else "True", env)
+    """The conjunction of several guards (an empty list is True), Kleene `and`; each guard is parsed
+    once and cached, since the same guard texts recur across readers, calls and exits."""
+    total = Outcome(value=True)
+    for guard in guards:
+        one = evaluate(guard, env)
+        total.used += one.used
+        total.missing += one.missing
+        total.runtime += one.runtime
+        total.flag_dependent |= one.flag_dependent
+        t = truth(one.value)
+        if t is False:
+            total.value = False
+            break
+        if t is UNKNOWN:
+            total.value = UNKNOWN
+    total.used = list(dict.fromkeys(total.used))
+    total.missing = list(dict.fromkeys(total.missing))
+    total.runtime = list(dict.fromkeys(total.runtime))
+    return total
 
 
 class _Eval:

@@ -52,11 +52,18 @@ def _and(a: bool | None, b: bool | None) -> bool | None:
 
 
 def _mentions(text: str, names: set[str]) -> bool:
-    return any(re.search(rf"\b{re.escape(n)}\b", text) for n in names)
+    """Whether `text` uses one of `names` as a word (a substring test first: it is much cheaper)."""
+    return any(n in text and re.search(rf"\b{re.escape(n)}\b", text) for n in names)
 
 
-def reach_exits(index: FlagIndex, read: Read, facts: dict[str, Any], flag: dict[str, Any]) -> list[ExitPath]:
-    """The exits reachable from `read` with the flag set (`flag`: dest -> trial value)."""
+def reach_exits(
+    index: FlagIndex, read: Read, facts: dict[str, Any], flag: dict[str, Any], *, seen: set[str] | None = None
+) -> list[ExitPath]:
+    """The exits reachable from `read` with the flag set (`flag`: dest -> trial value).
+
+    `seen` is shared by the readers of one flag: a callee walked for an earlier reader is not walked
+    again (why: `--tp-size` has ~300 running readers calling the same helpers; the first binding of
+    a helper's parameters stands for the rest, a bounded approximation)."""
     func = index.func(read.path, read.func)
     if func is None:
         return []
@@ -67,8 +74,10 @@ def reach_exits(index: FlagIndex, read: Read, facts: dict[str, Any], flag: dict[
     tracked |= {name for name, text in func.locals.items() if text and _mentions(text, set(flag))}
     env = Env(facts, flag, dests, func.locals, {}, consts, frozenset(tracked))
     found: list[ExitPath] = []
-    visited = {f"{func.path}::{func.qual}"}
+    visited = seen if seen is not None else set()
+    visited.add(f"{func.path}::{func.qual}")
     names = set(flag) | tracked
+    budget = [MAX_FUNCS]  # functions this reader may still walk
     for ex in func.exits:
         if ex.line < read.line or ex.exc.endswith(_IGNORED_EXC):
             continue
@@ -85,7 +94,9 @@ def reach_exits(index: FlagIndex, read: Read, facts: dict[str, Any], flag: dict[
         step = f"{func.path}:{call.line} {func.qual} -> {call.callee}()"
         for target in index.resolve_call(func, call.callee):
             params = _bind(target, call.args, call.kwargs, env)
-            _walk(index, target, params, facts, flag, dests, [step], o.truth, o.used, found, visited, 1)
+            _walk(
+                index, target, params, facts, flag, dests, [step], o.truth, o.used, found, visited, 1, budget
+            )
     return found
 
 
@@ -116,11 +127,13 @@ def _walk(  # noqa: PLR0913 - the walk's state, passed down one level at a time
     found: list[ExitPath],
     visited: set[str],
     depth: int,
+    budget: list[int],
 ) -> None:
     key = f"{func.path}::{func.qual}"
-    if key in visited or len(visited) >= MAX_FUNCS:
+    if key in visited or budget[0] <= 0:
         return
     visited.add(key)
+    budget[0] -= 1
     module = index.modules.get(func.path)
     env = Env(facts, flag, dests, func.locals, params, module.consts if module else {})
     for ex in func.exits:
@@ -153,6 +166,7 @@ def _walk(  # noqa: PLR0913 - the walk's state, passed down one level at a time
                 found,
                 visited,
                 depth + 1,
+                budget,
             )
 
 
