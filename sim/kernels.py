@@ -1,8 +1,9 @@
 """Which attention backend and MoE runner SGLang 0.5.23 picks for a model on a GPU, or why it refuses.
 
 Defaults follow `arg_groups/model_override_base.py get_default_attn_backend` and the per-model
-override registry (`arg_groups/model_overrides/gpt_oss.py`, `qwen3_moe.py`, `qwen3_5.py`); the
-MoE kernel that runs under `auto` follows the quantization method (`layers/quantization/`).
+override registry (`arg_groups/model_overrides/gpt_oss.py`, `qwen3_moe.py`, `qwen3_5.py`,
+`deepseek_v2.py`); the MoE kernel that runs under `auto` follows the quantization method
+(`layers/quantization/`).
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ def _default_attention(args: argparse.Namespace, sm: int, model: ModelInfo) -> s
     if model.linear_attn_layers and sm in _SM100:  # _qwen3_5_hybrid_overrides
         return "trtllm_mha" if args.speculative_algorithm or args.disable_radix_cache else "triton"
     if model.mla_kv_dim:
+        if model.architecture == "DeepseekV3ForCausalLM" and sm in _SM100:
+            return "trtllm_mla"  # model_overrides/deepseek_v2.py (DeepSeek V3/R1)
         return {90: "fa3", 100: "flashinfer", 103: "flashinfer"}.get(sm, "triton")
     if sm == 90 and spec_topk_one:
         return "fa3"  # flashinfer 0.6.1 regressed on Hopper (sglang#17411)

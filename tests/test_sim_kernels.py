@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -10,6 +12,7 @@ from sim.offline import offline_throughput, plan_for
 from sim.perf import PerfModel
 from sim.plan import StartupError
 from sim.scenario import load_scenario
+from tests.test_sim_quant import SHARED
 
 
 def _on_sm(scenario: str, sm: int, count: int | None = None):  # type: ignore[no-untyped-def]
@@ -34,6 +37,23 @@ def test_default_attention_backend_of_the_hybrid_seed_model(sm: int, backend: st
     flags = _without("seed", "--attention-backend")
     flags = flags[: flags.index("--speculative-algorithm")]  # no speculation
     assert plan_for(_on_sm("seed", sm), flags, replace_baseline=True)[2].attention_backend == backend
+
+
+def test_deepseek_v3_mla_defaults(tmp_path: Path) -> None:
+    (tmp_path / "DeepSeek-V3").mkdir()
+    shutil.copy(SHARED / "deepseek-ai--DeepSeek-V3_config.json", tmp_path / "DeepSeek-V3" / "config.json")
+    base = _on_sm("h200-qwen30b", 90, count=8)
+    scn = base.model_copy(
+        update={"model": base.model.model_copy(update={"config": str(tmp_path / "DeepSeek-V3")})}
+    )
+    hopper = plan_for(scn, ["--tp-size", "8"], replace_baseline=True)[2]
+    assert hopper.attention_backend == "fa3" and hopper.moe_runner == "triton"
+    assert hopper.dense_speedup == 2.0  # block-FP8 W8A8 on Hopper tensor cores
+    hw = scn.hardware.model_copy(update={"sm": 100})
+    blackwell = plan_for(scn.model_copy(update={"hardware": hw}), ["--tp-size", "8"], replace_baseline=True)
+    assert blackwell[2].attention_backend == "trtllm_mla"  # model_overrides/deepseek_v2.py
+    # MLA caches one 576-wide latent per layer (BF16), the same on every TP rank.
+    assert PerfModel(hopper, blackwell[1], scn).kv_bytes_per_token == 61 * 576 * 2
 
 
 def test_default_attention_backend_of_dense_and_fp8_models() -> None:
