@@ -71,7 +71,10 @@ def up(name: str, tmp: Path, scale: float):  # type: ignore[no-untyped-def]
     return config.model_copy(
         update={
             "bench": bench,
-            "target": config.target.model_copy(update={"max_restarts_per_minute": 100}),
+            # a start at this time scale takes seconds: a candidate not healthy in 30 s has failed
+            "target": config.target.model_copy(
+                update={"max_restarts_per_minute": 100, "health_timeout_s": 30}
+            ),
             "agent": config.agent.model_copy(update={"transcripts_dir": tmp / "transcripts"}),
         }
     )
@@ -150,7 +153,7 @@ def oracle(name: str, candidates: list, base: dict[int, float]) -> tuple[float, 
     return best, best_set, alone
 
 
-async def run_agent(config, tmp: Path):  # type: ignore[no-untyped-def]
+async def run_agent(config, tmp: Path, minutes: float):  # type: ignore[no-untyped-def]
     from agent.session import RunOptions, run_session
     from agent.transcript import Transcript
     from agent.ui import RunUI
@@ -161,18 +164,20 @@ async def run_agent(config, tmp: Path):  # type: ignore[no-untyped-def]
     with open(tmp / "console.txt", "w") as out:
         ui = RunUI(Console(file=out, width=140), transcript)
         try:
-            return await run_session(config, RunOptions(goal="improve throughput", max_wall_minutes=60), ui)
+            return await run_session(
+                config, RunOptions(goal="improve throughput", max_wall_minutes=minutes), ui
+            )
         finally:
             transcript.close({"status": "bench"})
 
 
-def scenario_row(name: str, scale: float) -> dict:
+def scenario_row(name: str, scale: float, minutes: float) -> dict:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         config = up(name, tmp, scale)
         try:
             started = time.monotonic()
-            result = asyncio.run(run_agent(config, tmp))
+            result = asyncio.run(run_agent(config, tmp, minutes))
             wall = time.monotonic() - started
             facts = _facts(result)
         finally:
@@ -254,13 +259,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scenario", action="append", help="default: every shipped scenario")
     ap.add_argument("--time-scale", type=float, default=0.1)
+    ap.add_argument("--max-minutes", type=float, default=6.0, help="the agent's wall-time budget per run")
     ap.add_argument("--aa", type=int, default=8, help="A/A trials with injected drift (0: skip)")
     args = ap.parse_args()
     names = args.scenario or sorted(p.stem for p in SCENARIO_DIR.glob("*.toml"))
     rows = []
     for name in names:
         print(f"running {name} ...", flush=True)
-        rows.append(scenario_row(name, args.time_scale))
+        rows.append(scenario_row(name, args.time_scale, args.max_minutes))
         r = rows[-1]
         print(f"  kept {r['kept_set']} ({r['status']}); oracle {r['oracle_set']}", flush=True)
         print("  " + r["conclusion"].replace("\n", "\n  "), flush=True)

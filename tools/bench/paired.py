@@ -122,8 +122,11 @@ def interval(
     if df < 1:
         return out
     pooled = sum(_ss(g) for g in groups) / df
-    # a drift the two A blocks disagree on beyond their noise: half of it may be anywhere in between
-    extra = (out.drift / 2) ** 2 if after else 0.0
+    # what the two A blocks disagree on beyond their own noise is drift that need not be linear:
+    # half of it may sit anywhere between them
+    extra = 0.0
+    if after:
+        extra = max(0.0, out.drift**2 - pooled * (1 / len(before) + 1 / len(after))) / 4
     var = pooled * (1 / len(cand) + ref_var_n) + launches * math.log1p(launch_noise) ** 2 + extra
     se = math.sqrt(var)
     if se <= 1e-12:
