@@ -45,7 +45,12 @@ def _default_attention(args: argparse.Namespace, sm: int, model: ModelInfo) -> s
     if model.architecture == "GptOssForCausalLM":  # _gpt_oss_overrides
         return {100: "trtllm_mha", 103: "trtllm_mha", 90: "fa3"}.get(sm, "triton")
     if model.linear_attn_layers and sm in _SM100:  # _qwen3_5_hybrid_overrides
-        return "trtllm_mha" if args.speculative_algorithm or args.disable_radix_cache else "triton"
+        # trtllm_mha unless the mamba radix cache runs without its extra buffer (overlap schedule
+        # off, page size 1: overrides.py _mamba_radix_cache_resolution) with radix on and no spec.
+        no_extra_buffer = args.disable_overlap_schedule and (args.page_size or 1) == 1
+        plain = no_extra_buffer and not args.disable_radix_cache and args.speculative_algorithm is None
+        trtllm_ok = spec_topk_one and (args.speculative_algorithm is None or args.speculative_eagle_topk)
+        return "trtllm_mha" if trtllm_ok and not plain else "triton"
     if model.mla_kv_dim:
         if model.architecture == "DeepseekV3ForCausalLM" and sm in _SM100:
             return "trtllm_mla"  # model_overrides/deepseek_v2.py (DeepSeek V3/R1)
