@@ -10,8 +10,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from agent.review import Review, TrialRecord, build_review, fmt_change, review_markdown
-from agent.review_verdicts import CONDITIONS_MARKER, condition_outcome, condition_summary
+from agent.review import Review, TrialRecord, build_review, fmt_change, review_markdown, todo_evolution
+from agent.review_verdicts import CONDITIONS_MARKER, TODO_MARKER, condition_outcome, condition_summary
 from agent.transcript import LoadedTranscript
 
 KEPT_COLOR = "#1a7f37"
@@ -26,7 +26,9 @@ NOISE = 0.01
 _CSS = f"""
 * {{ box-sizing: border-box; }}
 body {{ font-family: system-ui, sans-serif; max-width: 1180px; margin: 1.5em auto; padding: 0 16px;
-        color: #1f2328; overflow-wrap: anywhere; }}
+        color: #1f2328; overflow-wrap: break-word; }}
+th, strong.kept, strong.rolled {{ white-space: nowrap; }}
+td:last-child {{ overflow-wrap: anywhere; }}
 table {{ border-collapse: collapse; margin: 0.6em 0; max-width: 100%; }}
 th, td {{ border: 1px solid #d0d7de; padding: 4px 10px; text-align: left; vertical-align: top; }}
 th {{ background: #f6f8fa; }}
@@ -35,7 +37,7 @@ strong.rolled {{ background: {ROLLED_COLOR}; color: white; padding: 1px 6px; bor
 figure.plot {{ margin: 1em 0; border: 3px solid #8250df; max-width: 100%; }}
 figure.plot img {{ display: block; width: 100%; height: auto; }}
 pre {{ white-space: pre-wrap; }}
-pre, code {{ background: #f6f8fa; overflow-wrap: anywhere; }}
+pre, code {{ background: #f6f8fa; }}
 details {{ margin: 0.2em 0; }} summary {{ cursor: pointer; }}
 details ul {{ margin: 0.2em 0 0.6em; font-size: 0.9em; }}
 li.pass {{ color: {BETTER_COLOR}; }} li.fail {{ color: {WORSE_COLOR}; }} li.unknown {{ color: #656d76; }}
@@ -124,7 +126,7 @@ def plot_figure(review: Review) -> Any:
         loc="upper left",
         fontsize=8,
     )
-    _change_bars(bars, trials, ticks)
+    _change_bars(bars, review.trials, ticks)
     bars.legend(handles=[Patch(color=BETTER_COLOR, label="better"), Patch(color=WORSE_COLOR, label="worse"),
                          Patch(facecolor="white", edgecolor="black", linewidth=2, label="kept")],
                 fontsize=8, loc="best")  # fmt: skip
@@ -136,6 +138,12 @@ def _change_bars(ax: Any, trials: list[TrialRecord], levels: list[int]) -> None:
     """Grouped bars: one group per trial (named by its flag), one bar per level, green/red by sign."""
     width = 0.8 / max(1, len(levels))
     for i, t in enumerate(trials):
+        if not any(t.baseline.get(c) and t.candidate.get(c) is not None for c in levels):
+            # e.g. a candidate that never started: marked, so every trial is on the chart
+            ax.plot(i, 0, "x", color=WORSE_COLOR, markersize=11, markeredgewidth=2.5)
+            ax.annotate("not measured", (i, 0), xytext=(0, 8), textcoords="offset points", ha="center",
+                        fontsize=7, color=WORSE_COLOR)  # fmt: skip
+            continue
         for j, c in enumerate(levels):
             before, after = t.baseline.get(c), t.candidate.get(c)
             if not before or after is None:
@@ -147,8 +155,9 @@ def _change_bars(ax: Any, trials: list[TrialRecord], levels: list[int]) -> None:
                    edgecolor=edge, linewidth=2 if t.decision == "kept" else 0.5)  # fmt: skip
     ax.set_xticks(range(len(trials)), [f"#{t.number} {_label(t.change)}" for t in trials], rotation=25,
                   ha="right", fontsize=8)  # fmt: skip
+    ax.set_xlim(-0.7, max(len(trials), 3) - 0.3)  # one trial does not fill the whole panel
     ax.axhline(0, color="black", linewidth=0.8)
-    ax.set_title(f"Change per trial at concurrency {', '.join(map(str, levels))} (%)")
+    ax.set_title(f"Change per trial vs baseline (%), bars: concurrency {', '.join(map(str, levels))}")
     ax.grid(True, axis="y", alpha=0.3)
 
 
@@ -169,7 +178,7 @@ def _conditions_html(review: Review) -> str:
             blocks.append(f"<p>{html.escape(v['flag'])}: none recorded</p>")
             continue
         items = "".join(f'<li class="{condition_outcome(c)}">{html.escape(c)}</li>' for c in v["conditions"])
-        summary = html.escape(f"{v['flag']}: {condition_summary(v['conditions'])}")
+        summary = html.escape(f"{v['flag']}: {condition_summary(v['conditions'], failures=0)}")
         blocks.append(f"<details><summary>{summary}</summary><ul>{items}</ul></details>")
     return "".join(blocks)
 
@@ -199,9 +208,12 @@ def export_html(loaded: LoadedTranscript) -> str:
     from markdown_it import MarkdownIt
 
     review = build_review(loaded)
-    markdown = review_markdown(review, conditions_marker=True)
-    body = MarkdownIt("commonmark", {"html": False}).enable("table").render(markdown)
+    md = MarkdownIt("commonmark", {"html": False}).enable("table")
+    body = md.render(review_markdown(review, conditions_marker=True))
     body = body.replace(f"<p>{CONDITIONS_MARKER}</p>", _conditions_html(review))
+    history = md.render("\n".join(todo_evolution(review.todo_states)))
+    updates = f"How the list evolved ({len(review.todo_states)} updates)"
+    body = body.replace(f"<p>{TODO_MARKER}</p>", f"<details><summary>{updates}</summary>{history}</details>")
     body = body.replace("<strong>kept</strong>", '<strong class="kept">kept</strong>')
     body = body.replace("<strong>rolled back</strong>", '<strong class="rolled">rolled back</strong>')
     png = plot_png(review)

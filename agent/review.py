@@ -10,7 +10,7 @@ import dataclasses
 import statistics
 from typing import Any
 
-from agent.review_verdicts import CONDITIONS_MARKER, condition_summary, evidence_lines
+from agent.review_verdicts import CONDITIONS_MARKER, TODO_MARKER, condition_summary, evidence_lines
 from agent.transcript import LoadedTranscript
 
 MISSING = "missing"
@@ -420,8 +420,8 @@ def approval_lines(approvals: list[dict[str, Any]]) -> list[str]:
 
 
 def review_markdown(review: Review, *, conditions_marker: bool = False) -> str:
-    """The review as a Markdown document (`conditions_marker`: leave a paragraph for the HTML export
-    to replace with every condition, collapsed)."""
+    """The review as a Markdown document (`conditions_marker`: leave paragraphs for the HTML export to
+    replace with every condition and the todo list's history, collapsed)."""
     h = review.header
     out = [f"# optagent session {h.get('id', '?')}", ""]
     out += [f"- Kind: {h.get('kind', '?')}, started {h.get('started_at', '?')}, status: {review.status}"]
@@ -441,7 +441,10 @@ def review_markdown(review: Review, *, conditions_marker: bool = False) -> str:
     else:
         out.append(MISSING)
     out += ["", "## Todo list as it evolved", ""]
-    out += todo_evolution(review.todo_states)
+    if conditions_marker and review.todo_states:  # HTML: the final list, its history collapsed
+        out += ["Final list:", "", *todo_lines(review.todo_states[-1][1]), "", TODO_MARKER]
+    else:
+        out += todo_evolution(review.todo_states)
     if not review.todo_states:
         out.append("no todo list recorded")
     out += ["", "## Research verdicts", ""]

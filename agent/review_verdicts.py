@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["CONDITIONS_MARKER", "condition_outcome", "condition_summary", "evidence_lines"]
+__all__ = ["CONDITIONS_MARKER", "TODO_MARKER", "condition_outcome", "condition_summary", "evidence_lines"]
 
 QUOTE_LIMIT = 120
 CONDITIONS_MARKER = "OPTAGENT-CONDITION-DETAILS"
 """A paragraph `export_html` replaces with the full, collapsed condition lists."""
+TODO_MARKER = "OPTAGENT-TODO-DETAILS"
+"""A paragraph `export_html` replaces with the todo list's evolution, collapsed."""
 
 
 def condition_outcome(text: str) -> str:
@@ -26,16 +28,17 @@ def condition_outcome(text: str) -> str:
     return "unknown"
 
 
-def condition_summary(conditions: list[str]) -> str:
-    """`3 checked: 1 pass, 2 unknown; fails: X vs Y` — counts, and the ones that decided something."""
+def condition_summary(conditions: list[str], *, failures: int = 2) -> str:
+    """`40 checked: 1 fail, 1 pass, 38 unknown; fails: X vs Y: fail` — counts, then up to `failures` of
+    the failed checks (what can stop a flag from applying here)."""
     if not conditions:
         return "none recorded"
     counts: dict[str, int] = {}
     for c in conditions:
         counts[condition_outcome(c)] = counts.get(condition_outcome(c), 0) + 1
     text = f"{len(conditions)} checked: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
-    decided = [c for c in conditions if condition_outcome(c) != "unknown"]
-    return text + ("; " + "; ".join(decided[:4]) if decided else "")
+    failed = [c for c in conditions if condition_outcome(c) == "fail"][:failures]
+    return text + ("; fails: " + "; ".join(failed) if failed else "")
 
 
 def evidence_lines(verdict: dict[str, Any], *, limit: int = 3) -> list[str]:

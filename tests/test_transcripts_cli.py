@@ -83,7 +83,7 @@ def test_review(sessions: tuple[Path, str, str]) -> None:
         "- final list:\n  - [x] research --cuda-graph-max-bs (high)\n  - [-] research --enable-torch-compile (medium)",
         "| --cuda-graph-max-bs | **applies** | +throughput at high concurrency | memory |",
         "- --cuda-graph-max-bs: `python/sglang/srt/model_executor/model_runner.py:412` if self.server_args",
-        "bs <= 256 vs max_running_requests = 256: pass",
+        "- --cuda-graph-max-bs: 1 checked: 1 pass",
         "### Trial 1: --cuda-graph-max-bs 256 — **kept**",
         "- Trial 2 (--enable-torch-compile): regressed: -8.0% at 64",
         "| 64 | 2,020.0 | 2,270.0 | +12.4% |",
