@@ -72,3 +72,25 @@ def test_the_key_never_reaches_a_transcript(tmp_path: Path, monkeypatch) -> None
     t.close({"ok": True})
     text = "".join(p.read_text() for p in tmp_path.iterdir())
     assert KEY not in text and "[REDACTED]" in text
+
+
+def test_bench_serving_on_the_host_gets_the_key_through_stdin(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from tools.bench.sglang_backend import run_sweep_sglang
+    from tools.config import BenchConfig
+    from tools.remote import LocalTransport
+
+    monkeypatch.setenv("OPTAGENT_API_KEY", KEY)
+    seen = tmp_path / "seen"
+    python = tmp_path / "python"  # stands in for the host's python running sglang.bench_serving
+    python.write_text(
+        f'#!/bin/sh\nprintf "%s\\n" "$OPENAI_API_KEY" > {seen}.env\nprintf "%s " "$@" > {seen}.argv\nexit 3\n'
+    )
+    python.chmod(0o755)
+    result = asyncio.run(run_sweep_sglang(LocalTransport(), "http://127.0.0.1:9", BenchConfig(concurrency=[1]),
+                                          python=str(python), remote_dir=str(tmp_path)))  # fmt: skip
+    assert result.partial and "exited 3" in result.errors[0]
+    assert Path(f"{seen}.env").read_text().strip() == KEY
+    assert (
+        KEY not in Path(f"{seen}.argv").read_text()
+        and "sglang.bench_serving" in Path(f"{seen}.argv").read_text()
+    )

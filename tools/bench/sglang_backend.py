@@ -15,6 +15,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
+from tools.auth import api_key
 from tools.bench.loadgen import prompts_for_level
 from tools.bench.results import LevelResult, SweepResult
 from tools.config import BenchConfig
@@ -135,8 +136,13 @@ async def run_sweep_sglang(
         out = f"{remote_dir.rstrip('/')}/optagent-bench-{uuid.uuid4().hex}.jsonl"
         argv = bench_serving_argv(endpoint, settings, concurrency=c, output_file=out, python=python,
                                   seed=seed, request_rate=request_rate)  # fmt: skip
+        key = api_key()
+        if key:  # bench_serving reads OPENAI_API_KEY; through stdin, never in an argv `ps` can show
+            argv = ["sh", "-c", 'IFS= read -r OPENAI_API_KEY; export OPENAI_API_KEY; exec "$@"', "sh", *argv]
         try:
-            run = await transport.run(argv, timeout=settings.request_timeout_s * (2 + n / c))
+            run = await transport.run(
+                argv, timeout=settings.request_timeout_s * (2 + n / c), input=f"{key}\n" if key else None
+            )
             if run.returncode != 0:
                 tail = " | ".join((run.stderr or run.stdout).strip().splitlines()[-3:])
                 raise BenchServingError(f"bench_serving exited {run.returncode}: {tail}")
