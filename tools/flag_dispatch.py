@@ -124,10 +124,18 @@ def module_status(index: FlagIndex, facts: dict[str, Any]) -> dict[str, Status]:
             with tmp.open("wb") as fh:
                 pickle.dump(status, fh, protocol=pickle.HIGHEST_PROTOCOL)
             os.replace(tmp, path)
+            _prune(index.db)
         except OSError:
             tmp.unlink(missing_ok=True)  # a read-only cache only costs the recomputation
     _STATUS_CACHE[key] = status
     return status
+
+
+def _prune(db: Any, keep: int = 32) -> None:
+    """Keep the newest `keep` status files of an index (one per distinct set of facts)."""
+    files = sorted(db.parent.glob(db.stem + ".status-*.pickle"), key=lambda p: p.stat().st_mtime)
+    for old in files[:-keep]:
+        old.unlink(missing_ok=True)
 
 
 def _module_status(index: FlagIndex, facts: dict[str, Any]) -> dict[str, Status]:

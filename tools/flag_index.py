@@ -23,7 +23,7 @@ from tools.flag_catalog import FlagInfo, flag_catalog
 from tools.flag_index_walk import Func, ModuleFacts, Read, walk_file
 from tools.source import SourceTree, cache_root
 
-INDEX_FORMAT = 6
+INDEX_FORMAT = 8
 _OFF_PATH_DIRS = frozenset(
     {
         "test",

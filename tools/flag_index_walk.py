@@ -15,6 +15,23 @@ from dataclasses import dataclass, field
 
 _LOG = re.compile(r"(^|\.)(warning|warn|error|info|debug|exception|print_warning|warning_once|info_once)$")
 _EXITS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
+_FAILED = "__an_exception_was_raised__"
+_RAN_ON = "__no_earlier_return__"
+"""Guards naming runtime conditions: they evaluate unknown, never true."""
+
+
+def _may_leave(st: ast.stmt) -> bool:
+    """A compound statement with a `return` somewhere inside (nested functions aside)."""
+    if not isinstance(st, ast.For | ast.AsyncFor | ast.While | ast.Try | ast.With | ast.AsyncWith | ast.If):
+        return False
+    todo = list(ast.iter_child_nodes(st))
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Return):
+            return True
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
+            todo.extend(ast.iter_child_nodes(node))
+    return False
 
 
 @dataclass
@@ -90,6 +107,8 @@ class ModuleFacts:
     """Class name -> the fields it declares (class-level annotations)."""
     funcs: list[Func] = field(default_factory=list)
     reads: list[Read] = field(default_factory=list)
+    rebound: set[str] = field(default_factory=set)
+    """Module names some function rebinds with `global` (not constants)."""
     edges: list[tuple[str, tuple[str, ...], tuple[tuple[str, str], ...]]] = field(default_factory=list)
     """Every import, module- or function-level: (dotted name, guards, registry keys of the function)."""
 
@@ -114,6 +133,17 @@ def _message(node: ast.AST | None) -> str:
             ]
             return " ".join("".join(parts).split())[:200]
     return src(node)[:200]
+
+
+def _bare_exit(body: list[ast.stmt]) -> bool:
+    """A block that only leaves: ends in `raise`/`continue`/`break`/`return` without a value (or
+    `return None`); `return 1` is the branch's result, not an early exit."""
+    if not body:
+        return False
+    last = body[-1]
+    if isinstance(last, ast.Return):
+        return last.value is None or (isinstance(last.value, ast.Constant) and last.value.value is None)
+    return isinstance(last, ast.Raise | ast.Continue | ast.Break)
 
 
 def _absolute(module: str, level: int, name: str | None, is_pkg: bool) -> str:
@@ -141,6 +171,10 @@ class _Walker:
             self.stmt(st, guards + extra)
             if isinstance(st, ast.If) and not st.orelse and st.body and isinstance(st.body[-1], _EXITS):
                 extra.append(neg(st.test))
+            elif self.func is not None and _may_leave(st) and _RAN_ON not in extra:
+                # after a loop/try/branch that can return, the rest runs only when it did not:
+                # a runtime condition (why: `for ...: return x` then `raise "none found"`)
+                extra.append(_RAN_ON)
 
     def stmt(self, st: ast.stmt, guards: list[str]) -> None:
         if isinstance(st, ast.FunctionDef | ast.AsyncFunctionDef):
@@ -170,7 +204,7 @@ class _Walker:
         elif isinstance(st, ast.Try) or type(st).__name__ == "TryStar":
             self.body(st.body, guards)
             for h in st.handlers:
-                self.body(h.body, guards)
+                self.body(h.body, [*guards, _FAILED])  # runs only when something failed at runtime
             self.body(st.orelse, guards)
             self.body(st.finalbody, guards)
         elif isinstance(st, ast.Import | ast.ImportFrom):
@@ -205,6 +239,11 @@ class _Walker:
         self.m.funcs.append(f)
         self.func = f
         self.loaded = {n.id for n in ast.walk(st) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        for node in ast.walk(st):
+            if isinstance(node, ast.Global):  # a module global rebound at runtime is no constant
+                self.m.rebound.update(node.names)
+            elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+                f.locals[node.target.id] = None  # `x += 1`: not a single assignment
         self.body(st.body, [])
         self.func, self.loaded = outer, outer_loaded
 
@@ -322,10 +361,7 @@ class _Walker:
                 local,
                 effect,
                 inert,
-                isinstance(st, ast.If)
-                and bool(st.body)
-                and isinstance(st.body[-1], _EXITS)
-                and not st.orelse,
+                isinstance(st, ast.If) and not st.orelse and _bare_exit(st.body),
             )
         )
 
@@ -357,4 +393,6 @@ def walk_file(path: str, module: str, text: str, dests: frozenset[str], is_pkg: 
     except (SyntaxError, ValueError):
         return facts
     _Walker(facts, dests, is_pkg).body(tree.body, [])
+    for name in facts.rebound:
+        facts.consts.pop(name, None)
     return facts

@@ -219,14 +219,17 @@ class _Eval:
         value = platform(name, env.facts, self.out)
         if value is not None:
             return value
-        if name in CODE_FACTS:
+        local = env.locals.get(name)
+        if name in CODE_FACTS and not (local and _reads_a_flag(local, env)):
+            # `topk = topk_ids.shape[1]` is the MoE top-k; `topk = server_args.speculative_eagle_topk`
+            # is another flag's value and is followed as a local below
             return self.fact(CODE_FACTS[name])
         if name in _QUANT:
             q = self.fact("model.quantization")
             return q if q is UNKNOWN else any(s in str(q or "").lower() for s in _QUANT[name])
         for table in (env.locals, env.consts):
             text = table.get(name)
-            if text and depth < 5 and (sub := _parse(text)) is not None:
+            if text and depth < 5 and (sub := _parse(text)) is not None and not _container(sub):
                 return self.ev(sub, depth + 1)
         self.out.runtime.append(name)
         return UNKNOWN
@@ -250,6 +253,9 @@ class _Eval:
             key = node.slice.value
             if isinstance(key, str) and (key in self.env.flag or key in self.env.dests):
                 return self.dest(key)
+            if isinstance(key, int) and not isinstance(key, bool):  # `get_device_capability()[0]`
+                seq = self.ev(node.value, depth)
+                return seq[key] if isinstance(seq, tuple) and -len(seq) <= key < len(seq) else UNKNOWN
             return UNKNOWN
         if isinstance(node, ast.Call):
             return self.call(node, depth)
@@ -365,3 +371,22 @@ def _dotted(node: ast.expr) -> str:
         parts.append(node.id)
         return ".".join(reversed(parts))
     return ""
+
+
+_ATTRS = re.compile(r"\.(\w+)|\[['\"](\w+)['\"]\]")
+
+
+def _reads_a_flag(text: str, env: Env) -> bool:
+    """Whether an expression reads a server arg (`server_args.x`, `cfg["x"]`)."""
+    return any((a or b) in env.dests or (a or b) in env.flag for a, b in _ATTRS.findall(text))
+
+
+def _container(node: ast.expr) -> bool:
+    """`[]`, `{}`, `set()`, `list(...)`: a value the code fills later, not a constant."""
+    if isinstance(node, ast.List | ast.Dict | ast.Set | ast.ListComp | ast.DictComp | ast.SetComp):
+        return True
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in ("list", "dict", "set")
+    )

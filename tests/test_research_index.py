@@ -1,0 +1,177 @@
+"""The on-disk flag index and the code verdicts on a small SGLang-shaped tree written here: call edges
+to a `raise` across modules, dispatch by registry and model architecture, the serving path, same-named
+attributes, deprecated flags, `--no-X`, and the index cache (built once, reopened from disk)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import tools.flag_index as flag_index
+from tools.flag_analysis import analyze_flag
+from tools.flag_index import index_path, load_index
+from tools.source import local_source
+
+FILES = {
+    "srt/server_args.py": """
+        import argparse
+        from dataclasses import dataclass
+
+        @dataclass
+        class ServerArgs:
+            enable_foo: bool = False
+            foo_backend: str = None
+            enable_bar: bool = False
+            dead_knob: int = 1
+            attention_backend: str = "triton"
+
+            @staticmethod
+            def add_cli_args(parser):
+                parser.add_argument("--enable-foo", action="store_true", help="Foo.")
+                parser.add_argument("--foo-backend", choices=["auto", "fast"], default=ServerArgs.foo_backend)
+                parser.add_argument("--enable-bar", action=argparse.BooleanOptionalAction, help="Bar.")
+                parser.add_argument("--dead-knob", type=int, default=ServerArgs.dead_knob)
+                parser.add_argument("--attention-backend", default=ServerArgs.attention_backend)
+                parser.add_argument("--old-foo", action="store_true", help="(Deprecated: use --foo-backend=fast) Old.")
+        """,
+    "srt/utils.py": """
+        def is_sm90_supported():
+            return True
+        """,
+    "srt/layers/foo_check.py": """
+        from sglang.srt.utils import is_sm90_supported
+
+        _is_sm90 = is_sm90_supported()
+
+        def check_backend(backend):
+            if backend == "fast" and not _is_sm90:
+                raise ValueError("the fast foo backend needs SM90")
+            return backend
+        """,
+    "srt/layers/foo.py": """
+        from sglang.srt.layers.foo_check import _is_sm90, check_backend
+
+        def resolve(server_args):
+            backend = server_args.foo_backend
+            if backend is None:
+                return None
+            return check_backend(backend)
+
+        def use_foo(server_args):
+            if server_args.enable_foo and _is_sm90:
+                return 1
+            return 0
+        """,
+    "srt/entrypoints/protocol.py": """
+        class ChatRequest:
+            enable_foo: bool = False
+
+        def wants_foo(req):
+            return req.enable_foo
+        """,
+    "srt/layers/attention/attention_registry.py": """
+        def register_attention_backend(name):
+            return lambda fn: fn
+
+        @register_attention_backend("triton")
+        def create_triton(runner):
+            from sglang.srt.layers.attention.triton_backend import TritonBackend
+            return TritonBackend(runner)
+
+        @register_attention_backend("other")
+        def create_other(runner):
+            from sglang.srt.layers.attention.other_backend import OtherBackend
+            return OtherBackend(runner)
+        """,
+    "srt/layers/attention/triton_backend.py": "class TritonBackend:\n    pass\n",
+    "srt/layers/attention/other_backend.py": """
+        class OtherBackend:
+            def __init__(self, runner):
+                self.bar = runner.server_args.enable_bar
+                if runner.server_args.enable_bar:
+                    self.mode = 2
+        """,
+    "srt/models/alpha.py": """
+        class AlphaForCausalLM:
+            def __init__(self, server_args):
+                self.knob = server_args.dead_knob
+                if self.knob:
+                    self.x = 1
+        """,
+    "srt/models/beta.py": "class BetaForCausalLM:\n    pass\n",
+    "benchmark/one_batch.py": "def run(server_args):\n    if server_args.dead_knob > 1:\n        return 2\n",
+}
+
+
+@pytest.fixture
+def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("OPTAGENT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(flag_index, "_LOADED", {})
+    for rel, text in FILES.items():
+        path = tmp_path / "src" / "sglang" / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return local_source(tmp_path / "src", version="9.9.9")
+
+
+def _facts(sm: int, **server: object) -> dict[str, object]:
+    facts: dict[str, object] = {"gpu.sm": sm, "model.architecture": "BetaForCausalLM"}
+    facts.update({f"server.{k}": v for k, v in server.items()})
+    return facts
+
+
+def test_a_raise_in_another_module_is_a_start_up_refusal(tree) -> None:  # type: ignore[no-untyped-def]
+    index = load_index(tree)
+    v = analyze_flag(index, "--foo-backend", _facts(120), value="fast")
+    assert v.verdict == "refuses-to-start", v.summary
+    assert "the fast foo backend needs SM90" in v.summary and "foo_check.py:8" in v.summary
+    assert analyze_flag(index, "--foo-backend", _facts(90), value="fast").verdict == "applies"
+    # with "auto" the raise's own guard (`backend == "fast"`) is false: nothing refuses
+    assert analyze_flag(index, "--foo-backend", _facts(120), value="auto").verdict == "applies"
+    # a deprecated flag is researched through its replacement's readers
+    old = analyze_flag(index, "--old-foo", _facts(120))
+    assert old.verdict == "refuses-to-start" and old.researched_as == "--foo-backend=fast"
+
+
+def test_guard_on_a_platform_constant_makes_a_noop(tree) -> None:  # type: ignore[no-untyped-def]
+    index = load_index(tree)
+    v = analyze_flag(index, "enable_foo", _facts(120))
+    assert v.verdict == "no-op" and "_is_sm90" in v.summary
+    assert analyze_flag(index, "enable-foo", _facts(90)).verdict == "applies"
+    # the request model's own `enable_foo` field is not the flag
+    assert not any("protocol.py" in f.location for f in v.findings)
+    assert any("protocol.py:6" in n and "another object" in n for n in v.notes)
+
+
+def test_dispatch_by_registry_and_model_and_the_serving_path(tree) -> None:  # type: ignore[no-untyped-def]
+    index = load_index(tree)
+    triton = analyze_flag(index, "--enable-bar", _facts(90, attention_backend="triton"))
+    assert triton.verdict == "no-op" and "other_backend" in triton.summary
+    other = analyze_flag(index, "--enable-bar", _facts(90, attention_backend="other"))
+    assert other.verdict == "applies"
+    assert analyze_flag(index, "--no-enable-bar", _facts(90, attention_backend="other")).value is False
+    # dead_knob: read by another model's file and by a benchmark; neither runs for BetaForCausalLM
+    knob = analyze_flag(index, "--dead-knob", _facts(90), value="2")
+    assert knob.verdict == "no-op" and "not used by BetaForCausalLM" in knob.summary
+    assert not any("benchmark" in f.location for f in knob.findings)
+    alpha = {**_facts(90), "model.architecture": "AlphaForCausalLM"}
+    assert analyze_flag(index, "--dead-knob", alpha, value="2").verdict == "applies"
+    assert analyze_flag(index, "--no-such-knob", _facts(90)).verdict == "incompatible-with-version"
+
+
+def test_the_index_is_built_once_and_reopened_from_disk(tree, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    first = load_index(tree)
+    path = index_path(tree)
+    assert path.is_file() and path.name.startswith("9.9.9-") and first.version == "9.9.9"
+    built = path.stat().st_mtime_ns
+    monkeypatch.setattr(flag_index, "_LOADED", {})
+
+    def no_build(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise AssertionError("the index was rebuilt")
+
+    monkeypatch.setattr(flag_index, "build_index", no_build)
+    again = load_index(tree)
+    assert again is not first and path.stat().st_mtime_ns == built
+    assert [r.line for r in again.reads("foo_backend")] == [r.line for r in first.reads("foo_backend")]
