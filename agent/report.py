@@ -112,3 +112,38 @@ def write_report(
         ui.record("report", {"path": str(path), "plot": str(plot) if plot_name else None})
         ui.note(f"report: {path}", record=False)
     return path
+
+
+def explain_run(result: Any, deps: Any, runner: Any, opts: Any, config: Any) -> None:
+    """Fill in the budget sentence, the rule, and why each untried candidate was not tried."""
+    bench = config.bench
+    cap = runner.max_reps if runner else 2 * bench.reps
+    result.rule = RULE.format(
+        reps=bench.reps, cap=cap, min_effect=bench.min_effect, tolerance=bench.regress_tolerance
+    )
+    spent = runner is not None and runner.exhausted is not None
+    result.budget = (
+        f"{opts.max_wall_minutes:g} min wall-time budget (--max-minutes; the simulated deployment's "
+        f"default is 10), {result.seconds / 60:.1f} min used"
+        + (f"; spent: {runner.exhausted}" if spent else "; not spent")
+    )
+    tried = {ch.flag for t in result.trials for ch in t.changes}
+    for c in deps.candidates:
+        label = c.change
+        if c.flag in tried:
+            continue
+        v = deps.verdicts.get(c.flag)
+        if c.status != "candidate":
+            result.untried[label] = f"playbook: {c.status} ({c.note})"
+        elif v is not None and v.rejected:
+            result.untried[label] = f"research: {v.verdict} — {v.summary}"
+        elif c.lever.lossy and not opts.allow_lossy:
+            result.untried[label] = "lossy (changes outputs); --allow-lossy not given"
+        elif runner is not None and runner.halted:
+            result.untried[label] = f"trials stopped: {runner.halted}"
+        elif runner is not None and runner.exhausted:
+            result.untried[label] = f"budget: {runner.exhausted}"
+        elif opts.dry_run:
+            result.untried[label] = "dry run"
+        else:
+            result.untried[label] = "not chosen by the planner"

@@ -101,7 +101,7 @@ async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
     from agent.models import make_models
     from agent.planner import PlannerDeps, build_planner
     from agent.playbook import PLAYBOOK_PATH, evaluate, load_playbook
-    from agent.report import write_report
+    from agent.report import explain_run
     from agent.researcher import build_researcher
     from agent.resolved import drop_pointless
     from tools.bench.stats import objective_from_goal
@@ -153,13 +153,10 @@ async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
             if runner is not None:
                 status = await _combine_if_needed(ui, runner, status)
                 await deployment.rollback()  # no-op unless something is still in flight
-            result = await _final(ui, config, runner, baseline, conclusion, status, started, bench_s)
-            _explain(result, deps, runner, opts, config)
-            if result.report is not None:  # written again with the budget, untried candidates, rule
-                result.report = write_report(
-                    result, baseline_reps=baseline.reps, best_reps=runner.best_reps if runner else None
-                )
-            ui.note(result.budget)
+            result = await _final(
+                ui, config, runner, baseline, conclusion, status, started, bench_s,
+                explain=lambda r: explain_run(r, deps, runner, opts, config),
+            )  # fmt: skip
     finally:
         await transport.close()
     return result
@@ -294,6 +291,7 @@ async def _final(
     status: str,
     started: float,
     bench_s: float,
+    explain: Any = None,
 ) -> RunResult:
     from agent.report import write_report
     from tools.health import wait_healthy
@@ -319,45 +317,11 @@ async def _final(
         seconds=time.monotonic() - started,
         conclusion=conclusion,
     )
+    if explain is not None:  # the budget sentence, the decision rule, the untried candidates
+        explain(result)
+        ui.note(result.budget)
     result.report = write_report(
         result, baseline_reps=baseline.reps, best_reps=runner.best_reps if runner else None, ui=ui
     )
     ui.console.print(conclusion)
     return result
-
-
-def _explain(result: RunResult, deps: Any, runner: TrialRunner | None, opts: RunOptions, config: Any) -> None:
-    """Fill in the budget sentence, the rule, and why each untried candidate was not tried."""
-    from agent.report import RULE
-
-    bench = config.bench
-    cap = runner.max_reps if runner else 2 * bench.reps
-    result.rule = RULE.format(
-        reps=bench.reps, cap=cap, min_effect=bench.min_effect, tolerance=bench.regress_tolerance
-    )
-    spent = runner is not None and runner.exhausted is not None
-    result.budget = (
-        f"{opts.max_wall_minutes:g} min wall-time budget (--max-minutes; the simulated deployment's "
-        f"default is 10), {result.seconds / 60:.1f} min used"
-        + (f"; spent: {runner.exhausted}" if spent else "; not spent")
-    )
-    tried = {ch.flag for t in result.trials for ch in t.changes}
-    for c in deps.candidates:
-        label = c.change
-        if c.flag in tried:
-            continue
-        v = deps.verdicts.get(c.flag)
-        if c.status != "candidate":
-            result.untried[label] = f"playbook: {c.status} ({c.note})"
-        elif v is not None and v.rejected:
-            result.untried[label] = f"research: {v.verdict} — {v.summary}"
-        elif c.lever.lossy and not opts.allow_lossy:
-            result.untried[label] = "lossy (changes outputs); --allow-lossy not given"
-        elif runner is not None and runner.halted:
-            result.untried[label] = f"trials stopped: {runner.halted}"
-        elif runner is not None and runner.exhausted:
-            result.untried[label] = f"budget: {runner.exhausted}"
-        elif opts.dry_run:
-            result.untried[label] = "dry run"
-        else:
-            result.untried[label] = "not chosen by the planner"
