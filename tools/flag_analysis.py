@@ -25,7 +25,7 @@ from typing import Any
 from tools.flag_catalog import FlagInfo, find_flag, negated
 from tools.flag_dispatch import module_reason, module_status
 from tools.flag_index import FlagIndex, is_config_path
-from tools.flag_index_walk import Read
+from tools.flag_index_types import Read
 from tools.guard_eval import Env, Outcome, evaluate, evaluate_all, non_default
 from tools.reach import ExitPath, reach_exits
 

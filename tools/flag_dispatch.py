@@ -54,7 +54,8 @@ _PLATFORM_PARTS = ("npu", "hip", "rocm", "amd", "xpu", "cpu", "mps", "musa", "hp
 
 def _platform_status(index: FlagIndex, facts: dict[str, Any]) -> dict[str, Status]:
     """Files of another platform (`hardware_backend/npu/`, `cpu_graph_runner.py`) on a known one."""
-    from tools.guard_eval import Outcome, platform
+    from tools.guard_eval import Outcome
+    from tools.platform_facts import platform
 
     out: dict[str, Status] = {}
     for path in index.modules:

@@ -20,7 +20,8 @@ from functools import cached_property
 from pathlib import Path, PurePosixPath
 
 from tools.flag_catalog import FlagInfo, flag_catalog
-from tools.flag_index_walk import Func, ModuleFacts, Read, walk_file
+from tools.flag_index_types import Func, ModuleFacts, Read
+from tools.flag_index_walk import walk_file
 from tools.source import SourceTree, cache_root
 
 INDEX_FORMAT = 8

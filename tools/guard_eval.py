@@ -18,13 +18,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-
-class _Unknown:
-    def __repr__(self) -> str:
-        return "UNKNOWN"
-
-
-UNKNOWN: Any = _Unknown()
+from tools.platform_facts import UNKNOWN, platform
 
 
 class _NonDefault:
@@ -59,8 +53,6 @@ _QUANT = {
     "use_fp8_w8a8": ("fp8",),
 }
 _CONFIG_RECEIVERS = re.compile(r"(^|\.)(config|hf_config|text_config|hf_text_config|model_config)$")
-_SM = re.compile(r"^sm_?(\d{2,3})(_or_(?:newer|later|above))?$")
-_OTHER_VENDORS = ("hip", "rocm", "npu", "xpu", "cpu", "mps", "musa", "hpu", "gfx95", "gfx942", "aiter")
 
 
 @dataclass
@@ -105,49 +97,6 @@ def truth(value: Any) -> Any:
         return bool(value)
     except Exception:  # noqa: BLE001 - odd objects are unknown, not an error
         return UNKNOWN
-
-
-def platform(name: str, facts: dict[str, Any], out: Outcome) -> Any:
-    """A platform predicate (`is_sm90_supported`, `_is_cuda`, `is_hip`, ...) as a hardware fact;
-    None when `name` is not a platform predicate."""
-    n = name.lstrip("_").lower()
-    if not n.startswith("is_"):
-        return None
-    n = n[3:].removesuffix("_supported").removesuffix("_available").removesuffix("_device")
-    sm = facts.get("gpu.sm")
-    vendor = facts.get("gpu.vendor") or ("nvidia" if sm is not None else None)
-    m = _SM.match(n)
-    if m:
-        if sm is None:
-            out.missing.append("gpu.sm")
-            return UNKNOWN
-        want = int(m.group(1)) // 10
-        out.used.append(f"gpu.sm = {sm}")
-        return sm // 10 >= want if m.group(2) else sm // 10 == want
-    if n in ("blackwell", "hopper"):
-        if sm is None:
-            out.missing.append("gpu.sm")
-            return UNKNOWN
-        out.used.append(f"gpu.sm = {sm}")
-        return sm >= 100 if n == "blackwell" else sm // 10 == 9
-    if n in ("cuda", "cuda_alike", "nvidia"):
-        if vendor is None:
-            out.missing.append("gpu.vendor")
-            return UNKNOWN
-        out.used.append(f"gpu vendor = {vendor}")
-        return vendor == "nvidia"
-    if n in _OTHER_VENDORS:
-        if vendor is None:
-            out.missing.append("gpu.vendor")
-            return UNKNOWN
-        out.used.append(f"gpu vendor = {vendor}")
-        return False if vendor == "nvidia" else UNKNOWN
-    if n == "flashinfer":
-        if "software.flashinfer" in facts:
-            return bool(facts["software.flashinfer"])
-        out.missing.append("software.flashinfer")
-        return UNKNOWN
-    return None
 
 
 @lru_cache(maxsize=8192)

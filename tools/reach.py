@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tools.flag_index import FlagIndex
-from tools.flag_index_walk import Func, Read
+from tools.flag_index_types import Func, Read
 from tools.guard_eval import UNKNOWN, Env, evaluate, evaluate_all
 
 MAX_DEPTH = 3

@@ -1,0 +1,89 @@
+"""The records of the flag index (what `flag_index_walk` extracts and `flag_index` stores).
+
+Kept apart from the walker so readers of the index import only these plain dataclasses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["Call", "Exit", "Func", "ModuleFacts", "Read"]
+
+
+@dataclass
+class Read:
+    """A load of a flag's dest: where, in which function, under which guards, feeding what."""
+
+    dest: str
+    path: str
+    line: int
+    func: str
+    cls: str | None
+    receiver: str
+    guards: list[str]
+    cond: str | None
+    """The whole boolean expression or `if` test holding the read (evaluated with the flag set)."""
+    local: str | None
+    """The local name the read is assigned to (`backend = cfg.x`), followed through later guards."""
+    effect: str | None
+    inert: bool
+    exit_body: bool = False
+    """The read is in the test of an `if` whose body ends in return/raise: when the test is false
+    the function goes on, so the flag acts by *not* taking the exit."""
+
+
+@dataclass
+class Exit:
+    """A `raise`, a failing `assert`, or a guarded fallback (warning + return / switched off)."""
+
+    kind: str
+    line: int
+    message: str
+    guards: list[str]
+    exc: str = ""
+    sets: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Call:
+    """A call site: callee's last name, its guards, and the argument texts (positional, keyword)."""
+
+    callee: str
+    line: int
+    guards: list[str]
+    args: list[str]
+    kwargs: dict[str, str]
+
+
+@dataclass
+class Func:
+    """A function: parameters, single-assigned locals, calls, exits, registry keys, lazy imports."""
+
+    qual: str
+    path: str
+    line: int
+    end: int
+    params: list[str]
+    locals: dict[str, str | None] = field(default_factory=dict)
+    calls: list[Call] = field(default_factory=list)
+    exits: list[Exit] = field(default_factory=list)
+    keys: list[tuple[str, str]] = field(default_factory=list)
+    imports: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ModuleFacts:
+    """What one file contributes to the index."""
+
+    path: str
+    module: str
+    consts: dict[str, str] = field(default_factory=dict)
+    imports: list[str] = field(default_factory=list)
+    classes: dict[str, list[str]] = field(default_factory=dict)
+    """Class name -> the fields it declares (class-level annotations)."""
+    funcs: list[Func] = field(default_factory=list)
+    reads: list[Read] = field(default_factory=list)
+    rebound: set[str] = field(default_factory=set)
+    """Module names some function rebinds with `global` (not constants)."""
+    edges: list[tuple[str, tuple[str, ...], tuple[tuple[str, str], ...]]] = field(default_factory=list)
+    """Every import, module- or function-level: (dotted name, guards, registry keys of the function)."""
