@@ -50,8 +50,8 @@ def _trial_line(t: Any) -> list[str]:
 
 
 def _without_trials(conclusion: str) -> str:
-    """The conclusion without its own trial list (the report lists every trial once, above)."""
-    return re.sub(r"\n### Trials\n.*?(?=\n### |\Z)", "\n", conclusion, flags=re.S)
+    """The conclusion without its own trial and untried lists (the report has both, above)."""
+    return re.sub(r"\n### (Trials|Not tried)\n.*?(?=\n### |\Z)", "\n", conclusion, flags=re.S)
 
 
 def render_report(result: Any, *, plot_name: str | None) -> str:

@@ -1,0 +1,43 @@
+"""The run report's wording: the decision rule, the budget, untried candidates, each trial once."""
+
+from __future__ import annotations
+
+from agent.report import RULE, render_report
+from agent.session import RunResult
+from agent.trial import TrialChange, TrialRecord
+
+
+def test_report_explains_the_rule_budget_and_untried_candidates_and_lists_trials_once():
+    kept = TrialRecord(
+        number=1, changes=[TrialChange(flag="--enable-mixed-chunk")], decision="kept", improved=True,
+        why="improved: better by >= 2% at c=64", comparison={"ratio": 1.0123}, restarts=3, seconds=61.4,
+        blocks={"before": 3, "candidate": 6, "after": 6, "confirm": 3},
+    )  # fmt: skip
+    env = TrialRecord(
+        number=2, changes=[TrialChange(flag="--disable-radix-cache")], on_top_of=kept.changes,
+        decision="rolled_back", why="environment failure, not the flag: the server's port is already in use",
+        environment="the server's port is already in use", restarts=2, seconds=12.0,
+    )  # fmt: skip
+    result = RunResult(
+        status="stopped: environment failure",
+        trials=[kept, env],
+        kept=["--enable-mixed-chunk"],
+        baseline={1: 120.0, 64: 1150.0},
+        final={1: 120.4, 64: 1199.9},
+        restarts=5,
+        seconds=245.6,
+        conclusion="## Conclusion\n\nDeployed: x.\n\n### Trials\n- trial 1 again\n\n### Not tried\n- dup",
+        budget="10 min wall-time budget (--max-minutes; the simulated deployment's default is 10), 4.1 min used; not spent",
+        untried={"--speculative-num-steps 2": "trials stopped: environment failure"},
+        rule=RULE.format(reps=3, cap=6, min_effect=0.02, tolerance=0.03),
+    )
+    text = render_report(result, plot_name=None)
+    assert "Pareto rule" in text and "worse at none by more than 3%" in text
+    assert "- budget: 10 min wall-time budget" in text and "not spent" in text
+    assert "## Candidates not tried" in text and "--speculative-num-steps 2: trials stopped" in text
+    assert text.count("trial 1 ") == 1 and "trial 1 again" not in text and "- dup" not in text
+    assert "(on top of --enable-mixed-chunk)" in text
+    assert "environment failure, not the flag" in text
+    assert "objective +1.2%" in text
+    assert "| 64 | 1,150.0 | 1,199.9 | +4.3% |" in text
+    assert "repetitions: before 3, candidate 6, after 6, confirm 3" in text
