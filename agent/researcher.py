@@ -41,6 +41,10 @@ def lookup_flag(deps: ResearchDeps, flag: str) -> dict[str, Any]:
         out["catalog"] = f"unavailable: {deps.ctx.missing.get('source', 'no catalog')}"
     else:
         entry = deps.ctx.catalog.get(flag)
+        if entry is None:  # `--no-x`, `--x_y`, aliases: the catalog's own lookup
+            from tools.flag_catalog import find_flag
+
+            entry = find_flag([e for e in deps.ctx.catalog.values() if hasattr(e, "aliases")], flag)
         if entry is None:
             out["catalog"] = f"{flag} is not a flag of SGLang {deps.ctx.version}"
             out["in_catalog"] = False
@@ -114,13 +118,21 @@ def grep_source(deps: ResearchDeps, pattern: str, glob: str | None = None) -> di
     """Regex search over the SGLang source of the running version (bounded)."""
     if deps.ctx.tree is None:
         return {"error": "no source tree"}
+    from tools.flag_index import off_path_reason
     from tools.search import grep
 
     res = grep(deps.ctx.tree, pattern, glob=glob, max_results=MAX_MATCHES)
-    return {
-        "matches": [f"{m.path}:{m.line}: {m.text.strip()}" for m in res.matches],
-        "truncated": res.truncated,
-    }
+    prefix = deps.ctx.tree.rel(deps.ctx.tree.package_dir) + "/"
+
+    def shown(m: Any) -> str:
+        why = (
+            off_path_reason(m.path.removeprefix(prefix))
+            if m.path.startswith(prefix)
+            else "outside the package"
+        )
+        return f"{m.path}:{m.line}: {m.text.strip()}" + (f"  [not serving code: {why}]" if why else "")
+
+    return {"matches": [shown(m) for m in res.matches], "truncated": res.truncated}
 
 
 def read_source(deps: ResearchDeps, path: str, start: int, end: int) -> str:

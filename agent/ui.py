@@ -67,7 +67,9 @@ class RunUI:
         """Show a research verdict with its first pieces of evidence."""
         style = _VERDICT_STYLE.get(v.verdict, "")
         self.console.print(
-            f"[bold]{v.flag}[/]: [{style}]{v.verdict}[/] — {escape(v.summary)}", highlight=False
+            f"[bold]{v.flag}[/]: [{style}]{v.verdict}[/] [dim]({v.decided_by}, certainty {v.certainty:.2f})[/] "
+            f"— {escape(v.summary)}",
+            highlight=False,
         )
         for e in v.evidence[:3]:
             self.console.print(f"    {e.location}: [dim]{escape(e.quote)}[/]", highlight=False)

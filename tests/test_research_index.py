@@ -17,18 +17,30 @@ from tools.source import local_source
 FILES = {
     "srt/server_args.py": """
         import argparse
+        import logging
         from dataclasses import dataclass
+
+        from sglang.srt.utils import is_sm100_supported
+
+        logger = logging.getLogger(__name__)
 
         @dataclass
         class ServerArgs:
+            enable_baz: bool = False
             enable_foo: bool = False
             foo_backend: str = None
             enable_bar: bool = False
             dead_knob: int = 1
             attention_backend: str = "triton"
 
+            def __post_init__(self):
+                if self.enable_baz and not is_sm100_supported():
+                    logger.warning("baz needs SM100; turning it off")
+                    self.enable_baz = False
+
             @staticmethod
             def add_cli_args(parser):
+                parser.add_argument("--enable-baz", action="store_true", help="Baz.")
                 parser.add_argument("--enable-foo", action="store_true", help="Foo.")
                 parser.add_argument("--foo-backend", choices=["auto", "fast"], default=ServerArgs.foo_backend)
                 parser.add_argument("--enable-bar", action=argparse.BooleanOptionalAction, help="Bar.")
@@ -58,6 +70,11 @@ FILES = {
             if backend is None:
                 return None
             return check_backend(backend)
+
+        def use_baz(server_args):
+            if server_args.enable_baz:
+                return 2
+            return 0
 
         def use_foo(server_args):
             if server_args.enable_foo and _is_sm90:
@@ -133,6 +150,14 @@ def test_a_raise_in_another_module_is_a_start_up_refusal(tree) -> None:  # type:
     # a deprecated flag is researched through its replacement's readers
     old = analyze_flag(index, "--old-foo", _facts(120))
     assert old.verdict == "refuses-to-start" and old.researched_as == "--foo-backend=fast"
+
+
+def test_a_fallback_that_switches_the_flag_off_is_a_noop(tree) -> None:  # type: ignore[no-untyped-def]
+    index = load_index(tree)
+    off = analyze_flag(index, "--enable-baz", _facts(90))
+    assert off.verdict == "no-op" and "baz needs SM100; turning it off" in off.summary
+    assert "server_args.py:" in off.summary
+    assert analyze_flag(index, "--enable-baz", _facts(100)).verdict == "applies"
 
 
 def test_guard_on_a_platform_constant_makes_a_noop(tree) -> None:  # type: ignore[no-untyped-def]

@@ -277,6 +277,12 @@ def _decide(v: CodeVerdict, target: FlagInfo) -> None:
         if e.kind in ("raise", "assert") and e.truth is True
     ]
     acting = [f for f in found if not _validator(f)]
+    offs = [
+        (f, e)
+        for f in found
+        for e in f.exits
+        if e.kind == "fallback" and e.truth is True and target.dest in e.sets
+    ]
     if refusals:
         f, e = refusals[0]
         via = f" via {' / '.join(e.via)}" if e.via else ""
@@ -284,6 +290,10 @@ def _decide(v: CodeVerdict, target: FlagInfo) -> None:
         v.summary = (
             f'{e.exc} at {e.location}: "{e.message}" (reached from {f.location}{via}; {", ".join(e.used)}).'
         )
+    elif offs:
+        f, e = offs[0]
+        v.verdict, v.certainty = "no-op", 0.85
+        v.summary = f"switched off at {e.location}: \"{e.message}\" ({', '.join(e.used) or 'condition holds'})."
     elif not found:
         v.verdict, v.certainty = "dead", 0.95
         v.summary = f"{target.name} is defined in SGLang {v.version} but nothing on the serving path reads `{target.dest}`."
