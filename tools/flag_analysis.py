@@ -293,7 +293,7 @@ def _decide(v: CodeVerdict, target: FlagInfo) -> None:
     elif offs:
         f, e = offs[0]
         v.verdict, v.certainty = "no-op", 0.85
-        v.summary = f"switched off at {e.location}: \"{e.message}\" ({', '.join(e.used) or 'condition holds'})."
+        v.summary = f'switched off at {e.location}: "{e.message}" ({", ".join(e.used) or "condition holds"}).'
     elif not found:
         v.verdict, v.certainty = "dead", 0.95
         v.summary = f"{target.name} is defined in SGLang {v.version} but nothing on the serving path reads `{target.dest}`."
