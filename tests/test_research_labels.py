@@ -1,4 +1,4 @@
-"""Research verdicts on the real SGLang 0.5.23 and 0.5.9 wheels against hand-labelled truths.
+"""Research verdicts on the real SGLang 0.5.23, 0.5.9 and 0.4.9 wheels against hand-labelled truths.
 
 The truths, with the `path:line` each was read from, are in tests/data/research_labels.toml. The
 deployments are built from real model configs (tests/data/model-configs) and GPU facts; no playbook
@@ -41,8 +41,8 @@ def profile_facts(name: str) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def trees(sglang_0523, sglang_059):  # type: ignore[no-untyped-def]
-    return {"0.5.23": sglang_0523, "0.5.9": sglang_059}
+def trees(sglang_0523, sglang_059, sglang_049):  # type: ignore[no-untyped-def]
+    return {"0.5.23": sglang_0523, "0.5.9": sglang_059, "0.4.9": sglang_049}
 
 
 def test_the_labelled_set_is_big_enough_and_covers_every_point() -> None:
@@ -59,7 +59,7 @@ def test_the_labelled_set_is_big_enough_and_covers_every_point() -> None:
         "vocabulary",
     ):
         assert item in covered, item
-    assert {c["version"] for c in CASES} == {"0.5.23", "0.5.9"}
+    assert {c["version"] for c in CASES} == {"0.5.23", "0.5.9", "0.4.9"}
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c['version']}-{c['profile']}-{c['flag']}")
