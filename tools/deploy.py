@@ -19,15 +19,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from tools.deadman import DeadmanSwitch
-from tools.dirtrust import (
-    REMOTE_WRITABLE_SCRIPT,
-    UntrustedDirError,
-    check_chain,
-    check_local_dir,
-    parse_probe,
-    remote_probe_script,
-    unwritable_local,
-)
+from tools.dirtrust import UntrustedDirError, trusted_dirs, unwritable_dirs, unwritable_local
 from tools.health import HealthResult, wait_healthy
 from tools.journal import Journal, JournalEntry
 from tools.lock import HostLock, LockedError
@@ -118,30 +110,13 @@ class Deployment:
         self._opened = True
 
     async def _trusted_dirs(self) -> tuple[str, str]:
-        """Create the host's run directory 0700 and refuse one another user could plant or write
-        (and the same for the local state directory); returns the resolved run and unit directories."""
         t = self.target
         try:
-            check_local_dir(t.state_dir)
+            return await trusted_dirs(
+                self.transport, run_dir=t.run_dir, remote_unit=t.remote_unit, state_dir=t.state_dir
+            )
         except (UntrustedDirError, OSError) as e:
             raise DeployError(str(e)) from e
-        result = await self.transport.run(["sh", "-c", remote_probe_script(), "sh", t.run_dir, t.remote_unit])
-        why = {3: "is a symlink; refusing to follow it", 4: "cannot be created or entered"}
-        if result.returncode in why:
-            raise DeployError(f"run directory {t.run_dir} on the host {why[result.returncode]}")
-        if result.returncode == 5:
-            raise DeployError(f"the directory of {t.remote_unit} does not exist on the host")
-        me, gid, chains = parse_probe(result.stdout)
-        if not result.ok or me < 0 or set(chains) != {"run", "unit"}:
-            raise DeployError(
-                f"cannot inspect {t.run_dir} or the directory of {t.remote_unit}: {result.stderr.strip()[-300:]}"
-            )
-        try:
-            check_chain("run directory", t.run_dir, chains["run"][1], me=me, my_gid=gid)
-            check_chain("unit directory of", t.remote_unit, chains["unit"][1], me=me, my_gid=gid)
-        except UntrustedDirError as e:
-            raise DeployError(str(e)) from e
-        return chains["run"][0], chains["unit"][0]
 
     async def __aenter__(self) -> Deployment:
         try:
@@ -328,17 +303,9 @@ class Deployment:
             timings[step] = time.monotonic() - t0
 
     async def _backup(self) -> None:
-        """Copy the host's unit file to a timestamped backup (temp file + rename), keep the newest few."""
-        stamp = time.strftime("%Y%m%dT%H%M%S") + f"-{time.time_ns() % 10**6:06d}"
-        name = PurePosixPath(self.remote_unit).name
-        script = (
-            'mkdir -p "$2" && cp -p "$1" "$2/.$3.optagent-tmp" && mv -f "$2/.$3.optagent-tmp" "$2/$3" && '
-            f'ls -1t "$2" | tail -n +{KEEP_BACKUPS + 1} | while read -r f; do rm -f "$2/$f"; done'
-        )
-        await self.transport.run(
-            ["sh", "-c", script, "sh", self.remote_unit, f"{self.run_dir}/backups", f"{name}.{stamp}"],
-            check=True,
-        )
+        from tools.restore import backup_unit
+
+        await backup_unit(self, keep=KEEP_BACKUPS)
 
     async def _restart(self) -> None:
         # A unit that does not parse would stop the server and never start it again: refuse first.
@@ -368,10 +335,8 @@ class Deployment:
     async def _check_writable(self) -> None:
         """Every directory a deploy and its commit write to, locally and on the host, takes a file;
         checked before the host is touched, so a commit never fails halfway."""
-        bad = unwritable_local(self._local_dirs())
         remote_dirs = [str(PurePosixPath(self.remote_unit).parent), self.run_dir, f"{self.run_dir}/backups"]
-        result = await self.transport.run(["sh", "-c", REMOTE_WRITABLE_SCRIPT, "sh", *remote_dirs])
-        bad += [f"{d} on the host" for d in result.stdout.splitlines() if d]
+        bad = await unwritable_dirs(self.transport, self._local_dirs(), remote_dirs)
         if bad:
             raise DeployError(f"cannot write to {', '.join(bad)}; nothing was changed")
 
@@ -392,24 +357,9 @@ class Deployment:
         await self._finish_commit()
 
     async def _finish_commit(self) -> None:
-        from tools.restore import restore_known_good
+        from tools.restore import finish_commit
 
-        if not await self.deadman.disarm():
-            await restore_known_good(self, self.journal.read(), fired=True)
-            raise DeployError(
-                "the dead-man's switch fired before the commit; the host runs the known-good config"
-            )
-        candidate = self.journal.candidate()
-        if candidate is None:
-            raise DeployError(f"the candidate copy {self.journal.candidate_path} is missing; cannot commit")
-        try:
-            write_local_atomic(self.target.local_unit, candidate)
-            self.journal.set_known_good(candidate)
-        except OSError as e:
-            raise DeployError(f"cannot finish the commit: {e}") from e
-        await self.transport.write_file_atomic(self.deadman.known_good_path, candidate)
-        self.journal.record(failure=False)
-        self.journal.close()
+        await finish_commit(self)
 
     async def rollback(self) -> DeployOutcome:
         """Restore known-good, restart, verify healthy; changes nothing when nothing is in flight."""

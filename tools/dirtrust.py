@@ -15,6 +15,10 @@ import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tools.remote import Transport
 
 __all__ = [
     "REMOTE_WRITABLE_SCRIPT",
@@ -23,6 +27,8 @@ __all__ = [
     "check_chain",
     "check_local_dir",
     "remote_probe_script",
+    "trusted_dirs",
+    "unwritable_dirs",
     "unwritable_local",
 ]
 
@@ -141,3 +147,32 @@ REMOTE_WRITABLE_SCRIPT = (
 )
 """`sh -c` script: prints each existing argument directory in which a file cannot be created and removed
 (a missing one is made later inside a directory this checks)."""
+
+
+async def trusted_dirs(
+    transport: Transport, *, run_dir: str, remote_unit: str, state_dir: Path
+) -> tuple[str, str]:
+    """Check the local state dir, create the host's run dir 0700, and refuse any another user could
+    plant or write; returns the resolved run dir and the resolved directory of the unit file."""
+    check_local_dir(state_dir)
+    result = await transport.run(["sh", "-c", remote_probe_script(), "sh", run_dir, remote_unit])
+    why = {3: "is a symlink; refusing to follow it", 4: "cannot be created or entered"}
+    if result.returncode in why:
+        raise UntrustedDirError(f"run directory {run_dir} on the host {why[result.returncode]}")
+    if result.returncode == 5:
+        raise UntrustedDirError(f"the directory of {remote_unit} does not exist on the host")
+    me, gid, chains = parse_probe(result.stdout)
+    if not result.ok or me < 0 or set(chains) != {"run", "unit"}:
+        raise UntrustedDirError(
+            f"cannot inspect {run_dir} or the directory of {remote_unit}: {result.stderr.strip()[-300:]}"
+        )
+    check_chain("run directory", run_dir, chains["run"][1], me=me, my_gid=gid)
+    check_chain("unit directory of", remote_unit, chains["unit"][1], me=me, my_gid=gid)
+    return chains["run"][0], chains["unit"][0]
+
+
+async def unwritable_dirs(transport: Transport, local: list[Path], remote: list[str]) -> list[str]:
+    """The local and host directories (of those given) where a file cannot be created, with why."""
+    bad = unwritable_local(local)
+    result = await transport.run(["sh", "-c", REMOTE_WRITABLE_SCRIPT, "sh", *remote])
+    return bad + [f"{d} on the host" for d in result.stdout.splitlines() if d]

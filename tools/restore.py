@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from tools.health import wait_healthy
 from tools.journal import JournalEntry, sha
-from tools.remote import TransportError
+from tools.remote import TransportError, write_local_atomic
 from tools.serverlog import error_line, readable_tail
 from tools.service import ServiceError, ServiceManager
 from tools.unitfile import UnitFileError
@@ -162,3 +162,41 @@ async def status(d: Deployment) -> dict[str, Any]:
     info["restarts_last_minute"] = len([x for x in counters["restarts"] if now - x < 60])
     info["consecutive_failures"] = len(counters["failures"])
     return info
+
+
+async def finish_commit(d: Deployment) -> None:
+    """Disarm the switch, then make the candidate known-good locally and on the host; close the journal.
+
+    A switch that already fired means the host went back to known-good: say so. A local file that
+    cannot be written raises `DeployError` (the caller then undoes the candidate instead)."""
+    from tools.deploy import DeployError
+
+    if not await d.deadman.disarm():
+        await restore_known_good(d, d.journal.read(), fired=True)
+        raise DeployError(
+            "the dead-man's switch fired before the commit; the host runs the known-good config"
+        )
+    candidate = d.journal.candidate()
+    if candidate is None:
+        raise DeployError(f"the candidate copy {d.journal.candidate_path} is missing; cannot commit")
+    try:
+        write_local_atomic(d.target.local_unit, candidate)
+        d.journal.set_known_good(candidate)
+    except OSError as e:
+        raise DeployError(f"cannot finish the commit: {e}") from e
+    await d.transport.write_file_atomic(d.deadman.known_good_path, candidate)
+    d.journal.record(failure=False)
+    d.journal.close()
+
+
+async def backup_unit(d: Deployment, *, keep: int) -> None:
+    """Copy the host's unit file to a timestamped backup (temp file + rename), keep the newest `keep`."""
+    stamp = time.strftime("%Y%m%dT%H%M%S") + f"-{time.time_ns() % 10**6:06d}"
+    name = d.remote_unit.rsplit("/", 1)[-1]
+    script = (
+        'mkdir -p "$2" && cp -p "$1" "$2/.$3.optagent-tmp" && mv -f "$2/.$3.optagent-tmp" "$2/$3" && '
+        f'ls -1t "$2" | tail -n +{keep + 1} | while read -r f; do rm -f "$2/$f"; done'
+    )
+    await d.transport.run(
+        ["sh", "-c", script, "sh", d.remote_unit, f"{d.run_dir}/backups", f"{name}.{stamp}"], check=True
+    )
