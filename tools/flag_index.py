@@ -15,6 +15,7 @@ import hashlib
 import os
 import pickle
 import sqlite3
+import threading
 from concurrent.futures import ProcessPoolExecutor
 from functools import cached_property
 from pathlib import Path, PurePosixPath
@@ -262,6 +263,10 @@ def build_index(tree: SourceTree, db: Path, *, workers: int = 2) -> FlagIndex:
     catalog = flag_catalog(tree)
     dests = frozenset(f.dest for f in catalog)
     files = _files(tree)
+    if threading.active_count() > 1:
+        # forking a multi-threaded process (the agent researches from worker threads) can deadlock
+        # on a lock another thread holds; spawn would re-run the caller's __main__. Walk in-process.
+        workers = 1
     if workers > 1:
         chunks = [files[i::workers] for i in range(workers)]
         with ProcessPoolExecutor(workers) as pool:
