@@ -200,3 +200,29 @@ def test_the_index_is_built_once_and_reopened_from_disk(tree, monkeypatch) -> No
     again = load_index(tree)
     assert again is not first and path.stat().st_mtime_ns == built
     assert [r.line for r in again.reads("foo_backend")] == [r.line for r in first.reads("foo_backend")]
+
+
+def test_a_multi_threaded_caller_builds_in_a_fresh_interpreter(tree, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import subprocess
+    import threading
+
+    calls = []
+    real_run = subprocess.run
+
+    def run(argv, **kw):  # type: ignore[no-untyped-def]
+        calls.append(argv)
+        return real_run(argv, **kw)
+
+    monkeypatch.setattr(flag_index.subprocess, "run", run)
+    release = threading.Event()
+    waiter = threading.Thread(target=release.wait)
+    waiter.start()
+    try:
+        index = flag_index.build_index(tree, tmp_path / "threaded.sqlite")
+    finally:
+        release.set()
+        waiter.join()
+    assert calls and calls[0][1:3] == ["-m", "tools.flag_index"]
+    assert [r.line for r in index.reads("enable_baz")] == [
+        r.line for r in load_index(tree).reads("enable_baz")
+    ]

@@ -15,6 +15,8 @@ import hashlib
 import os
 import pickle
 import sqlite3
+import subprocess
+import sys
 import threading
 from concurrent.futures import ProcessPoolExecutor
 from functools import cached_property
@@ -263,10 +265,15 @@ def build_index(tree: SourceTree, db: Path, *, workers: int = 2) -> FlagIndex:
     catalog = flag_catalog(tree)
     dests = frozenset(f.dest for f in catalog)
     files = _files(tree)
-    if threading.active_count() > 1:
+    if workers > 1 and threading.active_count() > 1:
         # forking a multi-threaded process (the agent researches from worker threads) can deadlock
-        # on a lock another thread holds; spawn would re-run the caller's __main__. Walk in-process.
-        workers = 1
+        # on a lock another thread holds, and spawn re-runs the caller's __main__: build in a fresh
+        # interpreter instead (`python -m tools.flag_index ROOT VERSION DB`), which may fork freely
+        argv = [sys.executable, "-m", "tools.flag_index", str(tree.root), tree.version, str(db)]
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        if done.returncode == 0 and db.is_file():
+            return FlagIndex(db)
+        workers = 1  # the subprocess failed (e.g. no `tools` on its path): walk in this process
     if workers > 1:
         chunks = [files[i::workers] for i in range(workers)]
         with ProcessPoolExecutor(workers) as pool:
@@ -311,3 +318,9 @@ def load_index(tree: SourceTree, *, cache_dir: Path | None = None, rebuild: bool
         index = build_index(tree, path)
     _LOADED[key] = index
     return index
+
+
+if __name__ == "__main__":  # `python -m tools.flag_index ROOT VERSION DB`: build one index (see build_index)
+    from tools.source import local_source
+
+    build_index(local_source(Path(sys.argv[1]), version=sys.argv[2]), Path(sys.argv[3]))
