@@ -94,3 +94,17 @@ def test_bench_serving_on_the_host_gets_the_key_through_stdin(tmp_path: Path, mo
         KEY not in Path(f"{seen}.argv").read_text()
         and "sglang.bench_serving" in Path(f"{seen}.argv").read_text()
     )
+
+
+def test_a_key_from_the_config_file_is_redacted_from_the_transcript_header(
+    tmp_path: Path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    from tools.config import Config, TargetConfig
+
+    monkeypatch.delenv("OPTAGENT_API_KEY", raising=False)
+    config = Config(target=TargetConfig(api_key=KEY))
+    t = Transcript.create(tmp_path, kind="run", goal="g", model="builtin", target="t", config=config)
+    t.close({"ok": True})
+    text = "".join(p.read_text() for p in tmp_path.iterdir())
+    assert KEY not in text and '"api_key": "[REDACTED]"' in text
+    assert KEY not in repr(config)  # nor in a traceback or log line that prints the config

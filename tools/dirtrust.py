@@ -156,7 +156,10 @@ async def trusted_dirs(
     plant or write; returns the resolved run dir and the resolved directory of the unit file."""
     check_local_dir(state_dir)
     result = await transport.run(["sh", "-c", remote_probe_script(), "sh", run_dir, remote_unit])
-    why = {3: "is a symlink; refusing to follow it", 4: "cannot be created or entered"}
+    why = {
+        3: "is a symlink; refusing to follow it",
+        4: "cannot be created or entered (as root: `install -d -m 700 -o USER DIR` for the SSH user)",
+    }
     if result.returncode in why:
         raise UntrustedDirError(f"run directory {run_dir} on the host {why[result.returncode]}")
     if result.returncode == 5:
