@@ -102,6 +102,10 @@ async def recover(d: Deployment) -> str | None:
             return None
         if known_good is None or remote != known_good or await config_matches(d.manager) is not False:
             return None
+        try:
+            d.parse(remote)
+        except UnitFileError as e:  # restarting would stop a running server and never start it
+            return f"the unit file on the host does not parse ({e}); left the running server alone"
         await d._restart()
         health = await d._wait()
         note = "" if health.ok else f", but it is not healthy: {health.reason}"
