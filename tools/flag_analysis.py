@@ -93,16 +93,13 @@ def _parse_value(text: str | None, info: FlagInfo) -> Any:
 
 
 def default_facts(catalog: list[FlagInfo]) -> dict[str, Any]:
-    """`server.<dest>` = the declared default of every flag with a literal default: a flag the
-    deployment does not set has that value (resolution may still change it; given facts win)."""
+    """`server.<dest>` = the declared default of every flag with a literal, non-None default: a flag
+    the deployment does not set has that value (given facts, e.g. resolved server args, win). A None
+    default usually means "resolved later" (grammar_backend -> xgrammar), so it stays unknown."""
     out: dict[str, Any] = {}
     for f in catalog:
         d = f.default
-        if (
-            d is None
-            or isinstance(d, bool | int | float)
-            or (isinstance(d, str) and re.fullmatch(r"[\w.:/-]*", d))
-        ):
+        if isinstance(d, bool | int | float) or (isinstance(d, str) and re.fullmatch(r"[\w.:/-]*", d)):
             out[f"server.{f.dest}"] = d
     return out
 
