@@ -155,6 +155,7 @@ async def trusted_dirs(
     """Check the local state dir, create the host's run dir 0700, and refuse any another user could
     plant or write; returns the resolved run dir and the resolved directory of the unit file."""
     check_local_dir(state_dir)
+    run_dir = run_dir.rstrip("/") or "/"  # `[ -L dir/ ]` would look through a symlink
     result = await transport.run(["sh", "-c", remote_probe_script(), "sh", run_dir, remote_unit])
     why = {
         3: "is a symlink; refusing to follow it",
