@@ -22,7 +22,7 @@ def _cmp(r: Any, before: list[Any], cand: list[Any], after: list[Any] | None) ->
     b = r.bench
     return paired_compare(
         before, cand, after, r.objective, min_effect=b.min_effect,
-        regress_tolerance=b.regress_tolerance, launch_noise=b.launch_noise,
+        regress_tolerance=b.regress_tolerance, launch_noise=b.launch_noise, history=r.known_good_blocks,
     )  # fmt: skip
 
 
@@ -36,13 +36,23 @@ async def known_good_block(r: Any) -> list[Any]:
     """The known-good block in its current launch: the last one, or measured now (no restart)."""
     if r.reference:
         return r.reference
+    await _warm(r)
     reps = await measure(r.endpoint, r.bench, max_reps=r.bench.reps, on_progress=r.on_progress)
     if not reps or any(s.partial for s in reps):
         errors = "; ".join(e for s in reps for e in s.errors) or "no result"
         r.halted = f"the known-good configuration failed its benchmark ({errors})"
         raise BudgetExhausted(r.halted)
     r.reference = reps
+    r.known_good_blocks.append(reps)
     return reps
+
+
+async def _warm(r: Any) -> None:
+    """The probe's requests, as every candidate gets before its block: each block of a fresh
+    launch is measured after the same warm-up, whichever side it is on."""
+    from tools.bench.probe import run_probe
+
+    await run_probe(r.endpoint)
 
 
 async def _reject(r: Any, record: TrialRecord, why: str) -> None:
@@ -125,6 +135,7 @@ async def run_paired(r: Any, record: TrialRecord, new_text: str) -> None:
         record.decision = "rolled_back"
         return
     record.decision = "rolled_back"
+    await _warm(r)
     after = await measure(
         r.endpoint, r.bench, more=lambda reps: _cmp(r, before, cand, reps).promising,
         max_reps=r.max_reps, on_progress=r.on_progress,
@@ -134,6 +145,7 @@ async def run_paired(r: Any, record: TrialRecord, new_text: str) -> None:
         r.halted = record.why
         return
     r.reference = after
+    r.known_good_blocks.append(after)
     cmp = _cmp(r, before, cand, after)
     # the A/B look before the second known-good block, kept to show what pairing changed
     record.comparison = {**_comparison_dict(cmp), "ab_only": {"verdict": first.verdict, "ratio": first.ratio}}
@@ -169,3 +181,4 @@ async def _keep(r: Any, record: TrialRecord, new_text: str, cmp: Any, after: lis
     record.improved = True
     record.decision, record.why = "kept", cmp.summary
     r.best, r.best_reps, r.reference = record, confirm, confirm
+    r.known_good_blocks = [confirm]  # a new known-good configuration: its own history starts here

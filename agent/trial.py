@@ -149,6 +149,9 @@ class TrialRunner:
     reference: list[Any] | None = None
     """The latest block of the known-good configuration, measured in its current launch (None when
     it was restarted since: the next trial measures it first)."""
+    known_good_blocks: list[Any] = field(default_factory=list)
+    """Every block of the current known-good configuration measured in this run (their spread is
+    the launch-to-launch noise actually seen)."""
     exhausted: str | None = None
     """Why a trial was refused for lack of budget (None while budget was left)."""
     halted: str | None = None
@@ -157,6 +160,7 @@ class TrialRunner:
     def __post_init__(self) -> None:
         if self.reference is None and self.baseline.reps:
             self.reference = list(self.baseline.reps)
+            self.known_good_blocks.append(self.reference)
         self.max_reps = self.max_reps or 2 * self.bench.reps
 
     @property

@@ -83,3 +83,16 @@ def test_a_candidate_with_errors_is_never_improved():
     cand[0].partial = True
     cmp = paired_compare(block(rng), cand, block(rng), THROUGHPUT)
     assert cmp.verdict == "regressed"
+
+
+def test_known_good_blocks_that_jump_between_launches_widen_the_interval():
+    from tools.bench.paired import block_spread
+
+    rng = random.Random(8)
+    quiet = [block(rng) for _ in range(4)]
+    jumpy = [block(rng, shift=s) for s in (0.92, 1.0, 1.08, 0.95)]
+    assert block_spread(quiet, THROUGHPUT, [64]) < 0.01 < 0.03 < block_spread(jumpy, THROUGHPUT, [64])
+    before, cand, after = block(rng), block(rng, shift=1.07), block(rng)
+    calm = paired_compare(before, cand, after, THROUGHPUT, launch_noise=0.01, history=quiet)
+    loaded = paired_compare(before, cand, after, THROUGHPUT, launch_noise=0.01, history=jumpy)
+    assert calm.verdict == "improved" and loaded.verdict != "improved"

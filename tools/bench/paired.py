@@ -92,6 +92,21 @@ def _values(reps: list[SweepResult], objective: Objective, levels: list[int]) ->
     return out
 
 
+def block_spread(blocks: list[list[SweepResult]] | None, objective: Objective, levels: list[int]) -> float:
+    """Standard deviation of the block means (log) of repeated blocks of one configuration, beyond
+    what their repetitions explain; 0 with fewer than 3 blocks (too little to tell)."""
+    means, within = [], []
+    for b in blocks or []:
+        v = _values(b, objective, levels)
+        if len(v) >= 2:
+            means.append(sum(v) / len(v))
+            within.append(_ss(v) / (len(v) - 1) / len(v))
+    if len(means) < 3:
+        return 0.0
+    spread = _ss(means) / (len(means) - 1) - sum(within) / len(within)
+    return math.sqrt(max(0.0, spread))
+
+
 def _ss(xs: list[float]) -> float:
     m = sum(xs) / len(xs)
     return sum((x - m) ** 2 for x in xs)
@@ -99,6 +114,7 @@ def _ss(xs: list[float]) -> float:
 
 def interval(
     before: list[float], cand: list[float], after: list[float], *, launch_noise: float, alpha: float,
+    block_sd: float = 0.0,
     concurrency: int | None = None,
 ) -> Interval:  # fmt: skip
     """Candidate vs the A midpoint on log values (oriented so > 0 is better)."""
@@ -127,7 +143,10 @@ def interval(
     extra = 0.0
     if after:
         extra = max(0.0, out.drift**2 - pooled * (1 / len(before) + 1 / len(after))) / 4
-    var = pooled * (1 / len(cand) + ref_var_n) + launches * math.log1p(launch_noise) ** 2 + extra
+    # launch-to-launch spread: the declared restart noise, or what the repeated known-good blocks of
+    # this run showed (load that changes between blocks but not within one), whichever is larger
+    per_launch = max(math.log1p(launch_noise), block_sd) ** 2
+    var = pooled * (1 / len(cand) + ref_var_n) + launches * per_launch + extra
     se = math.sqrt(var)
     if se <= 1e-12:
         out.ci_low = out.ci_high = out.ratio
@@ -149,9 +168,12 @@ def paired_compare(
     regress_tolerance: float = 0.03,
     launch_noise: float = 0.01,
     alpha: float = 0.05,
+    history: list[list[SweepResult]] | None = None,
 ) -> PairedComparison:
     """The A/B/A verdict of `cand` against the known-good blocks `before` and `after` (may be empty:
-    a provisional A/B look used to stop early or to add repetitions)."""
+    a provisional A/B look used to stop early or to add repetitions). `history`: every block of the
+    same known-good configuration measured in this run; the spread of their means is the
+    launch-to-launch noise actually seen (used when larger than `launch_noise`)."""
     after = after or []
     levels = sorted(
         set.intersection(*({lv.max_concurrency for lv in s.levels if lv.ok} for s in before))
@@ -163,7 +185,7 @@ def paired_compare(
     kw = dict(launch_noise=launch_noise, alpha=alpha)
     overall = interval(
         _values(before, objective, wanted), _values(cand, objective, wanted),
-        _values(after, objective, wanted), **kw,
+        _values(after, objective, wanted), block_sd=block_spread(history, objective, wanted), **kw,
     )  # fmt: skip
     per_level = [
         interval(
@@ -171,6 +193,7 @@ def paired_compare(
             _values(cand, objective, [c]),
             _values(after, objective, [c]),
             concurrency=c,
+            block_sd=block_spread(history, objective, [c]),
             **kw,
         )  # fmt: skip
         for c in levels
