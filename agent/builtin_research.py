@@ -95,6 +95,11 @@ def decide_verdict(flag: str, lookup: dict[str, Any], usage: dict[str, Any]) -> 
         summary = usage.get("code_summary", "")
         if usage.get("researched_as"):
             summary += f" (researched as {usage['researched_as']}, its replacement)"
+        if prior is not None and prior[0] == "refuses-to-start" and code == "applies":
+            # not finding a refusal within a bounded reach is no proof there is none (kernels,
+            # libraries): the playbook's refusal stands, labelled as the playbook's alone
+            why = f"{prior[1]}; the code found no refusal within its reach ({summary})"
+            return verdict("refuses-to-start", why + " (playbook rule alone)", "playbook", 0.5)
         if prior is not None and prior[0] != code:
             summary += f" The code overrules the playbook here: {prior[1]}."
         return verdict(code, summary, "code", float(usage.get("certainty", 0.8)))

@@ -97,3 +97,30 @@ def test_old_verdict_names_still_read():
     old = FlagVerdict(flag="--x", verdict="incompatible", summary="s")
     assert old.verdict == "incompatible-with-version" and old.rejected
     assert FlagVerdict(flag="--x", verdict="live", summary="s").verdict == "applies"
+
+
+def test_fa3_on_blackwell_is_refused_by_the_code_and_a_playbook_refusal_is_not_overruled_by_silence(
+    sglang_0523,
+):
+    # without the playbook's SM rule, the registry entry the value selects refuses (an assert)
+    v = _research(_ctx(sglang_0523), "--attention-backend")
+    assert v.verdict == "refuses-to-start" and v.decided_by == "code", v.summary
+    assert "attention_registry.py:243" in v.summary and "SM>=80 and SM<=90" in v.summary
+
+
+def test_a_playbook_refusal_stands_when_the_code_only_finds_a_running_reader():
+    from agent.builtin_research import decide_verdict
+
+    lookup = {
+        "sglang_version": "0.5.23",
+        "in_catalog": True,
+        "playbook": {"conflicts": [{"condition": "gpu.sm not in [90]", "actual": 120, "outcome": "pass"}]},
+    }
+    usage = {"code_verdict": "applies", "code_summary": "read at x.py:1.", "certainty": 0.9, "readers": []}
+    v = FlagVerdict.model_validate(decide_verdict("--x", lookup, usage))
+    assert v.verdict == "refuses-to-start" and v.decided_by == "playbook" and v.certainty == 0.5
+    assert "no refusal within its reach" in v.summary
+    # a playbook no-op claim is overruled by a running reader
+    lookup["playbook"] = {"needs": [{"condition": "not model.is_moe", "actual": True, "outcome": "fail"}]}
+    v = FlagVerdict.model_validate(decide_verdict("--x", lookup, usage))
+    assert v.verdict == "applies" and v.decided_by == "code" and "overrules the playbook" in v.summary

@@ -23,13 +23,13 @@ from functools import lru_cache
 from typing import Any
 
 from tools.flag_catalog import FlagInfo, find_flag, negated
+from tools.flag_decide import decide
 from tools.flag_dispatch import module_reason, module_status
 from tools.flag_index import FlagIndex, is_config_path
 from tools.flag_index_types import Read
 from tools.guard_eval import Env, Outcome, evaluate, evaluate_all, non_default
-from tools.reach import ExitPath, reach_exits
+from tools.reach import ExitPath, exits_of, reach_exits
 
-_VALIDATORS = ("check_", "_check_", "validate", "_validate", "verify", "_verify")
 _SERVER_ARGS_RECEIVER = re.compile(
     r"server_args|\bargs\b|get_global_server_args|get_\w+\(\)|\bcfg\b|\bview\b"
 )
@@ -202,7 +202,7 @@ def analyze_flag(
         verdict.notes.append("deprecated; no replacement named")
     flag_values = {target.dest: trial}
     _findings(index, target.dest, facts, flag_values, verdict)
-    _decide(verdict, target)
+    decide(verdict, target)
     return verdict
 
 
@@ -262,68 +262,27 @@ def _findings(
                 fb = next(e for e in finding.exits if e.kind == "fallback" and e.truth is True)
                 finding.state, finding.why = "off", f"falls back at {fb.location}: {fb.message}"
         v.findings.append(finding)
+    _registry_findings(index, dest, facts, flag_values, v, seen)
 
 
-def _decide(v: CodeVerdict, target: FlagInfo) -> None:
-    found = v.findings
-    refusals = [
-        (f, e)
-        for f in found
-        if f.state == "on"
-        for e in f.exits
-        if e.kind in ("raise", "assert") and e.truth is True
-    ]
-    acting = [f for f in found if not _validator(f)]
-    offs = [
-        (f, e)
-        for f in found
-        for e in f.exits
-        if e.kind == "fallback" and e.truth is True and target.dest in e.sets
-    ]
-    if refusals:
-        f, e = refusals[0]
-        via = f" via {' / '.join(e.via)}" if e.via else ""
-        v.verdict, v.certainty = "refuses-to-start", 0.9
-        v.summary = (
-            f'{e.exc} at {e.location}: "{e.message}" (reached from {f.location}{via}; {", ".join(e.used)}).'
-        )
-    elif offs:
-        f, e = offs[0]
-        v.verdict, v.certainty = "no-op", 0.85
-        v.summary = f'switched off at {e.location}: "{e.message}" ({", ".join(e.used) or "condition holds"}).'
-    elif not found:
-        v.verdict, v.certainty = "dead", 0.95
-        v.summary = f"{target.name} is defined in SGLang {v.version} but nothing on the serving path reads `{target.dest}`."
-    elif all(f.why == "only logged" or "never used" in f.why for f in found):
-        v.verdict, v.certainty = "dead", 0.9
-        v.summary = f"read only where nothing follows: {found[0].location} ({found[0].why})."
-    elif on := [f for f in acting if f.state in ("on", "runtime")]:
-        best = max(
-            on,
-            key=lambda f: (f.state == "on", not f.config, sum(c["outcome"] == "pass" for c in f.conditions)),
-        )
-        held = "; ".join(
-            f"{c['condition']} with {c['fact']}" for c in best.conditions if c["outcome"] == "pass"
-        )
-        v.verdict = "applies"
-        v.certainty = 0.9 if best.state == "on" else 0.75
-        v.summary = (
-            f"read at {best.location} in {best.function}" + (f"; holds here: {held}" if held else "") + "."
-        )
-    elif unknown := [f for f in found if f.state == "unknown"]:
-        v.verdict, v.certainty = "unknown", 0.3
-        v.summary = f"{unknown[0].location} {unknown[0].why}."
-    elif not acting:
-        v.verdict, v.certainty = "no-op", 0.8
-        v.summary = f"read only by compatibility checks ({found[0].location})."
-    else:
-        first = next((f for f in found if any(c["outcome"] == "fail" for c in f.conditions)), found[0])
-        failing = next((c for c in first.conditions if c["outcome"] == "fail"), None)
-        why = f"{failing['condition']} with {failing['fact']}" if failing else first.why
-        v.verdict, v.certainty = "no-op", 0.85
-        v.summary = f"every reader is off here, e.g. {first.location}: {why}."
-
-
-def _validator(f: Finding) -> bool:
-    last = f.function.rsplit(".", 1)[-1]
-    return last.startswith(_VALIDATORS)
+def _registry_findings(
+    index: FlagIndex,
+    dest: str,
+    facts: dict[str, Any],
+    flag_values: dict[str, Any],
+    v: CodeVerdict,
+    seen: set[str],
+) -> None:
+    """A value that selects a registry entry (`@register_<dest>("value")`) runs that entry: its exits
+    are the flag's too (the registry calls it through a table, which no call edge shows)."""
+    value = flag_values.get(dest)
+    if not isinstance(value, str):
+        return
+    for deco, key, path, _imports in index.registries:
+        if key != value or deco.removeprefix("register_") != dest:
+            continue
+        for func in index.funcs_in(path):
+            if (deco, key) in func.keys:
+                exits = exits_of(index, func, facts, flag_values, seen=seen)
+                why = f"@{deco}({key!r}) runs when {dest} = {key!r}"
+                v.findings.append(Finding(f"{path}:{func.line}", f"@{deco}", func.qual, "on", why, [], exits))

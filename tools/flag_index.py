@@ -27,7 +27,7 @@ from tools.flag_index_types import Func, ModuleFacts, Read
 from tools.flag_index_walk import walk_file
 from tools.source import SourceTree, cache_root
 
-INDEX_FORMAT = 8
+INDEX_FORMAT = 9
 _OFF_PATH_DIRS = frozenset(
     {
         "test",
@@ -122,6 +122,13 @@ class FlagIndex:
             row = self._con.execute("SELECT data FROM funcs WHERE key = ?", (key,)).fetchone()
             self._funcs[key] = pickle.loads(row[0]) if row else None
         return self._funcs[key]
+
+    def funcs_in(self, path: str) -> list[Func]:
+        """Every function of one file."""
+        rows = self._con.execute(
+            "SELECT data FROM funcs WHERE key >= ? AND key < ?", (path + "::", path + ":;")
+        )
+        return [pickle.loads(r[0]) for r in rows]
 
     def _by_name(self, name: str) -> list[str]:
         if name not in self._names:

@@ -174,6 +174,15 @@ class _Walker:
             return
         targets = st.targets if isinstance(st, ast.Assign) else [st.target]
         for t in targets:
+            if (
+                isinstance(t, ast.Tuple)
+                and self.func is not None
+                and not any(isinstance(e, ast.Starred) for e in t.elts)
+            ):  # `major, minor = get_device_capability()`: each name is an item of the value
+                for i, e in enumerate(t.elts):
+                    if isinstance(e, ast.Name):
+                        seen = e.id in self.func.locals
+                        self.func.locals[e.id] = None if seen else f"({src(st.value)})[{i}]"
             if isinstance(t, ast.Name):
                 if self.func is None:
                     self.m.consts[t.id] = src(st.value)

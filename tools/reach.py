@@ -100,6 +100,18 @@ def reach_exits(
     return found
 
 
+def exits_of(
+    index: FlagIndex, func: Func, facts: dict[str, Any], flag: dict[str, Any], *, seen: set[str] | None = None
+) -> list[ExitPath]:
+    """The exits of `func` and its callees when `func` itself runs (e.g. the registry entry the flag
+    selects: `@register_attention_backend("fa3")`)."""
+    found: list[ExitPath] = []
+    dests = frozenset(f.dest for f in index.catalog)
+    visited = seen if seen is not None else set()
+    _walk(index, func, {}, facts, flag, dests, [], True, [], found, visited, 0, [MAX_FUNCS])
+    return found
+
+
 def _bind(target: Func, args: list[str], kwargs: dict[str, str], env: Env) -> dict[str, Any]:
     """Callee parameter -> the caller's argument value, where it is known."""
     params = [p for p in target.params if p not in ("self", "cls")]

@@ -1,0 +1,80 @@
+"""The verdict from a flag's findings (readers with their state and exits), in the shared vocabulary.
+
+Order: a refusal that fires from a running reader; a fallback that switches the flag off; no reader
+(dead); readers that only log (dead); a running reader (applies); an open deployment fact (unknown);
+only compatibility checks read it, or every reader is off (no-op).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tools.flag_catalog import FlagInfo
+
+_VALIDATORS = ("check_", "_check_", "validate", "_validate", "verify", "_verify")
+
+
+def decide(v: Any, target: FlagInfo) -> None:
+    """Set `v.verdict`, `v.certainty` and `v.summary` from its findings (see `tools.flag_analysis`)."""
+    found = v.findings
+    refusals = [
+        (f, e)
+        for f in found
+        if f.state == "on"
+        for e in f.exits
+        if e.kind in ("raise", "assert") and e.truth is True
+    ]
+    acting = [f for f in found if not _validator(f)]
+    offs = [
+        (f, e)
+        for f in found
+        for e in f.exits
+        if e.kind == "fallback" and e.truth is True and target.dest in e.sets
+    ]
+    if refusals:
+        f, e = refusals[0]
+        via = f" via {' / '.join(e.via)}" if e.via else ""
+        v.verdict, v.certainty = "refuses-to-start", 0.9
+        v.summary = (
+            f'{e.exc} at {e.location}: "{e.message}" (reached from {f.location}{via}; {", ".join(e.used)}).'
+        )
+    elif offs:
+        f, e = offs[0]
+        v.verdict, v.certainty = "no-op", 0.85
+        v.summary = f'switched off at {e.location}: "{e.message}" ({", ".join(e.used) or "condition holds"}).'
+    elif not found:
+        v.verdict, v.certainty = "dead", 0.95
+        v.summary = f"{target.name} is defined in SGLang {v.version} but nothing on the serving path reads `{target.dest}`."
+    elif all(f.why == "only logged" or "never used" in f.why for f in found):
+        v.verdict, v.certainty = "dead", 0.9
+        v.summary = f"read only where nothing follows: {found[0].location} ({found[0].why})."
+    elif on := [f for f in acting if f.state in ("on", "runtime")]:
+        best = max(
+            on,
+            key=lambda f: (f.state == "on", not f.config, sum(c["outcome"] == "pass" for c in f.conditions)),
+        )
+        held = "; ".join(
+            f"{c['condition']} with {c['fact']}" for c in best.conditions if c["outcome"] == "pass"
+        )
+        v.verdict = "applies"
+        v.certainty = 0.9 if best.state == "on" else 0.75
+        v.summary = (
+            f"read at {best.location} in {best.function}" + (f"; holds here: {held}" if held else "") + "."
+        )
+    elif unknown := [f for f in found if f.state == "unknown"]:
+        v.verdict, v.certainty = "unknown", 0.3
+        v.summary = f"{unknown[0].location} {unknown[0].why}."
+    elif not acting:
+        v.verdict, v.certainty = "no-op", 0.8
+        v.summary = f"read only by compatibility checks ({found[0].location})."
+    else:
+        first = next((f for f in found if any(c["outcome"] == "fail" for c in f.conditions)), found[0])
+        failing = next((c for c in first.conditions if c["outcome"] == "fail"), None)
+        why = f"{failing['condition']} with {failing['fact']}" if failing else first.why
+        v.verdict, v.certainty = "no-op", 0.85
+        v.summary = f"every reader is off here, e.g. {first.location}: {why}."
+
+
+def _validator(f: Any) -> bool:
+    last = f.function.rsplit(".", 1)[-1]
+    return last.startswith(_VALIDATORS)
