@@ -28,7 +28,7 @@ from tools.flag_dispatch import module_reason, module_status
 from tools.flag_index import FlagIndex, is_config_path
 from tools.flag_index_types import Read
 from tools.guard_eval import Env, Outcome, evaluate, evaluate_all, non_default
-from tools.reach import ExitPath, exits_of, reach_exits
+from tools.reach import ExitPath, exits_of, locals_of, reach_exits
 
 _SERVER_ARGS_RECEIVER = re.compile(
     r"server_args|\bargs\b|get_global_server_args|get_\w+\(\)|\bcfg\b|\bview\b"
@@ -229,7 +229,7 @@ def _findings(
             facts,
             flag_values,
             dests,
-            func.locals if func else {},
+            locals_of(func, module) if func else {},
             {},
             module.consts if module else {},
             frozenset({read.local} if read.local else ()),
