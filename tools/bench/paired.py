@@ -216,8 +216,15 @@ def paired_compare(
     sig_worse = [i for i in worse if i.ci_high is not None and i.ci_high < 1]
     judged = per_level if pareto else [overall]
     wins = [i for i in judged if i.ratio >= up and i.ci_low is not None and i.ci_low > 1]
-    # futility: an interval must still reach +min_effect and its estimate be at least half of it
-    reach = [i for i in judged if i.ci_high is not None and i.ci_high >= up and i.ratio >= 1 + min_effect / 2]
+    # futility: an interval must still reach +min_effect, and where it is narrow enough to mean
+    # something (upper end below 4x the minimum effect) its estimate must be at least half of it
+    reach = [
+        i
+        for i in judged
+        if i.ci_high is not None
+        and i.ci_high >= up
+        and (i.ratio >= 1 + min_effect / 2 or i.ci_high >= 1 + 4 * min_effect)
+    ]
     text = _describe(overall, per_level, rule, objective)
     if sig_worse:
         i = sig_worse[0]
