@@ -251,6 +251,10 @@ def _unpaired_keep(record) -> bool:  # type: ignore[no-untyped-def]
 
 
 class _Quiet:
+    """The runner's UI hooks, silent."""
+
+    bench_progress = None
+
     def record(self, *a: object) -> None:
         pass
 
@@ -261,8 +265,9 @@ def main() -> None:
     ap.add_argument("--time-scale", type=float, default=0.1)
     ap.add_argument("--max-minutes", type=float, default=6.0, help="the agent's wall-time budget per run")
     ap.add_argument("--aa", type=int, default=8, help="A/A trials with injected drift (0: skip)")
+    ap.add_argument("--aa-only", action="store_true", help="only the A/A trials")
     args = ap.parse_args()
-    names = args.scenario or sorted(p.stem for p in SCENARIO_DIR.glob("*.toml"))
+    names = [] if args.aa_only else args.scenario or sorted(p.stem for p in SCENARIO_DIR.glob("*.toml"))
     rows = []
     for name in names:
         print(f"running {name} ...", flush=True)
@@ -270,7 +275,9 @@ def main() -> None:
         r = rows[-1]
         print(f"  kept {r['kept_set']} ({r['status']}); oracle {r['oracle_set']}", flush=True)
         print("  " + r["conclusion"].replace("\n", "\n  "), flush=True)
-    print()
+    print(
+        f"\ntime scale {args.time_scale}, budget {args.max_minutes:g} min a run, levels {LEVELS}, 3 reps a block"
+    )
     print(
         "| scenario | oracle gain | gain kept | % of oracle | restarts | grid restarts | no-op kept | wall s |"
     )
