@@ -30,6 +30,8 @@ from tools.flag_index_types import Read
 from tools.guard_eval import Env, Outcome, evaluate, evaluate_all, non_default
 from tools.reach import ExitPath, exits_of, locals_of, reach_exits
 
+MAX_REACHED_READERS = 120
+"""Readers whose calls are followed to exits, per flag (why: `--tp-size` has ~300 running readers)."""
 _SERVER_ARGS_RECEIVER = re.compile(
     r"server_args|\bargs\b|get_global_server_args|get_\w+\(\)|\bcfg\b|\bview\b"
 )
@@ -214,6 +216,9 @@ def _findings(
     reads = index.reads(dest)
     status = module_status(index, facts) if reads else {}
     seen: set[str] = set()  # callees already walked for an earlier reader of this flag
+    # argument resolution and validation first: that is where start-up refusals live
+    reads = sorted(reads, key=lambda r: (not is_config_path(r.path), r.path, r.line))
+    budget = MAX_REACHED_READERS
     for read in reads:
         loc = f"{read.path}:{read.line}"
         if _foreign(index, read, definitions):
@@ -256,12 +261,17 @@ def _findings(
                 "runtime",
                 f"{read.effect or 'read'}; whether its module is loaded here is open",
             )
-        if finding.state != "off":
+        if finding.state != "off" and budget > 0:
+            budget -= 1
             finding.exits = reach_exits(index, read, facts, flag_values, seen=seen)
             if any(e.kind == "fallback" and e.truth is True for e in finding.exits):
                 fb = next(e for e in finding.exits if e.kind == "fallback" and e.truth is True)
                 finding.state, finding.why = "off", f"falls back at {fb.location}: {fb.message}"
         v.findings.append(finding)
+    if budget <= 0:
+        running = sum(f.state != "off" for f in v.findings)
+        v.notes.append(f"exits followed from the first {MAX_REACHED_READERS} of {running} running readers")
+    v.findings.sort(key=lambda f: f.location)
     _registry_findings(index, dest, facts, flag_values, v, seen)
 
 
