@@ -48,7 +48,10 @@ def test_without_hardware_facts_the_answer_is_unknown_never_a_guess() -> None:
 
 
 def test_code_names_bind_to_model_facts_only_where_they_mean_them() -> None:
-    assert _eval("topk > 2").value is True  # the MoE kernel's top-k
+    moe = "sglang/srt/layers/moe/fused_moe.py::fused_experts"
+    assert _eval("topk > 2", where=moe).value is True  # the MoE kernel's top-k
+    # outside MoE code a bare `topk` is someone else's (e.g. a speculative draft backend's parameter)
+    assert _eval("topk > 1", where="sglang/srt/layers/attention/x.py::DraftBackend.__init__").value is UNKNOWN
     assert _eval("config.num_experts_per_tok > 2").value is True
     # speculative decoding's `self.topk` is not the MoE top-k: runtime state, unknown
     out = _eval("self.topk > 2")
@@ -56,7 +59,7 @@ def test_code_names_bind_to_model_facts_only_where_they_mean_them() -> None:
     # a local `topk` taken from another flag is that flag, not the MoE top-k
     env_locals = {"topk": "server_args.speculative_eagle_topk"}
     facts = {**SM120, "server.speculative_eagle_topk": 1}
-    out = _eval("topk > 2", facts, locals=env_locals, dests=frozenset({"speculative_eagle_topk"}))
+    out = _eval("topk > 2", facts, locals=env_locals, dests=frozenset({"speculative_eagle_topk"}), where=moe)
     assert out.value is False and "server.speculative_eagle_topk = 1" in out.used
 
 
@@ -85,6 +88,6 @@ def test_quantized_kernels_follow_the_model_quantization() -> None:
 def test_conjunction_of_guards() -> None:
     env = Env(facts=SM120, flag={})
     assert evaluate_all([], env).value is True
-    assert evaluate_all(["topk > 2", "tp_size > 1"], env).value is True
-    assert evaluate_all(["topk > 2", "is_hip()"], env).value is False
-    assert evaluate_all(["topk > 2", "some_runtime_value"], env).value is UNKNOWN
+    assert evaluate_all(["num_experts_per_tok > 2", "tp_size > 1"], env).value is True
+    assert evaluate_all(["num_experts_per_tok > 2", "is_hip()"], env).value is False
+    assert evaluate_all(["num_experts_per_tok > 2", "some_runtime_value"], env).value is UNKNOWN

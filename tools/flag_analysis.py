@@ -238,6 +238,7 @@ def _findings(
             {},
             module.consts if module else {},
             frozenset({read.local} if read.local else ()),
+            f"{read.path}::{read.func}",
         )
         o = _activation(read, env)
         conds = [*read.guards, *([read.cond] if read.cond else [])]

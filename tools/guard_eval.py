@@ -47,6 +47,8 @@ CODE_FACTS = {
     "tp_world_size": "server.tp_size",
     "world_size": "server.tp_size",
 }
+_SCOPES = {name: re.compile(r"moe|expert", re.IGNORECASE) for name in ("topk", "top_k")}
+"""`topk` is the MoE top-k in MoE code only (speculative decoding has a `topk` of its own)."""
 _QUANT = {
     "use_int8_w8a16": ("w8a16", "int8"),
     "use_int4_w4a16": ("w4a16", "int4", "awq", "gptq"),
@@ -68,6 +70,8 @@ class Env:
     """Parameter -> value evaluated in the caller (only known or flag-dependent values)."""
     consts: dict[str, str] = field(default_factory=dict)
     flag_locals: frozenset[str] = frozenset()
+    where: str = ""
+    """`path::function` of the code being evaluated (some code names mean a fact only in context)."""
 
 
 @dataclass
@@ -169,7 +173,9 @@ class _Eval:
         if value is not None:
             return value
         local = env.locals.get(name)
-        if name in CODE_FACTS and not (local and _reads_a_flag(local, env)):
+        scope = _SCOPES.get(name)
+        in_scope = scope is None or bool(scope.search(env.where))
+        if name in CODE_FACTS and in_scope and not (local and _reads_a_flag(local, env)):
             # `topk = topk_ids.shape[1]` is the MoE top-k; `topk = server_args.speculative_eagle_topk`
             # is another flag's value and is followed as a local below
             return self.fact(CODE_FACTS[name])

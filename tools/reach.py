@@ -52,6 +52,10 @@ def locals_of(func: Func, module: Any) -> dict[str, str | None]:
     return {k: v for k, v in func.locals.items() if k not in rebound} if rebound else func.locals
 
 
+def _where(func: Func) -> str:
+    return f"{func.path}::{func.qual}"
+
+
 def _and(a: bool | None, b: bool | None) -> bool | None:
     if a is False or b is False:
         return False
@@ -79,7 +83,7 @@ def reach_exits(
     consts = module.consts if module else {}
     tracked = {read.local} if read.local else set()
     tracked |= {name for name, text in func.locals.items() if text and _mentions(text, set(flag))}
-    env = Env(facts, flag, dests, locals_of(func, module), {}, consts, frozenset(tracked))
+    env = Env(facts, flag, dests, locals_of(func, module), {}, consts, frozenset(tracked), _where(func))
     found: list[ExitPath] = []
     visited = seen if seen is not None else set()
     visited.add(f"{func.path}::{func.qual}")
@@ -154,7 +158,8 @@ def _walk(  # noqa: PLR0913 - the walk's state, passed down one level at a time
     visited.add(key)
     budget[0] -= 1
     module = index.modules.get(func.path)
-    env = Env(facts, flag, dests, locals_of(func, module), params, module.consts if module else {})
+    consts = module.consts if module else {}
+    env = Env(facts, flag, dests, locals_of(func, module), params, consts, frozenset(), _where(func))
     for ex in func.exits:
         if ex.exc.endswith(_IGNORED_EXC):
             continue
