@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import sqlite3
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,8 +83,8 @@ def flag_usage(deps: ResearchDeps, flag: str) -> dict[str, Any]:
         with _AST_LOCK:
             index = load_index(deps.ctx.tree)
             code = analyze_flag(index, flag, deps.ctx.facts, value=value)
-    except (ValueError, OSError) as e:
-        return {"flag": flag, "error": str(e)}
+    except (ValueError, OSError, sqlite3.Error) as e:  # a damaged index: say so, research goes on
+        return {"flag": flag, "error": f"{type(e).__name__}: {e}"}
     readers = [
         {
             "location": f.location,

@@ -192,6 +192,9 @@ def test_cli_flags_and_research(sglang_0523, tmp_path):
     )
     assert out.exit_code == 0 and json.loads(out.stdout)["verdict"] == "no-op"
 
+    out = runner.invoke(app, [*fusion, "--server-arg", "attention_backend"])
+    assert out.exit_code == 2 and "KEY=VALUE" in out.output
+
     out = runner.invoke(app, [*args, "--model-config", str(tmp_path / "missing.json")])
     assert out.exit_code == 2 and "no such file" in out.output
 
