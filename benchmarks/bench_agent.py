@@ -204,7 +204,7 @@ def _facts(result) -> dict:  # type: ignore[no-untyped-def]
     return tx.events_of("context")[0]["data"]["facts"]
 
 
-async def aa_trials(name: str, scale: float, n: int, tmp: Path) -> tuple[int, int, int]:
+async def aa_trials(config, n: int, tmp: Path) -> tuple[int, int, int]:  # type: ignore[no-untyped-def]
     """(A/A trials, false keeps by A/B/A, false keeps by unpaired A/B) with drift injected."""
     from agent.paired_trial import known_good_block
     from agent.session import make_runner
@@ -213,7 +213,6 @@ async def aa_trials(name: str, scale: float, n: int, tmp: Path) -> tuple[int, in
     from tools.bench.probe import run_probe
     from tools.deploy import Deployment
 
-    config = up(name, tmp, scale)
     paired = unpaired = 0
     try:
         async with Deployment(config.target) as dep:
@@ -290,7 +289,8 @@ def main() -> None:
         )
     if args.aa:
         with tempfile.TemporaryDirectory() as d:
-            n, paired, unpaired = asyncio.run(aa_trials("seed", args.time_scale, args.aa, Path(d)))
+            config = up("seed", Path(d), args.time_scale)  # sync: outside the event loop
+            n, paired, unpaired = asyncio.run(aa_trials(config, args.aa, Path(d)))
         print(
             f"\nA/A with injected drift: {n} trials; false keeps A/B/A: {paired}/{n}; unpaired A/B: {unpaired}/{n}"
         )
