@@ -73,7 +73,7 @@ def _todo(
     for c in cands:
         flag, prio = c["flag"], c["priority"]
         label = c["flag"] if c["value"] is None else f"{c['flag']} {c['value']}"
-        if c["status"] != "candidate":
+        if c["status"] not in _RESEARCHED:  # a playbook no-op is still researched: the code decides
             items.append(
                 {
                     "id": flag,

@@ -96,12 +96,14 @@ def write_report(
     plot = base.with_name(base.name + ".png")
     plot_name: str | None = plot.name
     try:
+        from agent.export import save_plot
+        from agent.review import build_review
+        from agent.transcript import load_transcript
         from tools.bench.plot import plot_sweeps
 
-        series = {"baseline": baseline_reps}
-        if best_reps:
-            series["final"] = best_reps
-        plot_sweeps(series, plot)
+        # before and after with every trial, as the review and the HTML export show them
+        if save_plot(build_review(load_transcript(result.transcript)), plot) is None:
+            plot_sweeps({"baseline": baseline_reps, **({"final": best_reps} if best_reps else {})}, plot)
     except Exception as e:  # the report is still useful without the picture
         plot_name = None
         if ui is not None:

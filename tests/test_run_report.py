@@ -41,3 +41,25 @@ def test_report_explains_the_rule_budget_and_untried_candidates_and_lists_trials
     assert "objective +1.2%" in text
     assert "| 64 | 1,150.0 | 1,199.9 | +4.3% |" in text
     assert "repetitions: before 3, candidate 6, after 6, confirm 3" in text
+
+
+def test_a_flag_the_code_sent_to_a_trial_is_not_listed_as_ruled_out():
+    from agent.builtin import _todo
+    from agent.builtin_conclusion import conclusion
+
+    # the playbook says no-op (needs TP > 1); the code found a running reader; the trial rolled it back
+    cands = [
+        {"flag": "--x", "value": "auto", "status": "no-op", "note": "server.tp_size > 1: fail", "priority": "high"},
+        {"flag": "--y", "value": None, "status": "already-set", "note": "already 64", "priority": "low"},
+    ]
+    verdicts = {"--x": {"verdict": "applies", "summary": "read at a.py:1", "evidence": []}}
+    trials = {"--x": {"trial": 1, "changes": ["--x auto"], "decision": "rolled_back", "why": "no_change"}}
+    text = conclusion(cands, verdicts, trials, None, None)
+    ruled = text.split("### Ruled out without a restart")[1].split("###")[0]
+    assert "--x" not in ruled and "--y: skipped (already 64)" in ruled
+    assert "- trial 1 --x auto: rolled back" in text
+    items = {i["id"]: i for i in _todo(cands, verdicts, trials, [])}
+    assert items["--x"]["content"].startswith("trial --x auto: rolled_back")
+    assert items["--y"]["content"].startswith("--y: ruled out (already-set")
+    # before research answers, a playbook no-op is being researched, not ruled out
+    assert _todo(cands, {}, {}, [])[0]["content"] == "research --x auto"
