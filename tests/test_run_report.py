@@ -49,7 +49,13 @@ def test_a_flag_the_code_sent_to_a_trial_is_not_listed_as_ruled_out():
 
     # the playbook says no-op (needs TP > 1); the code found a running reader; the trial rolled it back
     cands = [
-        {"flag": "--x", "value": "auto", "status": "no-op", "note": "server.tp_size > 1: fail", "priority": "high"},
+        {
+            "flag": "--x",
+            "value": "auto",
+            "status": "no-op",
+            "note": "server.tp_size > 1: fail",
+            "priority": "high",
+        },
         {"flag": "--y", "value": None, "status": "already-set", "note": "already 64", "priority": "low"},
     ]
     verdicts = {"--x": {"verdict": "applies", "summary": "read at a.py:1", "evidence": []}}
