@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import threading
 import time
 
 import httpx
@@ -33,11 +34,16 @@ def test_bad_flag_exits_2(sim_server) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_crashes_under_load_when_memory_fraction_leaves_no_activation_room(sim_server) -> None:  # type: ignore[no-untyped-def]
-    srv = sim_server("seed", ["--mem-fraction-static", "0.95"], time_scale=0.01)
+    # at a time scale where one 2,000-token prefill takes milliseconds, so that the requests released
+    # together by the barrier queue behind the first and are prefilled together (why: at 0.01 a slow
+    # client could send them one by one, each done before the next arrived, and nothing crashed)
+    srv = sim_server("seed", ["--mem-fraction-static", "0.95"], time_scale=0.1)
     assert _greedy(srv.endpoint, "light load is fine", 8)  # one small request fits
     body = {"prompt": list(range(2000)), "max_tokens": 16, "ignore_eos": True}
+    together = threading.Barrier(8)
 
     def post() -> int:
+        together.wait()
         try:
             return httpx.post(srv.endpoint + "/v1/completions", json=body, timeout=30).status_code
         except httpx.TransportError:
