@@ -15,7 +15,11 @@ Then a false-keep rate: A/A trials (a flag that changes nothing) with drift inje
 that runs only while the known-good block before the candidate is measured, judged A/B/A (what the
 agent does) and unpaired A/B (the candidate vs that block alone).
 
-    python benchmarks/bench_agent.py [--scenario NAME]... [--time-scale 0.1] [--aa 8]
+Each scenario runs at the fastest time scale that keeps its c=64 stream below `--wall-rate` tok/s of
+wall time (above ~4,000 the client beside the server on 2 cores compresses differences: the first
+runs of this script at 0.2 found 0% of the oracle on the two fastest deployments).
+
+    python benchmarks/bench_agent.py [--scenario NAME]... [--time-scale 0.1] [--wall-rate 4000] [--aa 8]
 """
 
 from __future__ import annotations
@@ -126,6 +130,13 @@ def noise_free(name: str, changes: list[str]) -> dict[int, float] | None:
         return None
 
 
+def time_scale_for(name: str, fastest: float, wall_rate: float) -> float:
+    """The fastest time scale (>= `fastest`, at most real time) at which the scenario's noise-free c=64
+    output rate stays below `wall_rate` tok/s of wall time, rounded up to 0.05."""
+    rate = (noise_free(name, []) or {}).get(64, 0.0)
+    return round(min(1.0, max(fastest, math.ceil(rate / wall_rate / 0.05) * 0.05)), 2)
+
+
 def objective(base: dict[int, float], now: dict[int, float]) -> float:
     return math.exp(sum(math.log(now[c] / base[c]) for c in LEVELS) / len(LEVELS))
 
@@ -191,7 +202,7 @@ def scenario_row(name: str, scale: float, minutes: float) -> dict:
     ]
     grid = 2 * sum(c.status in ("candidate", "no-op", "incompatible") for c in cands)
     return {
-        "scenario": name, "oracle": best - 1, "oracle_set": best_set, "kept": objective(base, final) - 1,
+        "scenario": name, "scale": scale, "oracle": best - 1, "oracle_set": best_set, "kept": objective(base, final) - 1,
         "kept_set": result.kept, "restarts": result.restarts, "grid": grid, "noops": noops, "wall": wall,
         "status": result.status, "conclusion": result.conclusion,
     }  # fmt: skip
@@ -261,8 +272,18 @@ class _Quiet:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scenario", action="append", help="default: every shipped scenario")
-    ap.add_argument("--time-scale", type=float, default=0.1)
-    ap.add_argument("--max-minutes", type=float, default=6.0, help="the agent's wall-time budget per run")
+    ap.add_argument("--time-scale", type=float, default=0.1, help="the fastest time scale a run may use")
+    ap.add_argument(
+        "--max-minutes", type=float, default=6.0, help="the agent's wall-time budget per run at --time-scale"
+    )
+    ap.add_argument(
+        "--wall-rate",
+        type=float,
+        default=4000.0,
+        help="slow a scenario down until its noise-free c=64 output stays below this many tok/s of wall "
+        "time (the client beside the server compresses differences above it); the budget grows in "
+        "proportion, so every run gets the same simulated minutes",
+    )
     ap.add_argument("--aa", type=int, default=8, help="A/A trials with injected drift (0: skip)")
     ap.add_argument("--aa-only", action="store_true", help="only the A/A trials")
     args = ap.parse_args()
@@ -270,26 +291,28 @@ def main() -> None:
     rows = []
     for name in names:
         print(f"running {name} ...", flush=True)
-        rows.append(scenario_row(name, args.time_scale, args.max_minutes))
+        scale = time_scale_for(name, args.time_scale, args.wall_rate)
+        rows.append(scenario_row(name, scale, args.max_minutes * scale / args.time_scale))
         r = rows[-1]
         print(f"  kept {r['kept_set']} ({r['status']}); oracle {r['oracle_set']}", flush=True)
         print("  " + r["conclusion"].replace("\n", "\n  "), flush=True)
+    sim_minutes = args.max_minutes / args.time_scale
+    print(f"\nbudget {sim_minutes:g} simulated min a run, levels {LEVELS}, 3 reps a block")
     print(
-        f"\ntime scale {args.time_scale}, budget {args.max_minutes:g} min a run, levels {LEVELS}, 3 reps a block"
+        "| scenario | time scale | oracle gain | gain kept | % of oracle | restarts | grid restarts | no-op kept | wall s |"
     )
-    print(
-        "| scenario | oracle gain | gain kept | % of oracle | restarts | grid restarts | no-op kept | wall s |"
-    )
-    print("|---|---:|---:|---:|---:|---:|---|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---|---:|")
     for r in rows:
         share = r["kept"] / r["oracle"] * 100 if r["oracle"] > 0.005 else 100.0
         print(
-            f"| {r['scenario']} | {r['oracle'] * 100:+.1f}% | {r['kept'] * 100:+.1f}% | {share:.0f}% | "
+            f"| {r['scenario']} | {r['scale']:g} | {r['oracle'] * 100:+.1f}% | {r['kept'] * 100:+.1f}% | {share:.0f}% | "
             f"{r['restarts']} | {r['grid']} | {', '.join(r['noops']) or 'none'} | {r['wall']:.0f} |"
         )
     if args.aa:
         with tempfile.TemporaryDirectory() as d:
-            config = up("seed", Path(d), args.time_scale)  # sync: outside the event loop
+            config = up(
+                "seed", Path(d), time_scale_for("seed", args.time_scale, args.wall_rate)
+            )  # sync: outside the event loop
             n, paired, unpaired = asyncio.run(aa_trials(config, args.aa, Path(d)))
         print(
             f"\nA/A with injected drift: {n} trials; false keeps A/B/A: {paired}/{n}; unpaired A/B: {unpaired}/{n}"
