@@ -50,8 +50,8 @@ def conclusion(
     ruled = 0
     for c in cands:
         v = verdicts.get(c["flag"])
-        if c["flag"] in trials:
-            continue  # the code overruled a playbook rule and it was trialled: listed under Trials
+        if c["flag"] in trials or c["flag"] in (untried or {}):
+            continue  # the code overruled a playbook rule: listed under Trials or Not tried
         if v and v["verdict"] in (
             "no-op",
             "dead",

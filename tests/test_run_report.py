@@ -67,5 +67,8 @@ def test_a_flag_the_code_sent_to_a_trial_is_not_listed_as_ruled_out():
     items = {i["id"]: i for i in _todo(cands, verdicts, trials, [])}
     assert items["--x"]["content"].startswith("trial --x auto: rolled_back")
     assert items["--y"]["content"].startswith("--y: ruled out (already-set")
+    # one the code overruled but the budget left untried is listed as not tried, not as ruled out
+    text = conclusion(cands, verdicts, {}, None, "budget spent", {"--x": 1})
+    assert "- --x auto: budget spent" in text and "--x" not in text.split("### Ruled out")[1].split("###")[0]
     # before research answers, a playbook no-op is being researched, not ruled out
     assert _todo(cands, {}, {}, [])[0]["content"] == "research --x auto"
