@@ -75,9 +75,10 @@ def up(name: str, tmp: Path, scale: float):  # type: ignore[no-untyped-def]
     return config.model_copy(
         update={
             "bench": bench,
-            # a start at this time scale takes seconds: a candidate not healthy in 30 s has failed
+            # a start takes seconds at these time scales, torch.compile's 120 simulated s the longest:
+            # a candidate not healthy by then has failed
             "target": config.target.model_copy(
-                update={"max_restarts_per_minute": 100, "health_timeout_s": 30}
+                update={"max_restarts_per_minute": 100, "health_timeout_s": max(30.0, 180 * scale)}
             ),
             "agent": config.agent.model_copy(update={"transcripts_dir": tmp / "transcripts"}),
         }
