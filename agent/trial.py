@@ -174,8 +174,13 @@ class TrialRunner:
         return apply_changes(self.baseline.text, self.kept_changes)
 
     def trial_estimate(self) -> float:
-        """Seconds the next trial will take: the longest measured one (0 before the first)."""
-        return max((t.seconds for t in self.trials if t.deployed), default=0.0)
+        """Seconds the next trial may take if it wins: the longest kept one (a kept trial includes
+        deploying the winner again and checking it), else half as long again as the longest measured
+        one (0 before the first)."""
+        measured = [t for t in self.trials if t.deployed]
+        longest = max((t.seconds for t in measured), default=0.0)
+        kept = max((t.seconds for t in measured if t.decision == "kept"), default=0.0)
+        return max(kept, longest) if kept else 1.5 * longest
 
     def budget_left(self, *, reserve: float = 0.0) -> str | None:
         """None when another trial may start (leaving `reserve` seconds), else why not."""
@@ -183,8 +188,7 @@ class TrialRunner:
             return f"trials stopped: {self.halted}"
         if len(self.trials) >= self.max_trials:
             return f"trial budget spent ({self.max_trials} trials)"
-        # half a trial more: room to deploy a winner again and check it (the combination kept)
-        if time.monotonic() + 1.5 * self.trial_estimate() + reserve > self.deadline:
+        if time.monotonic() + self.trial_estimate() + reserve > self.deadline:
             return "wall-time budget spent"
         return None
 

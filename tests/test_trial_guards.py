@@ -276,3 +276,27 @@ def test_failed_rollback_stops_trials_and_restores_known_good_first(sim_server):
     assert "ROLLBACK FAILED" in record.why
     assert runner.halted and "rollback failed" in runner.halted
     assert "healthy" not in runner.halted  # the restore found the server healthy
+
+
+def test_a_trial_starts_when_it_fits_should_it_win():
+    import time
+
+    from agent.trial import TrialRecord
+
+    runner = _runner(FakeDeployment())
+    rejected = TrialRecord(number=1, changes=[TrialChange(flag="--a")], deployed=True, seconds=100.0)
+    runner.trials.append(rejected)
+    # before any keep a winner may take half as long again as the longest trial (confirm relaunch)
+    runner.deadline = time.monotonic() + 140
+    assert runner.budget_left() == "wall-time budget spent"
+    runner.deadline = time.monotonic() + 160
+    assert runner.budget_left() is None
+    # a kept trial already includes that relaunch: the longest kept one is what a winner costs
+    kept = TrialRecord(
+        number=2, changes=[TrialChange(flag="--b")], deployed=True, decision="kept", seconds=120.0
+    )
+    runner.trials.append(kept)
+    runner.deadline = time.monotonic() + 130
+    assert runner.trial_estimate() == 120.0 and runner.budget_left() is None
+    runner.deadline = time.monotonic() + 110
+    assert runner.budget_left() == "wall-time budget spent"
