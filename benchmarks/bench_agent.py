@@ -226,32 +226,27 @@ async def aa_trials(config, n: int, tmp: Path) -> tuple[int, int, int]:  # type:
     from tools.deploy import Deployment
 
     paired = unpaired = 0
-    try:
-        async with Deployment(config.target) as dep:
-            text = config.target.local_unit.read_text()
-            base = Baseline(reps=[], probe=await run_probe(config.target.endpoint), text=text)
-            runner = make_runner(
-                dep, config, Objective(), base, [], _Quiet(), allow_lossy=False, max_trials=n
-            )
-            for i in range(n):
-                hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-                try:
-                    runner.reference = None
-                    await known_good_block(runner)  # measured while the machine is loaded
-                finally:
-                    hog.kill()
-                    hog.wait()
-                change = TrialChange(flag="--num-continuous-decode-steps", value=str(2 + i % 2))
-                record = await runner.run([change], reason="A/A")
-                paired += record.decision == "kept"
-                if record.decision == "kept":  # undo: the next A/A starts from the same baseline
-                    runner.best = None
-                    await dep.deploy(text, reason="undo A/A keep")
-                    await dep.commit()
-                unpaired += _unpaired_keep(record)
-                print(f"  A/A {i + 1}: {record.decision}; {record.why[:160]}", flush=True)
-    finally:
-        host.down(tmp / "sim")
+    async with Deployment(config.target) as dep:
+        text = config.target.local_unit.read_text()
+        base = Baseline(reps=[], probe=await run_probe(config.target.endpoint), text=text)
+        runner = make_runner(dep, config, Objective(), base, [], _Quiet(), allow_lossy=False, max_trials=n)
+        for i in range(n):
+            hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            try:
+                runner.reference = None
+                await known_good_block(runner)  # measured while the machine is loaded
+            finally:
+                hog.kill()
+                hog.wait()
+            change = TrialChange(flag="--num-continuous-decode-steps", value=str(2 + i % 2))
+            record = await runner.run([change], reason="A/A")
+            paired += record.decision == "kept"
+            if record.decision == "kept":  # undo: the next A/A starts from the same baseline
+                runner.best = None
+                await dep.deploy(text, reason="undo A/A keep")
+                await dep.commit()
+            unpaired += _unpaired_keep(record)
+            print(f"  A/A {i + 1}: {record.decision}; {record.why[:160]}", flush=True)
     return n, paired, unpaired
 
 
@@ -314,7 +309,10 @@ def main() -> None:
             config = up(
                 "seed", Path(d), time_scale_for("seed", args.time_scale, args.wall_rate)
             )  # sync: outside the event loop
-            n, paired, unpaired = asyncio.run(aa_trials(config, args.aa, Path(d)))
+            try:
+                n, paired, unpaired = asyncio.run(aa_trials(config, args.aa, Path(d)))
+            finally:  # sim.host's sync functions run outside the event loop
+                host.down(Path(d) / "sim")
         print(
             f"\nA/A with injected drift: {n} trials; false keeps A/B/A: {paired}/{n}; unpaired A/B: {unpaired}/{n}"
         )
