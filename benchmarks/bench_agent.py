@@ -216,7 +216,7 @@ def _facts(result) -> dict:  # type: ignore[no-untyped-def]
     return tx.events_of("context")[0]["data"]["facts"]
 
 
-async def aa_trials(config, n: int, tmp: Path) -> tuple[int, int, int]:  # type: ignore[no-untyped-def]
+async def aa_trials(config, n: int) -> tuple[int, int, int]:  # type: ignore[no-untyped-def]
     """(A/A trials, false keeps by A/B/A, false keeps by unpaired A/B) with drift injected."""
     from agent.paired_trial import known_good_block
     from agent.session import make_runner
@@ -306,12 +306,11 @@ def main() -> None:
         )
     if args.aa:
         with tempfile.TemporaryDirectory() as d:
-            config = up(
-                "seed", Path(d), time_scale_for("seed", args.time_scale, args.wall_rate)
-            )  # sync: outside the event loop
+            # sim.host's sync functions (up, down) run outside the event loop
+            config = up("seed", Path(d), time_scale_for("seed", args.time_scale, args.wall_rate))
             try:
-                n, paired, unpaired = asyncio.run(aa_trials(config, args.aa, Path(d)))
-            finally:  # sim.host's sync functions run outside the event loop
+                n, paired, unpaired = asyncio.run(aa_trials(config, args.aa))
+            finally:
                 host.down(Path(d) / "sim")
         print(
             f"\nA/A with injected drift: {n} trials; false keeps A/B/A: {paired}/{n}; unpaired A/B: {unpaired}/{n}"
