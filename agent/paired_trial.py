@@ -1,11 +1,14 @@
-"""One trial, A/B/A: known-good block, candidate block, rollback, known-good block, then a confirmed keep.
+"""One trial, A/B/A(/B): known-good block, candidate block, rollback, known-good block, and for a
+likely winner a second candidate launch judged together with the first.
 
 A = the deployed best configuration, B = the candidate on top of it. A is measured right before B
-(it is running: no restart); B is measured with adaptive repetitions and abandoned early when no
-gain of the minimum effect is possible; otherwise the rollback (which a rejection needs anyway)
-restarts A and A is measured again, so B sits between two A blocks and drift cancels. A candidate
-that wins is deployed again, its probe and a block on that second launch must agree, and only then
-is it committed. The A block after a trial is the next trial's A block before.
+(it is running: no restart); B is measured and abandoned early when no gain of the minimum effect
+is possible; otherwise the rollback (which a rejection needs anyway) restarts A and A is measured
+again, so B sits between two A blocks and drift cancels. A candidate that wins, or that looks like
+a winner but is not established, is deployed again: its probe must pass and both of its launches
+against both A launches must show the gain; only then is it committed (this relaunch is the
+restart a keep costs anyway, and it halves the launch-to-launch noise that repetitions inside one
+launch cannot reduce). The A block after a trial is the next trial's A block before.
 """
 
 from __future__ import annotations
@@ -16,20 +19,33 @@ from agent.measure import environment_failure, measure
 from agent.trial import BudgetExhausted, TrialRecord, _comparison_dict, mean_throughput
 
 
-def _cmp(r: Any, before: list[Any], cand: list[Any], after: list[Any] | None) -> Any:
+def _cmp(r: Any, before: list[Any], cand: list[Any], after: list[Any] | None, confirm: Any = None) -> Any:
     from tools.bench.paired import paired_compare
 
     b = r.bench
     return paired_compare(
-        before, cand, after, r.objective, min_effect=b.min_effect,
-        regress_tolerance=b.regress_tolerance, launch_noise=b.launch_noise, history=r.known_good_blocks,
+        before, cand, after, r.objective, min_effect=b.min_effect, regress_tolerance=b.regress_tolerance,
+        launch_noise=b.launch_noise, history=r.known_good_blocks, confirm=confirm,
     )  # fmt: skip
 
 
 def _worth_more(cmp: Any) -> bool:
-    """More candidate repetitions pay off while a gain is possible but unproven, and for a likely
-    winner (the A/B/A decision after the rollback cannot add candidate repetitions any more)."""
-    return bool(cmp.promising or cmp.verdict == "improved")
+    """One more repetition in this launch pays off while a gain is possible but unproven (or for a
+    likely winner), and only where repetition noise is still a real part of the interval: the
+    launch-to-launch spread does not shrink with repetitions of the same launch."""
+    sharpen = max(i.within_share for i in [cmp.overall, *cmp.per_level])
+    return bool(cmp.promising or cmp.verdict == "improved") and sharpen >= 0.25
+
+
+def _looks_like_a_winner(cmp: Any, min_effect: float) -> bool:
+    """Inconclusive, but some judged estimate already reaches the minimum effect and none is below
+    the tolerance: a second launch of the candidate can establish it."""
+    judged = cmp.per_level if cmp.rule == "pareto" else [cmp.overall]
+    return (
+        cmp.promising
+        and "tolerance" not in cmp.summary
+        and any(i.ratio is not None and i.ratio >= 1 + min_effect for i in judged)
+    )
 
 
 async def known_good_block(r: Any) -> list[Any]:
@@ -137,7 +153,7 @@ async def run_paired(r: Any, record: TrialRecord, new_text: str) -> None:
     record.decision = "rolled_back"
     await _warm(r)
     after = await measure(
-        r.endpoint, r.bench, more=lambda reps: _cmp(r, before, cand, reps).promising,
+        r.endpoint, r.bench, more=lambda reps: _worth_more(_cmp(r, before, cand, reps)),
         max_reps=r.max_reps, on_progress=r.on_progress,
     )  # fmt: skip
     if not after or any(s.partial for s in after):
@@ -150,35 +166,42 @@ async def run_paired(r: Any, record: TrialRecord, new_text: str) -> None:
     # the A/B look before the second known-good block, kept to show what pairing changed
     record.comparison = {**_comparison_dict(cmp), "ab_only": {"verdict": first.verdict, "ratio": first.ratio}}
     record.blocks["after"] = len(after)
-    record.improved = cmp.verdict == "improved"
+    record.improved = False  # until a second launch agrees
     record.why = cmp.summary
-    if not record.improved:
+    if cmp.verdict != "improved" and not _looks_like_a_winner(cmp, r.bench.min_effect):
         return
     if refusal := r._lossy_refusal(record.changes):
         record.why = refusal
         return
-    await _keep(r, record, new_text, cmp, after)
+    await _second_launch(r, record, new_text, (before, cand, after), cmp)
 
 
-async def _keep(r: Any, record: TrialRecord, new_text: str, cmp: Any, after: list[Any]) -> None:
-    """Deploy the winner again; keep it only if its probe and a block on this launch agree."""
-    record.improved = False  # until this launch agrees
-    if not await _deploy(r, record, new_text, "keep"):
-        record.why = f"improved ({cmp.summary}) but did not start again: {record.why}"
+async def _second_launch(r: Any, record: TrialRecord, new_text: str, blocks: tuple, cmp: Any) -> None:
+    """Deploy the candidate again and judge both of its launches against both known-good ones;
+    commit it only if that says improved, else roll back."""
+    first = f"{cmp.verdict} on its first launch ({cmp.summary})"
+    if not await _deploy(r, record, new_text, "second launch"):
+        record.why = f"{first}; did not start again: {record.why}"
         return
     await r.deployment.keepalive()
     if why := await _probe_ok(r, record):
         return await _reject(r, record, why)
     await r.deployment.keepalive()
-    confirm = await measure(r.endpoint, r.bench, max_reps=r.bench.reps, on_progress=r.on_progress)
+    before, cand, after = blocks
+    confirm = await measure(
+        r.endpoint, r.bench, more=lambda reps: _worth_more(_cmp(r, before, cand, after, reps)),
+        max_reps=r.max_reps, on_progress=r.on_progress,
+    )  # fmt: skip
     record.blocks["confirm"] = len(confirm)
-    check = _cmp(r, after, confirm, None)
-    if any(s.partial for s in confirm) or check.clear_no:
-        return await _reject(
-            r, record, f"improved ({cmp.summary}) but not on a second launch ({check.summary})"
-        )
+    final = _cmp(r, before, cand, after, confirm) if not any(s.partial for s in confirm) else None
+    if final is None or final.verdict != "improved":
+        record.comparison = {**record.comparison, **(_comparison_dict(final) if final else {})}
+        second = final.summary if final else "errors on the second launch"
+        return await _reject(r, record, f"not established over two launches: {second}")
     await r.deployment.commit()
+    record.comparison = {**record.comparison, **_comparison_dict(final)}
+    record.levels = mean_throughput(cand + confirm)
     record.improved = True
-    record.decision, record.why = "kept", cmp.summary
+    record.decision, record.why = "kept", final.summary
     r.best, r.best_reps, r.reference = record, confirm, confirm
     r.known_good_blocks = [confirm]  # a new known-good configuration: its own history starts here

@@ -22,11 +22,13 @@ RULE = (
     "the known-good configuration (A/B/A: before it, and after the rollback), so drift and machine "
     "load cancel. Repetitions are adaptive: {reps} per block, stopping early when no gain of the "
     "minimum effect is possible, and one more at a time (up to {cap}) while a gain is possible but "
-    'not established. For "improve throughput" the Pareto rule decides: better at some measured '
-    "level by at least {min_effect:.0%} (95% interval above 1), worse at none by more than "
-    "{tolerance:.0%}; among those, the goal's objective ranks. A named level or a latency goal "
-    "decides on that objective alone. A winner is deployed again and kept only if its probe and a "
-    "block on that second launch agree."
+    "not established and repetition noise is still a real part of the interval (the restart-to-"
+    'restart spread does not shrink with repetitions of one launch). For "improve throughput" the '
+    "Pareto rule decides: better at some measured level by at least {min_effect:.0%} (95% interval "
+    "above 1), worse at none by more than {tolerance:.0%}; among those, the goal's objective ranks. "
+    "A named level or a latency goal decides on that objective alone. A winner, or a candidate whose "
+    "estimate reaches the minimum effect without being established, is deployed again; it is kept "
+    "only if its probe passes and both of its launches against both known-good launches show the gain."
 )
 
 

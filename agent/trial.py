@@ -123,7 +123,7 @@ class TrialRunner:
     Each candidate goes on top of the best configuration so far (so the kept changes are always
     measured together) and is judged A/B/A: the known-good block measured just before it, the
     candidate, and the known-good block measured after the rollback (see `tools.bench.paired`).
-    A candidate that wins is deployed again and checked on that second launch before it is kept.
+    A likely winner is deployed again and judged on both of its launches before it is kept.
     """
 
     deployment: Any

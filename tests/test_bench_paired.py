@@ -96,3 +96,29 @@ def test_known_good_blocks_that_jump_between_launches_widen_the_interval():
     calm = paired_compare(before, cand, after, THROUGHPUT, launch_noise=0.01, history=quiet)
     loaded = paired_compare(before, cand, after, THROUGHPUT, launch_noise=0.01, history=jumpy)
     assert calm.verdict == "improved" and loaded.verdict != "improved"
+
+
+def test_the_declared_restart_spread_is_not_inflated_by_few_repetitions():
+    # quiet repetitions, 1% restart spread: the interval is the spread's own (z), not t with 4 df
+    rng = random.Random(9)
+    cmp = paired_compare(
+        block(rng, noise=0.001), block(rng, noise=0.001), None, THROUGHPUT, launch_noise=0.01
+    )
+    half = cmp.overall.ci_high / cmp.overall.ratio - 1
+    assert 1.9 * 0.01414 < half < 2.1 * 0.01414  # sqrt(2) launches x 1%, times ~1.96
+    assert cmp.overall.within_share < 0.05  # more repetitions of these launches would not help
+
+
+def test_a_second_launch_of_the_candidate_narrows_the_interval_and_counts():
+    rng = random.Random(10)
+    before, after = block(rng, noise=0.003), block(rng, noise=0.003)
+    cand, again = block(rng, noise=0.003, shift=1.03), block(rng, noise=0.003, shift=1.03)
+    aba = paired_compare(before, cand, after, THROUGHPUT, launch_noise=0.01)
+    both = paired_compare(before, cand, after, THROUGHPUT, launch_noise=0.01, confirm=again)
+    width = lambda c: c.overall.ci_high / c.overall.ci_low  # noqa: E731
+    assert both.overall.launches_candidate == 2 and both.overall.n_candidate == 6
+    assert width(both) - 1 < 0.85 * (width(aba) - 1)  # 1.5 -> 1 launch variances
+    assert both.verdict == "improved" and "on 2 launches" in both.summary
+    # a second launch that shows nothing pulls the estimate down: no keep
+    flat = paired_compare(before, cand, after, THROUGHPUT, launch_noise=0.01, confirm=block(rng, noise=0.003))
+    assert flat.verdict != "improved" and flat.overall.ratio < both.overall.ratio

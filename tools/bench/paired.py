@@ -44,6 +44,10 @@ class Interval(BaseModel):
     n_after: int = 0
     drift: float = 0.0
     """log ratio between the after and the before block of A (0 without an after block)."""
+    launches_candidate: int = 1
+    """Launches of the candidate the blocks come from (2 when a winner was measured again)."""
+    within_share: float = 0.0
+    """Share of the variance that more repetitions in the same launch can still reduce."""
 
     def pct(self) -> str:
         """`+4.1% [+2.0..+6.2]`."""
@@ -95,66 +99,87 @@ def _values(reps: list[SweepResult], objective: Objective, levels: list[int]) ->
 def block_spread(blocks: list[list[SweepResult]] | None, objective: Objective, levels: list[int]) -> float:
     """Standard deviation of the block means (log) of repeated blocks of one configuration, beyond
     what their repetitions explain; 0 with fewer than 3 blocks (too little to tell)."""
+    return _spread(blocks, objective, levels)[0]
+
+
+def _spread(
+    blocks: list[list[SweepResult]] | None, objective: Objective, levels: list[int]
+) -> tuple[float, int]:
+    """(block_spread, its degrees of freedom)."""
     means, within = [], []
     for b in blocks or []:
         v = _values(b, objective, levels)
         if len(v) >= 2:
-            means.append(sum(v) / len(v))
+            means.append(_mean(v))
             within.append(_ss(v) / (len(v) - 1) / len(v))
     if len(means) < 3:
-        return 0.0
-    spread = _ss(means) / (len(means) - 1) - sum(within) / len(within)
-    return math.sqrt(max(0.0, spread))
+        return 0.0, 0
+    spread = _ss(means) / (len(means) - 1) - _mean(within)
+    return math.sqrt(max(0.0, spread)), len(means) - 1
 
 
 def _ss(xs: list[float]) -> float:
-    m = sum(xs) / len(xs)
+    m = _mean(xs)
     return sum((x - m) ** 2 for x in xs)
 
 
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs)
+
+
 def interval(
-    before: list[float], cand: list[float], after: list[float], *, launch_noise: float, alpha: float,
-    block_sd: float = 0.0,
-    concurrency: int | None = None,
+    known_good: list[list[float]], cand: list[list[float]], *, launch_noise: float, alpha: float,
+    spread: tuple[float, int] = (0.0, 0), concurrency: int | None = None,
 ) -> Interval:  # fmt: skip
-    """Candidate vs the A midpoint on log values (oriented so > 0 is better)."""
+    """The candidate's launches vs the known-good launches around them, on log values oriented so
+    that > 0 is better. Each argument holds one block per launch, in time order.
+
+    Variance: the repetition noise of every block mean, the launch-to-launch spread of each launch
+    (the candidate's mean launch and the known-good mean launch), and what the first and last
+    known-good blocks disagree on beyond their own noise. The t quantile takes Welch-Satterthwaite
+    degrees of freedom: the declared restart spread and the drift bound are taken as given, so a
+    handful of repetitions does not inflate the quantile of a variance they hardly contribute to."""
     from scipy import stats as sps
 
-    out = Interval(concurrency=concurrency, n_before=len(before), n_candidate=len(cand), n_after=len(after))
-    if not before or not cand:
+    a, b = [g for g in known_good if g], [g for g in cand if g]
+    out = Interval(
+        concurrency=concurrency, n_before=len(a[0]) if a else 0, n_after=len(a[-1]) if len(a) > 1 else 0,
+        n_candidate=sum(map(len, b)), launches_candidate=len(b),
+    )  # fmt: skip
+    if not a or not b:
         return out
-    mb, mc = sum(before) / len(before), sum(cand) / len(cand)
-    groups = [g for g in (before, cand, after) if g]
-    if after:
-        ma = sum(after) / len(after)
-        ref, out.drift = (mb + ma) / 2, ma - mb
-        ref_var_n = (1 / len(before) + 1 / len(after)) / 4
-        launches = 1 + 0.5  # B's launch, and the mean of A's two launches
-    else:
-        ref, ref_var_n, launches = mb, 1 / len(before), 2.0
-    diff = mc - ref
-    df = sum(len(g) for g in groups) - len(groups)
+    diff = _mean([_mean(g) for g in b]) - _mean([_mean(g) for g in a])
     out.ratio = math.exp(diff)
+    if len(a) > 1:
+        out.drift = _mean(a[-1]) - _mean(a[0])
+    df = sum(len(g) - 1 for g in a + b)
     if df < 1:
         return out
-    pooled = sum(_ss(g) for g in groups) / df
+    pooled = sum(_ss(g) for g in a + b) / df
+    within = pooled * (sum(1 / len(g) for g in a) / len(a) ** 2 + sum(1 / len(g) for g in b) / len(b) ** 2)
     # what the two A blocks disagree on beyond their own noise is drift that need not be linear:
     # half of it may sit anywhere between them
     extra = 0.0
-    if after:
-        extra = max(0.0, out.drift**2 - pooled * (1 / len(before) + 1 / len(after))) / 4
+    if len(a) > 1:
+        extra = max(0.0, out.drift**2 - pooled * (1 / len(a[0]) + 1 / len(a[-1]))) / 4
     # launch-to-launch spread: the declared restart noise, or what the repeated known-good blocks of
     # this run showed (load that changes between blocks but not within one), whichever is larger
-    per_launch = max(math.log1p(launch_noise), block_sd) ** 2
-    var = pooled * (1 / len(cand) + ref_var_n) + launches * per_launch + extra
+    declared = math.log1p(launch_noise)
+    per_launch, launch_df = (declared, math.inf) if declared >= spread[0] else spread
+    launch = (1 / len(a) + 1 / len(b)) * per_launch**2
+    var = within + launch + extra
     se = math.sqrt(var)
     if se <= 1e-12:
         out.ci_low = out.ci_high = out.ratio
         out.p_value = 1.0 if abs(diff) < 1e-12 else 0.0
         return out
-    half = float(sps.t.ppf(1 - alpha / 2, df)) * se
+    out.within_share = within / var
+    # the drift term is a bound taken as given, like the declared spread
+    noise = within**2 / df + launch**2 / launch_df
+    dof = var**2 / noise if noise > 0 else math.inf
+    half = float(sps.t.ppf(1 - alpha / 2, dof)) * se
     out.ci_low, out.ci_high = math.exp(diff - half), math.exp(diff + half)
-    out.p_value = float(2 * sps.t.sf(abs(diff) / se, df))
+    out.p_value = float(2 * sps.t.sf(abs(diff) / se, dof))
     return out
 
 
@@ -169,11 +194,13 @@ def paired_compare(
     launch_noise: float = 0.01,
     alpha: float = 0.05,
     history: list[list[SweepResult]] | None = None,
+    confirm: list[SweepResult] | None = None,
 ) -> PairedComparison:
     """The A/B/A verdict of `cand` against the known-good blocks `before` and `after` (may be empty:
     a provisional A/B look used to stop early or to add repetitions). `history`: every block of the
     same known-good configuration measured in this run; the spread of their means is the
-    launch-to-launch noise actually seen (used when larger than `launch_noise`)."""
+    launch-to-launch noise actually seen (used when larger than `launch_noise`). `confirm`: a block
+    on a second launch of the candidate (after `after`): both candidate launches are judged."""
     after = after or []
     levels = sorted(
         set.intersection(*({lv.max_concurrency for lv in s.levels if lv.ok} for s in before))
@@ -183,26 +210,24 @@ def paired_compare(
     wanted = objective.levels or (levels[:1] if objective.lowest_level else levels)
     pareto = objective.kind == "throughput" and not objective.levels and not objective.lowest_level
     kw = dict(launch_noise=launch_noise, alpha=alpha)
-    overall = interval(
-        _values(before, objective, wanted), _values(cand, objective, wanted),
-        _values(after, objective, wanted), block_sd=block_spread(history, objective, wanted), **kw,
-    )  # fmt: skip
-    per_level = [
-        interval(
-            _values(before, objective, [c]),
-            _values(cand, objective, [c]),
-            _values(after, objective, [c]),
-            concurrency=c,
-            block_sd=block_spread(history, objective, [c]),
-            **kw,
+
+    def judged(at: list[int], concurrency: int | None = None) -> Interval:
+        def v(blocks: list[list[SweepResult]]) -> list[list[float]]:
+            return [_values(x, objective, at) for x in blocks]
+
+        return interval(
+            v([before, after]), v([cand, confirm or []]), spread=_spread(history, objective, at),
+            concurrency=concurrency, **kw,
         )  # fmt: skip
-        for c in levels
-    ]
+
+    overall = judged(wanted)
+    per_level = [judged([c], c) for c in levels]
     rule: Literal["pareto", "objective"] = "pareto" if pareto else "objective"
     up, floor = 1 + min_effect, 1 - regress_tolerance
     base = dict(rule=rule, ratio=overall.ratio, overall=overall, per_level=per_level)
-    bad_cand = any(s.partial for s in cand) or any(
-        len(_values(cand, objective, [c])) < len(cand) for c in levels
+    every_cand = cand + (confirm or [])
+    bad_cand = any(s.partial for s in every_cand) or any(
+        len(_values(every_cand, objective, [c])) < len(every_cand) for c in levels
     )
     if bad_cand:
         return PairedComparison(
@@ -261,5 +286,7 @@ def _where(i: Interval) -> str:
 def _describe(overall: Interval, per_level: list[Interval], rule: str, objective: Objective) -> str:
     levels = ", ".join(f"c={i.concurrency} {i.pct()}" for i in per_level)
     n = f"{overall.n_before}+{overall.n_after} known-good vs {overall.n_candidate} candidate repetitions"
+    if overall.launches_candidate > 1:
+        n += f" on {overall.launches_candidate} launches"
     drift = f", A-A drift {overall.drift * 100:+.1f}%" if overall.n_after else ""
     return f"{objective.description} {overall.pct()} (95% CI); {levels}; {n}{drift}; rule: {rule}"
