@@ -17,6 +17,7 @@ Outcome = Literal["pass", "fail", "unknown"]
 
 _COMPARISON = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(==|!=|>=|<=|>|<|not in|in)\s*(.+?)\s*$")
 _BARE = re.compile(r"^\s*(not\s+)?([A-Za-z_][\w.]*)\s*$")
+_FACT_NAME = re.compile(r"^[A-Za-z_]\w*\.[\w.]+$")
 _MISSING = object()
 
 
@@ -84,7 +85,13 @@ def parse_condition(condition: str) -> tuple[str, str, Any]:
 
 
 def check(condition: str, facts: dict[str, Any]) -> ConditionResult:
-    """Evaluate one condition; a missing fact gives `unknown`, never a guess."""
+    """Evaluate one condition; a missing fact gives `unknown`, never a guess (also a missing fact
+    on the right: `server.x < bench.y` without `bench.y`)."""
+    m = _COMPARISON.match(condition)
+    if m and _FACT_NAME.match(m.group(3)) and m.group(3).lower() not in ("true", "false", "none", "null"):
+        if m.group(3) not in facts:
+            return ConditionResult(condition, "unknown", None, m.group(3))
+        condition = f"{m.group(1)} {m.group(2)} {facts[m.group(3)]!r}"
     fact, op, expected = parse_condition(condition)
     actual = facts.get(fact, _MISSING)
     if actual is _MISSING:
@@ -92,7 +99,7 @@ def check(condition: str, facts: dict[str, Any]) -> ConditionResult:
     if op in ("truthy", "falsy"):
         ok = bool(actual) if op == "truthy" else not actual
     else:
-        if actual is None and expected is not None and op not in ("==", "!=", "in", "not in"):
+        if actual is None:  # a value the server left open: only its truthiness is known
             return ConditionResult(condition, "unknown", None, fact)
         ok = _compare(actual, op, expected)
     return ConditionResult(condition, "pass" if ok else "fail", actual, fact)

@@ -25,6 +25,8 @@ class DeploymentContext:
     tree: Any = None
     catalog: dict[str, Any] = field(default_factory=dict)
     max_concurrency: int = 64
+    kv_tokens_needed: int | None = None
+    """KV tokens the benchmark's highest level holds at once (concurrency x (input + output))."""
     missing: dict[str, str] = field(default_factory=dict)
     """Piece name -> why it could not be read."""
 
@@ -32,6 +34,8 @@ class DeploymentContext:
     def facts(self) -> dict[str, Any]:
         """The flat fact mapping conditions are evaluated against (see agent/playbook.toml)."""
         facts: dict[str, Any] = {"bench.max_concurrency": self.max_concurrency}
+        if self.kv_tokens_needed:
+            facts["bench.kv_tokens_needed"] = self.kv_tokens_needed
         if self.version:
             facts["sglang.version"] = self.version
         # resolved values (catalog default < top level < internal_states), never the unresolved None
@@ -109,7 +113,10 @@ async def gather_context(config: Any, transport: Any, *, on_step: Any = None) ->
     """Read every piece of context for `config`'s target through `transport`."""
     from tools.unitfile import UnitFile
 
-    ctx = DeploymentContext(max_concurrency=max(config.bench.concurrency))
+    b = config.bench
+    ctx = DeploymentContext(
+        max_concurrency=max(b.concurrency), kv_tokens_needed=max(b.concurrency) * (b.input_len + b.output_len)
+    )
     say = on_step or (lambda text: None)
     try:
         ctx.unit_flags = dict(UnitFile.load(config.target.local_unit).command.flags)

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent.conditions import _COMPARISON, ConditionResult, check_all
+from agent.conditions import ConditionResult, check_all
 
 PLAYBOOK_PATH = Path(__file__).with_name("playbook.toml")
 PRIORITY_ORDER = {"high": 0, "medium": 1, "low": 2}
@@ -34,6 +34,10 @@ class Lever(BaseModel):
     what: str
     helps: str
     needs: list[str] = Field(default_factory=list)
+    load: list[str] = Field(default_factory=list)
+    """Conditions on the running server's state under the benchmark's load (e.g. the KV pool is too
+    small for the highest level). Unlike `needs` (claims about what the code does, which research
+    may overrule), a failed one makes the lever pointless here whatever the code says."""
     conflicts: list[str] = Field(default_factory=list)
     risk: str = ""
     lossy: bool = False
@@ -89,17 +93,6 @@ def _as_dicts(results: list[ConditionResult]) -> list[dict[str, Any]]:
     return [{"condition": r.condition, "actual": r.actual, "outcome": r.outcome} for r in results]
 
 
-def _resolve_conditions(conditions: list[str], facts: dict[str, Any]) -> list[str]:
-    """`server.cuda_graph_max_bs < bench.max_concurrency`: a fact on the right is filled in first."""
-    out = []
-    for cond in conditions:
-        m = _COMPARISON.match(cond)
-        if m and m.group(3) in facts:
-            cond = f"{m.group(1)} {m.group(2)} {facts[m.group(3)]!r}"
-        out.append(cond)
-    return out
-
-
 def evaluate(
     levers: list[Lever], facts: dict[str, Any], catalog: dict[str, Any] | None = None
 ) -> list[Candidate]:
@@ -119,8 +112,9 @@ def evaluate(
             value = _fill(value, facts)
         except KeyError as e:
             value, note = None, f"value needs the missing fact {e.args[0]}"
-        needs = check_all(_resolve_conditions(lever.needs, facts), facts)
-        conflicts = check_all(_resolve_conditions(lever.conflicts, facts), facts)
+        needs = check_all(lever.needs, facts)
+        load = [r for r in check_all(lever.load, facts) if r.outcome == "fail"]
+        conflicts = check_all(lever.conflicts, facts)
         status = "candidate"
         current = facts.get("flag." + flag.lstrip("-").replace("-", "_"), "<unset>")
         if catalog is not None and flag not in catalog:
@@ -129,6 +123,9 @@ def evaluate(
             status, note = "already-set", f"{flag} is already set to {current!r}"
         elif lever.action == "unset" and current == "<unset>":
             status, note = "already-set", f"{flag} is not set; nothing to remove"
+        elif load:
+            status = "already-set"  # nothing to gain at this load: not researched, not trialled
+            note = "pointless at the benchmark's load: " + "; ".join(r.describe() for r in load)
         elif any(r.outcome == "pass" for r in conflicts):
             status = "incompatible"
             note = "; ".join(r.describe() for r in conflicts if r.outcome == "pass")

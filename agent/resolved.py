@@ -41,6 +41,10 @@ def resolved_args(server_info: dict[str, Any], catalog: dict[str, Any] | None = 
     for k, v in args.items():
         if isinstance(v, _SCALARS):
             out[k] = v
+        elif v is None and out.get(k) is None:
+            # None as given and as defaulted: off for a truthiness test (no speculative algorithm),
+            # unknown for any comparison (it may still be resolved later, see agent.conditions)
+            out[k] = None
     runtime = {**_states(server_info), **_states(args)}
     for k, v in runtime.items():
         if not isinstance(v, _SCALARS):

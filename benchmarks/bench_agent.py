@@ -124,6 +124,8 @@ def noise_free(name: str, changes: list[str]) -> dict[int, float] | None:
 
     try:
         scn, model, plan = plan_for(name, launch_flags(name, changes), replace_baseline=True)
+        if plan.hangs_in_warmup:
+            return None
         return {
             c: throughput_for_plan(
                 scn, model, plan, concurrency=c, output_len=OUT_LEN, requests=max(2 * c, 8)
@@ -228,7 +230,9 @@ def scenario_row(name: str, scale: float, minutes: float) -> dict:
     noops = [
         k for k in result.kept if (a := alone.get(k)) and all(abs(a[c] / base[c] - 1) < 0.005 for c in LEVELS)
     ]
-    grid = 2 * sum(c.status in ("candidate", "no-op", "incompatible") for c in cands)
+    # the grid tries every lever not set already, including those the run rules out by the load
+    every = evaluate([lv.model_copy(update={"load": []}) for lv in load_playbook()], facts, sim_catalog())
+    grid = 2 * sum(c.status in ("candidate", "no-op", "incompatible") for c in every)
     return {
         "scenario": name, "scale": scale, "oracle": best["all"][0] - 1, "oracle_set": best["all"][1],
         "rule_oracle": best["rule"][0] - 1, "rule_set": best["rule"][1], "kept": objective(base, final) - 1,

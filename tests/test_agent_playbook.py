@@ -10,6 +10,7 @@ from agent.playbook import evaluate, load_playbook
 SEED = {
     "bench.max_concurrency": 64,
     "model.is_moe": True,
+    "model.attention_kinds_has_linear": True,
     "model.experts_per_tok": 8,
     "server.tp_size": 4,
     "server.moe_runner_backend": "auto",
@@ -74,7 +75,7 @@ def test_same_playbook_different_conclusions_per_deployment():
     assert dense["--enable-fused-moe-sum-all-reduce"].status == "no-op"
     assert seed["--enable-flashinfer-allreduce-fusion"].status == "incompatible"  # SM120
     assert dense["--enable-flashinfer-allreduce-fusion"].status == "no-op"  # TP 1
-    assert seed["--enable-torch-compile"].status == "no-op"  # MoE
+    assert seed["--enable-torch-compile"].status == "incompatible"  # linear attention hangs compiled
     assert dense["--enable-torch-compile"].status == "candidate"
     assert seed["--max-running-requests"].status == "already-set"
     assert dense["--max-running-requests"].status == "candidate"

@@ -31,11 +31,16 @@ def _ctx(tree, sm: int = 120) -> DeploymentContext:  # type: ignore[no-untyped-d
     )
 
 
-def _research(ctx: DeploymentContext, flag: str, *, without_sm_rule: bool = True) -> FlagVerdict:
+def _research(
+    ctx: DeploymentContext, flag: str, *, without_sm_rule: bool = True, rule: list[str] | None = None
+) -> FlagVerdict:
+    """`rule`: the lever's playbook needs replaced by these (its conflicts dropped)."""
     levers = load_playbook()
-    if without_sm_rule:
-        for lever in levers:
+    for lever in levers:
+        if without_sm_rule:
             lever.conflicts = [c for c in lever.conflicts if "gpu.sm" not in c]
+        if rule is not None and lever.flag == flag:
+            lever.needs, lever.conflicts = rule, []
     candidates = {c.flag: c for c in evaluate(levers, ctx.facts, ctx.catalog or None)}
     agent = build_researcher(make_models("builtin", None).researcher)
     deps = ResearchDeps(ctx=ctx, candidates=candidates)
@@ -79,8 +84,11 @@ def test_the_two_dead_flags(sglang_0523, sglang_059):
 
 
 def test_the_code_overrules_a_playbook_rule(sglang_0523):
-    # playbook: torch.compile needs `not model.is_moe`; the code compiles the CUDA graphs of any model
-    v = _research(_ctx(sglang_0523), "--enable-torch-compile", without_sm_rule=False)
+    # a playbook rule that torch.compile is for dense models only; the code compiles the CUDA graphs
+    # of any model
+    v = _research(
+        _ctx(sglang_0523), "--enable-torch-compile", without_sm_rule=False, rule=["not model.is_moe"]
+    )
     assert v.verdict == "applies" and v.decided_by == "code"
     assert "overrules the playbook" in v.summary and "not model.is_moe" in v.summary
 
