@@ -122,3 +122,24 @@ def test_a_second_launch_of_the_candidate_narrows_the_interval_and_counts():
     # a second launch that shows nothing pulls the estimate down: no keep
     flat = paired_compare(before, cand, after, THROUGHPUT, launch_noise=0.01, confirm=block(rng, noise=0.003))
     assert flat.verdict != "improved" and flat.overall.ratio < both.overall.ratio
+
+
+def test_which_candidates_earn_a_second_launch_and_more_repetitions():
+    from agent.paired_trial import _looks_like_a_winner, _worth_more
+
+    rng = random.Random(11)
+    before, after = block(rng, noise=0.003), block(rng, noise=0.003)
+    # +2.5% everywhere, 1.5% restart spread: not established by one launch, but it looks like a win
+    maybe = paired_compare(
+        before, block(rng, noise=0.003, shift=1.025), after, THROUGHPUT, launch_noise=0.015
+    )
+    assert maybe.verdict == "inconclusive" and _looks_like_a_winner(maybe, 0.02)
+    # the restart spread dominates: repetitions of the same launch would not narrow the interval
+    assert not _worth_more(maybe)
+    flat = paired_compare(before, block(rng, noise=0.003, shift=1.005), after, THROUGHPUT, launch_noise=0.015)
+    assert not _looks_like_a_winner(flat, 0.02)
+    # noisy repetitions, quiet restarts: one more repetition is what sharpens the answer
+    noisy = paired_compare(
+        block(rng, noise=0.03), block(rng, noise=0.03, shift=1.03), None, THROUGHPUT, launch_noise=0.002
+    )
+    assert (noisy.promising or noisy.verdict == "improved") and _worth_more(noisy)
