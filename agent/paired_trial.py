@@ -29,12 +29,13 @@ def _cmp(r: Any, before: list[Any], cand: list[Any], after: list[Any] | None, co
     )  # fmt: skip
 
 
-def _worth_more(cmp: Any) -> bool:
-    """One more repetition in this launch pays off while a gain is possible but unproven (or for a
-    likely winner), and only where repetition noise is still a real part of the interval: the
+def _worth_more(cmp: Any, min_effect: float) -> bool:
+    """One more repetition in this launch pays off while a gain is possible but unproven, and only
+    where repetition noise is still a real part of the interval at a level that could win: the
     launch-to-launch spread does not shrink with repetitions of the same launch."""
-    sharpen = max(i.within_share for i in [cmp.overall, *cmp.per_level])
-    return bool(cmp.promising or cmp.verdict == "improved") and sharpen >= 0.25
+    judged = cmp.per_level if cmp.rule == "pareto" else [cmp.overall]
+    open_ = [i for i in judged if i.ratio is not None and i.ratio >= 1 + min_effect / 2] or [cmp.overall]
+    return bool(cmp.promising) and max(i.within_share for i in open_) >= 0.25
 
 
 def _looks_like_a_winner(cmp: Any, min_effect: float) -> bool:
@@ -130,7 +131,7 @@ async def run_paired(r: Any, record: TrialRecord, new_text: str) -> None:
         return await _reject(r, record, why)
     await r.deployment.keepalive()
     cand = await measure(
-        r.endpoint, r.bench, more=lambda reps: _worth_more(_cmp(r, before, reps, None)),
+        r.endpoint, r.bench, more=lambda reps: _worth_more(_cmp(r, before, reps, None), r.bench.min_effect),
         max_reps=r.max_reps, on_progress=r.on_progress,
     )  # fmt: skip
     record.levels = mean_throughput(cand)
@@ -153,7 +154,7 @@ async def run_paired(r: Any, record: TrialRecord, new_text: str) -> None:
     record.decision = "rolled_back"
     await _warm(r)
     after = await measure(
-        r.endpoint, r.bench, more=lambda reps: _worth_more(_cmp(r, before, cand, reps)),
+        r.endpoint, r.bench, more=lambda reps: _worth_more(_cmp(r, before, cand, reps), r.bench.min_effect),
         max_reps=r.max_reps, on_progress=r.on_progress,
     )  # fmt: skip
     if not after or any(s.partial for s in after):
@@ -189,7 +190,7 @@ async def _second_launch(r: Any, record: TrialRecord, new_text: str, blocks: tup
     await r.deployment.keepalive()
     before, cand, after = blocks
     confirm = await measure(
-        r.endpoint, r.bench, more=lambda reps: _worth_more(_cmp(r, before, cand, after, reps)),
+        r.endpoint, r.bench, more=lambda reps: _worth_more(_cmp(r, before, cand, after, reps), r.bench.min_effect),
         max_reps=r.max_reps, on_progress=r.on_progress,
     )  # fmt: skip
     record.blocks["confirm"] = len(confirm)
