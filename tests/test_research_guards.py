@@ -91,3 +91,22 @@ def test_conjunction_of_guards() -> None:
     assert evaluate_all(["num_experts_per_tok > 2", "tp_size > 1"], env).value is True
     assert evaluate_all(["num_experts_per_tok > 2", "is_hip()"], env).value is False
     assert evaluate_all(["num_experts_per_tok > 2", "some_runtime_value"], env).value is UNKNOWN
+
+
+def test_world_sizes_are_topology_facts_only_where_they_clearly_are() -> None:
+    one = {"server.tp_size": 1, "server.pp_size": 1, "server.dp_size": 1}
+    four = {**one, "server.tp_size": 4}
+    for text in (
+        "world_size <= 1",
+        "tp_group.world_size <= 1",
+        "get_tensor_model_parallel_world_size() == 1",
+    ):
+        out = _eval(text, one)
+        assert out.value is True and "one rank" in out.used[0], text
+    assert _eval("self.attn_tp_size > 1", one).value is False
+    assert _eval("world_size <= 1", four).value is UNKNOWN  # may span pipeline ranks or be a subgroup
+    assert _eval("get_tp_group().world_size", four).value == 4
+    assert _eval("get_tensor_model_parallel_world_size() > 1", four).value is True
+    assert _eval("self.tp_size", four).value == 4
+    assert _eval("max_world_size > 1", one).value is UNKNOWN  # a limit, not the running size
+    assert _eval("world_size <= 1", {"server.tp_size": 1}).value is UNKNOWN  # pp/dp not known

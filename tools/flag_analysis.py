@@ -26,7 +26,8 @@ from tools.flag_catalog import FlagInfo, find_flag, negated
 from tools.flag_decide import decide
 from tools.flag_dispatch import module_reason, module_status
 from tools.flag_index import FlagIndex, is_config_path
-from tools.flag_index_types import Read
+from tools.flag_index_types import Func, Read
+from tools.gates import caller_gate, idle_after
 from tools.guard_eval import Env, Outcome, evaluate, evaluate_all, non_default
 from tools.reach import ExitPath, exits_of, locals_of, reach_exits
 
@@ -239,6 +240,7 @@ def _findings(
             module.consts if module else {},
             frozenset({read.local} if read.local else ()),
             f"{read.path}::{read.func}",
+            index.query,
         )
         o = _activation(read, env)
         conds = [*read.guards, *([read.cond] if read.cond else [])]
@@ -262,6 +264,13 @@ def _findings(
                 "runtime",
                 f"{read.effect or 'read'}; whether its module is loaded here is open",
             )
+        if (
+            finding.state != "off"
+            and func is not None
+            and (gate := _gate(index, read, func, facts, flag_values))
+        ):
+            finding.state, finding.why = "off", f"gated at {gate.location}: {gate.message}"
+            finding.exits = [gate]
         if finding.state != "off" and budget > 0:
             budget -= 1
             finding.exits = reach_exits(index, read, facts, flag_values, seen=seen)
@@ -274,6 +283,16 @@ def _findings(
         v.notes.append(f"exits followed from the first {MAX_REACHED_READERS} of {running} running readers")
     v.findings.sort(key=lambda f: f.location)
     _registry_findings(index, dest, facts, flag_values, v, seen)
+
+
+def _gate(
+    index: FlagIndex, read: Read, func: Func, facts: dict[str, Any], flag: dict[str, Any]
+) -> ExitPath | None:
+    """What keeps a running reader's effect from happening here (`tools.gates`), or None."""
+    gate = caller_gate(index, func, facts, flag)
+    if gate is None and read.effect == "controls a branch":
+        gate = idle_after(index, func, read.line, facts, flag)
+    return gate
 
 
 def _registry_findings(

@@ -2,7 +2,8 @@
 
 Order: a refusal that fires from a running reader; a fallback that switches the flag off; no reader
 (dead); readers that only log (dead); a running reader (applies); an open deployment fact (unknown);
-only compatibility checks read it, or every reader is off (no-op).
+only compatibility checks read it, or every reader is off (no-op; a reader that runs but whose
+effect a caller or callee gates off here is cited first).
 """
 
 from __future__ import annotations
@@ -67,6 +68,11 @@ def decide(v: Any, target: FlagInfo) -> None:
     elif not acting:
         v.verdict, v.certainty = "no-op", 0.8
         v.summary = f"read only by compatibility checks ({found[0].location})."
+    elif gated := [(f, e) for f in found for e in f.exits if e.kind == "gate"]:
+        f, e = gated[0]
+        v.verdict, v.certainty = "no-op", 0.8
+        via = f" via {' / '.join(e.via)}" if e.via else ""
+        v.summary = f"every reader is off here; {f.location} is gated at {e.location}{via}: {e.message}."
     else:
         first = next((f for f in found if any(c["outcome"] == "fail" for c in f.conditions)), found[0])
         failing = next((c for c in first.conditions if c["outcome"] == "fail"), None)

@@ -23,11 +23,11 @@ from functools import cached_property
 from pathlib import Path, PurePosixPath
 
 from tools.flag_catalog import FlagInfo, flag_catalog
-from tools.flag_index_types import Func, ModuleFacts, Read
-from tools.flag_index_walk import walk_file
+from tools.flag_index_types import Call, Func, ModuleFacts, Read
+from tools.flag_index_walk import LOG, walk_file
 from tools.source import SourceTree, cache_root
 
-INDEX_FORMAT = 9
+INDEX_FORMAT = 10
 _OFF_PATH_DIRS = frozenset(
     {
         "test",
@@ -150,6 +150,43 @@ class FlagIndex:
         }
         return self._imports_of[key] | own
 
+    def call_sites(self, func: Func, *, limit: int = 24) -> list[tuple[Func, Call]] | None:
+        """Where `func` is called on the serving path: (caller, call) pairs; None when some code
+        uses it without calling it (a callback, a dispatch table), so its call sites are not all
+        known, or when more than `limit` functions call a function of that name."""
+        name = func.qual.rsplit(".", 1)[-1]
+        query = "SELECT caller, called FROM callers WHERE callee = ? LIMIT ?"
+        rows = self._con.execute(query, (name, limit + 1)).fetchall()
+        if len(rows) > limit:
+            return None
+        sites: list[tuple[Func, Call]] = []
+        for key, called in rows:
+            path, qual = key.split("::", 1)
+            caller = self.func(path, qual) if qual != "<module>" else None
+            if caller is None or not called:
+                if caller is None or self._calls_it(caller, name, func):
+                    return None
+                continue
+            if self._calls_it(caller, name, func):
+                sites += [(caller, c) for c in caller.calls if c.callee == name]
+        return sites
+
+    def _calls_it(self, caller: Func, name: str, func: Func) -> bool:
+        return any(t.path == func.path and t.qual == func.qual for t in self.resolve_call(caller, name))
+
+    def query(self, name: str) -> tuple[str, dict[str, str], str] | None:
+        """A one-line query function named `name`, evaluated in place of a call without arguments:
+        (its returned expression, its module's constants, `path::qual`); None unless the name is
+        defined once, takes no arguments and its body is a single `return <expr>`."""
+        keys = self._by_name(name)
+        if len(keys) != 1:
+            return None
+        func = self.func(*keys[0].split("::", 1))
+        if func is None or not func.value or [p for p in func.params if p not in ("self", "cls")]:
+            return None
+        module = self.modules.get(func.path)
+        return func.value, module.consts if module else {}, keys[0]
+
     def package_rel(self, path: str) -> str:
         """`sglang/srt/x.py` -> `srt/x.py`."""
         return path[len(self.prefix) :] if path.startswith(self.prefix) else path
@@ -223,21 +260,30 @@ def _write(db: Path, tree: SourceTree, catalog: list[FlagInfo], facts: list[Modu
         "CREATE TABLE meta (key TEXT PRIMARY KEY, data BLOB);"
         "CREATE TABLE reads (dest TEXT PRIMARY KEY, data BLOB);"
         "CREATE TABLE funcs (key TEXT PRIMARY KEY, name TEXT, data BLOB);"
+        "CREATE TABLE callers (callee TEXT, caller TEXT, called INTEGER);"
     )
     defined = {f.qual.rsplit(".", 1)[-1] for m in facts for f in m.funcs}
     reads: dict[str, list[Read]] = {}
     registries: list[tuple[str, str, str, list[str]]] = []
     rows = []
+    callers: set[tuple[str, str, int]] = set()
     for m in facts:
         for read in m.reads:
             reads.setdefault(read.dest, []).append(read)
+        callers |= {(name, f"{m.path}::<module>", 0) for name in m.refs if name in defined}
         for f in m.funcs:
+            key = f"{f.path}::{f.qual}"
+            f.outside = [c for c in f.calls if c.callee not in defined and not LOG.search(c.callee)]
             f.calls = [c for c in f.calls if c.callee in defined]  # only edges into this tree
+            f.refs = sorted({r for r in f.refs if r in defined})
+            callers |= {(c.callee, key, 1) for c in f.calls} | {(r, key, 0) for r in f.refs}
             registries += [(deco, key, f.path, f.imports) for deco, key in f.keys]
-            rows.append((f"{f.path}::{f.qual}", f.qual.rsplit(".", 1)[-1], _dump(f)))
-        m.funcs, m.reads = [], []
+            rows.append((key, f.qual.rsplit(".", 1)[-1], _dump(f)))
+        m.funcs, m.reads, m.refs = [], [], []
     con.executemany("INSERT OR IGNORE INTO funcs VALUES (?, ?, ?)", rows)
     con.execute("CREATE INDEX funcs_name ON funcs (name)")
+    con.executemany("INSERT INTO callers VALUES (?, ?, ?)", sorted(callers))
+    con.execute("CREATE INDEX callers_callee ON callers (callee)")
     con.executemany(
         "INSERT INTO reads VALUES (?, ?)",
         [(d, _dump(sorted(rs, key=lambda r: (r.path, r.line)))) for d, rs in reads.items()],

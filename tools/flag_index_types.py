@@ -53,6 +53,8 @@ class Call:
     guards: list[str]
     args: list[str]
     kwargs: dict[str, str]
+    bare: bool = False
+    """A statement of its own (`f(x)`): the value is dropped, the call is done for what it does."""
 
 
 @dataclass
@@ -69,6 +71,17 @@ class Func:
     exits: list[Exit] = field(default_factory=list)
     keys: list[tuple[str, str]] = field(default_factory=list)
     imports: list[str] = field(default_factory=list)
+    gates: list[Exit] = field(default_factory=list)
+    """Early returns (`if world_size <= 1: return False`): kind "return", guards = the enclosing
+    tests and its own (not the earlier early returns: returning there returns too)."""
+    value: str | None = None
+    """The expression of a function whose whole body is `return <expr>` (a one-line query)."""
+    refs: list[str] = field(default_factory=list)
+    """Function names it uses without calling them (`partial(f, x)`, `run=f`): called elsewhere."""
+    outside: list[Call] = field(default_factory=list)
+    """Calls of functions defined outside the tree (`torch.distributed.barrier()`), logging aside."""
+    gives: bool = False
+    """Some `return` gives a value (its callers use what it computes)."""
 
 
 @dataclass
@@ -83,6 +96,8 @@ class ModuleFacts:
     """Class name -> the fields it declares (class-level annotations)."""
     funcs: list[Func] = field(default_factory=list)
     reads: list[Read] = field(default_factory=list)
+    refs: list[str] = field(default_factory=list)
+    """Names module-level code uses without calling them (dispatch tables)."""
     rebound: set[str] = field(default_factory=set)
     """Module names some function rebinds with `global` (not constants)."""
     edges: list[tuple[str, tuple[str, ...], tuple[tuple[str, str], ...]]] = field(default_factory=list)

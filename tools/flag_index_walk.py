@@ -14,7 +14,7 @@ import re
 
 from tools.flag_index_types import Call, Exit, Func, ModuleFacts, Read
 
-_LOG = re.compile(r"(^|\.)(warning|warn|error|info|debug|exception|print_warning|warning_once|info_once)$")
+LOG = re.compile(r"(^|\.)(warning|warn|error|info|debug|exception|print_warning|warning_once|info_once)$")
 _EXITS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
 _FAILED = "__an_exception_was_raised__"
 _RAN_ON = "__no_earlier_return__"
@@ -92,6 +92,9 @@ class _Walker:
         for st in stmts:
             self.stmt(st, guards + extra)
             if isinstance(st, ast.If) and not st.orelse and st.body and isinstance(st.body[-1], _EXITS):
+                if self.func is not None and isinstance(st.body[-1], ast.Return):
+                    test = [*guards, src(st.test)]  # an earlier early return also returns
+                    self.func.gates.append(Exit("return", st.lineno, src(st.body[-1]), test))
                 extra.append(neg(st.test))
             elif self.func is not None and _may_leave(st) and _RAN_ON not in extra:
                 # after a loop/try/branch that can return, the rest runs only when it did not:
@@ -158,6 +161,12 @@ class _Walker:
                 name = src(d.func).rsplit(".", 1)[-1]
                 if name.startswith("register") and isinstance(d.args[0].value, str):
                     f.keys.append((name, d.args[0].value))
+        body = st.body[1:] if ast.get_docstring(st) is not None else st.body
+        if len(body) == 1 and isinstance(body[0], ast.Return) and body[0].value is not None:
+            f.value = src(body[0].value)
+        f.gives = any(
+            isinstance(n, ast.Return) and n.value is not None and src(n.value) != "None" for n in ast.walk(st)
+        )
         self.m.funcs.append(f)
         self.func = f
         self.loaded = {n.id for n in ast.walk(st) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
@@ -195,7 +204,7 @@ class _Walker:
         if self.func is None:
             return
         logs = [
-            n for s in st.body for n in ast.walk(s) if isinstance(n, ast.Call) and _LOG.search(src(n.func))
+            n for s in st.body for n in ast.walk(s) if isinstance(n, ast.Call) and LOG.search(src(n.func))
         ]
         if not logs:
             return
@@ -226,15 +235,18 @@ class _Walker:
     # ---- expressions -------------------------------------------------------------------------
     def expr(self, root: ast.expr, guards: list[str], st: ast.AST) -> None:
         parents: dict[ast.AST, ast.AST] = {}
+        called: set[ast.AST] = set()
+        refs = self.func.refs if self.func is not None else self.m.refs
         for node in ast.walk(root):
             for child in ast.iter_child_nodes(node):
                 parents[child] = node
             dest = self.read_dest(node)
             if dest is not None:
                 self.read(node, dest, parents, guards, st, root)
-            elif isinstance(node, ast.Call) and self.func is not None:
+            elif isinstance(node, ast.Call):
+                called.add(node.func)
                 name = src(node.func).rsplit(".", 1)[-1]
-                if name and name.isidentifier():
+                if self.func is not None and name and name.isidentifier():
                     self.func.calls.append(
                         Call(
                             name,
@@ -242,8 +254,16 @@ class _Walker:
                             guards,
                             [src(a) for a in node.args],
                             {k.arg: src(k.value) for k in node.keywords if k.arg},
+                            isinstance(st, ast.Expr) and st.value is node,
                         )
                     )
+            elif (
+                isinstance(node, ast.Name | ast.Attribute)
+                and node not in called
+                and isinstance(node.ctx, ast.Load)
+            ):
+                # a function passed on (`partial(f, x)`) is called somewhere no call edge shows
+                refs.append(node.id if isinstance(node, ast.Name) else node.attr)
 
     def read_dest(self, node: ast.AST) -> str | None:
         if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and node.attr in self.dests:
@@ -298,7 +318,7 @@ class _Walker:
 
     def effect(self, chain: list[ast.AST], st: ast.AST, dest: str) -> tuple[str | None, bool, str | None]:
         for c in chain:
-            if isinstance(c, ast.Call) and _LOG.search(src(c.func)):
+            if isinstance(c, ast.Call) and LOG.search(src(c.func)):
                 return "only logged", True, None
         if isinstance(st, ast.Assign | ast.AnnAssign):
             targets = st.targets if isinstance(st, ast.Assign) else [st.target]

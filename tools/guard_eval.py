@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from tools.platform_facts import UNKNOWN, platform
+from tools.platform_facts import UNKNOWN, platform, topology
 
 
 class _NonDefault:
@@ -45,7 +46,6 @@ CODE_FACTS = {
     "num_experts": "model.num_experts",
     "tp_size": "server.tp_size",
     "tp_world_size": "server.tp_size",
-    "world_size": "server.tp_size",
 }
 _SCOPES = {name: re.compile(r"moe|expert", re.IGNORECASE) for name in ("topk", "top_k")}
 """`topk` is the MoE top-k in MoE code only (speculative decoding has a `topk` of its own)."""
@@ -72,6 +72,9 @@ class Env:
     flag_locals: frozenset[str] = frozenset()
     where: str = ""
     """`path::function` of the code being evaluated (some code names mean a fact only in context)."""
+    queries: Callable[[str], tuple[str, dict[str, str], str] | None] | None = None
+    """A one-line query function's (returned expression, module constants, where), by name
+    (`FlagIndex.query`): `uses_cutedsl()` evaluates as `get_exec().comm.backend == "cutedsl"`."""
 
 
 @dataclass
@@ -179,6 +182,11 @@ class _Eval:
             # `topk = topk_ids.shape[1]` is the MoE top-k; `topk = server_args.speculative_eagle_topk`
             # is another flag's value and is followed as a local below
             return self.fact(CODE_FACTS[name])
+        if (
+            not (local and _reads_a_flag(local, env))
+            and (size := topology(name, env.facts, self.out)) is not None
+        ):
+            return size
         if name in _QUANT:
             q = self.fact("model.quantization")
             return q if q is UNKNOWN else any(s in str(q or "").lower() for s in _QUANT[name])
@@ -202,6 +210,10 @@ class _Eval:
                 return value
             if node.attr in CODE_FACTS and _CONFIG_RECEIVERS.search(_dotted(node.value)):
                 return self.fact(CODE_FACTS[node.attr])
+            if node.attr.endswith(("world_size", "tp_size")):
+                receiver = " ".join(ast.unparse(node.value).split())
+                if (size := topology(node.attr, self.env.facts, self.out, receiver=receiver)) is not None:
+                    return size
             self.out.runtime.append("." + node.attr)  # why: ast.unparse here dominated the cost
             return UNKNOWN
         if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
@@ -250,10 +262,22 @@ class _Eval:
         if name in ("get_device_sm", "get_sm_version"):
             return self.fact("gpu.sm")
         value = platform(name, self.env.facts, self.out)
+        if value is None:
+            value = topology(name, self.env.facts, self.out)
         if value is not None:
             return value
+        queries = self.env.queries if not node.args and not node.keywords and depth < 5 else None
+        if queries is not None and (query := queries(name)) is not None:
+            return self.query(*query, depth)
         self.out.runtime.append(name + "()")
         return UNKNOWN
+
+    def query(self, text: str, consts: dict[str, str], where: str, depth: int) -> Any:
+        """A one-line query function's returned expression, evaluated where it is defined."""
+        env = self.env
+        inner = Env(env.facts, env.flag, env.dests, {}, {}, consts, frozenset(), where, env.queries)
+        node = _parse(text)
+        return UNKNOWN if node is None else _Eval(inner, self.out).ev(node, depth + 1)
 
     def boolop(self, node: ast.BoolOp, depth: int) -> Any:
         is_and = isinstance(node.op, ast.And)

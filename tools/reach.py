@@ -83,7 +83,9 @@ def reach_exits(
     consts = module.consts if module else {}
     tracked = {read.local} if read.local else set()
     tracked |= {name for name, text in func.locals.items() if text and _mentions(text, set(flag))}
-    env = Env(facts, flag, dests, locals_of(func, module), {}, consts, frozenset(tracked), _where(func))
+    env = Env(
+        facts, flag, dests, locals_of(func, module), {}, consts, frozenset(tracked), _where(func), index.query
+    )
     found: list[ExitPath] = []
     visited = seen if seen is not None else set()
     visited.add(f"{func.path}::{func.qual}")
@@ -104,7 +106,7 @@ def reach_exits(
             continue
         step = f"{func.path}:{call.line} {func.qual} -> {call.callee}()"
         for target in index.resolve_call(func, call.callee):
-            params = _bind(target, call.args, call.kwargs, env)
+            params = bind(target, call.args, call.kwargs, env)
             _walk(
                 index, target, params, facts, flag, dests, [step], o.truth, o.used, found, visited, 1, budget
             )
@@ -123,7 +125,7 @@ def exits_of(
     return found
 
 
-def _bind(target: Func, args: list[str], kwargs: dict[str, str], env: Env) -> dict[str, Any]:
+def bind(target: Func, args: list[str], kwargs: dict[str, str], env: Env) -> dict[str, Any]:
     """Callee parameter -> the caller's argument value, where it is known."""
     params = [p for p in target.params if p not in ("self", "cls")]
     out: dict[str, Any] = {}
@@ -159,7 +161,9 @@ def _walk(  # noqa: PLR0913 - the walk's state, passed down one level at a time
     budget[0] -= 1
     module = index.modules.get(func.path)
     consts = module.consts if module else {}
-    env = Env(facts, flag, dests, locals_of(func, module), params, consts, frozenset(), _where(func))
+    env = Env(
+        facts, flag, dests, locals_of(func, module), params, consts, frozenset(), _where(func), index.query
+    )
     for ex in func.exits:
         if ex.exc.endswith(_IGNORED_EXC):
             continue
@@ -176,7 +180,7 @@ def _walk(  # noqa: PLR0913 - the walk's state, passed down one level at a time
             continue
         step = f"{func.path}:{call.line} {func.qual} -> {call.callee}()"
         for target in index.resolve_call(func, call.callee):
-            sub = _bind(target, call.args, call.kwargs, env)
+            sub = bind(target, call.args, call.kwargs, env)
             _walk(
                 index,
                 target,

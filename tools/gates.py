@@ -1,0 +1,124 @@
+"""Where a running reader's effect is cut off on this deployment, though the reader itself runs.
+
+Two gates, both bounded and three-valued (an unknown condition is never a gate):
+
+- caller gates: every call site of the reader's function (or, one level up, of its caller) is
+  guarded off here: a failing `if`, or an earlier `if world_size <= 1: return` in the caller;
+- idle work: the reader only steers a branch, and everything that branch calls returns early here
+  before doing anything (`if world_size <= 1: return False` after a few queries), directly or
+  through callees that only call such functions.
+
+A function used without being called (a callback, a dispatch table) has call sites nobody sees:
+no caller gate then. Calls into libraries outside the tree count as work.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tools.flag_index import FlagIndex
+from tools.flag_index_types import Call, Func
+from tools.guard_eval import Env, evaluate, evaluate_all
+from tools.reach import ExitPath, bind, locals_of
+
+MAX_SITES = 24
+"""A function whose name more functions than this call is not examined (each site is evaluated)."""
+
+
+def env_of(
+    index: FlagIndex, func: Func, facts: dict[str, Any], flag: dict[str, Any], params: dict[str, Any]
+) -> Env:
+    """The environment guards inside `func` are evaluated in."""
+    module = index.modules.get(func.path)
+    consts = module.consts if module else {}
+    dests = frozenset(f.dest for f in index.catalog)
+    where = f"{func.path}::{func.qual}"
+    return Env(facts, flag, dests, locals_of(func, module), params, consts, frozenset(), where, index.query)
+
+
+def caller_gate(
+    index: FlagIndex, func: Func, facts: dict[str, Any], flag: dict[str, Any], *, depth: int = 2
+) -> ExitPath | None:
+    """The gate that keeps every caller of `func` from calling it here, or None."""
+    sites = index.call_sites(func, limit=MAX_SITES)
+    if not sites:
+        return None
+    first = None
+    for caller, call in sites:
+        env = env_of(index, caller, facts, flag, {})
+        gate = _failing(caller, call, env)
+        if gate is None and depth > 1:
+            gate = caller_gate(index, caller, facts, flag, depth=depth - 1)
+        if gate is None:
+            return None
+        first = first or gate
+    return first
+
+
+def idle_after(
+    index: FlagIndex, func: Func, line: int, facts: dict[str, Any], flag: dict[str, Any]
+) -> ExitPath | None:
+    """The gate that makes all the work after `line` in `func` a no-op here, or None (`func` is
+    the function of a reader that steers a branch; what it returns would be its callers' effect)."""
+    if func.gives:
+        return None
+    return _idle(index, func, env_of(index, func, facts, flag, {}), facts, flag, after=line, depth=2)
+
+
+def _idle(
+    index: FlagIndex,
+    func: Func,
+    env: Env,
+    facts: dict[str, Any],
+    flag: dict[str, Any],
+    *,
+    after: int = 0,
+    depth: int,
+) -> ExitPath | None:
+    calls = [c for c in [*func.calls, *func.outside] if c.line > after]
+    live = [c for c in calls if evaluate_all(c.guards, env).truth is not False]
+    if not after:
+        for gate in func.gates:  # an early return here before any statement call
+            o = evaluate_all(gate.guards, env)
+            if o.truth is True:
+                if any(c.bare for c in live if c.line < gate.line):
+                    break
+                test = gate.guards[-1]
+                why = f"{func.qual} returns early when {test} ({', '.join(o.used)})"
+                return ExitPath("gate", func.path, gate.line, why, "", truth=True, used=o.used)
+    if depth <= 0 or not live or any(c in func.outside for c in live):
+        return None
+    first = None
+    for call in live:
+        if not call.bare and index.query(call.callee) is not None:
+            continue  # a one-line query: its value feeds a test
+        targets = index.resolve_call(func, call.callee) if call.bare else []
+        if not targets:
+            return None
+        for target in targets:
+            sub = env_of(index, target, facts, flag, bind(target, call.args, call.kwargs, env))
+            gate = _idle(index, target, sub, facts, flag, depth=depth - 1)
+            if gate is None:
+                return None
+            gate.via.insert(0, f"{func.path}:{call.line} {func.qual} -> {call.callee}()")
+            first = first or gate
+    return first
+
+
+def _failing(caller: Func, call: Call, env: Env) -> ExitPath | None:
+    """The guard of `call` that fails here, as a gate (the early return's line when it is one)."""
+    if evaluate_all(call.guards, env).truth is not False:
+        return None
+    site = f"{caller.path}:{call.line} {caller.qual} -> {call.callee}()"
+    for guard in call.guards:
+        o = evaluate(guard, env)
+        if o.truth is not False:
+            continue
+        early = next((g for g in caller.gates if f"not ({g.guards[-1]})" == guard), None)
+        facts = ", ".join(o.used) or "constants"
+        if early is not None:
+            why = f"{caller.qual} returns early when {early.guards[-1]} ({facts}), before calling {call.callee}()"
+            return ExitPath("gate", caller.path, early.line, why, "", [site], True, o.used)
+        why = f"{caller.qual} calls {call.callee}() only when {guard} ({facts})"
+        return ExitPath("gate", caller.path, call.line, why, "", [site], True, o.used)
+    return None
