@@ -90,3 +90,12 @@ def test_no_evidence_off_the_serving_path(trees) -> None:  # type: ignore[no-unt
     assert off_path_reason("benchmark/one_batch.py") and off_path_reason("multimodal_gen/runtime/x.py")
     assert off_path_reason("api/v1/api_types.py") and off_path_reason("bench_serving.py")
     assert off_path_reason("srt/layers/attention/triton_backend.py") is None
+
+
+def test_a_deprecated_alias_is_evaluated_with_its_trial_value_not_the_running_one(trees) -> None:  # type: ignore[no-untyped-def]
+    """`if cfg.enable_flashinfer_allreduce_fusion and cfg.flashinfer_allreduce_fusion_backend is None`
+    (serving_hook.py:286) is about the alias under research: on, not the server's False."""
+    index = load_index(trees["0.5.23"])
+    verdict = analyze_flag(index, "--enable-flashinfer-allreduce-fusion", profile_facts("h100-qwen3moe"))
+    hook = next(f for f in verdict.findings if "serving_hook.py" in f.location)
+    assert not any("server.enable_flashinfer_allreduce_fusion" in c["fact"] for c in hook.conditions)

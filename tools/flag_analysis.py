@@ -203,7 +203,8 @@ def analyze_flag(
         verdict.notes.append(f"deprecated: researched through its replacement {verdict.researched_as}")
     elif info.deprecated:
         verdict.notes.append("deprecated; no replacement named")
-    flag_values = {target.dest: trial}
+    # the alias keeps its own trial value: `if cfg.old_flag and cfg.new_flag is None` is about the trial
+    flag_values = {info.dest: verdict.value, target.dest: trial}
     _findings(index, target.dest, facts, flag_values, verdict)
     decide(verdict, target)
     return verdict
