@@ -29,6 +29,12 @@ PROFILES = {
         1,
         {"tp_size": 1, "attention_backend": "fa3"},
     ),
+    "h100-llama-tp4": (
+        "meta-llama--Meta-Llama-3.1-8B_config.json",
+        90,
+        4,
+        {"tp_size": 4, "attention_backend": "fa3"},
+    ),
 }
 
 
@@ -62,7 +68,13 @@ def test_the_labelled_set_is_big_enough_and_covers_every_point() -> None:
     assert {c["version"] for c in CASES} == {"0.5.23", "0.5.9", "0.4.9"}
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c['version']}-{c['profile']}-{c['flag']}")
+def _case(c: dict[str, Any]) -> Any:
+    """A labelled case; one with a `gap` is a known miss, expected to fail until the gap is closed."""
+    gap = pytest.mark.xfail(strict=True, reason=c["gap"]) if c.get("gap") else ()
+    return pytest.param(c, marks=gap, id=f"{c['version']}-{c['profile']}-{c['flag']}")
+
+
+@pytest.mark.parametrize("case", [_case(c) for c in CASES])
 def test_verdict_matches_the_hand_read_truth(case: dict[str, Any], trees) -> None:  # type: ignore[no-untyped-def]
     index = load_index(trees[case["version"]])
     verdict = analyze_flag(index, case["flag"], profile_facts(case["profile"]), value=case.get("value"))
