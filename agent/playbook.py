@@ -34,10 +34,11 @@ class Lever(BaseModel):
     what: str
     helps: str
     needs: list[str] = Field(default_factory=list)
-    load: list[str] = Field(default_factory=list)
-    """Conditions on the running server's state under the benchmark's load (e.g. the KV pool is too
-    small for the highest level). Unlike `needs` (claims about what the code does, which research
-    may overrule), a failed one makes the lever pointless here whatever the code says."""
+    state: list[str] = Field(default_factory=list)
+    """Conditions on the running server's state and the benchmark's load (speculative decoding is
+    on; the KV pool is too small for the highest level). Unlike `needs` (claims about what the code
+    does, which research may overrule), a failed one makes the lever pointless here whatever the
+    code says."""
     conflicts: list[str] = Field(default_factory=list)
     risk: str = ""
     lossy: bool = False
@@ -113,7 +114,7 @@ def evaluate(
         except KeyError as e:
             value, note = None, f"value needs the missing fact {e.args[0]}"
         needs = check_all(lever.needs, facts)
-        load = [r for r in check_all(lever.load, facts) if r.outcome == "fail"]
+        off = [r for r in check_all(lever.state, facts) if r.outcome == "fail"]
         conflicts = check_all(lever.conflicts, facts)
         status = "candidate"
         current = facts.get("flag." + flag.lstrip("-").replace("-", "_"), "<unset>")
@@ -123,9 +124,9 @@ def evaluate(
             status, note = "already-set", f"{flag} is already set to {current!r}"
         elif lever.action == "unset" and current == "<unset>":
             status, note = "already-set", f"{flag} is not set; nothing to remove"
-        elif load:
-            status = "already-set"  # nothing to gain at this load: not researched, not trialled
-            note = "pointless at the benchmark's load: " + "; ".join(r.describe() for r in load)
+        elif off:
+            status = "already-set"  # nothing to gain in this state: not researched, not trialled
+            note = "pointless on this server and load: " + "; ".join(r.describe() for r in off)
         elif any(r.outcome == "pass" for r in conflicts):
             status = "incompatible"
             note = "; ".join(r.describe() for r in conflicts if r.outcome == "pass")

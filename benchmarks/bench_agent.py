@@ -230,8 +230,8 @@ def scenario_row(name: str, scale: float, minutes: float) -> dict:
     noops = [
         k for k in result.kept if (a := alone.get(k)) and all(abs(a[c] / base[c] - 1) < 0.005 for c in LEVELS)
     ]
-    # the grid tries every lever not set already, including those the run rules out by the load
-    every = evaluate([lv.model_copy(update={"load": []}) for lv in load_playbook()], facts, sim_catalog())
+    # the grid tries every lever not set already, including those the run rules out by the state
+    every = evaluate([lv.model_copy(update={"state": []}) for lv in load_playbook()], facts, sim_catalog())
     grid = 2 * sum(c.status in ("candidate", "no-op", "incompatible") for c in every)
     return {
         "scenario": name, "scale": scale, "oracle": best["all"][0] - 1, "oracle_set": best["all"][1],
