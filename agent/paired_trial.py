@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from agent.measure import environment_failure, measure
-from agent.trial import BudgetExhausted, TrialRecord, _comparison_dict, mean_throughput
+from agent.trial import BudgetExhausted, TrialRecord, _comparison_dict, block_samples, mean_throughput
 
 
 def _cmp(r: Any, before: list[Any], cand: list[Any], after: list[Any] | None, confirm: Any = None) -> Any:
@@ -47,6 +47,14 @@ def _looks_like_a_winner(cmp: Any, min_effect: float) -> bool:
         and "tolerance" not in cmp.summary
         and any(i.ratio is not None and i.ratio >= 1 + min_effect for i in judged)
     )
+
+
+def _record_blocks(r: Any, record: TrialRecord, **blocks: list[Any]) -> None:
+    """How many repetitions each block took, and their numbers (a reviewer can recompute)."""
+    metrics = getattr(r.objective, "metrics", ["output_throughput"])
+    for name, reps in blocks.items():
+        record.blocks[name] = len(reps)
+        record.samples[name] = block_samples(reps, metrics)
 
 
 async def known_good_block(r: Any) -> list[Any]:
@@ -135,7 +143,7 @@ async def run_paired(r: Any, record: TrialRecord, new_text: str) -> None:
         max_reps=r.max_reps, on_progress=r.on_progress,
     )  # fmt: skip
     record.levels = mean_throughput(cand)
-    record.blocks = {"before": len(before), "candidate": len(cand)}
+    _record_blocks(r, record, before=before, candidate=cand)
     if any(s.partial for s in cand):
         errors = "; ".join(e for s in cand for e in s.errors) or "failed requests"
         env = environment_failure(errors)
@@ -166,7 +174,7 @@ async def run_paired(r: Any, record: TrialRecord, new_text: str) -> None:
     cmp = _cmp(r, before, cand, after)
     # the A/B look before the second known-good block, kept to show what pairing changed
     record.comparison = {**_comparison_dict(cmp), "ab_only": {"verdict": first.verdict, "ratio": first.ratio}}
-    record.blocks["after"] = len(after)
+    _record_blocks(r, record, after=after)
     record.improved = False  # until a second launch agrees
     record.why = cmp.summary
     if cmp.verdict != "improved" and not _looks_like_a_winner(cmp, r.bench.min_effect):
@@ -193,7 +201,7 @@ async def _second_launch(r: Any, record: TrialRecord, new_text: str, blocks: tup
         r.endpoint, r.bench, more=lambda reps: _worth_more(_cmp(r, before, cand, after, reps), r.bench.min_effect),
         max_reps=r.max_reps, on_progress=r.on_progress,
     )  # fmt: skip
-    record.blocks["confirm"] = len(confirm)
+    _record_blocks(r, record, confirm=confirm)
     final = _cmp(r, before, cand, after, confirm) if not any(s.partial for s in confirm) else None
     if final is None or final.verdict != "improved":
         record.comparison = {**record.comparison, **(_comparison_dict(final) if final else {})}

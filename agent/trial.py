@@ -68,6 +68,9 @@ class TrialRecord(BaseModel):
     """Set when the failure was the environment's (port in use, out of disk, host unreachable)."""
     blocks: dict[str, int] = Field(default_factory=dict)
     """Repetitions measured: known-good before, candidate, known-good after, confirmation."""
+    samples: dict[str, list[dict[int, dict[str, float | None]]]] = Field(default_factory=dict)
+    """Per block (as in `blocks`): each repetition's value of the goal's metrics per level, so a
+    reviewer can recompute the interval from the transcript (`samples_as_sweeps`)."""
 
     def full_changes(self) -> list[TrialChange]:
         """The whole configuration of this trial, relative to the baseline."""
@@ -89,6 +92,30 @@ class Baseline:
     probe: Any
     text: str
     """The unit file text the baseline ran with."""
+
+
+def block_samples(reps: list[Any], metrics: list[str]) -> list[dict[int, dict[str, float | None]]]:
+    """Each repetition of a block: level -> the metrics' values (None where a level failed)."""
+    return [
+        {lv.max_concurrency: {m: getattr(lv, m) if lv.ok else None for m in metrics} for lv in sweep.levels}
+        for sweep in reps
+    ]
+
+
+def samples_as_sweeps(block: list[dict[Any, dict[str, float | None]]]) -> list[Any]:
+    """A recorded block back as sweep results (for `tools.bench.paired.paired_compare`)."""
+    from tools.bench.results import LevelResult, SweepResult
+
+    def level(c: Any, values: dict[str, float | None]) -> LevelResult:
+        ok = all(v is not None for v in values.values())
+        return LevelResult(
+            max_concurrency=int(c), num_prompts=1, completed=int(ok), failed=int(not ok), **values
+        )
+
+    return [
+        SweepResult(endpoint="recorded", api="completions", levels=[level(c, v) for c, v in rep.items()])
+        for rep in block
+    ]
 
 
 def mean_throughput(reps: list[Any]) -> dict[int, float]:

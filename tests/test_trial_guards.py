@@ -1,10 +1,12 @@
-"""Trial runner guards, at unit level against a small fake of the `Deployment` API (no server needed)."""
+"""Trial runner guards, mostly at unit level against a small fake of the `Deployment` API."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 from dataclasses import dataclass, field
+
+import pytest
 
 from agent.trial import Baseline, TrialChange, TrialRunner
 from tools.config import BenchConfig
@@ -300,3 +302,35 @@ def test_a_trial_starts_when_it_fits_should_it_win():
     assert runner.trial_estimate() == 120.0 and runner.budget_left() is None
     runner.deadline = time.monotonic() + 110
     assert runner.budget_left() == "wall-time budget spent"
+
+
+def test_a_trial_records_every_repetition_so_a_reviewer_can_recompute_its_interval(sim_server):
+    from agent.trial import TrialRecord, samples_as_sweeps
+    from tools.bench.objective import Objective
+    from tools.bench.paired import paired_compare
+    from tools.bench.probe import run_probe
+
+    server = sim_server("seed", time_scale=0.05)
+    bench = BenchConfig(concurrency=[1, 4], input_len=64, output_len=16, warmup=0, reps=2)
+    runner = TrialRunner(
+        deployment=HealthyFake(),  # "deploys" without touching the server: an A/A trial
+        endpoint=server.endpoint,
+        bench=bench,
+        objective=Objective(),
+        baseline=Baseline(reps=[], probe=asyncio.run(run_probe(server.endpoint)), text=UNIT),
+    )
+    record = asyncio.run(
+        runner.run([TrialChange(flag="--num-continuous-decode-steps", value="2")], reason="A/A")
+    )
+    assert record.decision in ("rolled_back", "kept") and record.blocks["candidate"] >= 2
+    # what the transcript stores, read back
+    saved = TrialRecord.model_validate(record.model_dump(mode="json"))
+    assert {k: len(v) for k, v in saved.samples.items()} == saved.blocks
+    assert all(set(map(int, rep)) == {1, 4} for block in saved.samples.values() for rep in block)
+    blocks = {k: samples_as_sweeps(v) for k, v in saved.samples.items()}
+    again = paired_compare(
+        blocks["before"], blocks["candidate"], blocks.get("after"), Objective(),
+        launch_noise=bench.launch_noise, confirm=blocks.get("confirm"),
+    )  # fmt: skip
+    assert again.ratio == pytest.approx(record.comparison["ratio"], rel=1e-9)
+    assert again.overall.ci_low == pytest.approx(record.comparison["overall"]["ci_low"], rel=1e-9)
