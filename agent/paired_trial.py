@@ -38,15 +38,13 @@ def _worth_more(cmp: Any, min_effect: float) -> bool:
     return bool(cmp.promising) and max(i.within_share for i in open_) >= 0.25
 
 
-def _looks_like_a_winner(cmp: Any, min_effect: float) -> bool:
-    """Inconclusive, but some judged estimate already reaches the minimum effect and none is below
-    the tolerance: a second launch of the candidate can establish it."""
+def _looks_like_a_winner(cmp: Any, bench: Any) -> bool:
+    """Inconclusive, but some judged estimate already reaches the minimum effect and no level is
+    below the tolerance: a second launch of the candidate can establish it."""
     judged = cmp.per_level if cmp.rule == "pareto" else [cmp.overall]
-    return (
-        cmp.promising
-        and "tolerance" not in cmp.summary
-        and any(i.ratio is not None and i.ratio >= 1 + min_effect for i in judged)
-    )
+    worse = any(i.ratio is not None and i.ratio < 1 - bench.regress_tolerance for i in cmp.per_level)
+    reach = any(i.ratio is not None and i.ratio >= 1 + bench.min_effect for i in judged)
+    return bool(cmp.promising) and reach and not worse
 
 
 def _record_blocks(r: Any, record: TrialRecord, **blocks: list[Any]) -> None:
@@ -177,7 +175,7 @@ async def run_paired(r: Any, record: TrialRecord, new_text: str) -> None:
     _record_blocks(r, record, after=after)
     record.improved = False  # until a second launch agrees
     record.why = cmp.summary
-    if cmp.verdict != "improved" and not _looks_like_a_winner(cmp, r.bench.min_effect):
+    if cmp.verdict != "improved" and not _looks_like_a_winner(cmp, r.bench):
         return
     if refusal := r._lossy_refusal(record.changes):
         record.why = refusal

@@ -8,6 +8,7 @@ import random
 from tools.bench.objective import objective_from_goal
 from tools.bench.paired import paired_compare
 from tools.bench.results import LevelResult, SweepResult
+from tools.config import BenchConfig
 
 LEVELS = {1: 120.0, 8: 400.0, 64: 1200.0}
 THROUGHPUT = objective_from_goal("improve throughput")
@@ -133,11 +134,11 @@ def test_which_candidates_earn_a_second_launch_and_more_repetitions():
     maybe = paired_compare(
         before, block(rng, noise=0.003, shift=1.025), after, THROUGHPUT, launch_noise=0.015
     )
-    assert maybe.verdict == "inconclusive" and _looks_like_a_winner(maybe, 0.02)
+    assert maybe.verdict == "inconclusive" and _looks_like_a_winner(maybe, BenchConfig())
     # the restart spread dominates: repetitions of the same launch would not narrow the interval
     assert not _worth_more(maybe, 0.02)
     flat = paired_compare(before, block(rng, noise=0.003, shift=1.005), after, THROUGHPUT, launch_noise=0.015)
-    assert not _looks_like_a_winner(flat, 0.02)
+    assert not _looks_like_a_winner(flat, BenchConfig())
     # noisy repetitions, quiet restarts: one more repetition is what sharpens the answer
     noisy = random.Random(6)
     before = block(noisy, n=2, noise=0.04)
