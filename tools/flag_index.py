@@ -163,16 +163,14 @@ class FlagIndex:
         for key, called in rows:
             path, qual = key.split("::", 1)
             caller = self.func(path, qual) if qual != "<module>" else None
-            if caller is None or not called:
-                if caller is None or self._calls_it(caller, name, func):
+            targets = self.resolve_call(caller, name) if caller is not None else []
+            if not targets:
+                return None  # a call (or use) whose target is not resolved may be this function
+            if any(t.path == func.path and t.qual == func.qual for t in targets):
+                if not called:
                     return None
-                continue
-            if self._calls_it(caller, name, func):
                 sites += [(caller, c) for c in caller.calls if c.callee == name]
         return sites
-
-    def _calls_it(self, caller: Func, name: str, func: Func) -> bool:
-        return any(t.path == func.path and t.qual == func.qual for t in self.resolve_call(caller, name))
 
     def query(self, name: str) -> tuple[str, dict[str, str], str] | None:
         """A one-line query function named `name`, evaluated in place of a call without arguments:
