@@ -251,10 +251,12 @@ def test_dense_h100_run_reaches_other_conclusions(tmp_path, sglang_0523):
     verdicts = {e["data"]["flag"]: e["data"] for e in tx.events_of("verdict")}
     # the seed's winner does nothing for a dense model
     assert verdicts["--enable-fused-moe-sum-all-reduce"]["verdict"] == "no-op"
-    # There is no all-reduce on one GPU, but the code cannot show it yet: the TP-1 gate is runtime
-    # state (`world_size <= 1` in ensure_workspace_initialized, flashinfer_comm_fusion.py:771) that
-    # the index does not bind to server.tp_size, and a running reader overrules the playbook's
-    # `server.tp_size > 1`. Then one restart is spent and the measurement must reject it.
+    # There is no all-reduce on one GPU, but the code cannot show it all yet: the one-rank gate
+    # (`world_size <= 1` in ensure_workspace_initialized, flashinfer_comm_fusion.py:771) now turns
+    # the backend resolution and the warm-up readers off, but bootstrap.py:258 stores the flag in a
+    # module switch the index does not follow, and that running reader overrules the playbook's
+    # `server.tp_size > 1` (labelled gap in research_labels.toml). Then one restart is spent and the
+    # measurement must reject it.
     fusion = "--flashinfer-allreduce-fusion-backend"
     assert verdicts[fusion]["verdict"] in ("no-op", "applies")
     assert not any(k.startswith(fusion) for k in result.kept)
