@@ -27,9 +27,10 @@ from tools.flag_decide import decide
 from tools.flag_dispatch import module_reason, module_status
 from tools.flag_index import FlagIndex, is_config_path
 from tools.flag_index_types import Func, Read
-from tools.gates import caller_gate, idle_after
-from tools.guard_eval import Env, Outcome, evaluate, evaluate_all, non_default
+from tools.gates import activation, caller_gate, idle_after
+from tools.guard_eval import Env, evaluate, non_default
 from tools.reach import ExitPath, exits_of, locals_of, reach_exits
+from tools.stores import follow_store, store_of
 
 MAX_REACHED_READERS = 120
 """Readers whose calls are followed to exits, per flag (why: `--tp-size` has ~300 running readers)."""
@@ -158,19 +159,6 @@ def _foreign(index: FlagIndex, read: Read, definitions: set[str]) -> bool:
     )
 
 
-def _activation(read: Read, env: Env) -> Outcome:
-    conds = list(read.guards)
-    if read.cond is not None:
-        o = evaluate(read.cond, env)
-        if read.exit_body and o.truth is False:
-            pass  # the exit is not taken: the function goes on with the flag's value
-        elif read.exit_body and o.truth is True:
-            conds.append("False")
-        else:
-            conds.append(read.cond)
-    return evaluate_all(conds, env)
-
-
 def analyze_flag(
     index: FlagIndex, flag: str, facts: dict[str, Any], *, value: str | None = None
 ) -> CodeVerdict:
@@ -243,7 +231,7 @@ def _findings(
             f"{read.path}::{read.func}",
             index.query,
         )
-        o = _activation(read, env)
+        o = activation(read, env)
         conds = [*read.guards, *([read.cond] if read.cond else [])]
         finding = Finding(loc, f"{read.receiver}.{dest}", read.func, "", "", _conditions(conds, env, dest))
         finding.config = is_config_path(read.path)
@@ -272,6 +260,9 @@ def _findings(
         ):
             finding.state, finding.why = "off", f"gated at {gate.location}: {gate.message}"
             finding.exits = [gate]
+        if finding.state in ("on", "runtime") and (store := store_of(index, read, func)):
+            finding.state, finding.why, gate = follow_store(index, store, facts, flag_values)
+            finding.exits = [gate] if gate else []
         if finding.state != "off" and budget > 0:
             budget -= 1
             finding.exits = reach_exits(index, read, facts, flag_values, seen=seen)

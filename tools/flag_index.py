@@ -27,7 +27,7 @@ from tools.flag_index_types import Call, Func, ModuleFacts, Read
 from tools.flag_index_walk import LOG, walk_file
 from tools.source import SourceTree, cache_root
 
-INDEX_FORMAT = 10
+INDEX_FORMAT = 11
 _OFF_PATH_DIRS = frozenset(
     {
         "test",

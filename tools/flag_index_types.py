@@ -30,6 +30,10 @@ class Read:
     exit_body: bool = False
     """The read is in the test of an `if` whose body ends in return/raise: when the test is false
     the function goes on, so the flag acts by *not* taking the exit."""
+    store: str | None = None
+    """The value is only stored: the target of `obj.x = <read>` or `global X; X = <read>`."""
+    passed_to: str | None = None
+    """The function the value is passed to directly (`set_x(<read> and ...)`), by its last name."""
 
 
 @dataclass
@@ -82,6 +86,9 @@ class Func:
     """Calls of functions defined outside the tree (`torch.distributed.barrier()`), logging aside."""
     gives: bool = False
     """Some `return` gives a value (its callers use what it computes)."""
+    stores: list[tuple[str, int]] = field(default_factory=list)
+    """A setter's targets and lines: the whole body only stores (`global X; X = enable`, `self.x =
+    x`), without calls or branches. Empty for any other function."""
 
 
 @dataclass

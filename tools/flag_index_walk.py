@@ -85,6 +85,10 @@ class _Walker:
         self.func: Func | None = None
         self.cls: str | None = None
         self.loaded: set[str] = set()
+        self.declared: set[str] = set()
+        """Module globals the current function declares `global` (assigning them stores)."""
+        self.follow: frozenset[str] = frozenset()
+        """Module globals whose loads count as reads (of `path::name`): a flag's value stored there."""
 
     # ---- statements --------------------------------------------------------------------------
     def body(self, stmts: list[ast.stmt], guards: list[str]) -> None:
@@ -149,7 +153,7 @@ class _Walker:
                     self.expr(child, guards, st)
 
     def function(self, st: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
-        outer, outer_loaded = self.func, self.loaded
+        outer, outer_loaded, outer_declared = self.func, self.loaded, self.declared
         qual = f"{self.cls}.{st.name}" if self.cls and outer is None else st.name
         if outer is not None:
             qual = f"{outer.qual}.{st.name}"
@@ -170,13 +174,17 @@ class _Walker:
         self.m.funcs.append(f)
         self.func = f
         self.loaded = {n.id for n in ast.walk(st) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        self.declared = set()
         for node in ast.walk(st):
             if isinstance(node, ast.Global):  # a module global rebound at runtime is no constant
                 self.m.rebound.update(node.names)
+                self.declared.update(node.names)
             elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
                 f.locals[node.target.id] = None  # `x += 1`: not a single assignment
+        if [p for p in params if p not in ("self", "cls")]:
+            f.stores = _setter_stores(body, self.declared)
         self.body(st.body, [])
-        self.func, self.loaded = outer, outer_loaded
+        self.func, self.loaded, self.declared = outer, outer_loaded, outer_declared
 
     def assign(self, st: ast.stmt) -> None:
         if not isinstance(st, ast.Assign | ast.AnnAssign) or st.value is None:
@@ -266,6 +274,8 @@ class _Walker:
                 refs.append(node.id if isinstance(node, ast.Name) else node.attr)
 
     def read_dest(self, node: ast.AST) -> str | None:
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in self.follow:
+            return f"{self.m.path}::{node.id}"
         if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and node.attr in self.dests:
             return node.attr
         if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
@@ -298,6 +308,7 @@ class _Walker:
         if isinstance(st, ast.If | ast.While) and node in ast.walk(st.test):
             cond = src(st.test)
         effect, inert, local = self.effect(chain, st, dest)
+        store, passed_to = self.sink(node, chain, st)
         receiver = src(node.value) if isinstance(node, ast.Attribute | ast.Subscript) else src(node)
         self.m.reads.append(
             Read(
@@ -313,8 +324,31 @@ class _Walker:
                 effect,
                 inert,
                 isinstance(st, ast.If) and not st.orelse and _bare_exit(st.body),
+                store,
+                passed_to,
             )
         )
+
+    def sink(self, node: ast.AST, chain: list[ast.AST], st: ast.AST) -> tuple[str | None, str | None]:
+        """Where the read's value goes when it only moves on: the target it is stored in (another
+        object's attribute, a `global`), or the function it is passed to as an argument."""
+        for child, parent in zip(chain, chain[1:], strict=False):
+            if isinstance(parent, ast.Call):
+                if child is parent.func:
+                    return None, None  # `cfg.x.method()`: the value is the receiver, not an argument
+                return None, src(parent.func).rsplit(".", 1)[-1] or None
+            if isinstance(parent, ast.Lambda | ast.comprehension | ast.Subscript):
+                return None, None
+        if (
+            not isinstance(st, ast.Assign | ast.AnnAssign)
+            or st.value is None
+            or node not in ast.walk(st.value)
+        ):
+            return None, None
+        targets = st.targets if isinstance(st, ast.Assign) else [st.target]
+        if targets and all(_stored(t, self.declared if self.func else set()) for t in targets):
+            return ", ".join(src(t) for t in targets), None
+        return None, None
 
     def effect(self, chain: list[ast.AST], st: ast.AST, dest: str) -> tuple[str | None, bool, str | None]:
         for c in chain:
@@ -336,6 +370,28 @@ class _Walker:
         return None, False, None
 
 
+def _stored(target: ast.expr, declared: set[str]) -> bool:
+    """An assignment target that keeps the value for later: an attribute, a declared global."""
+    return isinstance(target, ast.Attribute) or (isinstance(target, ast.Name) and target.id in declared)
+
+
+def _setter_stores(body: list[ast.stmt], declared: set[str]) -> list[tuple[str, int]]:
+    """The targets of a body that only stores (globals, attributes; values without calls), else []."""
+    stores: list[tuple[str, int]] = []
+    for st in body:
+        if isinstance(st, ast.Global | ast.Pass):
+            continue
+        if not isinstance(st, ast.Assign | ast.AnnAssign) or st.value is None:
+            return []
+        if any(isinstance(n, ast.Call | ast.Await | ast.Yield | ast.YieldFrom) for n in ast.walk(st.value)):
+            return []
+        targets = st.targets if isinstance(st, ast.Assign) else [st.target]
+        if not all(_stored(t, declared) for t in targets):
+            return []
+        stores += [(src(t), st.lineno) for t in targets]
+    return stores
+
+
 def walk_file(path: str, module: str, text: str, dests: frozenset[str], is_pkg: bool) -> ModuleFacts:
     """The index facts of one file (an unparsable file gives empty facts)."""
     facts = ModuleFacts(path, module)
@@ -344,6 +400,14 @@ def walk_file(path: str, module: str, text: str, dests: frozenset[str], is_pkg: 
     except (SyntaxError, ValueError):
         return facts
     _Walker(facts, dests, is_pkg).body(tree.body, [])
+    stored = {t for f in facts.funcs for t, _ in f.stores} | {r.store or "" for r in facts.reads}
+    stored = {t for t in stored if t.isidentifier() and t in facts.rebound}
+    if stored:  # where the module reads what a flag's value was stored in (`path::name` reads)
+        scratch = ModuleFacts(path, module)
+        walker = _Walker(scratch, frozenset(), is_pkg)
+        walker.follow = frozenset(stored)
+        walker.body(tree.body, [])
+        facts.reads += scratch.reads
     for name in facts.rebound:
         facts.consts.pop(name, None)
     return facts

@@ -17,8 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 from tools.flag_index import FlagIndex
-from tools.flag_index_types import Call, Func
-from tools.guard_eval import Env, evaluate, evaluate_all
+from tools.flag_index_types import Call, Func, Read
+from tools.guard_eval import Env, Outcome, evaluate, evaluate_all
 from tools.reach import ExitPath, bind, locals_of
 
 MAX_SITES = 24
@@ -103,6 +103,21 @@ def _idle(
             gate.via.insert(0, f"{func.path}:{call.line} {func.qual} -> {call.callee}()")
             first = first or gate
     return first
+
+
+def activation(read: Read, env: Env) -> Outcome:
+    """Whether a reader's own guards and condition hold here (a read in an early exit's test acts
+    when the exit is *not* taken)."""
+    conds = list(read.guards)
+    if read.cond is not None:
+        o = evaluate(read.cond, env)
+        if read.exit_body and o.truth is False:
+            pass  # the exit is not taken: the function goes on with the flag's value
+        elif read.exit_body and o.truth is True:
+            conds.append("False")
+        else:
+            conds.append(read.cond)
+    return evaluate_all(conds, env)
 
 
 def _failing(caller: Func, call: Call, env: Env) -> ExitPath | None:

@@ -1,0 +1,146 @@
+"""A reader whose value is only stored in a module global (tools.stores), on a small SGLang-shaped
+tree: the store is followed one step to the module's reads of that global; a store read back only
+to steer more assignments is unknown, one read back and used runs, one whose reads are all gated
+off is off, and an attribute store (`self.x = ...`) stays a running reader."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import tools.flag_index as flag_index
+from agent.builtin_research import decide_verdict
+from tools.flag_analysis import analyze_flag
+from tools.flag_index import load_index
+from tools.source import local_source
+
+FILES = {
+    "srt/server_args.py": """
+        from dataclasses import dataclass
+
+        @dataclass
+        class ServerArgs:
+            switch_flag: str = None
+            mode_flag: bool = False
+            gated_flag: bool = False
+            splits_flag: int = 8
+            tp_size: int = 1
+            pp_size: int = 1
+            dp_size: int = 1
+
+            @staticmethod
+            def add_cli_args(parser):
+                parser.add_argument("--switch-flag", default=ServerArgs.switch_flag)
+                parser.add_argument("--mode-flag", action="store_true")
+                parser.add_argument("--gated-flag", action="store_true")
+                parser.add_argument("--splits-flag", type=int, default=ServerArgs.splits_flag)
+                parser.add_argument("--tp-size", type=int, default=ServerArgs.tp_size)
+                parser.add_argument("--pp-size", type=int, default=ServerArgs.pp_size)
+                parser.add_argument("--dp-size", type=int, default=ServerArgs.dp_size)
+        """,
+    "srt/state.py": """
+        _SWITCH = False
+        _MODE = False
+        _GATED = False
+        _GROUP = None
+
+        def set_switch(enable: bool):
+            global _SWITCH
+            _SWITCH = enable
+
+        def set_mode(enable: bool):
+            global _MODE
+            _MODE = enable
+
+        def set_gated(enable: bool):
+            global _GATED
+            _GATED = enable
+
+        def tag_groups():
+            if not _SWITCH:
+                return
+            group = _GROUP
+            group.hint = "attn"
+
+        def make_group():
+            use_mode = _MODE
+            return Group(use_mode)
+
+        def use_gated():
+            if _GATED:
+                allocate()
+
+        def setup():
+            world_size, rank = get_group()
+            if world_size <= 1:
+                return
+            use_gated()
+        """,
+    "srt/bootstrap.py": """
+        from sglang.srt.config import get_args
+        from sglang.srt.state import set_gated, set_mode, set_switch
+
+        def set_flags():
+            set_switch(get_args().switch_flag is not None)
+            set_mode(get_args().mode_flag)
+            set_gated(get_args().gated_flag)
+
+        class Attention:
+            def __init__(self):
+                self.splits = get_args().splits_flag
+        """,
+}
+
+
+@pytest.fixture
+def index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("OPTAGENT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(flag_index, "_LOADED", {})
+    for rel, text in FILES.items():
+        path = tmp_path / "src" / "sglang" / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return load_index(local_source(tmp_path / "src", version="9.9.7"))
+
+
+def _facts(tp: int) -> dict[str, object]:
+    return {"gpu.sm": 90, "gpu.count": tp, "server.tp_size": tp}
+
+
+def test_a_value_stored_and_read_back_only_to_store_again_is_unknown(index) -> None:  # type: ignore[no-untyped-def]
+    v = analyze_flag(index, "--switch-flag", _facts(1), value="auto")
+    assert v.verdict == "unknown", v.summary
+    (reader,) = v.findings
+    assert reader.location == "sglang/srt/bootstrap.py:6" and reader.state == "unknown"
+    assert reader.why == (
+        "stores the value at sglang/srt/state.py:9 (_SWITCH in set_switch)"
+        " (not followed: read back only to store it again)"
+    )
+    # the playbook's rule decides then, labelled as the playbook's
+    need = {"condition": "server.tp_size > 1", "actual": 1, "outcome": "fail"}
+    usage = {"code_verdict": v.verdict, "code_summary": v.summary}
+    got = decide_verdict("--switch-flag", {"playbook": {"needs": [need]}}, usage)
+    assert (got["verdict"], got["decided_by"]) == ("no-op", "playbook")
+
+
+def test_a_stored_value_read_back_and_used_applies(index) -> None:  # type: ignore[no-untyped-def]
+    v = analyze_flag(index, "--mode-flag", _facts(1))
+    assert v.verdict == "applies", v.summary
+    (reader,) = v.findings
+    assert "read back at sglang/srt/state.py:26 (assigned to use_mode)" in reader.why
+
+
+def test_a_stored_value_whose_every_read_is_gated_off_is_a_no_op(index) -> None:  # type: ignore[no-untyped-def]
+    v = analyze_flag(index, "--gated-flag", _facts(1))
+    assert v.verdict == "no-op", v.summary
+    (reader,) = v.findings
+    assert reader.state == "off" and "every read of _GATED is off here" in reader.why
+    assert "gated at sglang/srt/state.py:35" in reader.why and "world_size <= 1" in reader.why
+    assert analyze_flag(index, "--gated-flag", _facts(4)).verdict == "applies"
+
+
+def test_an_attribute_store_stays_a_running_reader(index) -> None:  # type: ignore[no-untyped-def]
+    v = analyze_flag(index, "--splits-flag", _facts(1), value="16")
+    assert v.verdict == "applies", v.summary
