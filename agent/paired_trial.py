@@ -29,21 +29,36 @@ def _cmp(r: Any, before: list[Any], cand: list[Any], after: list[Any] | None, co
     )  # fmt: skip
 
 
-def _worth_more(cmp: Any, min_effect: float) -> bool:
-    """One more repetition in this launch pays off while a gain is possible but unproven, and only
-    where repetition noise is still a real part of the interval at a level that could win: the
-    launch-to-launch spread does not shrink with repetitions of the same launch."""
+def _open_levels(cmp: Any, bench: Any) -> tuple[list[Any], list[Any]]:
+    """(levels that could still win, levels whose estimate is below the tolerance without being
+    significantly worse: they block a win until sharper numbers say otherwise)."""
     judged = cmp.per_level if cmp.rule == "pareto" else [cmp.overall]
-    open_ = [i for i in judged if i.ratio is not None and i.ratio >= 1 + min_effect / 2] or [cmp.overall]
-    return bool(cmp.promising) and max(i.within_share for i in open_) >= 0.25
+    could_win = [i for i in judged if i.ratio is not None and i.ratio >= 1 + bench.min_effect / 2]
+    blocking = [
+        i
+        for i in cmp.per_level
+        if i.ratio is not None and i.ratio < 1 - bench.regress_tolerance and (i.ci_high or 0) >= 1
+    ]
+    return could_win, blocking
+
+
+def _worth_more(cmp: Any, bench: Any) -> bool:
+    """One more repetition in this launch pays off while a gain is possible but unproven, and only
+    where repetition noise is still a real part of the interval at a level that decides (one that
+    could win, or one that blocks the win): the launch-to-launch spread does not shrink with
+    repetitions of the same launch."""
+    could_win, blocking = _open_levels(cmp, bench)
+    deciding = could_win + blocking or [cmp.overall]
+    return bool(cmp.promising) and max(i.within_share for i in deciding) >= 0.25
 
 
 def _looks_like_a_winner(cmp: Any, bench: Any) -> bool:
     """Inconclusive, but some judged estimate already reaches the minimum effect and no level is
-    below the tolerance: a second launch of the candidate can establish it."""
+    significantly worse: a second launch of the candidate (and its repetitions) can decide. A level
+    below the tolerance whose interval still reaches 1 is noise until more numbers say otherwise."""
     judged = cmp.per_level if cmp.rule == "pareto" else [cmp.overall]
-    worse = any(i.ratio is not None and i.ratio < 1 - bench.regress_tolerance for i in cmp.per_level)
     reach = any(i.ratio is not None and i.ratio >= 1 + bench.min_effect for i in judged)
+    worse = any(i.ci_high is not None and i.ci_high < 1 for i in cmp.per_level)
     return bool(cmp.promising) and reach and not worse
 
 
@@ -137,7 +152,7 @@ async def run_paired(r: Any, record: TrialRecord, new_text: str) -> None:
         return await _reject(r, record, why)
     await r.deployment.keepalive()
     cand = await measure(
-        r.endpoint, r.bench, more=lambda reps: _worth_more(_cmp(r, before, reps, None), r.bench.min_effect),
+        r.endpoint, r.bench, more=lambda reps: _worth_more(_cmp(r, before, reps, None), r.bench),
         max_reps=r.max_reps, on_progress=r.on_progress,
     )  # fmt: skip
     record.levels = mean_throughput(cand)
@@ -160,7 +175,7 @@ async def run_paired(r: Any, record: TrialRecord, new_text: str) -> None:
     record.decision = "rolled_back"
     await _warm(r)
     after = await measure(
-        r.endpoint, r.bench, more=lambda reps: _worth_more(_cmp(r, before, cand, reps), r.bench.min_effect),
+        r.endpoint, r.bench, more=lambda reps: _worth_more(_cmp(r, before, cand, reps), r.bench),
         max_reps=r.max_reps, on_progress=r.on_progress,
     )  # fmt: skip
     if not after or any(s.partial for s in after):
@@ -196,7 +211,7 @@ async def _second_launch(r: Any, record: TrialRecord, new_text: str, blocks: tup
     await r.deployment.keepalive()
     before, cand, after = blocks
     confirm = await measure(
-        r.endpoint, r.bench, more=lambda reps: _worth_more(_cmp(r, before, cand, after, reps), r.bench.min_effect),
+        r.endpoint, r.bench, more=lambda reps: _worth_more(_cmp(r, before, cand, after, reps), r.bench),
         max_reps=r.max_reps, on_progress=r.on_progress,
     )  # fmt: skip
     _record_blocks(r, record, confirm=confirm)

@@ -136,7 +136,7 @@ def test_which_candidates_earn_a_second_launch_and_more_repetitions():
     )
     assert maybe.verdict == "inconclusive" and _looks_like_a_winner(maybe, BenchConfig())
     # the restart spread dominates: repetitions of the same launch would not narrow the interval
-    assert not _worth_more(maybe, 0.02)
+    assert not _worth_more(maybe, BenchConfig())
     flat = paired_compare(before, block(rng, noise=0.003, shift=1.005), after, THROUGHPUT, launch_noise=0.015)
     assert not _looks_like_a_winner(flat, BenchConfig())
     # noisy repetitions, quiet restarts: one more repetition is what sharpens the answer
@@ -145,4 +145,26 @@ def test_which_candidates_earn_a_second_launch_and_more_repetitions():
     maybe = paired_compare(
         before, block(noisy, n=2, noise=0.04, shift=1.04), None, THROUGHPUT, launch_noise=0.002
     )
-    assert maybe.promising and _worth_more(maybe, 0.02)
+    assert maybe.promising and _worth_more(maybe, BenchConfig())
+
+
+def test_a_noisy_level_below_the_tolerance_does_not_block_a_clear_gain_elsewhere():
+    from agent.paired_trial import _looks_like_a_winner, _worth_more
+
+    rng = random.Random(12)
+
+    def noisy_c1(shift_64: float = 1.0, c1: float = 1.0) -> list[SweepResult]:
+        out = []
+        for _ in range(3):
+            s = sweep(rng, noise=0.003, at={64: shift_64})
+            s.levels[0].output_throughput *= c1 * 2.718281828 ** rng.gauss(0, 0.05)  # c=1: 5% per rep
+            out.append(s)
+        return out
+
+    before, after = noisy_c1(), noisy_c1()
+    cand = noisy_c1(shift_64=1.06, c1=0.95)  # c=64 +6%; c=1 drew low
+    cmp = paired_compare(before, cand, after, THROUGHPUT, launch_noise=0.01)
+    c1 = cmp.per_level[0]
+    assert cmp.verdict == "inconclusive" and c1.ratio < 0.97 and c1.ci_high > 1  # blocks, not significant
+    assert _looks_like_a_winner(cmp, BenchConfig())  # worth a second launch
+    assert _worth_more(cmp, BenchConfig())  # and more repetitions: c=1's noise is repetition noise
