@@ -6,7 +6,8 @@ candidate is compared with the midpoint of the two A blocks, so a linear drift o
 (load from other processes, thermal state) cancels; what the two A blocks disagree on beyond their
 own noise is added to the variance, so a step in the load widens the interval instead of making a
 no-op look like a gain. Restart-to-restart spread (`launch_noise`) that repetitions inside one
-launch cannot see is added for every launch involved.
+launch cannot see is added for every launch involved; a second launch of the candidate (`confirm`)
+halves the candidate's share of it.
 
 Decision for "improve throughput" without a named level: the explicit **Pareto rule** —
 better at some measured level by at least `min_effect` (significantly), worse at none beyond
@@ -26,8 +27,9 @@ from tools.bench.results import SweepResult
 
 Verdict = Literal["improved", "regressed", "no_change", "inconclusive"]
 METHOD = (
-    "paired A/B/A: candidate vs the midpoint of the known-good blocks measured before and after it; "
-    "t interval on log(metric), widened by the A-A drift and the restart spread"
+    "paired A/B/A: candidate launch(es) vs the mean of the known-good launches measured before and "
+    "after it; t interval on log(metric) (Welch-Satterthwaite df), widened by the A-A drift and the "
+    "restart spread"
 )
 
 
