@@ -38,7 +38,8 @@ class DeploymentContext:
             facts["bench.kv_tokens_needed"] = self.kv_tokens_needed
         if self.version:
             facts["sglang.version"] = self.version
-        # resolved values (catalog default < top level < internal_states), never the unresolved None
+        # resolved values (catalog default < top level < internal_states); None where the server
+        # left a value open (agent.conditions: false for a truthiness test, unknown for a comparison)
         for k, v in self.resolved_args.items():
             facts[f"server.{k}"] = v
         for k, v in self.unit_flags.items():
