@@ -4,15 +4,14 @@ attributes, deprecated flags, `--no-X`, and the index cache (built once, reopene
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import pytest
 
 import tools.flag_index as flag_index
+from tests.fixtures.sglang_src import synthetic_tree
 from tools.flag_analysis import analyze_flag
 from tools.flag_index import index_path, load_index
-from tools.source import local_source
 
 FILES = {
     "srt/server_args.py": """
@@ -124,13 +123,7 @@ FILES = {
 
 @pytest.fixture
 def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
-    monkeypatch.setenv("OPTAGENT_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(flag_index, "_LOADED", {})
-    for rel, text in FILES.items():
-        path = tmp_path / "src" / "sglang" / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text))
-    return local_source(tmp_path / "src", version="9.9.9")
+    return synthetic_tree(tmp_path, monkeypatch, FILES, "9.9.9")
 
 
 def _facts(sm: int, **server: object) -> dict[str, object]:

@@ -5,16 +5,14 @@ off is off, and an attribute store (`self.x = ...`) stays a running reader."""
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import pytest
 
-import tools.flag_index as flag_index
 from agent.builtin_research import decide_verdict
+from tests.fixtures.sglang_src import synthetic_tree
 from tools.flag_analysis import analyze_flag
 from tools.flag_index import load_index
-from tools.source import local_source
 
 FILES = {
     "srt/server_args.py": """
@@ -96,13 +94,7 @@ FILES = {
 
 @pytest.fixture
 def index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
-    monkeypatch.setenv("OPTAGENT_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(flag_index, "_LOADED", {})
-    for rel, text in FILES.items():
-        path = tmp_path / "src" / "sglang" / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text))
-    return load_index(local_source(tmp_path / "src", version="9.9.7"))
+    return load_index(synthetic_tree(tmp_path, monkeypatch, FILES, "9.9.7"))
 
 
 def _facts(tp: int) -> dict[str, object]:
