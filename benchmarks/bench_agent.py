@@ -385,6 +385,7 @@ def main() -> None:
             flush=True,
         )
         print("  " + r["conclusion"].replace("\n", "\n  "), flush=True)
+        print(f"  row: {json.dumps({k: v for k, v in r.items() if k != 'conclusion'})}", flush=True)
     sim_minutes = args.max_minutes / args.time_scale
     print(f"\nbudget {sim_minutes:g} simulated min a run, levels {LEVELS}, 3 reps a block")
     print(
