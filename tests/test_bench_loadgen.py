@@ -156,3 +156,42 @@ def test_prompt_file_sharegpt_and_errors(tmp_path):
     with SSEServer() as srv:
         result = asyncio.run(run_sweep(srv.endpoint, settings(concurrency=[1], api="chat"), prompt_file=good))
     assert result.level(1).completed == 4 and result.settings["prompt_file"] == str(good)
+
+
+def test_no_garbage_collection_while_a_level_is_timed():
+    """A full collection in a big process stalls the client's event loop for tenths of a second, a dip
+    the server never had: the collector may run between levels, never inside one."""
+    import gc
+    import time
+
+    events: list[tuple[str, float]] = []
+
+    def on_gc(phase: str, info: dict) -> None:
+        if phase == "start":
+            events.append(("gc", time.perf_counter()))
+
+    def on_progress(p) -> None:
+        events.append(("end" if p.finished else "tick", time.perf_counter()))
+
+    old = gc.get_threshold()
+    gc.callbacks.append(on_gc)
+    gc.set_threshold(1, 1, 1)  # a collection after almost every allocation: one would land in any level
+    try:
+        with SSEServer(Behaviour(ttft_s=0.01, itl_s=0.03)) as srv:
+            result = asyncio.run(run_sweep(srv.endpoint, settings(), on_progress=on_progress))
+    finally:
+        gc.callbacks.remove(on_gc)
+        gc.set_threshold(*old)
+    assert not result.partial
+    # each level's window: from its first live tick to its final figure
+    windows, start = [], None
+    for kind, t in events:
+        if kind == "tick" and start is None:
+            start = t
+        elif kind == "end":
+            windows.append((start, t))
+            start = None
+    assert len(windows) == 2 and all(s is not None for s, _ in windows)
+    collections = [t for kind, t in events if kind == "gc"]
+    assert collections, "the low threshold must make the collector run (between levels)"
+    assert not [t for t in collections for s, e in windows if s <= t <= e]
