@@ -54,12 +54,11 @@ def _worth_more(cmp: Any, bench: Any) -> bool:
 
 def _looks_like_a_winner(cmp: Any, bench: Any) -> bool:
     """Inconclusive, but some judged estimate already reaches the minimum effect and no level is
-    significantly worse: a second launch of the candidate (and its repetitions) can decide. A level
+    significantly worse (over the family of levels): a second launch of the candidate (and its repetitions) can decide. A level
     below the tolerance whose interval still reaches 1 is noise until more numbers say otherwise."""
     judged = cmp.per_level if cmp.rule == "pareto" else [cmp.overall]
     reach = any(i.ratio is not None and i.ratio >= 1 + bench.min_effect for i in judged)
-    worse = any(i.ci_high is not None and i.ci_high < 1 for i in cmp.per_level)
-    return bool(cmp.promising) and reach and not worse
+    return bool(cmp.promising) and reach and not cmp.significantly_worse
 
 
 def _record_blocks(r: Any, record: TrialRecord, **blocks: list[Any]) -> None:

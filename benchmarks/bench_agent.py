@@ -14,7 +14,7 @@ Per scenario it prints:
 - no-op kept: kept flags whose own noise-free effect is below 0.5% at every level,
 - wall time.
 A second table values the oracle's sets and the kept set as the benchmark's own client measures
-them on the simulator with its noise off, at the run's time scale (one launch of 3 repetitions
+them on the simulator with its noise off, at the run's time scale (one launch of 6 repetitions
 each): where the offline model and the served simulator disagree (arrival timing, HTTP, the client),
 what the deployment actually delivers is the yardstick.
 Then a false-keep rate: A/A trials (a flag that changes nothing) with drift injected by a CPU hog
@@ -146,7 +146,7 @@ def noise_free(name: str, changes: list[str]) -> dict[int, float] | None:
         return None
 
 
-def measured(name: str, changes: list[str], scale: float, reps: int = 3) -> dict[int, float] | None:
+def measured(name: str, changes: list[str], scale: float, reps: int = 6) -> dict[int, float] | None:
     """Output tok/s per level (simulated seconds) that the benchmark's own client measures on the
     simulator launched with `changes`, its noise off, at the run's time scale: the value of a
     configuration as this environment delivers it (the offline model has no HTTP, no client and no
@@ -402,7 +402,7 @@ def main() -> None:
         )
     print(
         "\nThe same sets served live (quiet simulator: no run or step noise; the benchmark's client; "
-        "3 repetitions of one launch each, ~0.5% apart):"
+        "6 repetitions of one launch each):"
     )
     print("| scenario | oracle set | rule oracle set | kept set | % of oracle | % of rule oracle |")
     print("|---|---:|---:|---:|---:|---:|")

@@ -17,7 +17,18 @@ def flat(res) -> str:
     return " ".join(res.output.split())
 
 
-SMALL = ["--concurrency", "1,2", "--input-len", "4", "--output-len", "8", "--warmup", "0"]
+SMALL = [
+    "--concurrency",
+    "1,2",
+    "--input-len",
+    "4",
+    "--output-len",
+    "8",
+    "--warmup",
+    "0",
+    "--prompts-per-level",
+    "4",
+]
 
 
 def test_bench_sweep_table_json_plot_and_compare(tmp_path):

@@ -28,7 +28,7 @@ def test_sweep_measures_every_level(api):
     assert not result.partial and result.errors == []
     assert result.server_info["served_model_name"] == "test-model"
     assert [lv.max_concurrency for lv in result.levels] == [1, 4]
-    assert sent == 1 + 4 + 8  # warm-up + max(4, 2c) per level
+    assert sent == 1 + 16 + 16  # warm-up + max(16, 2c) per level
     for lv in result.levels:
         assert lv.completed == lv.num_prompts == prompts_for_level(settings(), lv.max_concurrency)
         assert lv.total_output_tokens == 12 * lv.completed
@@ -60,8 +60,8 @@ def test_no_successes_gives_missing_numbers_not_zero():
 
 
 def test_server_dying_mid_run_gives_partial_result_with_cause():
-    # warm-up 1 + level 1: 4 + the first wave of level 4: 4; the 10th request kills the server.
-    with SSEServer(Behaviour(die_after=9)) as srv:
+    # warm-up 1 + level 1: 16 + the first wave of level 4: 4; the 22nd request kills the server.
+    with SSEServer(Behaviour(die_after=21)) as srv:
         result = asyncio.run(run_sweep(srv.endpoint, settings(concurrency=[1, 4, 8])))
     assert result.partial
     assert result.level(1).ok
@@ -92,7 +92,9 @@ def test_unreachable_endpoint_is_partial_with_no_numbers():
 )
 def test_bad_responses_are_failures_with_their_cause(behaviour, cause):
     with SSEServer(behaviour) as srv:
-        result = asyncio.run(run_sweep(srv.endpoint, settings(concurrency=[2], warmup=0)))
+        result = asyncio.run(
+            run_sweep(srv.endpoint, settings(concurrency=[2], warmup=0, prompts_per_level=4))
+        )
     lv = result.level(2)
     assert result.partial and lv.completed == 0 and lv.failed == 4
     assert [c for c in lv.errors if c.startswith(cause)], lv.errors
@@ -101,7 +103,7 @@ def test_bad_responses_are_failures_with_their_cause(behaviour, cause):
 
 def test_repeated_sweeps_save_and_load(tmp_path):
     with SSEServer() as srv:
-        reps = asyncio.run(run_repeated(srv.endpoint, settings(concurrency=[2])))
+        reps = asyncio.run(run_repeated(srv.endpoint, settings(concurrency=[2], prompts_per_level=4)))
     assert [r.seed for r in reps] == [0, 1]
     path = tmp_path / "r.json"
     save_sweeps(reps, path)
@@ -116,7 +118,11 @@ def test_repeated_sweeps_save_and_load(tmp_path):
 
 def test_poisson_mode_records_the_rate():
     with SSEServer() as srv:
-        result = asyncio.run(run_sweep(srv.endpoint, settings(concurrency=[4], warmup=0), request_rate=200.0))
+        result = asyncio.run(
+            run_sweep(
+                srv.endpoint, settings(concurrency=[4], warmup=0, prompts_per_level=8), request_rate=200.0
+            )
+        )
     assert result.level(4).request_rate == 200.0 and result.level(4).completed == 8
 
 
@@ -124,7 +130,11 @@ def test_progress_reports_live_tokens():
     seen = []
     with SSEServer(Behaviour(itl_s=0.01)) as srv:
         asyncio.run(
-            run_sweep(srv.endpoint, settings(concurrency=[2], output_len=40), on_progress=seen.append)
+            run_sweep(
+                srv.endpoint,
+                settings(concurrency=[2], output_len=40, prompts_per_level=4),
+                on_progress=seen.append,
+            )
         )
     assert seen[-1].finished and seen[-1].done == 4 and seen[-1].output_tokens == 160
     assert any(0 < p.output_tokens < 160 for p in seen)
@@ -154,7 +164,11 @@ def test_prompt_file_sharegpt_and_errors(tmp_path):
     with pytest.raises(PromptFileError, match="bad.jsonl:2"):
         load_prompt_file(bad, output_len=9)
     with SSEServer() as srv:
-        result = asyncio.run(run_sweep(srv.endpoint, settings(concurrency=[1], api="chat"), prompt_file=good))
+        result = asyncio.run(
+            run_sweep(
+                srv.endpoint, settings(concurrency=[1], api="chat", prompts_per_level=4), prompt_file=good
+            )
+        )
     assert result.level(1).completed == 4 and result.settings["prompt_file"] == str(good)
 
 

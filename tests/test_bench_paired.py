@@ -168,3 +168,23 @@ def test_a_noisy_level_below_the_tolerance_does_not_block_a_clear_gain_elsewhere
     assert cmp.verdict == "inconclusive" and c1.ratio < 0.97 and c1.ci_high > 1  # blocks, not significant
     assert _looks_like_a_winner(cmp, BenchConfig())  # worth a second launch
     assert _worth_more(cmp, BenchConfig())  # and more repetitions: c=1's noise is repetition noise
+
+
+def test_a_regression_is_called_only_when_significant_over_the_family_of_levels():
+    """Three levels are three chances for noise: "regressed" (reject at once) needs p < alpha / 3;
+    between alpha / 3 and alpha the level is below the tolerance and still blocks the keep."""
+    rng = random.Random(12)
+    before, after = block(rng, noise=0.002), block(rng, noise=0.002)
+    found = []
+    for c1 in (0.94, 0.95, 0.96, 0.965):
+        cmp = paired_compare(
+            before, block(rng, noise=0.002, at={1: c1, 64: 1.06}), after, THROUGHPUT, launch_noise=0.015
+        )
+        level1 = cmp.per_level[0]
+        found.append((level1.p_value, cmp.verdict, cmp.significantly_worse))
+    between = [f for f in found if 0.05 / 3 <= f[0] < 0.05]
+    assert between, found  # some c=1 estimate is significant alone but not over the family
+    for _p, verdict, worse in between:
+        assert verdict == "inconclusive" and worse == []
+    strong = [f for f in found if f[0] < 0.05 / 3]
+    assert strong and all(v == "regressed" and w == [1] for _, v, w in strong)

@@ -11,7 +11,10 @@ halves the candidate's share of it.
 
 Decision for "improve throughput" without a named level: the explicit **Pareto rule** —
 better at some measured level by at least `min_effect` (significantly), worse at none beyond
-`regress_tolerance` (point estimate); candidates that pass are ranked by the goal's objective.
+`regress_tolerance` (point estimate); candidates that pass are ranked by the goal's objective. A
+level below the tolerance rejects the candidate outright ("regressed") only when it is significantly
+worse over the family of levels (alpha / number of levels); otherwise it blocks the keep while more
+numbers are gathered.
 For a named level or a latency goal the objective itself must improve by `min_effect`.
 """
 
@@ -74,6 +77,9 @@ class PairedComparison(BaseModel):
     summary: str
     promising: bool = False
     """Inconclusive but an improvement is still inside the interval: more repetitions may decide."""
+    significantly_worse: list[int | None] = []
+    """Levels significantly worse than known-good over the family of levels (alpha / levels), even
+    within the tolerance."""
     clear_no: bool = False
     """No level can plausibly reach `min_effect` (its interval stops below it, or its estimate is below
     half of it), or one regressed significantly: more repetitions are not worth it."""
@@ -240,7 +246,11 @@ def paired_compare(
             verdict="inconclusive", summary="inconclusive: too few repetitions", promising=True, **base
         )
     worse = [i for i in per_level if i.ratio is not None and i.ratio < floor]
-    sig_worse = [i for i in worse if i.ci_high is not None and i.ci_high < 1]
+    # "worse at some level" is asked of every level at once: significance at alpha / levels (Bonferroni),
+    # else one noisy level of three (c=1 with few requests) rejects a real gain once in ~15 trials
+    family = alpha / max(1, len(per_level))
+    below = [i for i in per_level if i.ratio is not None and i.ratio < 1 and (i.p_value or 1) < family]
+    sig_worse = [i for i in below if i.ratio < floor]
     judged = per_level if pareto else [overall]
     wins = [i for i in judged if i.ratio >= up and i.ci_low is not None and i.ci_low > 1]
     # futility: an interval must still reach +min_effect, and where it is narrow enough to mean
@@ -277,6 +287,7 @@ def paired_compare(
     promising = verdict == "inconclusive" and bool(reach)
     return PairedComparison(
         verdict=verdict, summary=f"{verdict}: {why}; {text}", promising=promising,
+        significantly_worse=[i.concurrency for i in below],
         clear_no=not reach or bool(sig_worse), **base,
     )  # fmt: skip
 
