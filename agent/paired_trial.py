@@ -54,8 +54,9 @@ def _worth_more(cmp: Any, bench: Any) -> bool:
 
 def _looks_like_a_winner(cmp: Any, bench: Any) -> bool:
     """Inconclusive, but some judged estimate already reaches the minimum effect and no level is
-    significantly worse (over the family of levels): a second launch of the candidate (and its repetitions) can decide. A level
-    below the tolerance whose interval still reaches 1 is noise until more numbers say otherwise."""
+    significantly worse (over the family of levels): a second launch of the candidate (and its
+    repetitions) can decide. A level below the tolerance that is not significantly worse is noise
+    until more numbers say otherwise."""
     judged = cmp.per_level if cmp.rule == "pareto" else [cmp.overall]
     reach = any(i.ratio is not None and i.ratio >= 1 + bench.min_effect for i in judged)
     return bool(cmp.promising) and reach and not cmp.significantly_worse
