@@ -28,7 +28,7 @@ def test_sweep_measures_every_level(api):
     assert not result.partial and result.errors == []
     assert result.server_info["served_model_name"] == "test-model"
     assert [lv.max_concurrency for lv in result.levels] == [1, 4]
-    assert sent == 1 + 16 + 16  # warm-up + max(16, 2c) per level
+    assert sent == 1 + 8 + 8  # warm-up + max(8, 2c) per level
     for lv in result.levels:
         assert lv.completed == lv.num_prompts == prompts_for_level(settings(), lv.max_concurrency)
         assert lv.total_output_tokens == 12 * lv.completed
@@ -60,8 +60,8 @@ def test_no_successes_gives_missing_numbers_not_zero():
 
 
 def test_server_dying_mid_run_gives_partial_result_with_cause():
-    # warm-up 1 + level 1: 16 + the first wave of level 4: 4; the 22nd request kills the server.
-    with SSEServer(Behaviour(die_after=21)) as srv:
+    # warm-up 1 + level 1: 8 + the first wave of level 4: 4; the 14th request kills the server.
+    with SSEServer(Behaviour(die_after=13)) as srv:
         result = asyncio.run(run_sweep(srv.endpoint, settings(concurrency=[1, 4, 8])))
     assert result.partial
     assert result.level(1).ok

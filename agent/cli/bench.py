@@ -63,7 +63,7 @@ def bench(
     concurrency: str | None = typer.Option(None, "--concurrency", help="Levels, e.g. 1,8,64."),
     input_len: int | None = typer.Option(None, "--input-len", help="Prompt tokens per request."),
     output_len: int | None = typer.Option(None, "--output-len", help="Output tokens per request."),
-    prompts_per_level: int | None = typer.Option(None, "--prompts-per-level", help="0 = max(16, 2 x level)."),
+    prompts_per_level: int | None = typer.Option(None, "--prompts-per-level", help="0 = max(8, 2 x level)."),
     reps: int | None = typer.Option(None, "--reps", help="Repetitions of the sweep."),
     api: Literal["completions", "chat", "generate"] | None = typer.Option(None, "--api"),
     backend: Literal["optagent", "sglang"] | None = typer.Option(

@@ -49,11 +49,13 @@ ProgressFn = Callable[[Progress], None]
 
 
 def prompts_for_level(settings: BenchConfig, concurrency: int) -> int:
-    """Prompts sent at one level: the configured count, or scaled to the level (max(16, 2x)). At low
+    """Prompts sent at one level: the configured count, or scaled to the level (max(8, 2x)). At low
     concurrency a level is only as steady as its few requests: with speculative decoding the tokens
-    accepted per step vary, so one request's time varies by ~7% (MTP, 3 steps, 72% acceptance); 4
-    requests at c=1 measured 2-3% apart repetition to repetition, 16 halve that."""
-    return settings.prompts_per_level or max(16, 2 * concurrency)
+    accepted per step vary, so one request's time varies by ~7% (MTP, 3 steps, 72% acceptance) and 4
+    requests at c=1 measured 2-3% apart repetition to repetition. 16 would halve that but make c=1
+    the longest level of a sweep (a 70B model without speculation, whose c=1 varies 0.06%, then ran
+    out of budget after 3 trials); 8 is the compromise."""
+    return settings.prompts_per_level or max(8, 2 * concurrency)
 
 
 class ClientPool:
