@@ -150,7 +150,8 @@ def measured(name: str, changes: list[str], scale: float, reps: int = 6) -> dict
     """Output tok/s per level (simulated seconds) that the benchmark's own client measures on the
     simulator launched with `changes`, its noise off, at the run's time scale: the value of a
     configuration as this environment delivers it (the offline model has no HTTP, no client and no
-    arrival timing; mixed chunked prefill, for one, gains ~2% less at c=64 on the seed served live).
+    arrival timing; on the seed, mixed chunked prefill on top of --cuda-graph-max-bs-decode 64
+    gains +3.5% at c=64 offline, +1.5-2.5% served).
     None when it does not start."""
     from tools.bench.loadgen import run_repeated
 
