@@ -78,9 +78,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def up(name: str, tmp: Path, scale: float):  # type: ignore[no-untyped-def]
+def up(name: str, tmp: Path, scale: float, changes: list[str] | None = None, quiet: bool = False):  # type: ignore[no-untyped-def]
     config = host.ensure_up(
-        tmp / "sim", scenario=fast_scenario(name, tmp), port=free_port(), time_scale=scale
+        tmp / "sim", scenario=fast_scenario(name, tmp, changes, quiet), port=free_port(), time_scale=scale
     )
     bench = config.bench.model_copy(
         update={"concurrency": LEVELS, "output_len": OUT_LEN, "warmup": 1, "reps": 3}
@@ -158,18 +158,12 @@ def measured(name: str, changes: list[str], scale: float, reps: int = 6) -> dict
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         try:
-            config = host.ensure_up(
-                tmp / "sim", scenario=fast_scenario(name, tmp, changes, quiet=True), port=free_port(),
-                time_scale=scale,
-            )  # fmt: skip
+            config = up(name, tmp, scale, changes, quiet=True)
         except Exception:  # noqa: BLE001 (cannot start: not a configuration the oracle may count)
             host.down(tmp / "sim")
             return None
         try:
-            bench = config.bench.model_copy(
-                update={"concurrency": LEVELS, "output_len": OUT_LEN, "warmup": 1, "reps": reps}
-            )
-            sweeps = asyncio.run(run_repeated(config.target.endpoint, bench))
+            sweeps = asyncio.run(run_repeated(config.target.endpoint, config.bench, reps=reps))
         finally:
             host.down(tmp / "sim")
     if any(s.partial for s in sweeps):
