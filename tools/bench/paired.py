@@ -4,10 +4,11 @@ The known-good configuration A is measured right before the candidate B (A is st
 costs no restart) and again right after B is rolled back (the rollback restarts A anyway). The
 candidate is compared with the midpoint of the two A blocks, so a linear drift of the machine
 (load from other processes, thermal state) cancels; what the two A blocks disagree on beyond their
-own noise is added to the variance, so a step in the load widens the interval instead of making a
-no-op look like a gain. Restart-to-restart spread (`launch_noise`) that repetitions inside one
-launch cannot see is added for every launch involved; a second launch of the candidate (`confirm`)
-halves the candidate's share of it.
+own noise and the restart spread is added to the variance, so a step in the load widens the
+interval instead of making a no-op look like a gain. Restart-to-restart spread that repetitions
+inside one launch cannot see (`launch_noise`, pooled with the spread of this run's known-good
+launches) is added for every launch involved; a second launch of the candidate (`confirm`) halves
+the candidate's share of it.
 
 Decision for "improve throughput" without a named level: the explicit **Pareto rule** —
 better at some measured level by at least `min_effect` (significantly), worse at none beyond
@@ -31,8 +32,8 @@ from tools.bench.results import SweepResult
 Verdict = Literal["improved", "regressed", "no_change", "inconclusive"]
 METHOD = (
     "paired A/B/A: candidate launch(es) vs the mean of the known-good launches measured before and "
-    "after it; t interval on log(metric) (Welch-Satterthwaite df), widened by the A-A drift and the "
-    "restart spread"
+    "after it; t interval on log(metric) (Welch-Satterthwaite df), widened by the restart spread "
+    "(declared, pooled with this run's known-good launches) and by A-A drift beyond it"
 )
 
 
@@ -53,6 +54,8 @@ class Interval(BaseModel):
     """Launches of the candidate the blocks come from (2 when a winner was measured again)."""
     within_share: float = 0.0
     """Share of the variance that more repetitions in the same launch can still reduce."""
+    launch_spread: float = 0.0
+    """Restart-to-restart spread (relative sd) the interval assumed for each launch."""
 
     def pct(self) -> str:
         """`+4.1% [+2.0..+6.2]`."""
@@ -135,6 +138,25 @@ def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs)
 
 
+PRIOR_LAUNCHES = 6
+"""How many launches' worth of evidence the declared restart spread (`launch_noise`) counts as when
+it is pooled with the spread that this run's own known-good launches show."""
+
+
+def launch_spread(declared: float, seen: tuple[float, int]) -> tuple[float, float]:
+    """(restart spread per launch as a log sd, its degrees of freedom): the declared value pooled
+    with the spread seen between this run's known-good launches (`seen` = (sd, df)), weighted by
+    degrees of freedom (a moderated variance, as limma does for few replicates). Taking the larger
+    of the two instead let one unlucky launch among five widen every later interval by half (its
+    t quantile on 4 df): half the time the larger one is the chance high of the same spread. Load
+    that really changes between launches still takes over as its blocks accumulate."""
+    sd, df = seen
+    if df < 1:
+        return declared, math.inf
+    pooled = (PRIOR_LAUNCHES * declared**2 + df * sd**2) / (PRIOR_LAUNCHES + df)
+    return math.sqrt(pooled), PRIOR_LAUNCHES + df
+
+
 def interval(
     known_good: list[list[float]], cand: list[list[float]], *, launch_noise: float, alpha: float,
     spread: tuple[float, int] = (0.0, 0), concurrency: int | None = None,
@@ -144,9 +166,10 @@ def interval(
 
     Variance: the repetition noise of every block mean, the launch-to-launch spread of each launch
     (the candidate's mean launch and the known-good mean launch), and what the first and last
-    known-good blocks disagree on beyond their own noise. The t quantile takes Welch-Satterthwaite
-    degrees of freedom: the declared restart spread and the drift bound are taken as given, so a
-    handful of repetitions does not inflate the quantile of a variance they hardly contribute to."""
+    known-good blocks disagree on beyond their own noise and the restart spread. The t quantile
+    takes Welch-Satterthwaite degrees of freedom: the restart spread counts with those of
+    `launch_spread` and the drift bound is taken as given, so a handful of repetitions does not
+    inflate the quantile of a variance they hardly contribute to."""
     from scipy import stats as sps
 
     a, b = [g for g in known_good if g], [g for g in cand if g]
@@ -165,15 +188,15 @@ def interval(
         return out
     pooled = sum(_ss(g) for g in a + b) / df
     within = pooled * (sum(1 / len(g) for g in a) / len(a) ** 2 + sum(1 / len(g) for g in b) / len(b) ** 2)
-    # what the two A blocks disagree on beyond their own noise is drift that need not be linear:
+    per_launch, launch_df = launch_spread(math.log1p(launch_noise), spread)
+    out.launch_spread = math.expm1(per_launch)
+    # what the two A blocks disagree on beyond their own noise and beyond the restart spread (they
+    # are two launches; the launch term below counts that part) is drift that need not be linear:
     # half of it may sit anywhere between them
     extra = 0.0
     if len(a) > 1:
-        extra = max(0.0, out.drift**2 - pooled * (1 / len(a[0]) + 1 / len(a[-1]))) / 4
-    # launch-to-launch spread: the declared restart noise, or what the repeated known-good blocks of
-    # this run showed (load that changes between blocks but not within one), whichever is larger
-    declared = math.log1p(launch_noise)
-    per_launch, launch_df = (declared, math.inf) if declared >= spread[0] else spread
+        expected = pooled * (1 / len(a[0]) + 1 / len(a[-1])) + 2 * per_launch**2
+        extra = max(0.0, out.drift**2 - expected) / 4
     launch = (1 / len(a) + 1 / len(b)) * per_launch**2
     var = within + launch + extra
     se = math.sqrt(var)
