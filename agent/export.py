@@ -10,7 +10,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from agent.review import Review, TrialRecord, build_review, fmt_change, review_markdown, todo_evolution
+from agent.review import Review, TrialRecord, build_review, fmt_change
+from agent.review_markdown import review_markdown, todo_evolution
 from agent.review_verdicts import CONDITIONS_MARKER, TODO_MARKER, condition_outcome, condition_summary
 from agent.transcript import LoadedTranscript
 

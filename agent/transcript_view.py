@@ -12,16 +12,8 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from agent.review import (
-    context_lines,
-    decision_of,
-    find_sweeps,
-    level_means,
-    todo_lines,
-    trial_record,
-    trial_table,
-    verdict_record,
-)
+from agent.review import decision_of, find_sweeps, level_means, trial_record, verdict_record
+from agent.review_markdown import context_lines, todo_lines, trial_table
 from agent.transcript import LoadedTranscript
 
 

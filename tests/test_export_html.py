@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from agent.export import export_html, plot_figure, plot_png
-from agent.review import build_review, review_markdown
+from agent.review import build_review
+from agent.review_markdown import review_markdown
 from agent.transcript import Transcript, load_transcript
 from tests.transcript_sessions import sweep
 

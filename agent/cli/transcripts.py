@@ -171,7 +171,8 @@ def review(
     """A structured account of a session: context, todo list, verdicts, trials, rollbacks, gain."""
     import dataclasses
 
-    from agent.review import build_review, review_markdown
+    from agent.review import build_review
+    from agent.review_markdown import review_markdown
 
     loaded = _open(session, directory, config)
     built = build_review(loaded)
