@@ -67,7 +67,8 @@ class TrialRecord(BaseModel):
     environment: str | None = None
     """Set when the failure was the environment's (port in use, out of disk, host unreachable)."""
     blocks: dict[str, int] = Field(default_factory=dict)
-    """Repetitions measured: known-good before, candidate, known-good after, confirmation."""
+    """Repetitions measured: known-good before, candidate, known-good after, confirm (the second
+    launch), and for a near miss after_second (known-good again) and third (the third launch)."""
     samples: dict[str, list[dict[int, dict[str, float | None]]]] = Field(default_factory=dict)
     """Per block (as in `blocks`): each repetition's value of the goal's metrics per level, so a
     reviewer can recompute the interval from the transcript (`samples_as_sweeps`)."""

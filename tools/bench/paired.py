@@ -8,7 +8,8 @@ own noise and the restart spread is added to the variance, so a step in the load
 interval instead of making a no-op look like a gain. Restart-to-restart spread that repetitions
 inside one launch cannot see (`launch_noise`, pooled with the spread of this run's known-good
 launches) is added for every launch involved; a second launch of the candidate (`confirm`) halves
-the candidate's share of it.
+the candidate's share of it, and a third launch of each side (`third`, for a near miss) cuts the
+total to a third of one launch's.
 
 Decision for "improve throughput" without a named level: the explicit **Pareto rule** —
 better at some measured level by at least `min_effect` (significantly), worse at none beyond
@@ -226,13 +227,17 @@ def paired_compare(
     alpha: float = 0.05,
     history: list[list[SweepResult]] | None = None,
     confirm: list[SweepResult] | None = None,
+    third: tuple[list[SweepResult], list[SweepResult]] | None = None,
 ) -> PairedComparison:
     """The A/B/A verdict of `cand` against the known-good blocks `before` and `after` (may be empty:
     a provisional A/B look used to stop early or to add repetitions). `history`: every block of the
     same known-good configuration measured in this run; the spread of their means is the
-    launch-to-launch noise actually seen (used when larger than `launch_noise`). `confirm`: a block
-    on a second launch of the candidate (after `after`): both candidate launches are judged."""
+    launch-to-launch noise actually seen (pooled with `launch_noise`, see `launch_spread`).
+    `confirm`: a block on a second launch of the candidate (after `after`): both candidate launches
+    are judged. `third`: (known-good, candidate) blocks of one more launch of each, in that order
+    after `confirm`: three launches of each side are judged."""
     after = after or []
+    more_good, more_cand = third or ([], [])
     levels = sorted(
         set.intersection(*({lv.max_concurrency for lv in s.levels if lv.ok} for s in before))
         if before
@@ -247,7 +252,8 @@ def paired_compare(
             return [_values(x, objective, at) for x in blocks]
 
         return interval(
-            v([before, after]), v([cand, confirm or []]), spread=_spread(history, objective, at),
+            v([before, after, more_good]), v([cand, confirm or [], more_cand]),
+            spread=_spread(history, objective, at),
             concurrency=concurrency, **kw,
         )  # fmt: skip
 
@@ -256,7 +262,7 @@ def paired_compare(
     rule: Literal["pareto", "objective"] = "pareto" if pareto else "objective"
     up, floor = 1 + min_effect, 1 - regress_tolerance
     base = dict(rule=rule, ratio=overall.ratio, overall=overall, per_level=per_level)
-    every_cand = cand + (confirm or [])
+    every_cand = cand + (confirm or []) + more_cand
     bad_cand = any(s.partial for s in every_cand) or any(
         len(_values(every_cand, objective, [c])) < len(every_cand) for c in levels
     )

@@ -1,0 +1,121 @@
+"""The launches a candidate gets (agent/paired_trial.py): A/B/A, a second launch of a likely winner,
+a third launch of each side for a near miss. The deployment is a fake that only tracks which
+configuration runs in which launch; each launch's blocks come from a scripted speed factor (no GPU
+here, and the decision logic is what is under test: tests/test_run_e2e.py runs it on the simulator)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from dataclasses import dataclass, field
+
+import pytest
+
+from agent.trial import Baseline, TrialChange, TrialRunner
+from tools.bench.objective import objective_from_goal
+from tools.bench.results import LevelResult, SweepResult
+from tools.config import BenchConfig
+from tools.deploy import DeployOutcome
+
+UNIT = """[Service]
+ExecStart=/opt/venv/bin/python -m sglang.launch_server --model-path /models/m --port 30000
+"""
+LEVELS = {1: 120.0, 8: 400.0, 64: 1200.0}
+
+
+@dataclass
+class Launches:
+    """Known-good (A) or the candidate (B) runs; every deploy and rollback is a new launch whose
+    speed is the next scripted factor of that side."""
+
+    a: list[float]
+    b: list[float]
+    events: list[str] = field(default_factory=list)
+    running: str = "A"
+    factor: float = 1.0
+    rng: random.Random = field(default_factory=lambda: random.Random(3))
+
+    def __post_init__(self) -> None:
+        self.factor = self.a.pop(0)
+
+    async def deploy(self, text: str, *, reason: str) -> DeployOutcome:
+        self.events.append("deploy")
+        self.running, self.factor = "B", self.b.pop(0)
+        return DeployOutcome(ok=True)
+
+    async def rollback(self) -> DeployOutcome:
+        self.events.append("rollback")
+        self.running, self.factor = "A", self.a.pop(0)
+        return DeployOutcome(ok=True)
+
+    async def commit(self) -> None:
+        self.events.append("commit")
+
+    async def keepalive(self) -> bool:
+        return True
+
+    def block(self) -> list[SweepResult]:
+        def sweep() -> SweepResult:
+            levels = [
+                LevelResult(
+                    max_concurrency=c,
+                    num_prompts=8,
+                    completed=8,
+                    output_throughput=t * self.factor * (1 + self.rng.gauss(0, 0.002)),
+                )  # fmt: skip
+                for c, t in LEVELS.items()
+            ]
+            return SweepResult(endpoint="http://x", api="completions", levels=levels)
+
+        return [sweep() for _ in range(3)]
+
+
+def trial(monkeypatch: pytest.MonkeyPatch, launches: Launches) -> tuple[TrialRunner, object]:
+    import agent.paired_trial as pt
+
+    async def measure(*args: object, **kw: object) -> list[SweepResult]:
+        return launches.block()
+
+    async def nothing(*args: object) -> None:
+        return None
+
+    monkeypatch.setattr(pt, "measure", measure)
+    monkeypatch.setattr(pt, "_warm", nothing)
+    monkeypatch.setattr(pt, "_probe_ok", nothing)  # outputs identical
+    runner = TrialRunner(
+        deployment=launches, endpoint="http://127.0.0.1:9", bench=BenchConfig(),
+        objective=objective_from_goal("improve throughput"), baseline=Baseline(reps=[], probe=None, text=UNIT),
+    )  # fmt: skip
+    change = TrialChange(flag="--enable-mixed-chunk", value=None)
+    return runner, asyncio.run(runner.run([change], reason="test"))
+
+
+def test_a_near_miss_gets_a_third_launch_of_each_side_and_is_kept_when_three_establish_it(monkeypatch):
+    # +1.8% over two launches: below the 2% minimum effect, within a quarter of it
+    launches = Launches(a=[1.0, 1.0, 0.998], b=[1.02, 1.016, 1.04])
+    runner, record = trial(monkeypatch, launches)
+    assert launches.events == ["deploy", "rollback", "deploy", "rollback", "deploy", "commit"]
+    assert record.decision == "kept" and record.restarts == runner.restarts == 5
+    assert record.comparison["overall"]["launches_candidate"] == 3
+    assert set(record.blocks) == {"before", "candidate", "after", "confirm", "after_second", "third"}
+    assert runner.known_good_blocks == [runner.reference]  # the kept candidate's third launch
+
+
+def test_a_near_miss_that_its_third_launch_does_not_establish_is_rolled_back(monkeypatch):
+    launches = Launches(a=[1.0, 1.0, 0.998, 1.0], b=[1.02, 1.016, 1.0])
+    runner, record = trial(monkeypatch, launches)
+    assert launches.events[-2:] == ["deploy", "rollback"] and "commit" not in launches.events
+    assert record.decision == "rolled_back" and "not established over 3 launches" in record.why
+    assert runner.deployed_text == UNIT
+
+
+def test_only_a_near_miss_is_launched_a_third_time(monkeypatch):
+    # established over two launches: kept without a third
+    clear = Launches(a=[1.0, 1.0], b=[1.04, 1.035])
+    _, record = trial(monkeypatch, clear)
+    assert clear.events == ["deploy", "rollback", "deploy", "commit"] and record.decision == "kept"
+    # the second launch shows half the first one's gain: +1.2%, not near the minimum effect
+    fading = Launches(a=[1.0, 1.0, 1.0], b=[1.022, 1.002])
+    _, record = trial(monkeypatch, fading)
+    assert fading.events == ["deploy", "rollback", "deploy", "rollback"]
+    assert "not established over 2 launches" in record.why
