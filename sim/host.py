@@ -201,7 +201,8 @@ def ensure_up(
     meta = json.loads((sim_dir / "sim.json").read_text()) if (sim_dir / "sim.json").exists() else {}
     scale = float(meta.get("time_scale", 1.0))
     startup = load_scenario(meta.get("scenario_file") or scenario).timing.startup_s
-    _run(_ensure_up(sim_dir, timeout=startup * scale * 2 + 60))
+    # the flags in the unit may add up to ~180 simulated s (torch.compile 120, graph capture 0.1 a batch)
+    _run(_ensure_up(sim_dir, timeout=(startup + 180) * scale * 2 + 60))
     return sim_config(sim_dir)
 
 

@@ -52,7 +52,8 @@ class Interval(BaseModel):
     drift: float = 0.0
     """log ratio between the after and the before block of A (0 without an after block)."""
     launches_candidate: int = 1
-    """Launches of the candidate the blocks come from (2 when a winner was measured again)."""
+    """Launches of the candidate the blocks come from (2 when a winner was measured again, 3 for a
+    near miss)."""
     within_share: float = 0.0
     """Share of the variance that more repetitions in the same launch can still reduce."""
     launch_spread: float = 0.0
@@ -175,7 +176,7 @@ def interval(
 
     a, b = [g for g in known_good if g], [g for g in cand if g]
     out = Interval(
-        concurrency=concurrency, n_before=len(a[0]) if a else 0, n_after=len(a[-1]) if len(a) > 1 else 0,
+        concurrency=concurrency, n_before=len(a[0]) if a else 0, n_after=sum(map(len, a[1:])),
         n_candidate=sum(map(len, b)), launches_candidate=len(b),
     )  # fmt: skip
     if not a or not b:
