@@ -177,7 +177,10 @@ async def run_paired(r: Any, record: TrialRecord, new_text: str) -> None:
             r.halted = f"environment failure: {env}"
         return await _reject(r, record, f"errors under load: {errors}")
     first = _cmp(r, before, cand, None)
-    if first.clear_no:
+    # A block from the launch that just won a trial is biased upward (it was kept because it measured
+    # high): an A/B look against it must not stop a candidate early; the after block (a fresh
+    # known-good launch, which the rollback costs anyway) decides
+    if first.clear_no and before is not r.best_reps:
         record.comparison = _comparison_dict(first)
         return await _reject(r, record, f"stopped after {len(cand)} repetitions: {first.summary}")
     # A/B/A: the rollback restarts known-good; measure it again next to the candidate

@@ -1,96 +1,139 @@
-"""How often does the keep rule keep a change of a given true size? A Monte Carlo of one level of
-the two-launch A/B/A(/B) trial, through the agent's own interval (`tools.bench.paired.interval`).
+"""How often does a trial keep a change of a given true size, and how many restarts does it spend?
+A Monte Carlo through the agent's own trial code (`agent.paired_trial.run_paired` and the interval
+of `tools.bench.paired`): the early stop after the A/B look, the A/B/A comparison, the second
+launch of a likely winner and the third launch of a near miss, with adaptive repetitions.
 
-Each simulated trial: a run's earlier known-good launches (their spread is what the interval pools
-with the declared restart spread), the known-good block before the candidate, the candidate's
-launch, the known-good launch after the rollback, the candidate's second launch. Every launch has
-a log-normal performance factor (the restart spread), every repetition its own noise. A change is
-kept when the estimate is at least the minimum effect and the 95% interval is above 1 (the win side
-of the Pareto rule at one level). A true gain of 0 gives the false-keep rate of a no-op; a true
-restart spread above the declared one shows what a wrong `bench.launch_noise` costs. The second
-table adds what the agent does for a near miss (an estimate within a quarter of the minimum effect
-after two launches): a third launch of each side, judged on all three.
+Only the deployment and the measurements are simulated: every deploy or rollback is a new launch
+with a log-normal speed factor (the restart spread), every repetition has its own noise at each
+level, and the candidate's true gain applies at the levels chosen (`--where`). The run has already
+measured `--history` known-good launches (their spread is pooled with the declared one). A true
+gain of 0 gives the false-keep rate of a no-op; a true restart spread above the declared 1% shows
+what a wrong `bench.launch_noise` costs.
 
-    python benchmarks/bench_rule_power.py [--trials 4000] [--reps 3] [--history 4]
+    python benchmarks/bench_rule_power.py [--trials 1000] [--where c64|all] [--history 4]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import math
 import random
+from dataclasses import dataclass, field
 
-from tools.bench.paired import interval
+import agent.paired_trial as pt
+from agent.trial import Baseline, TrialChange, TrialRunner
+from tools.bench.objective import objective_from_goal
+from tools.bench.results import LevelResult, SweepResult
+from tools.config import BenchConfig
 
-DECLARED = 0.01
-MIN_EFFECT = 0.02
-
-
-def _spread(blocks: list[list[float]]) -> tuple[float, int]:
-    """(spread of the block means beyond their repetitions, df), as `tools.bench.paired` takes it."""
-    means = [sum(b) / len(b) for b in blocks]
-    within = [
-        sum((x - m) ** 2 for x in b) / (len(b) - 1) / len(b) for b, m in zip(blocks, means, strict=True)
-    ]
-    if len(means) < 3:
-        return 0.0, 0
-    mean = sum(means) / len(means)
-    var = sum((m - mean) ** 2 for m in means) / (len(means) - 1) - sum(within) / len(within)
-    return math.sqrt(max(0.0, var)), len(means) - 1
+LEVELS = {1: 120.0, 8: 400.0, 64: 1200.0}
+UNIT = "[Service]\nExecStart=/usr/bin/python -m sglang.launch_server --model-path /m --port 30000\n"
 
 
-def kept(
-    rng: random.Random, gain: float, launch_sd: float, rep_sd: float, reps: int, history: int, third: bool
-) -> tuple[bool, bool]:
-    """(kept, a third launch was spent) for one trial of a change of true log effect `gain`."""
+@dataclass
+class Launches:
+    """The target: known-good or the candidate runs in the current launch, at that launch's speed."""
 
-    def launch(effect: float) -> list[float]:
-        factor = effect + rng.gauss(0, launch_sd)
-        return [factor + rng.gauss(0, rep_sd) for _ in range(reps)]
+    rng: random.Random
+    gain: dict[int, float]
+    launch_sd: float
+    rep_sd: float
+    factor: float = 1.0
+    candidate: bool = False
+    restarts: int = 0
+    events: list[str] = field(default_factory=list)
 
-    def judge(good: list[list[float]], cand: list[list[float]]) -> tuple[bool, float]:
-        i = interval(good, cand, launch_noise=DECLARED, alpha=0.05, spread=_spread(earlier + good[1:]))
-        return i.ratio >= 1 + MIN_EFFECT and i.ci_low > 1, i.ratio
+    def relaunch(self, candidate: bool) -> None:
+        self.candidate, self.factor = candidate, math.exp(self.rng.gauss(0, self.launch_sd))
+        self.restarts += 1
 
-    earlier = [launch(0.0) for _ in range(history)]
-    good, cand = [earlier[-1], launch(0.0)], [launch(gain), launch(gain)]
-    win, ratio = judge(good, cand)
-    # agent/paired_trial.py `_near_miss`: within a quarter of the minimum effect
-    if win or not third or ratio < 1 + 0.75 * MIN_EFFECT:
-        return win, False
-    return judge(good + [launch(0.0)], cand + [launch(gain)])[0], True
+    async def deploy(self, text: str, *, reason: str) -> object:
+        from tools.deploy import DeployOutcome
+
+        self.relaunch(True)
+        return DeployOutcome(ok=True)
+
+    async def rollback(self) -> object:
+        from tools.deploy import DeployOutcome
+
+        self.relaunch(False)
+        return DeployOutcome(ok=True)
+
+    async def commit(self) -> None:
+        self.events.append("commit")
+
+    async def keepalive(self) -> bool:
+        return True
+
+    def sweep(self) -> SweepResult:
+        def tput(c: int, base: float) -> float:
+            g = self.gain.get(c, 0.0) if self.candidate else 0.0
+            return base * self.factor * math.exp(g + self.rng.gauss(0, self.rep_sd))
+
+        levels = [
+            LevelResult(max_concurrency=c, num_prompts=8, completed=8, output_throughput=tput(c, t))
+            for c, t in LEVELS.items()
+        ]
+        return SweepResult(endpoint="http://sim", api="completions", levels=levels)
+
+
+def one_trial(rng: random.Random, gain: dict[int, float], launch_sd: float, rep_sd: float, history: int):  # type: ignore[no-untyped-def]
+    """(kept, restarts, candidate launches) of one trial after `history` known-good launches."""
+    target = Launches(rng, gain, launch_sd, rep_sd)
+
+    async def measure(endpoint: str, bench: BenchConfig, *, more=None, max_reps: int, on_progress=None):  # type: ignore[no-untyped-def]
+        reps = [target.sweep() for _ in range(bench.reps)]
+        while more is not None and len(reps) < max_reps and more(reps):
+            reps.append(target.sweep())
+        return reps
+
+    async def nothing(*args: object) -> None:
+        return None
+
+    pt.measure, pt._warm, pt._probe_ok = measure, nothing, nothing  # type: ignore[assignment]
+    bench = BenchConfig()
+    earlier = []
+    for _ in range(history):
+        target.relaunch(False)
+        earlier.append([target.sweep() for _ in range(bench.reps)])
+    runner = TrialRunner(
+        deployment=target, endpoint="http://sim", bench=bench,
+        objective=objective_from_goal("improve throughput"), baseline=Baseline(reps=[], probe=None, text=UNIT),
+        reference=earlier[-1], known_good_blocks=earlier,
+    )  # fmt: skip
+    target.restarts = 0
+    record = asyncio.run(runner.run([TrialChange(flag="--enable-mixed-chunk")], reason="power"))
+    launches = ((record.comparison or {}).get("overall") or {}).get("launches_candidate", 1)
+    return record.decision == "kept", target.restarts, launches
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--trials", type=int, default=4000)
-    ap.add_argument("--reps", type=int, default=3, help="repetitions a block")
-    ap.add_argument("--rep-noise", type=float, default=0.006, help="relative sd of one repetition")
+    ap.add_argument("--trials", type=int, default=1000)
+    ap.add_argument("--where", choices=["c64", "all"], default="c64", help="levels the true gain applies at")
+    ap.add_argument("--rep-noise", type=float, default=0.006, help="relative sd of one repetition at a level")
     ap.add_argument("--history", type=int, default=4, help="known-good launches earlier in the run")
     args = ap.parse_args()
     gains = (0.0, 0.02, 0.025, 0.03, 0.04, 0.05)
+    at = [64] if args.where == "c64" else list(LEVELS)
     print(
-        f"declared restart spread {DECLARED:.1%}, minimum effect {MIN_EFFECT:.0%}, {args.trials} trials a cell"
+        f"declared restart spread 1%, minimum effect 2%, gain at {', '.join(f'c={c}' for c in at)}, "
+        f"{args.trials} trials a cell; keep rate / mean restarts / share with a third launch"
     )
-    for third in (False, True):
-        print(
-            "\ntwo launches a side"
-            + (", a third for a near miss (keep rate / third launches)" if third else "")
-        )
-        print("| true restart spread | " + " | ".join(f"keep at {g:+.1%}" for g in gains) + " |")
-        print("|---:|" + "---:|" * len(gains))
-        for launch_sd in (0.005, 0.01, 0.015, 0.02):
-            cells = []
-            for g in gains:
-                rng = random.Random(1)
-                runs = [
-                    kept(rng, math.log1p(g), launch_sd, args.rep_noise, args.reps, args.history, third)
-                    for _ in range(args.trials)
-                ]
-                rate = sum(k for k, _ in runs) / args.trials
-                extra = sum(t for _, t in runs) / args.trials
-                cells.append(f"{rate:.1%}" + (f" / {extra:.0%}" if third else ""))
-            print(f"| {launch_sd:.1%} | " + " | ".join(cells) + " |")
+    print("| true restart spread | " + " | ".join(f"true {g:+.1%}" for g in gains) + " |")
+    print("|---:|" + "---:|" * len(gains))
+    for launch_sd in (0.005, 0.01, 0.015, 0.02):
+        cells = []
+        for g in gains:
+            rng = random.Random(1)
+            gain = {c: math.log1p(g) for c in at}
+            runs = [one_trial(rng, gain, launch_sd, args.rep_noise, args.history) for _ in range(args.trials)]
+            kept = sum(k for k, _, _ in runs) / len(runs)
+            restarts = sum(r for _, r, _ in runs) / len(runs)
+            third = sum(n == 3 for _, _, n in runs) / len(runs)
+            cells.append(f"{kept:.1%} / {restarts:.1f} / {third:.0%}")
+        print(f"| {launch_sd:.1%} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

@@ -70,7 +70,11 @@ class Launches:
         return [sweep() for _ in range(3)]
 
 
-def trial(monkeypatch: pytest.MonkeyPatch, launches: Launches) -> tuple[TrialRunner, object]:
+def trial(
+    monkeypatch: pytest.MonkeyPatch, launches: Launches, *, won: bool = False
+) -> tuple[TrialRunner, object]:
+    """One trial of a candidate; `won`: the known-good launch running is the one that won the
+    previous trial (its block is the runner's reference and best)."""
     import agent.paired_trial as pt
 
     async def measure(*args: object, **kw: object) -> list[SweepResult]:
@@ -86,6 +90,8 @@ def trial(monkeypatch: pytest.MonkeyPatch, launches: Launches) -> tuple[TrialRun
         deployment=launches, endpoint="http://127.0.0.1:9", bench=BenchConfig(),
         objective=objective_from_goal("improve throughput"), baseline=Baseline(reps=[], probe=None, text=UNIT),
     )  # fmt: skip
+    if won:
+        runner.reference = runner.best_reps = launches.block()
     change = TrialChange(flag="--enable-mixed-chunk", value=None)
     return runner, asyncio.run(runner.run([change], reason="test"))
 
@@ -119,3 +125,17 @@ def test_only_a_near_miss_is_launched_a_third_time(monkeypatch):
     _, record = trial(monkeypatch, fading)
     assert fading.events == ["deploy", "rollback", "deploy", "rollback"]
     assert "not established over 2 launches" in record.why
+
+
+def test_a_candidate_is_not_stopped_early_against_the_launch_that_just_won(monkeypatch):
+    # the running known-good launch measured 2% high: a candidate that changes nothing looks -2%
+    fresh = Launches(a=[1.02, 1.0], b=[1.0])
+    _, record = trial(monkeypatch, fresh)
+    assert fresh.events == ["deploy", "rollback"] and "after" not in record.blocks  # stopped at A/B
+    assert record.why.startswith("stopped after")
+    # the same numbers when that launch won the previous trial (kept because it measured high):
+    # the after block, on the launch the rollback starts anyway, is measured before deciding
+    won = Launches(a=[1.02, 1.0], b=[1.0])
+    _, record = trial(monkeypatch, won, won=True)
+    assert won.events == ["deploy", "rollback"] and "after" in record.blocks
+    assert record.decision == "rolled_back" and not record.why.startswith("stopped after")

@@ -328,9 +328,13 @@ def test_a_trial_records_every_repetition_so_a_reviewer_can_recompute_its_interv
     assert {k: len(v) for k, v in saved.samples.items()} == saved.blocks
     assert all(set(map(int, rep)) == {1, 4} for block in saved.samples.values() for rep in block)
     blocks = {k: samples_as_sweeps(v) for k, v in saved.samples.items()}
+    # a near miss is launched a third time: known-good again, then the candidate; every known-good
+    # block of the run is the history whose spread is pooled with the declared one
+    third = (blocks["after_second"], blocks["third"]) if "third" in blocks else None
+    history = [blocks[k] for k in ("before", "after", "after_second") if k in blocks]
     again = paired_compare(
         blocks["before"], blocks["candidate"], blocks.get("after"), Objective(),
-        launch_noise=bench.launch_noise, confirm=blocks.get("confirm"),
+        launch_noise=bench.launch_noise, confirm=blocks.get("confirm"), third=third, history=history,
     )  # fmt: skip
     assert again.ratio == pytest.approx(record.comparison["ratio"], rel=1e-9)
     assert again.overall.ci_low == pytest.approx(record.comparison["overall"]["ci_low"], rel=1e-9)
