@@ -10,7 +10,7 @@ measured `--history` known-good launches (their spread is pooled with the declar
 gain of 0 gives the false-keep rate of a no-op; a true restart spread above the declared 1% shows
 what a wrong `bench.launch_noise` costs.
 
-    python benchmarks/bench_rule_power.py [--trials 1000] [--where c64|all] [--history 4]
+    python benchmarks/bench_rule_power.py [--trials 1000] [--where c64|all] [--history 4] [--no-third]
 """
 
 from __future__ import annotations
@@ -114,7 +114,10 @@ def main() -> None:
     ap.add_argument("--where", choices=["c64", "all"], default="c64", help="levels the true gain applies at")
     ap.add_argument("--rep-noise", type=float, default=0.006, help="relative sd of one repetition at a level")
     ap.add_argument("--history", type=int, default=4, help="known-good launches earlier in the run")
+    ap.add_argument("--no-third", action="store_true", help="never a third launch (to see what it buys)")
     args = ap.parse_args()
+    if args.no_third:
+        pt._near_miss = lambda cmp, bench: False  # type: ignore[assignment]
     gains = (0.0, 0.02, 0.025, 0.03, 0.04, 0.05)
     at = [64] if args.where == "c64" else list(LEVELS)
     print(
