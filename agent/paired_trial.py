@@ -4,15 +4,16 @@ two launches a third launch of each side.
 
 A = the deployed best configuration, B = the candidate on top of it. A is measured right before B
 (it is running: no restart); B is measured and abandoned early when no gain of the minimum effect
-is possible; otherwise the rollback (which a rejection needs anyway) restarts A and A is measured
-again, so B sits between two A blocks and drift cancels. A candidate that wins, or that looks like
-a winner but is not established, is deployed again: its probe must pass and both of its launches
-against both A launches must show the gain; only then is it committed (this relaunch is the
-restart a keep costs anyway, and it halves the launch-to-launch noise that repetitions inside one
-launch cannot reduce). A candidate whose two-launch estimate falls just short of the minimum effect
-(within a quarter of it) costs two more restarts: known-good and the candidate are launched and
-measured once more and all three launches of each are judged. The A block after a trial is the
-next trial's A block before.
+is possible (not against a launch that just won: it measured high by selection); otherwise the
+rollback (which a rejection needs anyway) restarts A and A is measured again, so B sits between two
+A blocks and drift cancels. A candidate that wins, or that looks like a winner (an estimate within
+a quarter of the minimum effect) but is not established, is deployed again: its probe must pass and
+both of its launches against both A launches must show the gain; only then is it committed (this
+relaunch is the restart a keep costs anyway, and it halves the launch-to-launch noise that
+repetitions inside one launch cannot reduce). One that still looks like a winner after two
+launches costs two more restarts: known-good and the candidate are launched and measured once more
+and all three launches of each are judged. The A block after a trial is the next trial's A block
+before.
 """
 
 from __future__ import annotations

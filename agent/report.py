@@ -27,10 +27,10 @@ RULE = (
     "Pareto rule decides: better at some measured level by at least {min_effect:.0%} (95% interval "
     "above 1), worse at none by more than {tolerance:.0%}; among those, the goal's objective ranks. "
     "A named level or a latency goal decides on that objective alone. A winner, or a candidate whose "
-    "estimate reaches the minimum effect without being established, is deployed again; it is kept "
-    "only if its probe passes and both of its launches against both known-good launches show the gain; "
-    "one whose estimate is then within a quarter of the minimum effect gets a third launch of each side, "
-    "and all three decide."
+    "estimate comes within a quarter of the minimum effect without being established, is deployed "
+    "again; it is kept only if its probe passes and both of its launches against both known-good "
+    "launches show the gain; one that still comes within a quarter of the minimum effect gets a third "
+    "launch of each side, and all three decide."
 )
 
 
