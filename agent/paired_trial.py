@@ -186,21 +186,10 @@ async def run_paired(r: Any, record: TrialRecord, new_text: str) -> None:
         record.comparison = _comparison_dict(first)
         return await _reject(r, record, f"stopped after {len(cand)} repetitions: {first.summary}")
     # A/B/A: the rollback restarts known-good; measure it again next to the candidate
-    if not await r.rollback(record):
-        record.decision = "rolled_back"
-        return
     record.decision = "rolled_back"
-    await _warm(r)
-    after = await measure(
-        r.endpoint, r.bench, more=lambda reps: _worth_more(_cmp(r, before, cand, reps), r.bench),
-        max_reps=r.max_reps, on_progress=r.on_progress,
-    )  # fmt: skip
-    if not after or any(s.partial for s in after):
-        record.why = "the known-good configuration failed its benchmark after the rollback"
-        r.halted = record.why
+    after = await _known_good_again(r, record, lambda reps: _cmp(r, before, cand, reps))
+    if after is None:
         return
-    r.reference = after
-    r.known_good_blocks.append(after)
     cmp = _cmp(r, before, cand, after)
     # the A/B look before the second known-good block, kept to show what pairing changed
     record.comparison = {**_comparison_dict(cmp), "ab_only": {"verdict": first.verdict, "ratio": first.ratio}}
@@ -213,6 +202,24 @@ async def run_paired(r: Any, record: TrialRecord, new_text: str) -> None:
         record.why = refusal
         return
     await _second_launch(r, record, new_text, (before, cand, after), cmp)
+
+
+async def _known_good_again(r: Any, record: TrialRecord, judge: Any) -> list[Any] | None:
+    """Roll back (a new known-good launch), warm it and measure a block (more repetitions while
+    `judge(reps)` says they are worth it); it becomes the reference and joins the known-good history.
+    None when the rollback or that block failed (trials stop on a failed block)."""
+    if not await r.rollback(record):
+        return None
+    await _warm(r)
+    more = lambda reps: _worth_more(judge(reps), r.bench)  # noqa: E731
+    good = await measure(r.endpoint, r.bench, more=more, max_reps=r.max_reps, on_progress=r.on_progress)
+    if not good or any(s.partial for s in good):
+        record.why = "the known-good configuration failed its benchmark after the rollback"
+        r.halted = record.why
+        return None
+    r.reference = good
+    r.known_good_blocks.append(good)
+    return good
 
 
 async def _launch_again(
@@ -288,19 +295,9 @@ async def _third_launch(r: Any, record: TrialRecord, new_text: str, blocks: tupl
     third; (the comparison of three launches a side, the candidate's block) or None when either
     side failed (the record says why; known-good is deployed)."""
     before, cand, after, confirm = blocks
-    if not await r.rollback(record):
+    good = await _known_good_again(r, record, lambda reps: _cmp(r, before, cand, after, confirm, (reps, [])))
+    if good is None:
         return None
-    await _warm(r)
-    good = await measure(
-        r.endpoint, r.bench, more=lambda reps: _worth_more(_cmp(r, before, cand, after, confirm, (reps, [])), r.bench),
-        max_reps=r.max_reps, on_progress=r.on_progress,
-    )  # fmt: skip
-    if not good or any(s.partial for s in good):
-        record.why = "the known-good configuration failed its benchmark after the rollback"
-        r.halted = record.why
-        return None
-    r.reference = good
-    r.known_good_blocks.append(good)
     judge = lambda reps: _cmp(r, before, cand, after, confirm, (good, reps))  # noqa: E731
     block = await _launch_again(r, record, new_text, "third launch", judge)
     if block is None:
