@@ -35,6 +35,18 @@ PROFILES = {
         4,
         {"tp_size": 4, "attention_backend": "fa3"},
     ),
+    "h100x2-qwen3moe-forced": (
+        "Qwen--Qwen3-30B-A3B_config.json",
+        90,
+        2,
+        {
+            "tp_size": 2,
+            "attention_backend": "triton",
+            "enforce_disable_flashinfer_allreduce_fusion": True,
+            "flashinfer_allreduce_fusion_backend": None,
+            "ep_join_mode": None,
+        },
+    ),
 }
 
 

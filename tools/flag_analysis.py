@@ -27,7 +27,7 @@ from tools.flag_decide import decide
 from tools.flag_dispatch import module_reason, module_status
 from tools.flag_index import FlagIndex, is_config_path
 from tools.flag_index_types import Func, Read
-from tools.gates import activation, caller_gate, idle_after
+from tools.gates import activation, caller_gate, idle_after, override_effect
 from tools.guard_eval import Env, evaluate, non_default
 from tools.reach import ExitPath, exits_of, locals_of, reach_exits
 from tools.stores import follow_store, store_of
@@ -266,9 +266,11 @@ def _findings(
         if finding.state != "off" and budget > 0:
             budget -= 1
             finding.exits = reach_exits(index, read, facts, flag_values, seen=seen)
-            if any(e.kind == "fallback" and e.truth is True for e in finding.exits):
-                fb = next(e for e in finding.exits if e.kind == "fallback" and e.truth is True)
+            fired = {e.kind: e for e in reversed(finding.exits) if e.truth is True}
+            if fb := fired.get("fallback"):
                 finding.state, finding.why = "off", f"falls back at {fb.location}: {fb.message}"
+            elif ov := fired.get("override"):
+                finding.state, finding.why = override_effect(index, ov, facts, flag_values)
         v.findings.append(finding)
     if budget <= 0:
         running = sum(f.state != "off" for f in v.findings)

@@ -62,6 +62,8 @@ def decide(v: Any, target: FlagInfo) -> None:
         v.summary = (
             f"read at {best.location} in {best.function}" + (f"; holds here: {held}" if held else "") + "."
         )
+        if any(e.kind == "override" for e in best.exits):  # what it overrides, and to what
+            v.summary += f" It {best.why}."
     elif unknown := [f for f in found if f.state == "unknown"]:
         v.verdict, v.certainty = "unknown", 0.3
         v.summary = f"{unknown[0].location} {unknown[0].why}."

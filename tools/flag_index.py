@@ -27,7 +27,7 @@ from tools.flag_index_types import Call, Func, ModuleFacts, Read
 from tools.flag_index_walk import LOG, walk_file
 from tools.source import SourceTree, cache_root
 
-INDEX_FORMAT = 11
+INDEX_FORMAT = 12
 _OFF_PATH_DIRS = frozenset(
     {
         "test",
@@ -110,6 +110,11 @@ class FlagIndex:
         """(decorator, key, path, imported modules) of every `@register_x("key")` function."""
         return pickle.loads(self._meta["registries"])
 
+    @cached_property
+    def overrides(self) -> dict[str, list[tuple[str, str, int]]]:
+        """Dest -> (path, qual, line) of every guarded `return {"dest": value}` (see `Exit`)."""
+        return pickle.loads(self._meta["overrides"])
+
     def reads(self, dest: str) -> list[Read]:
         """Every read of `dest` on the serving path, in path/line order."""
         row = self._con.execute("SELECT data FROM reads WHERE dest = ?", (dest,)).fetchone()
@@ -172,15 +177,20 @@ class FlagIndex:
                 sites += [(caller, c) for c in caller.calls if c.callee == name]
         return sites
 
-    def query(self, name: str) -> tuple[str, dict[str, str], str] | None:
-        """A one-line query function named `name`, evaluated in place of a call without arguments:
-        (its returned expression, its module's constants, `path::qual`); None unless the name is
-        defined once, takes no arguments and its body is a single `return <expr>`."""
+    def query(self, name: str, arity: int = 0) -> tuple[str, dict[str, str], str] | None:
+        """A one-line query function named `name`, evaluated in place of a call with `arity`
+        arguments (0, or 1: the server args, as in `attn_dp_enabled_of(view)`): (its returned
+        expression, its module's constants, `path::qual`); None unless the name is defined once,
+        takes that many arguments and its body is a single `return <expr>`."""
         keys = self._by_name(name)
         if len(keys) != 1:
             return None
         func = self.func(*keys[0].split("::", 1))
-        if func is None or not func.value or [p for p in func.params if p not in ("self", "cls")]:
+        if (
+            func is None
+            or not func.value
+            or len([p for p in func.params if p not in ("self", "cls")]) != arity
+        ):
             return None
         module = self.modules.get(func.path)
         return func.value, module.consts if module else {}, keys[0]
@@ -263,6 +273,7 @@ def _write(db: Path, tree: SourceTree, catalog: list[FlagInfo], facts: list[Modu
     defined = {f.qual.rsplit(".", 1)[-1] for m in facts for f in m.funcs}
     reads: dict[str, list[Read]] = {}
     registries: list[tuple[str, str, str, list[str]]] = []
+    overrides: dict[str, list[tuple[str, str, int]]] = {}
     rows = []
     callers: set[tuple[str, str, int]] = set()
     for m in facts:
@@ -276,6 +287,9 @@ def _write(db: Path, tree: SourceTree, catalog: list[FlagInfo], facts: list[Modu
             f.refs = sorted({r for r in f.refs if r in defined})
             callers |= {(c.callee, key, 1) for c in f.calls} | {(r, key, 0) for r in f.refs}
             registries += [(deco, key, f.path, f.imports) for deco, key in f.keys]
+            for e in f.exits:
+                for dest in e.sets if e.kind == "override" else []:
+                    overrides.setdefault(dest, []).append((f.path, f.qual, e.line))
             rows.append((key, f.qual.rsplit(".", 1)[-1], _dump(f)))
         m.funcs, m.reads, m.refs = [], [], []
     con.executemany("INSERT OR IGNORE INTO funcs VALUES (?, ?, ?)", rows)
@@ -301,6 +315,7 @@ def _write(db: Path, tree: SourceTree, catalog: list[FlagInfo], facts: list[Modu
         "catalog": catalog,
         "modules": {m.path: m for m in facts},
         "registries": registries,
+        "overrides": overrides,
     }
     con.executemany("INSERT INTO meta VALUES (?, ?)", [(k, _dump(v)) for k, v in meta.items()])
     con.commit()

@@ -38,7 +38,8 @@ class Read:
 
 @dataclass
 class Exit:
-    """A `raise`, a failing `assert`, or a guarded fallback (warning + return / switched off)."""
+    """A `raise`, a failing `assert`, a guarded fallback (warning + return / switched off), or an
+    override: a guarded `return {"dest": value}` of an argument-resolution pass (`sets`, `values`)."""
 
     kind: str
     line: int
@@ -46,6 +47,7 @@ class Exit:
     guards: list[str]
     exc: str = ""
     sets: list[str] = field(default_factory=list)
+    values: list[str] = field(default_factory=list)
 
 
 @dataclass

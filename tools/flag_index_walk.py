@@ -100,6 +100,9 @@ class _Walker:
                     test = [*guards, src(st.test)]  # an earlier early return also returns
                     self.func.gates.append(Exit("return", st.lineno, src(st.body[-1]), test))
                 extra.append(neg(st.test))
+            elif self.func is not None and isinstance(st, ast.If) and not st.orelse and _may_leave(st):
+                # `if c: ... return ...` nested: the rest runs when c fails, or when the branch did not return
+                extra.append(f"{neg(st.test)} or {_RAN_ON}")
             elif self.func is not None and _may_leave(st) and _RAN_ON not in extra:
                 # after a loop/try/branch that can return, the rest runs only when it did not:
                 # a runtime condition (why: `for ...: return x` then `raise "none found"`)
@@ -166,6 +169,7 @@ class _Walker:
                 if name.startswith("register") and isinstance(d.args[0].value, str):
                     f.keys.append((name, d.args[0].value))
         body = st.body[1:] if ast.get_docstring(st) is not None else st.body
+        body = [s for s in body if not isinstance(s, ast.Import | ast.ImportFrom)]  # lazy imports
         if len(body) == 1 and isinstance(body[0], ast.Return) and body[0].value is not None:
             f.value = src(body[0].value)
         f.gives = any(
@@ -208,12 +212,22 @@ class _Walker:
                     self.func.locals[t.id] = None if seen else src(st.value)
 
     def fallback(self, st: ast.If, guards: list[str]) -> None:
-        """`if c: logger.warning(...); return` or `...; self.x = False`: a guarded fallback."""
+        """`if c: logger.warning(...); return` or `...; self.x = False`: a guarded fallback;
+        `if c: return {"dest": value}`: an override of other arguments (a resolution pass)."""
         if self.func is None:
             return
         logs = [
             n for s in st.body for n in ast.walk(s) if isinstance(n, ast.Call) and LOG.search(src(n.func))
         ]
+        last = st.body[-1]
+        if isinstance(last, ast.Return) and isinstance(last.value, ast.Dict) and last.value.keys:
+            keys = [k.value if isinstance(k, ast.Constant) else None for k in last.value.keys]
+            if all(k in self.dests for k in keys):
+                message = _message(logs[0]) if logs else f"returns {src(last.value)}"
+                values = [src(v) for v in last.value.values]
+                guard = [*guards, src(st.test)]
+                self.func.exits.append(Exit("override", st.lineno, message, guard, sets=keys, values=values))
+                return
         if not logs:
             return
         sets = [

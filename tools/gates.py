@@ -14,11 +14,13 @@ no caller gate then. Calls into libraries outside the tree count as work.
 
 from __future__ import annotations
 
+import ast
 from typing import Any
 
 from tools.flag_index import FlagIndex
 from tools.flag_index_types import Call, Func, Read
 from tools.guard_eval import Env, Outcome, evaluate, evaluate_all
+from tools.platform_facts import UNKNOWN
 from tools.reach import ExitPath, bind, locals_of
 
 MAX_SITES = 24
@@ -137,3 +139,65 @@ def _failing(caller: Func, call: Call, env: Env) -> ExitPath | None:
         why = f"{caller.qual} calls {call.callee}() only when {guard} ({facts})"
         return ExitPath("gate", caller.path, call.line, why, "", [site], True, o.used)
     return None
+
+
+def override_effect(
+    index: FlagIndex, ov: ExitPath, facts: dict[str, Any], flag: dict[str, Any]
+) -> tuple[str, str]:
+    """The state of a reader whose effect is an override (`return {"d": x}` in a resolution pass):
+    it changes something only where `d` would be other than `x` without the flag. Without it, `d`
+    is what the other passes writing `d` give here (evaluated with the flag at its default and `d`
+    as the user set it), else the user's value or `d`'s default. (state, why); state is on, runtime
+    (a pass writing `d` depends on something open) or off."""
+    defaults = {f.dest: f.default for f in index.catalog}
+    states = [
+        _override_one(index, ov, dest, text, facts, flag, defaults)
+        for dest, text in zip(ov.sets, ov.values, strict=True)
+    ]
+    return min(states, key=lambda s: ("on", "runtime", "off").index(s[0]))
+
+
+def _override_one(
+    index: FlagIndex,
+    ov: ExitPath,
+    dest: str,
+    text: str,
+    facts: dict[str, Any],
+    flag: dict[str, Any],
+    defaults: dict[str, Any],
+) -> tuple[str, str]:
+    value = _literal(text)
+    user = facts.get(f"flag.{dest}", defaults.get(dest))
+    sets = f"sets {dest} = {text} at {ov.location}"
+    without = {**{d: defaults.get(d) for d in flag}, dest: user}
+    open_pass, failing = "", ""
+    for path, qual, line in index.overrides.get(dest, []):
+        func = index.func(path, qual)
+        ex = next((e for e in func.exits if e.line == line), None) if func else None
+        if ex is None or (path, line) == (ov.path, ov.line):
+            continue
+        env = env_of(index, func, facts, without, {})
+        o = evaluate_all(ex.guards, env)
+        other = evaluate(ex.values[ex.sets.index(dest)], env).value
+        where = f"{qual} at {path}:{line}"
+        if o.truth is False:
+            failing = failing or f"{where} does not fire: {', '.join(o.used) or 'its condition fails'}"
+        elif o.truth and UNKNOWN not in (other, value) and other != value:
+            return "on", f"{sets}; without the flag {where} sets it to {other!r} here"
+        elif not open_pass:
+            unknown = [n for n in [*o.missing, *o.runtime] if not n.startswith("__")] or ["its value"]
+            held = "; ".join(o.used) or "nothing decided"
+            open_pass = f"{sets}; without the flag {where} may set it ({held}; open: {', '.join(unknown)})"
+    if open_pass:
+        return "runtime", open_pass
+    why = f"{sets}; without the flag it is {user!r} here" + (f" ({failing})" if failing else "")
+    if value is UNKNOWN:
+        return "runtime", why
+    return ("off" if user == value else "on"), why
+
+
+def _literal(text: str) -> Any:
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return UNKNOWN

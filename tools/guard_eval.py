@@ -54,6 +54,14 @@ _QUANT = {
     "use_int4_w4a16": ("w4a16", "int4", "awq", "gptq"),
     "use_fp8_w8a8": ("fp8",),
 }
+_CONFIG_FACTS = {
+    "architectures": "model.architecture",  # `hf_config.architectures[0]`: the first, the one served
+    "model_type": "model.model_type",
+    "hidden_size": "model.hidden_size",
+}
+"""Model facts read as attributes of a model config only (a bare `hidden_size` is often a local)."""
+_SERVER_ARGS = re.compile(r"(^|\.)(server_args|args|view|cfg)$")
+"""The one argument of a query function that is the server args (`attn_dp_enabled_of(view)`)."""
 _CONFIG_RECEIVERS = re.compile(r"(^|\.)(config|hf_config|text_config|hf_text_config|model_config)$")
 
 
@@ -72,7 +80,7 @@ class Env:
     flag_locals: frozenset[str] = frozenset()
     where: str = ""
     """`path::function` of the code being evaluated (some code names mean a fact only in context)."""
-    queries: Callable[[str], tuple[str, dict[str, str], str] | None] | None = None
+    queries: Callable[[str, int], tuple[str, dict[str, str], str] | None] | None = None
     """A one-line query function's (returned expression, module constants, where), by name
     (`FlagIndex.query`): `uses_cutedsl()` evaluates as `get_exec().comm.backend == "cutedsl"`."""
 
@@ -210,6 +218,9 @@ class _Eval:
                 return value
             if node.attr in CODE_FACTS and _CONFIG_RECEIVERS.search(_dotted(node.value)):
                 return self.fact(CODE_FACTS[node.attr])
+            if node.attr in _CONFIG_FACTS and _CONFIG_RECEIVERS.search(_dotted(node.value)):
+                value = self.fact(_CONFIG_FACTS[node.attr])
+                return (value,) if node.attr == "architectures" and value is not UNKNOWN else value
             if node.attr.endswith(("world_size", "tp_size")):
                 receiver = " ".join(ast.unparse(node.value).split())
                 if (size := topology(node.attr, self.env.facts, self.out, receiver=receiver)) is not None:
@@ -256,6 +267,8 @@ class _Eval:
             known = isinstance(key, ast.Constant) and isinstance(key.value, str)
             if known and (key.value in self.env.flag or key.value in self.env.dests):
                 return self.dest(key.value)
+            if known and name == "getattr" and key.value in _CONFIG_FACTS:  # getattr(hf_config, "x", d)
+                return self.ev(ast.Attribute(node.args[0], key.value, ast.Load()), depth)
         if name == "get_device_capability":
             sm = self.fact("gpu.sm")
             return UNKNOWN if sm is UNKNOWN else (sm // 10, sm % 10)
@@ -266,8 +279,14 @@ class _Eval:
             value = topology(name, self.env.facts, self.out)
         if value is not None:
             return value
-        queries = self.env.queries if not node.args and not node.keywords and depth < 5 else None
-        if queries is not None and (query := queries(name)) is not None:
+        if name == "frozenset" and len(node.args) == 1:  # a constant set of names
+            try:
+                return frozenset(ast.literal_eval(node.args[0]))
+            except (ValueError, TypeError, SyntaxError):
+                return UNKNOWN
+        arity = 1 if len(node.args) == 1 and _SERVER_ARGS.search(_dotted(node.args[0])) else 0
+        queries = self.env.queries if len(node.args) == arity and not node.keywords and depth < 5 else None
+        if queries is not None and (query := queries(name, arity)) is not None:
             return self.query(*query, depth)
         self.out.runtime.append(name + "()")
         return UNKNOWN

@@ -38,6 +38,8 @@ class ExitPath:
     used: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     sets: list[str] = field(default_factory=list)
+    values: list[str] = field(default_factory=list)
+    """An override's values for `sets` (source text)."""
 
     @property
     def location(self) -> str:
@@ -212,4 +214,5 @@ def _exit(
         list(dict.fromkeys(used)),
         list(dict.fromkeys(missing)),
         list(ex.sets),
+        list(ex.values),
     )
