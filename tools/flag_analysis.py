@@ -10,7 +10,9 @@ three-valued with the flag set, and follows calls to the exits the flag can reac
 - `incompatible-with-version`: not a flag of this version (the server would refuse the argument);
 - `refuses-to-start`: a `raise`/`assert` reached from a running reader fires here;
 - `dead`: nothing on the serving path reads it (or only logs it);
-- `no-op`: every reader is off here (a guard fails, its module is not loaded, or a fallback fires);
+- `no-op`: every reader is off here (a guard fails, its module is not loaded, or a fallback fires),
+  its only effect is an override to the value the server has anyway, or a resolution pass sets the
+  trial value back (`return {"dest": v}`, `tools.gates.overridden`);
 - `applies`: a reader runs here; `unknown`: it depends on a deployment fact nobody gave.
 """
 
@@ -27,7 +29,7 @@ from tools.flag_decide import decide
 from tools.flag_dispatch import module_reason, module_status
 from tools.flag_index import FlagIndex, is_config_path
 from tools.flag_index_types import Func, Read
-from tools.gates import activation, caller_gate, idle_after, override_effect
+from tools.gates import activation, caller_gate, idle_after, overridden, override_effect
 from tools.guard_eval import Env, evaluate, non_default
 from tools.reach import ExitPath, exits_of, locals_of, reach_exits
 from tools.stores import follow_store, store_of
@@ -195,6 +197,13 @@ def analyze_flag(
     flag_values = {info.dest: verdict.value, target.dest: trial}
     _findings(index, target.dest, facts, flag_values, verdict)
     decide(verdict, target)
+    if verdict.verdict in ("applies", "unknown") and (
+        over := overridden(index, target.dest, facts, flag_values)
+    ):
+        where, func, why = over
+        verdict.findings.append(Finding(where, f"return {{{target.dest!r}: ...}}", func, "off", why))
+        verdict.verdict, verdict.certainty = "no-op", 0.85
+        verdict.summary = f"overridden: {func} at {where} {why}."
     return verdict
 
 

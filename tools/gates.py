@@ -8,6 +8,11 @@ Two gates, both bounded and three-valued (an unknown condition is never a gate):
   before doing anything (`if world_size <= 1: return False` after a few queries), directly or
   through callees that only call such functions.
 
+Overrides (`return {"dest": value}` in an argument-resolution pass): a reader whose effect is one
+changes something only where the other passes writing that dest give another value without the
+flag (`override_effect`); a pass that sets the flag's own trial value back makes it a no-op
+(`overridden`).
+
 A function used without being called (a callback, a dispatch table) has call sites nobody sees:
 no caller gate then. Calls into libraries outside the tree count as work.
 """
@@ -201,3 +206,24 @@ def _literal(text: str) -> Any:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError):
         return UNKNOWN
+
+
+def overridden(
+    index: FlagIndex, dest: str, facts: dict[str, Any], flag: dict[str, Any]
+) -> tuple[str, str, str] | None:
+    """Where and why the flag's trial value never takes effect here: a resolution pass whose guards
+    hold with the flag set replaces it (`return {"dest": v}`) with `v`, the value the server runs
+    with now. (location, function, why); None when no pass does (or it is open)."""
+    running = facts.get(f"server.{dest}", UNKNOWN)
+    for path, qual, line in index.overrides.get(dest, []) if running is not UNKNOWN else []:
+        func = index.func(path, qual)
+        ex = next((e for e in func.exits if e.line == line), None) if func else None
+        if ex is None:
+            continue
+        env = env_of(index, func, facts, flag, {})
+        o = evaluate_all(ex.guards, env)
+        value = evaluate(ex.values[ex.sets.index(dest)], env).value
+        if o.truth is True and value is not UNKNOWN and value == running != flag.get(dest):
+            held = f" ({', '.join(o.used)})" if o.used else ""
+            return f"{path}:{line}", qual, f"sets {dest} back to {value!r}, its value now{held}"
+    return None
