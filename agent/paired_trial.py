@@ -13,7 +13,8 @@ relaunch is the restart a keep costs anyway, and it halves the launch-to-launch 
 repetitions inside one launch cannot reduce). One that still looks like a winner after two
 launches costs two more restarts: known-good and the candidate are launched and measured once more
 and all three launches of each are judged. The A block after a trial is the next trial's A block
-before.
+before. A clear win at the A/B look (its interval's low end at twice the minimum effect, known-good
+measuring as it did before) is kept at once: one restart instead of three.
 """
 
 from __future__ import annotations
@@ -185,6 +186,12 @@ async def run_paired(r: Any, record: TrialRecord, new_text: str) -> None:
     if first.clear_no and before is not r.best_reps:
         record.comparison = _comparison_dict(first)
         return await _reject(r, record, f"stopped after {len(cand)} repetitions: {first.summary}")
+    if _clear_win(r, first, before) and not (refusal := r._lossy_refusal(record.changes)):
+        record.comparison = {
+            **_comparison_dict(first),
+            "ab_only": {"verdict": first.verdict, "ratio": first.ratio},
+        }
+        return await _commit(r, record, first, [cand], note="kept on one launch: a clear win")
     # A/B/A: the rollback restarts known-good; measure it again next to the candidate
     record.decision = "rolled_back"
     after = await _known_good_again(r, record, lambda reps: _cmp(r, before, cand, reps))
@@ -281,13 +288,40 @@ async def _second_launch(r: Any, record: TrialRecord, new_text: str, blocks: tup
             else "errors on a relaunch"
         )
         return await _reject(r, record, why)
-    await r.deployment.commit()
     record.comparison = {**record.comparison, **_comparison_dict(final)}
+    await _commit(r, record, final, launches)
+
+
+async def _commit(r: Any, record: TrialRecord, final: Any, launches: list[list[Any]], note: str = "") -> None:
+    """The candidate, deployed now, becomes known-good."""
+    await r.deployment.commit()
     record.levels = mean_throughput([s for block in launches for s in block])
     record.improved = True
-    record.decision, record.why = "kept", final.summary
+    record.decision, record.why = "kept", final.summary + (f" ({note})" if note else "")
     r.best, r.best_reps, r.reference = record, launches[-1], launches[-1]
     r.known_good_blocks = [launches[-1]]  # a new known-good configuration: its own history starts here
+
+
+def _clear_win(r: Any, first: Any, before: list[Any]) -> bool:
+    """An A/B win no drift or launch can explain: improved with the interval's low end at least
+    twice the minimum effect at a judged level, and known-good measured as it measured before (the
+    launch that just won, or a block that agrees with an earlier block of known-good; the first
+    block of a run has nothing to agree with). Keeping it at once saves the rollback and the second
+    launch (two restarts); anything less clear goes through A/B/A."""
+    b = r.bench
+    judged = first.per_level if first.rule == "pareto" else [first.overall]
+    clear = any(i.ci_low is not None and i.ci_low >= 1 + 2 * b.min_effect for i in judged)
+    if first.verdict != "improved" or not clear or first.significantly_worse:
+        return False
+    if before is r.best_reps:
+        return True
+    others = [s for block in r.known_good_blocks if block is not before for s in block]
+    if not others:
+        return False
+    aa = _cmp(r, others, before, None)  # known-good now against known-good earlier
+    return all(
+        i.ci_low is not None and i.ci_low <= 1 <= (i.ci_high or 0) for i in [*aa.per_level, aa.overall]
+    )
 
 
 async def _third_launch(r: Any, record: TrialRecord, new_text: str, blocks: tuple) -> tuple[Any, list] | None:

@@ -118,7 +118,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.no_third:
         pt._near_miss = lambda cmp, bench: False  # type: ignore[assignment]
-    gains = (0.0, 0.02, 0.025, 0.03, 0.04, 0.05)
+    gains = (0.0, 0.02, 0.025, 0.03, 0.04, 0.05, 0.08)
     at = [64] if args.where == "c64" else list(LEVELS)
     print(
         f"declared restart spread 1%, minimum effect 2%, gain at {', '.join(f'c={c}' for c in at)}, "

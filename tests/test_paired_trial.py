@@ -71,10 +71,11 @@ class Launches:
 
 
 def trial(
-    monkeypatch: pytest.MonkeyPatch, launches: Launches, *, won: bool = False
+    monkeypatch: pytest.MonkeyPatch, launches: Launches, *, won: bool = False, earlier: float | None = None
 ) -> tuple[TrialRunner, object]:
     """One trial of a candidate; `won`: the known-good launch running is the one that won the
-    previous trial (its block is the runner's reference and best)."""
+    previous trial (its block is the runner's reference and best); `earlier`: known-good was
+    measured before on a launch of this speed factor (an earlier trial's block)."""
     import agent.paired_trial as pt
 
     async def measure(*args: object, **kw: object) -> list[SweepResult]:
@@ -92,6 +93,10 @@ def trial(
     )  # fmt: skip
     if won:
         runner.reference = runner.best_reps = launches.block()
+    if earlier is not None:
+        running, launches.factor = launches.factor, earlier
+        runner.known_good_blocks.append(launches.block())
+        launches.factor = running
     change = TrialChange(flag="--enable-mixed-chunk", value=None)
     return runner, asyncio.run(runner.run([change], reason="test"))
 
@@ -139,3 +144,30 @@ def test_a_candidate_is_not_stopped_early_against_the_launch_that_just_won(monke
     _, record = trial(monkeypatch, won, won=True)
     assert won.events == ["deploy", "rollback"] and "after" in record.blocks
     assert record.decision == "rolled_back" and not record.why.startswith("stopped after")
+
+
+def test_a_clear_win_is_kept_on_one_launch_when_known_good_measures_as_before(monkeypatch):
+    # +10% against the launch that just won, or against a known-good block that agrees with an
+    # earlier one: kept at the A/B look, one restart instead of three
+    for launches, kw in (
+        (Launches(a=[1.0], b=[1.10]), {"won": True}),
+        (Launches(a=[1.0], b=[1.10]), {"earlier": 1.003}),
+    ):
+        runner, record = trial(monkeypatch, launches, **kw)
+        assert launches.events == ["deploy", "commit"], kw
+        assert record.decision == "kept" and record.restarts == runner.restarts == 1
+        assert "one launch" in record.why and set(record.blocks) == {"before", "candidate"}
+        assert runner.known_good_blocks == [runner.reference]
+
+
+def test_a_clear_looking_win_goes_through_a_b_a_when_known_good_measured_low_or_alone(monkeypatch):
+    # known-good measured 12% below its earlier block (load on the machine while it ran): the
+    # candidate's +12% at the A/B look is that drift; the after block, on a quiet machine, says so
+    drifted = Launches(a=[0.88, 1.0, 1.0, 1.0], b=[1.0, 1.0, 1.0])
+    _, record = trial(monkeypatch, drifted, earlier=1.0)
+    assert drifted.events[:2] == ["deploy", "rollback"] and "after" in record.blocks
+    assert record.decision == "rolled_back", drifted.events
+    # the run's first block has nothing to agree with: a real +10% still gets its A/B/A and second launch
+    alone = Launches(a=[1.0, 1.0], b=[1.10, 1.10])
+    _, record = trial(monkeypatch, alone)
+    assert alone.events == ["deploy", "rollback", "deploy", "commit"] and record.decision == "kept"
