@@ -270,10 +270,11 @@ async def _second_launch(r: Any, record: TrialRecord, new_text: str, blocks: tup
     launches = [cand, confirm]
     pair = 2 * (time.monotonic() - started)  # a rollback and a known-good block, a launch and a block
     if final is not None and final.verdict != "improved" and _near_miss(final, r.bench):
-        if time.monotonic() + pair > r.deadline:
+        if time.monotonic() + pair > r.deadline or not r.restarts_left(3):
             record.comparison = {**record.comparison, **_comparison_dict(final)}
+            left = "no time" if r.restarts_left(3) else "no restarts"
             return await _reject(
-                r, record, f"not established over two launches: {final.summary}; no time left for a third"
+                r, record, f"not established over two launches: {final.summary}; {left} left for a third"
             )
         third = await _third_launch(r, record, new_text, (before, cand, after, confirm))
         if third is None:
@@ -305,8 +306,9 @@ async def _commit(r: Any, record: TrialRecord, final: Any, launches: list[list[A
 def _clear_win(r: Any, first: Any, before: list[Any]) -> bool:
     """An A/B win no drift or launch can explain: improved with the interval's low end at least
     twice the minimum effect at a judged level, and known-good measured as it measured before (the
-    launch that just won, or a block that agrees with an earlier block of known-good; the first
-    block of a run has nothing to agree with). Keeping it at once saves the rollback and the second
+    launch that just won, or a block within the minimum effect of the latest earlier block of
+    known-good and not significantly apart from it; the first block of a run has nothing to agree
+    with). Keeping it at once saves the rollback and the second
     launch (two restarts); anything less clear goes through A/B/A."""
     b = r.bench
     judged = first.per_level if first.rule == "pareto" else [first.overall]
@@ -315,12 +317,14 @@ def _clear_win(r: Any, first: Any, before: list[Any]) -> bool:
         return False
     if before is r.best_reps:
         return True
-    others = [s for block in r.known_good_blocks if block is not before for s in block]
-    if not others:
+    earlier = [block for block in r.known_good_blocks if block is not before]
+    if not earlier:
         return False
-    aa = _cmp(r, others, before, None)  # known-good now against known-good earlier
+    aa = _cmp(r, earlier[-1], before, None)  # known-good now against its latest block before
     return all(
-        i.ci_low is not None and i.ci_low <= 1 <= (i.ci_high or 0) for i in [*aa.per_level, aa.overall]
+        abs(i.ratio - 1) < b.min_effect and (i.ci_low or 0) <= 1 <= (i.ci_high or 0)
+        for i in [*aa.per_level, aa.overall]
+        if i.ratio is not None
     )
 
 

@@ -30,7 +30,8 @@ RULE = (
     "estimate comes within a quarter of the minimum effect without being established, is deployed "
     "again; it is kept only if its probe passes and both of its launches against both known-good "
     "launches show the gain; one that still comes within a quarter of the minimum effect gets a third "
-    "launch of each side, and all three decide."
+    "launch of each side, and all three decide. A clear win at the A/B look (the interval's low end "
+    "at twice the minimum effect, known-good measuring as it did before) is kept on its one launch."
 )
 
 
@@ -128,9 +129,16 @@ def explain_run(result: Any, deps: Any, runner: Any, opts: Any, config: Any) -> 
         reps=bench.reps, cap=cap, min_effect=bench.min_effect, tolerance=bench.regress_tolerance
     )
     spent = runner is not None and runner.exhausted is not None
+    restarts = (
+        f"; {runner.restarts} of {runner.max_restarts} restarts (--max-restarts; default one per lever "
+        "that could be tried here)"
+        if runner is not None and runner.max_restarts is not None
+        else ""
+    )
     result.budget = (
         f"{opts.max_wall_minutes:g} min wall-time budget (--max-minutes; the simulated deployment's "
         f"default is 10), {result.seconds / 60:.1f} min used"
+        + restarts
         + (f"; spent: {runner.exhausted}" if spent else "; not spent")
     )
     tried = {ch.flag for t in result.trials for ch in t.changes}

@@ -28,6 +28,8 @@ class RunOptions:
     model: str = "builtin"
     base_url: str | None = None
     max_trials: int = 12
+    max_restarts: int | None = None
+    """None: one per lever that could be tried here (half of trying each alone: deploy + rollback)."""
     max_wall_minutes: float = 240.0
     dry_run: bool = False
     allow_lossy: bool = False
@@ -137,6 +139,7 @@ async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
                     deployment, config, objective, baseline, candidates, ui,
                     allow_lossy=opts.allow_lossy, max_trials=opts.max_trials, deadline=deadline,
                 )  # fmt: skip
+                runner.max_restarts = restart_budget(opts.max_restarts, candidates)
             deps = PlannerDeps(
                 goal=opts.goal,
                 ctx=ctx,
@@ -160,6 +163,15 @@ async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
     finally:
         await transport.close()
     return result
+
+
+def restart_budget(given: int | None, candidates: list[Any]) -> int:
+    """The restarts a run may spend: `given`, else one per lever that could be tried here (not
+    already set, a flag of this version): half of a one-at-a-time grid, which deploys and rolls
+    back each."""
+    if given is not None:
+        return given
+    return sum(c.status not in ("already-set", "not-in-version") for c in candidates)
 
 
 def make_runner(

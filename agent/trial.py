@@ -164,6 +164,9 @@ class TrialRunner:
     """Flags known to change outputs (playbook lever or research verdict) → why; without
     `allow_lossy` a change of one is never deployed nor kept, whatever the probe says."""
     max_trials: int = 12
+    max_restarts: int | None = None
+    """Restarts trials may spend in all (None: no limit). A trial starts only if its A/B/A, a
+    second launch and the rollback after it fit (four); a third launch needs three more."""
     deadline: float = float("inf")
     """`time.monotonic()` after which no new trial starts."""
     max_reps: int = 0
@@ -216,9 +219,15 @@ class TrialRunner:
             return f"trials stopped: {self.halted}"
         if len(self.trials) >= self.max_trials:
             return f"trial budget spent ({self.max_trials} trials)"
+        if not self.restarts_left(4):
+            return f"restart budget spent ({self.restarts} of {self.max_restarts}; a trial may need 4)"
         if time.monotonic() + self.trial_estimate() + reserve > self.deadline:
             return "wall-time budget spent"
         return None
+
+    def restarts_left(self, n: int) -> bool:
+        """Whether `n` more restarts fit the restart budget."""
+        return self.max_restarts is None or self.restarts + n <= self.max_restarts
 
     def lossy_reason(self, changes: list[TrialChange]) -> str | None:
         """Why `changes` are known to be lossy (None when none is), from `lossy`."""

@@ -71,7 +71,12 @@ class Launches:
 
 
 def trial(
-    monkeypatch: pytest.MonkeyPatch, launches: Launches, *, won: bool = False, earlier: float | None = None
+    monkeypatch: pytest.MonkeyPatch,
+    launches: Launches,
+    *,
+    won: bool = False,
+    earlier: float | None = None,
+    max_restarts: int | None = None,
 ) -> tuple[TrialRunner, object]:
     """One trial of a candidate; `won`: the known-good launch running is the one that won the
     previous trial (its block is the runner's reference and best); `earlier`: known-good was
@@ -91,6 +96,7 @@ def trial(
         deployment=launches, endpoint="http://127.0.0.1:9", bench=BenchConfig(),
         objective=objective_from_goal("improve throughput"), baseline=Baseline(reps=[], probe=None, text=UNIT),
     )  # fmt: skip
+    runner.max_restarts = max_restarts
     if won:
         runner.reference = runner.best_reps = launches.block()
     if earlier is not None:
@@ -171,3 +177,19 @@ def test_a_clear_looking_win_goes_through_a_b_a_when_known_good_measured_low_or_
     alone = Launches(a=[1.0, 1.0], b=[1.10, 1.10])
     _, record = trial(monkeypatch, alone)
     assert alone.events == ["deploy", "rollback", "deploy", "commit"] and record.decision == "kept"
+
+
+def test_the_restart_budget_bounds_a_trial_and_its_third_launch(monkeypatch):
+    from agent.trial import BudgetExhausted
+
+    # the near miss of the first test, with restarts for A/B/A, a second launch and its rollback
+    # only: no third launch, rolled back after four restarts
+    launches = Launches(a=[1.0, 1.0, 0.998], b=[1.02, 1.016])
+    runner, record = trial(monkeypatch, launches, max_restarts=4)
+    assert launches.events == ["deploy", "rollback", "deploy", "rollback"]
+    assert "no restarts left for a third" in record.why and runner.restarts == 4
+    # three restarts left: a trial that may need four does not start, and the target is untouched
+    untouched = Launches(a=[1.0], b=[1.1])
+    with pytest.raises(BudgetExhausted, match="restart budget spent"):
+        trial(monkeypatch, untouched, max_restarts=3)
+    assert untouched.events == []

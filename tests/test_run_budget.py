@@ -30,3 +30,21 @@ def test_config_file_accepts_max_minutes(tmp_path):
 def test_non_positive_max_minutes_is_bad_usage():
     result = CliRunner().invoke(app, ["run", "--max-minutes", "0"])
     assert result.exit_code == 2 and "--max-minutes must be more than 0" in result.output
+
+
+def test_restart_budget_given_else_one_per_lever_that_could_be_tried(tmp_path):
+    import tomllib
+    from types import SimpleNamespace
+
+    from agent.session import restart_budget
+    from tools.config import AgentConfig
+
+    levers = [
+        SimpleNamespace(status=s)
+        for s in ("candidate", "no-op", "already-set", "not-in-version", "candidate")
+    ]
+    assert restart_budget(None, levers) == 3  # half of deploying and rolling back each of the three
+    assert restart_budget(7, levers) == 7
+    assert AgentConfig.model_validate(tomllib.loads("max_restarts = 9\n")).max_restarts == 9
+    result = CliRunner().invoke(app, ["run", "--max-restarts", "-1"])
+    assert result.exit_code == 2 and "--max-restarts must be 0 or more" in result.output

@@ -60,6 +60,12 @@ def run(
     model: str | None = typer.Option(None, "--model", help="pydantic-ai model name, or 'builtin'."),
     base_url: str | None = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint for the model."),
     max_trials: int | None = typer.Option(None, "--max-trials", help="At most this many trials."),
+    max_restarts: int | None = typer.Option(
+        None,
+        "--max-restarts",
+        help="Restarts trials may spend (default: optagent.toml's agent.max_restarts, else one per "
+        "lever that could be tried here).",
+    ),
     max_minutes: float | None = typer.Option(
         None,
         "--max-minutes",
@@ -82,6 +88,8 @@ def run(
 
     if max_trials is not None and max_trials < 0:
         fail("--max-trials must be 0 or more", code=2)
+    if max_restarts is not None and max_restarts < 0:
+        fail("--max-restarts must be 0 or more", code=2)
     if max_minutes is not None and not max_minutes > 0:
         fail("--max-minutes must be more than 0", code=2)
     cfg = get_config(config)
@@ -104,6 +112,7 @@ def run(
         model=name,
         base_url=url,
         max_trials=cfg.agent.max_trials if max_trials is None else max_trials,
+        max_restarts=cfg.agent.max_restarts if max_restarts is None else max_restarts,
         max_wall_minutes=wall,
         dry_run=dry_run,
         allow_lossy=allow_lossy or cfg.agent.allow_lossy,
