@@ -186,7 +186,7 @@ async def run_paired(r: Any, record: TrialRecord, new_text: str) -> None:
     if first.clear_no and before is not r.best_reps:
         record.comparison = _comparison_dict(first)
         return await _reject(r, record, f"stopped after {len(cand)} repetitions: {first.summary}")
-    if _clear_win(r, first, before) and not (refusal := r._lossy_refusal(record.changes)):
+    if _clear_win(r, first, before) and not r._lossy_refusal(record.changes):
         record.comparison = {
             **_comparison_dict(first),
             "ab_only": {"verdict": first.verdict, "ratio": first.ratio},
@@ -308,8 +308,8 @@ def _clear_win(r: Any, first: Any, before: list[Any]) -> bool:
     twice the minimum effect at a judged level, and known-good measured as it measured before (the
     launch that just won, or a block within the minimum effect of the latest earlier block of
     known-good and not significantly apart from it; the first block of a run has nothing to agree
-    with). Keeping it at once saves the rollback and the second
-    launch (two restarts); anything less clear goes through A/B/A."""
+    with). Keeping it at once saves the rollback and the second launch (two restarts); anything
+    less clear goes through A/B/A."""
     b = r.bench
     judged = first.per_level if first.rule == "pareto" else [first.overall]
     clear = any(i.ci_low is not None and i.ci_low >= 1 + 2 * b.min_effect for i in judged)

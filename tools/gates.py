@@ -20,6 +20,7 @@ no caller gate then. Calls into libraries outside the tree count as work.
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from typing import Any
 
 from tools.flag_index import FlagIndex
@@ -176,15 +177,13 @@ def _override_one(
     sets = f"sets {dest} = {text} at {ov.location}"
     without = {**{d: defaults.get(d) for d in flag}, dest: user}
     open_pass, failing = "", ""
-    for path, qual, line in index.overrides.get(dest, []):
-        func = index.func(path, qual)
-        ex = next((e for e in func.exits if e.line == line), None) if func else None
-        if ex is None or (path, line) == (ov.path, ov.line):
+    for location, func, ex in _passes(index, dest):
+        if location == ov.location:
             continue
         env = env_of(index, func, facts, without, {})
         o = evaluate_all(ex.guards, env)
         other = evaluate(ex.values[ex.sets.index(dest)], env).value
-        where = f"{qual} at {path}:{line}"
+        where = f"{func.qual} at {location}"
         if o.truth is False:
             failing = failing or f"{where} does not fire: {', '.join(o.used) or 'its condition fails'}"
         elif o.truth and UNKNOWN not in (other, value) and other != value:
@@ -215,15 +214,20 @@ def overridden(
     hold with the flag set replaces it (`return {"dest": v}`) with `v`, the value the server runs
     with now. (location, function, why); None when no pass does (or it is open)."""
     running = facts.get(f"server.{dest}", UNKNOWN)
-    for path, qual, line in index.overrides.get(dest, []) if running is not UNKNOWN else []:
-        func = index.func(path, qual)
-        ex = next((e for e in func.exits if e.line == line), None) if func else None
-        if ex is None:
-            continue
+    for location, func, ex in _passes(index, dest) if running is not UNKNOWN else []:
         env = env_of(index, func, facts, flag, {})
         o = evaluate_all(ex.guards, env)
         value = evaluate(ex.values[ex.sets.index(dest)], env).value
         if o.truth is True and value is not UNKNOWN and value == running != flag.get(dest):
             held = f" ({', '.join(o.used)})" if o.used else ""
-            return f"{path}:{line}", qual, f"sets {dest} back to {value!r}, its value now{held}"
+            return location, func.qual, f"sets {dest} back to {value!r}, its value now{held}"
     return None
+
+
+def _passes(index: FlagIndex, dest: str) -> Iterator[tuple[str, Func, Any]]:
+    """Every resolution pass that returns `dest`: (`path:line`, its function, its override exit)."""
+    for path, qual, line in index.overrides.get(dest, []):
+        func = index.func(path, qual)
+        ex = next((e for e in func.exits if e.line == line), None) if func else None
+        if func is not None and ex is not None:
+            yield f"{path}:{line}", func, ex
