@@ -168,10 +168,13 @@ async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
 def restart_budget(given: int | None, candidates: list[Any]) -> int:
     """The restarts a run may spend: `given`, else one per lever that could be tried here (not
     already set, a flag of this version): half of a one-at-a-time grid, which deploys and rolls
-    back each."""
+    back each; at least two trials' worth (a short playbook)."""
+    from agent.trial import TRIAL_RESTARTS
+
     if given is not None:
         return given
-    return sum(c.status not in ("already-set", "not-in-version") for c in candidates)
+    levers = sum(c.status not in ("already-set", "not-in-version") for c in candidates)
+    return max(levers, 2 * TRIAL_RESTARTS)
 
 
 def make_runner(

@@ -19,6 +19,9 @@ from pydantic import BaseModel, Field
 from tools.config import BenchConfig
 
 EventFn = Callable[[str, dict[str, Any]], None]
+TRIAL_RESTARTS = 4
+"""Restarts one trial may need without a third launch: A/B/A (deploy, rollback), a second launch
+and the rollback after it."""
 
 
 class BudgetExhausted(Exception):
@@ -219,8 +222,8 @@ class TrialRunner:
             return f"trials stopped: {self.halted}"
         if len(self.trials) >= self.max_trials:
             return f"trial budget spent ({self.max_trials} trials)"
-        if not self.restarts_left(4):
-            return f"restart budget spent ({self.restarts} of {self.max_restarts}; a trial may need 4)"
+        if not self.restarts_left(TRIAL_RESTARTS):
+            return f"restart budget spent ({self.restarts} of {self.max_restarts}; a trial may need {TRIAL_RESTARTS})"
         if time.monotonic() + self.trial_estimate() + reserve > self.deadline:
             return "wall-time budget spent"
         return None

@@ -39,11 +39,10 @@ def test_restart_budget_given_else_one_per_lever_that_could_be_tried(tmp_path):
     from agent.session import restart_budget
     from tools.config import AgentConfig
 
-    levers = [
-        SimpleNamespace(status=s)
-        for s in ("candidate", "no-op", "already-set", "not-in-version", "candidate")
-    ]
-    assert restart_budget(None, levers) == 3  # half of deploying and rolling back each of the three
+    statuses = ["candidate", "no-op", "already-set", "not-in-version", "candidate", "incompatible"] * 3
+    levers = [SimpleNamespace(status=s) for s in statuses]
+    assert restart_budget(None, levers) == 12  # half of deploying and rolling back each of the twelve
+    assert restart_budget(None, levers[:6]) == 8  # a short playbook: two trials' worth
     assert restart_budget(7, levers) == 7
     assert AgentConfig.model_validate(tomllib.loads("max_restarts = 9\n")).max_restarts == 9
     result = CliRunner().invoke(app, ["run", "--max-restarts", "-1"])

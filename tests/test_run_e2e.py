@@ -122,7 +122,8 @@ def _run(config, tmp_path: Path, playbook: str | None = None, goal: str = "impro
     if playbook is not None:
         path = tmp_path / "playbook.toml"
         path.write_text(playbook)
-    options = RunOptions(goal=goal, playbook=path, **opts)
+    # these runs are about verdicts and trials, not the restart budget (tests/test_run_budget.py)
+    options = RunOptions(goal=goal, playbook=path, **{"max_restarts": 40, **opts})
     try:
         result = asyncio.run(run_session(config, options, ui))
     finally:
