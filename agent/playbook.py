@@ -146,3 +146,10 @@ def evaluate(
             )
         )
     return out
+
+
+def grid_size(levers: list[Lever], facts: dict[str, Any], catalog: dict[str, Any] | None = None) -> int:
+    """Levers a one-at-a-time grid would deploy here (and roll back): every lever that is a flag of
+    this version and not set already, whatever the server's state makes of it."""
+    every = evaluate([lv.model_copy(update={"state": []}) for lv in levers], facts, catalog)
+    return sum(c.status in ("candidate", "no-op", "incompatible") for c in every)

@@ -131,7 +131,7 @@ def explain_run(result: Any, deps: Any, runner: Any, opts: Any, config: Any) -> 
     spent = runner is not None and runner.exhausted is not None
     restarts = (
         f"; {runner.restarts} of {runner.max_restarts} restarts (--max-restarts; default one per lever "
-        "that could be tried here, at least 8)"
+        "of the playbook not set already, at least 8)"
         if runner is not None and runner.max_restarts is not None
         else ""
     )

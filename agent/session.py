@@ -29,7 +29,7 @@ class RunOptions:
     base_url: str | None = None
     max_trials: int = 12
     max_restarts: int | None = None
-    """None: one per lever that could be tried here (half of trying each alone: deploy + rollback)."""
+    """None: half of trying each playbook lever alone (`restart_budget`)."""
     max_wall_minutes: float = 240.0
     dry_run: bool = False
     allow_lossy: bool = False
@@ -102,7 +102,7 @@ async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
     from agent.context import gather_context
     from agent.models import make_models
     from agent.planner import PlannerDeps, build_planner
-    from agent.playbook import PLAYBOOK_PATH, evaluate, load_playbook
+    from agent.playbook import PLAYBOOK_PATH, evaluate, grid_size, load_playbook
     from agent.report import explain_run
     from agent.researcher import build_researcher
     from agent.resolved import drop_pointless
@@ -125,10 +125,8 @@ async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
             )
             ui.record("context", {**ctx.summary(), "facts": ctx.facts})
             _show_context(ui, ctx)
-            candidates = drop_pointless(
-                evaluate(load_playbook(opts.playbook or PLAYBOOK_PATH), ctx.facts, ctx.catalog or None),
-                ctx.resolved_args,
-            )
+            playbook = load_playbook(opts.playbook or PLAYBOOK_PATH)
+            candidates = drop_pointless(evaluate(playbook, ctx.facts, ctx.catalog or None), ctx.resolved_args)
             ui.step("baseline")
             text = Path(target.local_unit).read_text()
             baseline, bench_s = await measure_baseline(ui, target.endpoint, config.bench, text)
@@ -139,7 +137,8 @@ async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
                     deployment, config, objective, baseline, candidates, ui,
                     allow_lossy=opts.allow_lossy, max_trials=opts.max_trials, deadline=deadline,
                 )  # fmt: skip
-                runner.max_restarts = restart_budget(opts.max_restarts, candidates)
+                grid = grid_size(playbook, ctx.facts, ctx.catalog or None)
+                runner.max_restarts = restart_budget(opts.max_restarts, grid)
             deps = PlannerDeps(
                 goal=opts.goal,
                 ctx=ctx,
@@ -165,16 +164,12 @@ async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
     return result
 
 
-def restart_budget(given: int | None, candidates: list[Any]) -> int:
-    """The restarts a run may spend: `given`, else one per lever that could be tried here (not
-    already set, a flag of this version): half of a one-at-a-time grid, which deploys and rolls
-    back each; at least two trials' worth (a short playbook)."""
+def restart_budget(given: int | None, grid: int) -> int:
+    """The restarts a run may spend: `given`, else half of what a one-at-a-time grid of `grid`
+    levers costs (deploy and roll back each: one per lever), at least two trials' worth."""
     from agent.trial import TRIAL_RESTARTS
 
-    if given is not None:
-        return given
-    levers = sum(c.status not in ("already-set", "not-in-version") for c in candidates)
-    return max(levers, 2 * TRIAL_RESTARTS)
+    return given if given is not None else max(grid, 2 * TRIAL_RESTARTS)
 
 
 def make_runner(

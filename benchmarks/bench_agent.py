@@ -46,7 +46,7 @@ from rich.console import Console
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent.playbook import evaluate, load_playbook  # noqa: E402
+from agent.playbook import evaluate, grid_size, load_playbook  # noqa: E402
 from sim import host  # noqa: E402
 from sim.scenario import SCENARIO_DIR  # noqa: E402
 
@@ -266,8 +266,7 @@ def scenario_row(name: str, scale: float, minutes: float) -> dict:
         k for k in result.kept if (a := alone.get(k)) and all(abs(a[c] / base[c] - 1) < 0.005 for c in LEVELS)
     ]
     # the grid tries every lever not set already, including those the run rules out by the state
-    every = evaluate([lv.model_copy(update={"state": []}) for lv in load_playbook()], facts, sim_catalog())
-    grid = 2 * sum(c.status in ("candidate", "no-op", "incompatible") for c in every)
+    grid = 2 * grid_size(load_playbook(), facts, sim_catalog())
     live = _measured_gains(
         name, scale, {"base": [], "all": best["all"][1], "rule": best["rule"][1], "kept": result.kept}
     )

@@ -32,18 +32,23 @@ def test_non_positive_max_minutes_is_bad_usage():
     assert result.exit_code == 2 and "--max-minutes must be more than 0" in result.output
 
 
-def test_restart_budget_given_else_one_per_lever_that_could_be_tried(tmp_path):
+def test_restart_budget_given_else_half_a_one_at_a_time_grid():
     import tomllib
-    from types import SimpleNamespace
 
+    from agent.playbook import PLAYBOOK_PATH, grid_size, load_playbook
     from agent.session import restart_budget
     from tools.config import AgentConfig
 
-    statuses = ["candidate", "no-op", "already-set", "not-in-version", "candidate", "incompatible"] * 3
-    levers = [SimpleNamespace(status=s) for s in statuses]
-    assert restart_budget(None, levers) == 12  # half of deploying and rolling back each of the twelve
-    assert restart_budget(None, levers[:6]) == 8  # a short playbook: two trials' worth
-    assert restart_budget(7, levers) == 7
+    playbook = load_playbook(PLAYBOOK_PATH)
+    facts = {"server.tp_size": 2, "gpu.sm": 90, "model.is_moe": True, "model.experts_per_tok": 8}
+    levers = grid_size(playbook, facts)
+    assert 8 < levers <= len(playbook)
+    # a lever set already is not in the grid
+    flag = playbook[0].flag.lstrip("-").replace("-", "_")
+    assert grid_size(playbook, {**facts, f"flag.{flag}": playbook[0].value or True}) == levers - 1
+    assert restart_budget(None, levers) == levers  # half of deploying and rolling back each
+    assert restart_budget(None, 3) == 8  # a short playbook: two trials' worth
+    assert restart_budget(5, levers) == 5
     assert AgentConfig.model_validate(tomllib.loads("max_restarts = 9\n")).max_restarts == 9
     result = CliRunner().invoke(app, ["run", "--max-restarts", "-1"])
     assert result.exit_code == 2 and "--max-restarts must be 0 or more" in result.output

@@ -100,8 +100,8 @@ class AgentConfig(_Strict):
     base_url: str | None = None
     max_trials: int = Field(12, ge=0)
     max_restarts: int | None = Field(None, ge=0)
-    """Restarts of the target a run may spend on trials (None: one per lever the playbook proposes
-    for this deployment, half of trying each alone; `--max-restarts` overrides it)."""
+    """Restarts of the target a run may spend on trials (None: one per lever of the playbook not set
+    already, half of trying each alone, at least 8; `--max-restarts` overrides it)."""
     max_wall_minutes: float = Field(240.0, gt=0)
     max_minutes: float | None = Field(None, gt=0)
     """Wall-time budget of `optagent run` in minutes (overrides max_wall_minutes when set;
