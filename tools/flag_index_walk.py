@@ -3,8 +3,9 @@
 Every fact is kept as source text plus line numbers (cheap to pickle, re-parsed only when a guard is
 evaluated). Guards are the conditions a statement runs under inside its function: enclosing
 `if`/`while` tests (negated in `else`), and the negation of every earlier `if c: return|raise` in
-the same block (an early exit). Exits are `raise`, failing `assert` and guarded fallbacks (a
-warning followed by `return`, or a warning that switches a setting off).
+the same block (an early exit). Exits are `raise`, failing `assert`, guarded fallbacks (a
+warning followed by `return`, or a warning that switches a setting off) and overrides (a guarded
+`return {"dest": value}` of an argument-resolution pass).
 """
 
 from __future__ import annotations

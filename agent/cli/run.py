@@ -64,7 +64,7 @@ def run(
         None,
         "--max-restarts",
         help="Restarts trials may spend (default: optagent.toml's agent.max_restarts, else one per "
-        "lever that could be tried here).",
+        "playbook lever not set already, at least 8).",
     ),
     max_minutes: float | None = typer.Option(
         None,
