@@ -275,5 +275,12 @@ def test_dense_h100_run_reaches_other_conclusions(tmp_path, sglang_0523):
     for t in result.trials:
         if t.number > first_keep and t.deployed:
             assert "--max-running-requests" in {c.flag for c in t.full_changes()}
-    # A/B/A: the candidate sat between two known-good blocks, and the keep was confirmed on a relaunch
-    assert {"before", "candidate", "after", "confirm"} <= set(kept.blocks)
+    # A/B/A: the candidate sat between two known-good blocks, and the keep was confirmed on a
+    # relaunch; or a clear win (+4% at the low end) was kept on its one launch, known-good having
+    # measured as it did before
+    one_launch = set(kept.blocks) == {"before", "candidate"} and "clear win" in kept.why
+    assert {"before", "candidate", "after", "confirm"} <= set(kept.blocks) or (
+        one_launch and kept.restarts == 1
+    )
+    if one_launch:  # the goal names c=64: its objective is the judged interval
+        assert kept.comparison["overall"]["ci_low"] >= 1.04
