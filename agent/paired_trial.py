@@ -43,10 +43,15 @@ def _cmp(
     )  # fmt: skip
 
 
+def _judged(cmp: Any) -> list[Any]:
+    """The intervals the rule decides on: each level (Pareto), else the goal's objective."""
+    return cmp.per_level if cmp.rule == "pareto" else [cmp.overall]
+
+
 def _open_levels(cmp: Any, bench: Any) -> tuple[list[Any], list[Any]]:
     """(levels that could still win, levels whose estimate is below the tolerance without being
     significantly worse: they block a win until sharper numbers say otherwise)."""
-    judged = cmp.per_level if cmp.rule == "pareto" else [cmp.overall]
+    judged = _judged(cmp)
     could_win = [i for i in judged if i.ratio is not None and i.ratio >= 1 + bench.min_effect / 2]
     blocking = [
         i
@@ -72,7 +77,7 @@ def _looks_like_a_winner(cmp: Any, bench: Any) -> bool:
     candidate (and its repetitions) can decide. A level below the tolerance that is not
     significantly worse is noise until more numbers say otherwise. Asking the full minimum effect
     of one launch lost a true +3% change at this gate one time in five (bench_rule_power.py)."""
-    judged = cmp.per_level if cmp.rule == "pareto" else [cmp.overall]
+    judged = _judged(cmp)
     near = any(i.ratio is not None and i.ratio >= 1 + 0.75 * bench.min_effect for i in judged)
     return bool(cmp.promising) and near and not cmp.significantly_worse
 
@@ -311,8 +316,7 @@ def _clear_win(r: Any, first: Any, before: list[Any]) -> bool:
     with). Keeping it at once saves the rollback and the second launch (two restarts); anything
     less clear goes through A/B/A."""
     b = r.bench
-    judged = first.per_level if first.rule == "pareto" else [first.overall]
-    clear = any(i.ci_low is not None and i.ci_low >= 1 + 2 * b.min_effect for i in judged)
+    clear = any(i.ci_low is not None and i.ci_low >= 1 + 2 * b.min_effect for i in _judged(first))
     if first.verdict != "improved" or not clear or first.significantly_worse:
         return False
     if before is r.best_reps:

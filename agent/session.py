@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.trial import Baseline, TrialRunner, lossy_flags, mean_throughput
+from agent.trial import TRIAL_RESTARTS, Baseline, TrialRunner, lossy_flags, mean_throughput
 from agent.ui import RunUI
 
 
@@ -167,8 +167,6 @@ async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
 def restart_budget(given: int | None, grid: int) -> int:
     """The restarts a run may spend: `given`, else half of what a one-at-a-time grid of `grid`
     levers costs (deploy and roll back each: one per lever), at least two trials' worth."""
-    from agent.trial import TRIAL_RESTARTS
-
     return given if given is not None else max(grid, 2 * TRIAL_RESTARTS)
 
 
