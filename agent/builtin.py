@@ -13,7 +13,7 @@ from typing import Any
 
 from agent.builtin_conclusion import conclusion
 from agent.builtin_research import decide_verdict
-from agent.order import rank
+from agent.order import next_trials
 
 _FLAG = re.compile(r"--[A-Za-z0-9][\w-]*(?:\.[\w-]+)*")
 _ORDER = {"high": 0, "medium": 1, "low": 2}
@@ -141,14 +141,12 @@ def planner_policy(messages: list[Any], info: Any) -> Any:
     cands = next((c for n, c, _ in returns if n == "list_candidates"), None)
     if cands is None:
         return _response([_call("list_candidates", {})])
-    live = sorted(
-        (c for c in cands if c["status"] in _RESEARCHED),
-        key=lambda c: (c["lossy"], _ORDER.get(c["priority"], 3)),
-    )
+    live = _live(cands)
     verdicts = {
         c["flag"]: c for n, c, _ in returns if n == "research_flag" and isinstance(c, dict) and "verdict" in c
     }
     trials: dict[str, dict] = {}
+    tried: dict[str, list[dict]] = {}
     combined = None
     budget_out: str | None = None
     for name, content, args in returns:
@@ -164,6 +162,7 @@ def planner_policy(messages: list[Any], info: Any) -> Any:
             combined = content
         elif flags:
             trials["--" + flags[0].lstrip("-")] = content
+            tried.setdefault("--" + flags[0].lstrip("-"), []).append(content)
     extra = [
         {
             "id": "combine",
@@ -176,15 +175,10 @@ def planner_policy(messages: list[Any], info: Any) -> Any:
         todo = _todo(cands, verdicts, trials, extra)
         research = [_call("research_flag", {"flag": c["flag"]}) for c in live]
         return _response([_call("todo_write", {"items": todo}), *research])
-    # highest expected value per restart first (research certainty x plausible gain / restart cost)
-    ready = [
-        c
-        for c in rank(live, verdicts)
-        if c["flag"] not in trials
-        and _worth(verdicts.get(c["flag"]))
-        and not _lossy_blocked(c, verdicts.get(c["flag"]))
-    ]
-    nxt = None if budget_out else next(iter(ready), None)
+    # highest expected value per restart first (research certainty x plausible gain / restart cost);
+    # a near miss may get a second look, ranked by what was measured
+    queue = trial_queue(cands, verdicts, tried)
+    nxt, look = (None, "") if budget_out or not queue else queue[0]
     if nxt is not None:
         todo = _todo(cands, verdicts, trials, extra)
         for item in todo:
@@ -193,6 +187,8 @@ def planner_policy(messages: list[Any], info: Any) -> Any:
         change = {"flag": nxt["flag"], "value": nxt["value"], "action": nxt["action"]}
         v = verdicts[nxt["flag"]]
         reason = f"research: {v['verdict']} — {v['summary']}; playbook: {nxt['helps']}"
+        if nxt["flag"] in tried:  # a near miss: say what the first trial measured
+            reason = f"{look}: {tried[nxt['flag']][-1].get('why')}"
         args = {"changes": [change], "reason": reason}
         if v["verdict"] == "unknown":
             args["override_reason"] = (
@@ -222,8 +218,29 @@ def planner_policy(messages: list[Any], info: Any) -> Any:
         return _response([_call("todo_write", {"items": _todo(cands, verdicts, trials, extra)})])
     from pydantic_ai.messages import TextPart
 
-    untried = {c["flag"]: i + 1 for i, c in enumerate(ready)}
-    return _response([TextPart(conclusion(cands, verdicts, trials, combined, budget_out, untried))])
+    untried = {c["flag"]: i + 1 for i, (c, why) in enumerate(queue) if why == "untried"}
+    earlier = [t for ts in tried.values() for t in ts[:-1]]
+    return _response([TextPart(conclusion(cands, verdicts, trials, combined, budget_out, untried, earlier))])
+
+
+def _live(cands: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Candidates worth a code check, lossless first, then by the playbook's priority."""
+    return sorted(
+        (c for c in cands if c["status"] in _RESEARCHED),
+        key=lambda c: (c["lossy"], _ORDER.get(c["priority"], 3)),
+    )
+
+
+def trial_queue(
+    cands: list[dict[str, Any]], verdicts: dict[str, dict], tried: dict[str, list[dict]]
+) -> list[tuple[dict[str, Any], str]]:
+    """What the builtin planner trials next, best first: (candidate, why), see `agent.order`."""
+    worth = [
+        c
+        for c in _live(cands)
+        if _worth(verdicts.get(c["flag"])) and not _lossy_blocked(c, verdicts.get(c["flag"]))
+    ]
+    return next_trials(worth, verdicts, tried)
 
 
 def _worth(v: dict[str, Any] | None) -> bool:

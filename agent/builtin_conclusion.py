@@ -21,10 +21,13 @@ def conclusion(
     combined: dict[str, Any] | None,
     budget_out: str | None,
     untried: dict[str, int] | None = None,
+    earlier: list[dict[str, Any]] | None = None,
 ) -> str:
     """Markdown: what was kept with its numbers, what was rolled back and why, what was ruled out,
-    and which candidates were never tried and why (`untried`: flag -> rank by expected value)."""
-    all_trials = [*trials.values(), *([combined] if combined else [])]
+    and which candidates were never tried and why (`untried`: flag -> rank by expected value).
+    `trials`: each flag's latest trial; `earlier`: the first trials of flags given a second look."""
+    singles = sorted([*(earlier or []), *trials.values()], key=lambda t: t.get("trial") or 0)
+    all_trials = [*singles, *([combined] if combined else [])]
     kept = [t for t in all_trials if t.get("decision") == "kept"]
     best = kept[-1] if kept else None
     lines = ["## Conclusion", ""]

@@ -48,6 +48,12 @@ def _judged(cmp: Any) -> list[Any]:
     return cmp.per_level if cmp.rule == "pareto" else [cmp.overall]
 
 
+def _best_judged(cmp: Any) -> dict[str, Any]:
+    """The judged interval with the highest estimate (what a near miss may be worth)."""
+    best = max((i for i in _judged(cmp) if i.ratio is not None), key=lambda i: i.ratio)
+    return best.model_dump(include={"concurrency", "ratio", "ci_low", "ci_high", "launches_candidate"})
+
+
 def _open_levels(cmp: Any, bench: Any) -> tuple[list[Any], list[Any]]:
     """(levels that could still win, levels whose estimate is below the tolerance without being
     significantly worse: they block a win until sharper numbers say otherwise)."""
@@ -278,6 +284,7 @@ async def _second_launch(r: Any, record: TrialRecord, new_text: str, blocks: tup
         if time.monotonic() + pair > r.deadline or not r.restarts_left(3):
             record.comparison = {**record.comparison, **_comparison_dict(final)}
             left = "no time" if r.restarts_left(3) else "no restarts"
+            record.near_miss = _best_judged(final)
             return await _reject(
                 r, record, f"not established over two launches: {final.summary}; {left} left for a third"
             )
@@ -288,6 +295,8 @@ async def _second_launch(r: Any, record: TrialRecord, new_text: str, blocks: tup
         launches.append(block)
     if final is None or final.verdict != "improved":
         record.comparison = {**record.comparison, **(_comparison_dict(final) if final else {})}
+        if final is not None and _near_miss(final, r.bench):
+            record.near_miss = _best_judged(final)
         why = (
             f"not established over {len(launches)} launches: {final.summary}"
             if final

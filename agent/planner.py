@@ -121,6 +121,7 @@ def trial_result(deps: PlannerDeps, record: Any) -> dict[str, Any]:
         "ratio": (record.comparison or {}).get("ratio"),
         "restarts": record.restarts,
         "environment": record.environment,
+        "near_miss": record.near_miss,
         "halted": deps.runner.halted if deps.runner is not None else None,
     }
 

@@ -130,10 +130,16 @@ def launch_flags(name: str, changes: list[str]) -> list[str]:
 
 def noise_free(name: str, changes: list[str]) -> dict[int, float] | None:
     """Output tok/s per level of the scenario's baseline with `changes`; None when it cannot start."""
+    return levels_for_flags(name, launch_flags(name, changes))
+
+
+def levels_for_flags(name: str, flags: list[str]) -> dict[int, float] | None:
+    """Output tok/s per level of the scenario's model and GPUs launched with `flags` (noise-free);
+    None when it cannot start."""
     from sim.offline import plan_for, throughput_for_plan
 
     try:
-        scn, model, plan = plan_for(name, launch_flags(name, changes), replace_baseline=True)
+        scn, model, plan = plan_for(name, flags, replace_baseline=True)
         if plan.hangs_in_warmup:
             return None
         return {

@@ -123,6 +123,7 @@ def test_a_near_miss_that_its_third_launch_does_not_establish_is_rolled_back(mon
     runner, record = trial(monkeypatch, launches)
     assert launches.events[-2:] == ["deploy", "rollback"] and "commit" not in launches.events
     assert record.decision == "rolled_back" and "not established over 3 launches" in record.why
+    assert record.near_miss is None  # +1.2% over three launches: no longer near
     assert runner.deployed_text == UNIT
 
 
@@ -135,7 +136,7 @@ def test_only_a_near_miss_is_launched_a_third_time(monkeypatch):
     fading = Launches(a=[1.0, 1.0, 1.0], b=[1.022, 1.002])
     _, record = trial(monkeypatch, fading)
     assert fading.events == ["deploy", "rollback", "deploy", "rollback"]
-    assert "not established over 2 launches" in record.why
+    assert "not established over 2 launches" in record.why and record.near_miss is None
 
 
 def test_a_candidate_is_not_stopped_early_against_the_launch_that_just_won(monkeypatch):
@@ -188,6 +189,11 @@ def test_the_restart_budget_bounds_a_trial_and_its_third_launch(monkeypatch):
     runner, record = trial(monkeypatch, launches, max_restarts=4)
     assert launches.events == ["deploy", "rollback", "deploy", "rollback"]
     assert "no restarts left for a third" in record.why and runner.restarts == 4
+    # still a near miss: its best judged level (c=1, the least noisy, as all move together) is
+    # recorded for a second look later in the run
+    miss = record.near_miss
+    assert miss is not None and miss["launches_candidate"] == 2
+    assert 1.015 < miss["ratio"] < 1.02 and miss["ci_low"] < 1.02 < miss["ci_high"]
     # three restarts left: a trial that may need four does not start, and the target is untouched
     untouched = Launches(a=[1.0], b=[1.1])
     with pytest.raises(BudgetExhausted, match="restart budget spent"):
