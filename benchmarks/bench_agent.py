@@ -235,7 +235,7 @@ def oracle(
     return best, alone
 
 
-async def run_agent(config, tmp: Path, minutes: float):  # type: ignore[no-untyped-def]
+async def run_agent(config, tmp: Path, minutes: float, max_restarts: int | None = None):  # type: ignore[no-untyped-def]
     from agent.session import RunOptions, run_session
     from agent.transcript import Transcript
     from agent.ui import RunUI
@@ -247,7 +247,7 @@ async def run_agent(config, tmp: Path, minutes: float):  # type: ignore[no-untyp
         ui = RunUI(Console(file=out, width=140), transcript)
         try:
             return await run_session(
-                config, RunOptions(goal="improve throughput", max_wall_minutes=minutes), ui
+                config, RunOptions(goal="improve throughput", max_wall_minutes=minutes, max_restarts=max_restarts), ui
             )
         finally:
             transcript.close({"status": "bench"})

@@ -2,7 +2,8 @@
 one draw: a change of +2.5% is kept about two times in three, so one run says little about the
 policy. This replays the trial phase of a real run many times.
 
-From a run's transcript (`optagent run` or `bench_agent.py` on a simulated scenario) it takes the
+From a run's transcript (`optagent run` or `bench_agent.py` on the simulated scenario; by default a
+run with no restarts to spend, which gathers the facts and researches, takes ~1-2 min) it takes the
 facts, the playbook's candidates and the research verdicts; then, `--runs` times, the builtin
 planner's choice of the next trial (`agent.builtin.trial_queue`: expected value per restart, second
 looks at near misses) and the agent's own trial code (`TrialRunner`, `run_paired`: early stops,
@@ -14,7 +15,7 @@ time is not simulated: the restart budget is the only limit (as in `optagent run
 Prints the mean share of the oracle kept, how often a run reaches 90% of it, restarts, and how
 often a flag that changes nothing (noise-free effect below 0.5% at every level) was kept.
 
-    python benchmarks/bench_policy.py --transcript T.jsonl --scenario NAME [--runs 200] [--no-second-look]
+    python benchmarks/bench_policy.py [--scenario NAME]... [--transcript T.jsonl] [--runs 200] [--no-second-look]
 """
 
 from __future__ import annotations
@@ -24,14 +25,25 @@ import asyncio
 import math
 import random
 import shlex
+import shutil
 import sys
+import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_agent import LEVELS, levels_for_flags, objective, oracle, sim_catalog  # noqa: E402
+from bench_agent import (  # noqa: E402
+    LEVELS,
+    levels_for_flags,
+    objective,
+    oracle,
+    run_agent,
+    sim_catalog,
+    time_scale_for,
+    up,
+)
 
 import agent.paired_trial as pt  # noqa: E402
 from agent.builtin import trial_queue  # noqa: E402
@@ -39,6 +51,8 @@ from agent.playbook import evaluate, grid_size, load_playbook  # noqa: E402
 from agent.session import restart_budget  # noqa: E402
 from agent.transcript import load_transcript  # noqa: E402
 from agent.trial import Baseline, BudgetExhausted, TrialChange, TrialRunner  # noqa: E402
+from sim import host  # noqa: E402
+from sim.scenario import SCENARIO_DIR  # noqa: E402
 from tools.bench.objective import objective_from_goal  # noqa: E402
 from tools.bench.results import LevelResult, SweepResult  # noqa: E402
 from tools.config import BenchConfig  # noqa: E402
@@ -126,7 +140,7 @@ def one_run(
         return None
 
     pt.measure, pt._warm, pt._probe_ok = measure, nothing, nothing  # type: ignore[assignment]
-    bench = BenchConfig()
+    bench = BenchConfig(min_effect=args.min_effect)
     runner = TrialRunner(
         deployment=target, endpoint="http://sim", bench=bench, objective=objective_from_goal("improve throughput"),
         baseline=Baseline(reps=[target.sweep() for _ in range(bench.reps)], probe=None, text=unit),
@@ -148,17 +162,65 @@ def one_run(
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--transcript", required=True, help="a run's transcript (.jsonl) on that scenario")
-    ap.add_argument("--scenario", required=True)
+    ap.add_argument("--scenario", action="append", help="default: every shipped scenario")
+    ap.add_argument("--transcript", help="a run's transcript (.jsonl) on the one --scenario given")
+    ap.add_argument(
+        "--transcripts", type=Path, help="keep each scenario's research run here as NAME.jsonl and reuse it"
+    )
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--launch-sd", type=float, default=0.01, help="true restart spread (relative sd)")
     ap.add_argument("--rep-sd", type=float, default=0.004, help="relative sd of one repetition at a level")
+    ap.add_argument(
+        "--min-effect", type=float, default=BenchConfig().min_effect, help="the goal's minimum effect"
+    )
     ap.add_argument("--max-restarts", type=int, help="default: the run's default budget (half the grid)")
     ap.add_argument(
         "--no-second-look", dest="second_look", action="store_false", help="never try a near miss again"
     )
     args = ap.parse_args()
-    tx = load_transcript(Path(args.transcript))
+    names = args.scenario or sorted(p.stem for p in SCENARIO_DIR.glob("*.toml"))
+    if args.transcript and len(names) != 1:
+        ap.error("--transcript needs exactly one --scenario")
+    print(
+        f"{args.runs} replayed runs a scenario; restart spread {args.launch_sd:.1%}, repetition noise "
+        f"{args.rep_sd:.1%}; second looks {'on' if args.second_look else 'off'}"
+    )
+    print(
+        "| scenario | oracle | rule oracle | mean kept, % of oracle | runs >= 90% | restarts / budget | runs keeping a no-op |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    details = []
+    for name in names:
+        tx = load_transcript(
+            Path(args.transcript) if args.transcript else research_run(name, args.transcripts)
+        )
+        row, common = replay(name, tx, args)
+        print(row, flush=True)
+        details += [f"{name}: {count:.0%} of runs kept {kept}" for kept, count in common]
+    print("\nMost frequent outcomes (share of the oracle, set kept):")
+    print("\n".join(details))
+
+
+def research_run(name: str, keep: Path | None) -> Path:
+    """A run on the simulated scenario with no restart to spend: context, baseline, research (its
+    transcript; kept in and reused from `keep`)."""
+    if keep and (keep / f"{name}.jsonl").exists():
+        return keep / f"{name}.jsonl"
+    tmp = Path(tempfile.mkdtemp(prefix="bench-policy-"))
+    config = up(name, tmp, time_scale_for(name, 0.1, 4000.0))
+    try:
+        result = asyncio.run(run_agent(config, tmp, minutes=30, max_restarts=0))
+    finally:
+        host.down(tmp / "sim")
+    if keep:
+        keep.mkdir(parents=True, exist_ok=True)
+        shutil.copy(result.transcript, keep / f"{name}.jsonl")
+    return Path(result.transcript)
+
+
+def replay(name: str, tx, args) -> tuple[str, list[tuple[str, float]]]:  # type: ignore[no-untyped-def]
+    """The table row of `args.runs` replays of the trial phase of `tx`'s run, and its most
+    frequent outcomes."""
     facts = tx.events_of("context")[0]["data"]["facts"]
     resolved = evaluate(load_playbook(), facts, sim_catalog())
     cands = [
@@ -167,33 +229,31 @@ def main() -> None:
         for c in resolved
     ]  # fmt: skip
     verdicts = {e["data"]["flag"]: e["data"] for e in tx.events_of("verdict")}
-    unit = _unit(args.scenario)
+    unit = _unit(name)
     budget = args.max_restarts or restart_budget(None, grid_size(load_playbook(), facts, sim_catalog()))
-    base = truth(args.scenario, unit)
-    best, alone = oracle(args.scenario, resolved, base)
+    base = truth(name, unit)
+    best, alone = oracle(name, resolved, base)
     rng = random.Random(1)
-    shares, restarts, noop_runs, sets = [], [], 0, Counter()
+    shares, restarts, noop_runs, sets, noop_flags = [], [], 0, Counter(), Counter()
     for _ in range(args.runs):
-        kept, n = one_run(args.scenario, cands, verdicts, unit, budget, rng, args)
-        got = truth(args.scenario, _with(unit, resolved, kept)) or base
-        shares.append((objective(base, got) - 1) / (best["all"][0] - 1))
+        kept, n = one_run(name, cands, verdicts, unit, budget, rng, args)
+        got = truth(name, _with(unit, resolved, kept)) or base
+        share = (objective(base, got) - 1) / (best["all"][0] - 1) if best["all"][0] > 1.005 else 1.0
+        shares.append(share)
         restarts.append(n)
-        sets[f"{shares[-1]:.0%} {sorted(kept)}"] += 1
-        noop_runs += any(
-            (a := alone.get(k)) and all(abs(a[c] / base[c] - 1) < 0.005 for c in LEVELS) for k in kept
-        )
+        sets[f"{share:.0%} {sorted(kept)}"] += 1
+        noops = [
+            k for k in kept if (a := alone.get(k)) and all(abs(a[c] / base[c] - 1) < 0.005 for c in LEVELS)
+        ]
+        noop_runs += bool(noops)
+        noop_flags.update(noops)
     n = len(shares)
-    print(
-        f"{args.scenario}: oracle {best['all'][0] - 1:+.1%} {best['all'][1]}, rule oracle {best['rule'][0] - 1:+.1%}; "
-        f"{n} runs, budget {budget} restarts{' (no second look)' if not args.second_look else ''}"
+    row = (
+        f"| {name} | {best['all'][0] - 1:+.1%} | {best['rule'][0] - 1:+.1%} | {sum(shares) / n:.0%} "
+        f"| {sum(s >= 0.9 for s in shares) / n:.0%} | {sum(restarts) / n:.1f} / {budget} | {noop_runs / n:.1%} |"
     )
-    print(
-        f"  kept {sum(shares) / n:.0%} of the oracle on average; >= 90% in {sum(s >= 0.9 for s in shares) / n:.0%} "
-        f"of runs; restarts {sum(restarts) / n:.1f}; runs that kept a no-op {noop_runs / n:.1%}"
-    )
-
-    for kept, count in sets.most_common(4):
-        print(f"  {count / n:4.0%} of runs kept {kept}")
+    common = [(kept, count / n) for kept, count in sets.most_common(3)]
+    return row, common + [(f"the no-op {flag}", count / n) for flag, count in noop_flags.items()]
 
 
 def _unit(scenario: str) -> str:
