@@ -51,3 +51,67 @@ def test_a_near_miss_gets_one_second_look_ranked_by_its_measured_estimate():
 def test_a_malformed_near_miss_is_worth_nothing():
     assert second_look_value(cand("--a"), {"ratio": 1.03}) == 0.0
     assert second_look_value(cand("--a"), {"ratio": 1.03, "ci_low": 1.05, "ci_high": 1.01}) == 0.0
+
+
+def _history(cands: list[dict], verdicts: dict, trials: list[tuple[str, dict]]) -> list:
+    """The builtin planner's messages after list_candidates, the research and `trials` ((flag,
+    run_trial result) in order)."""
+    from pydantic_ai.messages import ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart, UserPromptPart
+
+    research = [ToolCallPart("todo_write", {"items": []}, tool_call_id="todo")]
+    research += [ToolCallPart("research_flag", {"flag": f}, tool_call_id=f) for f in verdicts]
+    returns = [ToolReturnPart("todo_write", "ok", tool_call_id="todo")]
+    returns += [ToolReturnPart("research_flag", v, tool_call_id=f) for f, v in verdicts.items()]
+    history = [
+        ModelRequest(parts=[UserPromptPart("go")]),
+        ModelResponse(parts=[ToolCallPart("list_candidates", {}, tool_call_id="c")]),
+        ModelRequest(parts=[ToolReturnPart("list_candidates", cands, tool_call_id="c")]),
+        ModelResponse(parts=research),
+        ModelRequest(parts=returns),
+    ]
+    for i, (flag, result) in enumerate(trials):
+        call = ToolCallPart("run_trial", {"changes": [{"flag": flag}], "reason": "r"}, tool_call_id=f"t{i}")
+        back = ToolReturnPart("run_trial", result, tool_call_id=f"t{i}")
+        history += [ModelResponse(parts=[call]), ModelRequest(parts=[back])]
+    return history
+
+
+def _calls(response) -> dict[str, dict]:  # type: ignore[no-untyped-def]
+    return {p.tool_name: p.args_as_dict() for p in response.parts if hasattr(p, "tool_name")}
+
+
+def test_the_builtin_planner_takes_a_second_look_once_and_reports_both_trials():
+    from pydantic_ai.messages import ModelRequest, ToolReturnPart
+
+    from agent.builtin import planner_policy
+
+    extra = {"note": "", "lossy": False, "helps": "h"}
+    cands = [{**cand("--a", "high"), **extra}, {**cand("--b", "low"), **extra}]
+    verdicts = {f: {"flag": f, "verdict": "applies", "summary": "read here"} for f in ("--a", "--b")}
+    miss = {"concurrency": 8, "ratio": 1.05, "ci_low": 1.01, "ci_high": 1.09, "launches_candidate": 2}
+    first = {
+        "trial": 1,
+        "changes": ["--a"],
+        "decision": "rolled_back",
+        "why": "not established",
+        "near_miss": miss,
+    }
+    other = {"trial": 2, "changes": ["--b"], "decision": "rolled_back", "why": "no_change", "near_miss": None}
+    run = _calls(planner_policy(_history(cands, verdicts, [("--a", first), ("--b", other)]), None))[
+        "run_trial"
+    ]
+    assert run["changes"][0]["flag"] == "--a"
+    assert run["reason"] == "second look at a near miss: not established"
+    # its second trial is not established either: no third look; the final todo, then the conclusion
+    again = {**first, "trial": 3, "why": "not established over 3 launches"}
+    history = _history(cands, verdicts, [("--a", first), ("--b", other), ("--a", again)])
+    todo = planner_policy(history, None)
+    assert set(_calls(todo)) == {"todo_write"}
+    history += [todo, ModelRequest(parts=[ToolReturnPart("todo_write", "ok", tool_call_id="final")])]
+    text = planner_policy(history, None).parts[0].content
+    trials = text.split("### Trials")[1].split("###")[0]
+    assert [line.split(":")[0] for line in trials.strip().splitlines()] == [
+        "- trial 1 --a",
+        "- trial 2 --b",
+        "- trial 3 --a",
+    ]
