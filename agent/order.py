@@ -53,12 +53,8 @@ def expected_value(candidate: dict[str, Any], verdict: Any) -> float:
     return sure * float(gain) / restart_cost(candidate)
 
 
-def rank(candidates: list[dict[str, Any]], verdicts: dict[str, Any]) -> list[dict[str, Any]]:
-    """`candidates` by expected value per restart, highest first (stable for equal values)."""
-    return sorted(candidates, key=lambda c: -expected_value(c, verdicts.get(c["flag"])))
-
-
 def restart_cost(candidate: dict[str, Any]) -> float:
+    """Restarts a trial of the candidate is worth (the playbook's `restart_cost`, else 2 for a slow start)."""
     return float(candidate.get("restart_cost") or (2.0 if candidate["flag"] in SLOW_START else 1.0))
 
 

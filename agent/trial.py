@@ -72,7 +72,8 @@ class TrialRecord(BaseModel):
     near_miss: dict[str, Any] | None = None
     """Rejected as not established although it still looked like a winner: its judged interval with
     the highest estimate (concurrency, ratio, ci_low, ci_high, launches_candidate). A second look
-    at it, on a later known-good configuration, may be worth its restarts (`agent.order`)."""
+    at it, on top of the known-good configuration of that moment, may be worth its restarts
+    (`agent.order.next_trials`)."""
     blocks: dict[str, int] = Field(default_factory=dict)
     """Repetitions measured: known-good before, candidate, known-good after, confirm (the second
     launch), and for a near miss after_second (known-good again) and third (the third launch)."""

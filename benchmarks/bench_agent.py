@@ -247,7 +247,9 @@ async def run_agent(config, tmp: Path, minutes: float, max_restarts: int | None 
         ui = RunUI(Console(file=out, width=140), transcript)
         try:
             return await run_session(
-                config, RunOptions(goal="improve throughput", max_wall_minutes=minutes, max_restarts=max_restarts), ui
+                config,
+                RunOptions(goal="improve throughput", max_wall_minutes=minutes, max_restarts=max_restarts),
+                ui,
             )
         finally:
             transcript.close({"status": "bench"})
