@@ -65,9 +65,9 @@ async def open_chat(
     from agent.context import gather_context
     from agent.models import make_models
     from agent.planner import PlannerDeps, build_planner
-    from agent.playbook import evaluate, load_playbook
+    from agent.playbook import evaluate, grid_size, load_playbook
     from agent.researcher import build_researcher
-    from agent.session import _preflight, make_runner, measure_baseline
+    from agent.session import _preflight, make_runner, measure_baseline, restart_budget
     from agent.trial import lossy_flags, mean_throughput
     from prompts import render
     from tools.bench.stats import objective_from_goal
@@ -93,9 +93,11 @@ async def open_chat(
             )
             objective = objective_from_goal(goal)
             candidates = evaluate(load_playbook(), ctx.facts, ctx.catalog or None)
+            grid = grid_size(load_playbook(), ctx.facts, ctx.catalog or None)
             runner = make_runner(
                 deployment, config, objective, baseline, candidates, ui,
                 allow_lossy=config.agent.allow_lossy, max_trials=config.agent.max_trials,
+                max_restarts=restart_budget(config.agent.max_restarts, grid),
             )  # fmt: skip
             deps = PlannerDeps(
                 goal=goal,

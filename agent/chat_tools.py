@@ -40,8 +40,9 @@ async def status_lines(deps: Any) -> list[str]:
         lines.append(f"health: unreachable ({type(e).__name__})")
     best = runner.best
     lines.append(f"deployed: {'baseline' if best is None else f'trial {best.number} ({best.headline()})'}")
+    of = "" if runner.max_restarts is None else f" of {runner.max_restarts}"
     lines.append(
-        f"trials: {len(runner.trials)}, restarts: {runner.restarts}, budget: {runner.budget_left() or 'available'}"
+        f"trials: {len(runner.trials)}, restarts: {runner.restarts}{of}, budget: {runner.budget_left() or 'available'}"
     )
     last = getattr(deps, "last_benchmark", None) or (best.levels if best else deps.baseline_levels)
     lines.append(f"last benchmark: {describe_levels(last)}")

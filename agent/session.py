@@ -133,12 +133,12 @@ async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
             objective = objective_from_goal(opts.goal)
             runner = None
             if not opts.dry_run:
+                grid = grid_size(playbook, ctx.facts, ctx.catalog or None)
                 runner = make_runner(
                     deployment, config, objective, baseline, candidates, ui,
                     allow_lossy=opts.allow_lossy, max_trials=opts.max_trials, deadline=deadline,
+                    max_restarts=restart_budget(opts.max_restarts, grid),
                 )  # fmt: skip
-                grid = grid_size(playbook, ctx.facts, ctx.catalog or None)
-                runner.max_restarts = restart_budget(opts.max_restarts, grid)
             deps = PlannerDeps(
                 goal=opts.goal,
                 ctx=ctx,
@@ -181,8 +181,10 @@ def make_runner(
     allow_lossy: bool,
     max_trials: int,
     deadline: float = float("inf"),
+    max_restarts: int | None = None,
 ) -> TrialRunner:
-    """The trial runner of a run or a chat: the playbook's lossy levers marked, every trial recorded."""
+    """The trial runner of a run or a chat: the playbook's lossy levers marked, every trial recorded,
+    `max_restarts` restarts to spend (see `restart_budget`)."""
     return TrialRunner(
         deployment=deployment,
         endpoint=config.target.endpoint,
@@ -192,6 +194,7 @@ def make_runner(
         allow_lossy=allow_lossy,
         lossy=lossy_flags(candidates),
         max_trials=max_trials,
+        max_restarts=max_restarts,
         deadline=deadline,
         on_event=lambda kind, data: ui.record(kind, data),
         on_progress=ui.bench_progress,  # a trial's benchmark is shown live, not a stale "waiting" bar

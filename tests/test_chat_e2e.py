@@ -4,6 +4,7 @@ real HTTP, the builtin model), then every `transcripts` subcommand on what they 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -81,6 +82,9 @@ def test_chat_research_keep_rollback_then_resume(deployment: Path) -> None:
     assert "-    --disable-cuda-graph" in log.replace(" \\", "")  # the diff shown before approval
     assert "trial 1" in log and ": kept" in log, log[-3000:]
     assert "deployed: trial 1" in log and "health: ok" in log
+    # the run's restart budget applies to a chat too (the sim's playbook grid: at least 8)
+    assert re.search(r"restarts: [1-3] of (\d+), budget: available", log), log[-3000:]
+    assert int(re.search(r"restarts: \d+ of (\d+)", log).group(1)) >= 8
     assert "rolled back trial 1 (unset --disable-cuda-graph); deployed now: baseline" in log
     assert "benchmark of the deployed configuration: c1:" in log
     assert "--disable-cuda-graph" in (d / "sim" / "sglang.service").read_text()  # back on the baseline
