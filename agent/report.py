@@ -31,7 +31,9 @@ RULE = (
     "again; it is kept only if its probe passes and both of its launches against both known-good "
     "launches show the gain; one that still comes within a quarter of the minimum effect gets a third "
     "launch of each side, and all three decide. A clear win at the A/B look (the interval's low end "
-    "at twice the minimum effect, known-good measuring as it did before) is kept on its one launch."
+    "at twice the minimum effect, known-good measuring as it did before) is kept on its one launch. "
+    "A candidate those launches leave within a quarter of the minimum effect may be tried once more "
+    "later in the run (a second look), ranked with the untried candidates by what it measured."
 )
 
 
