@@ -92,8 +92,9 @@ async def open_chat(
                 ui, target.endpoint, config.bench, Path(target.local_unit).read_text()
             )
             objective = objective_from_goal(goal)
-            candidates = evaluate(load_playbook(), ctx.facts, ctx.catalog or None)
-            grid = grid_size(load_playbook(), ctx.facts, ctx.catalog or None)
+            playbook = load_playbook()
+            candidates = evaluate(playbook, ctx.facts, ctx.catalog or None)
+            grid = grid_size(playbook, ctx.facts, ctx.catalog or None)
             runner = make_runner(
                 deployment, config, objective, baseline, candidates, ui,
                 allow_lossy=config.agent.allow_lossy, max_trials=config.agent.max_trials,

@@ -10,7 +10,8 @@ looks at near misses) and the agent's own trial code (`TrialRunner`, `run_paired
 A/B/A, second and third launches, the restart budget) run against simulated launches. A launch's
 true output rate per level is the noise-free model (`sim.offline`) of the configuration deployed,
 times a log-normal launch factor (the restart spread); each repetition adds its own noise. Wall
-time is not simulated: the restart budget is the only limit (as in `optagent run`'s default).
+time is not simulated: the restart budget is the only limit (against a real server a run has 240
+minutes; the simulated deployment's default of 10 would stop it earlier).
 
 Prints the mean share of the oracle kept, how often a run reaches 90% of it, restarts, and how
 often a flag that changes nothing (noise-free effect below 0.5% at every level) was kept.
