@@ -10,7 +10,7 @@ measured `--history` known-good launches (their spread is pooled with the declar
 gain of 0 gives the false-keep rate of a no-op; a true restart spread above the declared 1% shows
 what a wrong `bench.launch_noise` costs.
 
-    python benchmarks/bench_rule_power.py [--trials 1000] [--where c64|all] [--history 4] [--no-third]
+    python benchmarks/bench_rule_power.py [--trials 1000] [--where c64|all] [--history 4] [--no-third] [--step 0.04]
 """
 
 from __future__ import annotations
@@ -78,8 +78,16 @@ class Launches:
         return SweepResult(endpoint="http://sim", api="completions", levels=levels)
 
 
-def one_trial(rng: random.Random, gain: dict[int, float], launch_sd: float, rep_sd: float, history: int):  # type: ignore[no-untyped-def]
-    """(kept, restarts, candidate launches) of one trial after `history` known-good launches."""
+def one_trial(  # type: ignore[no-untyped-def]
+    rng: random.Random,
+    gain: dict[int, float],
+    launch_sd: float,
+    rep_sd: float,
+    history: int,
+    step: float = 0.0,
+):
+    """(kept, restarts, candidate launches) of one trial after `history` known-good launches, the
+    last of them (the block before the candidate) `step` slower than its launch."""
     target = Launches(rng, gain, launch_sd, rep_sd)
 
     async def measure(endpoint: str, bench: BenchConfig, *, more=None, max_reps: int, on_progress=None):  # type: ignore[no-untyped-def]
@@ -94,8 +102,10 @@ def one_trial(rng: random.Random, gain: dict[int, float], launch_sd: float, rep_
     pt.measure, pt._warm, pt._probe_ok = measure, nothing, nothing  # type: ignore[assignment]
     bench = BenchConfig()
     earlier = []
-    for _ in range(history):
+    for i in range(history):
         target.relaunch(False)
+        if i == history - 1:  # the block right before the candidate, measured under a load step
+            target.factor *= 1 - step
         earlier.append([target.sweep() for _ in range(bench.reps)])
     runner = TrialRunner(
         deployment=target, endpoint="http://sim", bench=bench,
@@ -115,13 +125,18 @@ def main() -> None:
     ap.add_argument("--rep-noise", type=float, default=0.006, help="relative sd of one repetition at a level")
     ap.add_argument("--history", type=int, default=4, help="known-good launches earlier in the run")
     ap.add_argument("--no-third", action="store_true", help="never a third launch (to see what it buys)")
+    ap.add_argument(
+        "--step", type=float, default=0.0,
+        help="a load step: the known-good block before the candidate measures this much slower (as "
+        "bench_agent's A/A trials inject with a CPU hog)",
+    )  # fmt: skip
     args = ap.parse_args()
     if args.no_third:
         pt._near_miss = lambda cmp, bench: False  # type: ignore[assignment]
     gains = (0.0, 0.02, 0.025, 0.03, 0.04, 0.05, 0.08)
     at = [64] if args.where == "c64" else list(LEVELS)
     print(
-        f"declared restart spread 1%, minimum effect 2%, gain at {', '.join(f'c={c}' for c in at)}, "
+        f"declared restart spread 1%, minimum effect 2%, load step {args.step:.0%}, gain at {', '.join(f'c={c}' for c in at)}, "
         f"{args.trials} trials a cell; keep rate / mean restarts / share with a third launch"
     )
     print("| true restart spread | " + " | ".join(f"true {g:+.1%}" for g in gains) + " |")
@@ -131,7 +146,10 @@ def main() -> None:
         for g in gains:
             rng = random.Random(1)
             gain = {c: math.log1p(g) for c in at}
-            runs = [one_trial(rng, gain, launch_sd, args.rep_noise, args.history) for _ in range(args.trials)]
+            runs = [
+                one_trial(rng, gain, launch_sd, args.rep_noise, args.history, args.step)
+                for _ in range(args.trials)
+            ]
             kept = sum(k for k, _, _ in runs) / len(runs)
             restarts = sum(r for _, r, _ in runs) / len(runs)
             third = sum(n == 3 for _, _, n in runs) / len(runs)
