@@ -45,8 +45,8 @@ from bench_agent import (  # noqa: E402
     time_scale_for,
     up,
 )
+from bench_rule_power import simulate_measurements  # noqa: E402
 
-import agent.paired_trial as pt  # noqa: E402
 from agent.builtin import trial_queue  # noqa: E402
 from agent.playbook import evaluate, grid_size, load_playbook  # noqa: E402
 from agent.session import restart_budget  # noqa: E402
@@ -131,16 +131,7 @@ def one_run(
     target = Target(scenario, rng, args.launch_sd, args.rep_sd, good=unit)
     target._launch(unit)
 
-    async def measure(endpoint: str, bench: BenchConfig, *, more=None, max_reps: int, on_progress=None):  # type: ignore[no-untyped-def]
-        reps = [target.sweep() for _ in range(bench.reps)]
-        while more is not None and len(reps) < max_reps and more(reps):
-            reps.append(target.sweep())
-        return reps
-
-    async def nothing(*a: object) -> None:
-        return None
-
-    pt.measure, pt._warm, pt._probe_ok = measure, nothing, nothing  # type: ignore[assignment]
+    simulate_measurements(target.sweep)
     bench = BenchConfig(min_effect=args.min_effect)
     runner = TrialRunner(
         deployment=target, endpoint="http://sim", bench=bench, objective=objective_from_goal("improve throughput"),

@@ -78,6 +78,22 @@ class Launches:
         return SweepResult(endpoint="http://sim", api="completions", levels=levels)
 
 
+def simulate_measurements(sweep) -> None:  # type: ignore[no-untyped-def]
+    """The trial code measures with `sweep()` (one repetition each, adaptive as in `measure`), with
+    no warm-up and identical outputs."""
+
+    async def measure(endpoint: str, bench: BenchConfig, *, more=None, max_reps: int, on_progress=None):  # type: ignore[no-untyped-def]
+        reps = [sweep() for _ in range(bench.reps)]
+        while more is not None and len(reps) < max_reps and more(reps):
+            reps.append(sweep())
+        return reps
+
+    async def nothing(*args: object) -> None:
+        return None
+
+    pt.measure, pt._warm, pt._probe_ok = measure, nothing, nothing  # type: ignore[assignment]
+
+
 def one_trial(  # type: ignore[no-untyped-def]
     rng: random.Random,
     gain: dict[int, float],
@@ -90,16 +106,7 @@ def one_trial(  # type: ignore[no-untyped-def]
     last of them (the block before the candidate) `step` slower than its launch."""
     target = Launches(rng, gain, launch_sd, rep_sd)
 
-    async def measure(endpoint: str, bench: BenchConfig, *, more=None, max_reps: int, on_progress=None):  # type: ignore[no-untyped-def]
-        reps = [target.sweep() for _ in range(bench.reps)]
-        while more is not None and len(reps) < max_reps and more(reps):
-            reps.append(target.sweep())
-        return reps
-
-    async def nothing(*args: object) -> None:
-        return None
-
-    pt.measure, pt._warm, pt._probe_ok = measure, nothing, nothing  # type: ignore[assignment]
+    simulate_measurements(target.sweep)
     bench = BenchConfig()
     earlier = []
     for i in range(history):
