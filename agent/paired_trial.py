@@ -96,18 +96,30 @@ def _record_blocks(r: Any, record: TrialRecord, **blocks: list[Any]) -> None:
         record.samples[name] = block_samples(reps, metrics)
 
 
-async def known_good_block(r: Any) -> list[Any]:
-    """The known-good block in its current launch: the last one, or measured now (no restart)."""
-    if r.reference:
-        return r.reference
-    await _warm(r)
+async def known_good_block(r: Any, record: TrialRecord | None = None, name: str = "before") -> list[Any]:
+    """Known-good measured now in its current launch (no restart). When that launch was measured
+    before (the block after the last trial, the baseline), the two blocks settle into one
+    (`tools.bench.paired.settle`): a load during either cannot pass a candidate's ordinary speed
+    for a gain. The result is the reference and this launch's entry in the known-good history."""
+    from tools.bench.paired import settle
+
+    earlier = r.reference
+    if earlier is None:
+        await _warm(r)
     reps = await measure(r.endpoint, r.bench, max_reps=r.bench.reps, on_progress=r.on_progress)
     if not reps or any(s.partial for s in reps):
         errors = "; ".join(e for s in reps for e in s.errors) or "no result"
         r.halted = f"the known-good configuration failed its benchmark ({errors})"
         raise BudgetExhausted(r.halted)
+    if earlier is not None:
+        reps, aside, why = settle(earlier, reps, r.objective)
+        if aside is not None and record is not None:
+            record.notes.append(f"known-good ({name}): {why}")
+            _record_blocks(r, record, **{f"{name}_set_aside": aside})
+        r.known_good_blocks = [reps if b is earlier else b for b in r.known_good_blocks]
+    if not any(b is reps for b in r.known_good_blocks):
+        r.known_good_blocks.append(reps)
     r.reference = reps
-    r.known_good_blocks.append(reps)
     return reps
 
 
@@ -169,7 +181,8 @@ async def _deploy(r: Any, record: TrialRecord, text: str, label: str) -> bool:
 
 async def run_paired(r: Any, record: TrialRecord, new_text: str) -> None:
     """The whole A/B/A trial of `record` (deployed as `new_text`) on runner `r`."""
-    before = await known_good_block(r)
+    on_winner = r.reference is not None and r.reference is r.best_reps
+    before = await known_good_block(r, record)
     if not await _deploy(r, record, new_text, "candidate"):
         return
     record.deployed = True
@@ -194,10 +207,10 @@ async def run_paired(r: Any, record: TrialRecord, new_text: str) -> None:
     # A block from the launch that just won a trial is biased upward (it was kept because it measured
     # high): an A/B look against it must not stop a candidate early; the after block (a fresh
     # known-good launch, which the rollback costs anyway) decides
-    if first.clear_no and before is not r.best_reps:
+    if first.clear_no and not on_winner:
         record.comparison = _comparison_dict(first)
         return await _reject(r, record, f"stopped after {len(cand)} repetitions: {first.summary}")
-    if _clear_win(r, first, before) and not r._lossy_refusal(record.changes):
+    if _clear_win(r, first, before, on_winner) and not r._lossy_refusal(record.changes):
         record.comparison = {
             **_comparison_dict(first),
             "ab_only": {"verdict": first.verdict, "ratio": first.ratio},
@@ -269,6 +282,8 @@ async def _second_launch(r: Any, record: TrialRecord, new_text: str, blocks: tup
     near miss gets a third launch of each side. Commit it only if that says improved, else roll back."""
     first = f"{cmp.verdict} on its first launch ({cmp.summary})"
     before, cand, after = blocks
+    after = await known_good_block(r, record, "after")  # measured again before its launch is left
+    _record_blocks(r, record, after=after)
     started = time.monotonic()
     confirm = await _launch_again(
         r, record, new_text, "second launch", lambda reps: _cmp(r, before, cand, after, reps)
@@ -317,7 +332,7 @@ async def _commit(r: Any, record: TrialRecord, final: Any, launches: list[list[A
     r.known_good_blocks = [launches[-1]]  # a new known-good configuration: its own history starts here
 
 
-def _clear_win(r: Any, first: Any, before: list[Any]) -> bool:
+def _clear_win(r: Any, first: Any, before: list[Any], on_winner: bool) -> bool:
     """An A/B win no drift or launch can explain: improved with the interval's low end at least
     twice the minimum effect at a judged level, and known-good measured as it measured before (the
     launch that just won, or a block within the minimum effect of the latest earlier block of
@@ -328,7 +343,7 @@ def _clear_win(r: Any, first: Any, before: list[Any]) -> bool:
     clear = any(i.ci_low is not None and i.ci_low >= 1 + 2 * b.min_effect for i in _judged(first))
     if first.verdict != "improved" or not clear or first.significantly_worse:
         return False
-    if before is r.best_reps:
+    if on_winner:
         return True
     earlier = [block for block in r.known_good_blocks if block is not before]
     if not earlier:
@@ -349,6 +364,7 @@ async def _third_launch(r: Any, record: TrialRecord, new_text: str, blocks: tupl
     good = await _known_good_again(r, record, lambda reps: _cmp(r, before, cand, after, confirm, (reps, [])))
     if good is None:
         return None
+    good = await known_good_block(r, record, "after_second")
     judge = lambda reps: _cmp(r, before, cand, after, confirm, (good, reps))  # noqa: E731
     block = await _launch_again(r, record, new_text, "third launch", judge)
     if block is None:

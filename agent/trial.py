@@ -74,6 +74,8 @@ class TrialRecord(BaseModel):
     the highest estimate (concurrency, ratio, ci_low, ci_high, launches_candidate). A second look
     at it, on top of the known-good configuration of that moment, may be worth its restarts
     (`agent.order.next_trials`)."""
+    notes: list[str] = Field(default_factory=list)
+    """What the trial noticed on the way (a known-good block set aside as measured under load)."""
     blocks: dict[str, int] = Field(default_factory=dict)
     """Repetitions measured: known-good before, candidate, known-good after, confirm (the second
     launch), and for a near miss after_second (known-good again) and third (the third launch)."""

@@ -103,7 +103,8 @@ def one_trial(  # type: ignore[no-untyped-def]
     step: float = 0.0,
 ):
     """(kept, restarts, candidate launches) of one trial after `history` known-good launches, the
-    last of them (the block before the candidate) `step` slower than its launch."""
+    last block of them (the previous trial's block after, still running) measured `step` slower
+    than its launch (a transient load)."""
     target = Launches(rng, gain, launch_sd, rep_sd)
 
     simulate_measurements(target.sweep)
@@ -111,9 +112,11 @@ def one_trial(  # type: ignore[no-untyped-def]
     earlier = []
     for i in range(history):
         target.relaunch(False)
-        if i == history - 1:  # the block right before the candidate, measured under a load step
+        speed = target.factor
+        if i == history - 1:  # the last block of known-good, measured under a transient load step
             target.factor *= 1 - step
         earlier.append([target.sweep() for _ in range(bench.reps)])
+        target.factor = speed
     runner = TrialRunner(
         deployment=target, endpoint="http://sim", bench=bench,
         objective=objective_from_goal("improve throughput"), baseline=Baseline(reps=[], probe=None, text=UNIT),

@@ -218,3 +218,33 @@ def test_a_regression_is_called_only_when_significant_over_the_family_of_levels(
         assert verdict == "inconclusive" and worse == []
     strong = [f for f in found if f[0] < 0.05 / 3]
     assert strong and all(v == "regressed" and w == [1] for _, v, w in strong)
+
+
+def test_two_blocks_of_one_launch_settle_into_one_unless_a_load_slowed_one():
+    from tools.bench.paired import settle
+
+    rng = random.Random(11)
+    first, second = block(rng, noise=0.004), block(rng, noise=0.004)
+    used, aside, why = settle(first, second, THROUGHPUT)
+    assert aside is None and why == "" and used == first + second  # they agree: one block of six
+    loaded = block(rng, shift=0.97, noise=0.004)  # a transient load during the later block
+    used, aside, why = settle(first, loaded, THROUGHPUT)
+    assert used is first and aside is loaded and "later, slower one was set aside" in why
+    used, aside, _ = settle(loaded, second, THROUGHPUT)  # the earlier block is the loaded one
+    assert used is second and aside is loaded
+
+
+def test_a_loaded_known_good_block_no_longer_passes_a_no_op_for_a_gain():
+    from tools.bench.paired import settle
+
+    rng = random.Random(12)
+    kw = dict(launch_noise=0.01)
+    # known-good's launch measured under load after the last trial, then again before the candidate;
+    # the candidate and known-good's next launch run at the same speed as known-good (a no-op)
+    loaded, again = block(rng, shift=0.96, noise=0.004), block(rng, noise=0.004)
+    cand, after = block(rng, noise=0.004), block(rng, noise=0.004)
+    assert paired_compare(loaded, cand, None, THROUGHPUT, **kw).verdict == "improved"
+    before, aside, _ = settle(loaded, again, THROUGHPUT)
+    assert aside is loaded
+    assert paired_compare(before, cand, None, THROUGHPUT, **kw).verdict != "improved"
+    assert paired_compare(before, cand, after, THROUGHPUT, **kw).verdict != "improved"

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from agent.trial import Baseline, TrialChange, TrialRunner
+from tools.bench.objective import Objective
 from tools.config import BenchConfig
 from tools.deploy import DeployOutcome
 
@@ -57,21 +58,30 @@ class FakeDeployment:
         return True
 
 
-def _runner(deployment: FakeDeployment, **kw: object) -> TrialRunner:
+SMALL = BenchConfig(concurrency=[1, 4], input_len=64, output_len=16, warmup=0, reps=2)
+
+
+@pytest.fixture
+def known_good(sim_server):  # type: ignore[no-untyped-def]
+    """A small simulated server: the known-good launch the runner measures before each candidate."""
+    return sim_server("seed", time_scale=0.05)
+
+
+def _runner(deployment: FakeDeployment, server=None, **kw: object) -> TrialRunner:  # type: ignore[no-untyped-def]
+    """A runner on `server` (None: nothing listens; for trials that never measure)."""
     return TrialRunner(
         deployment=deployment,
-        endpoint="http://127.0.0.1:9",
-        bench=BenchConfig(),
-        objective=None,
+        endpoint=server.endpoint if server else "http://127.0.0.1:9",
+        bench=SMALL,
+        objective=Objective(),
         baseline=Baseline(reps=[], probe=None, text=UNIT),
-        reference=[object()],  # a known-good block measured just before (no server here)
         **kw,
     )
 
 
-def test_cancelled_trial_rolls_back_before_the_deployment_is_exited():
+def test_cancelled_trial_rolls_back_before_the_deployment_is_exited(known_good):
     fake = FakeDeployment(deploy_s=0.3)
-    runner = _runner(fake)
+    runner = _runner(fake, known_good)
 
     async def session() -> None:
         async with fake:
@@ -79,6 +89,8 @@ def test_cancelled_trial_rolls_back_before_the_deployment_is_exited():
 
     async def main() -> None:
         task = asyncio.create_task(session())
+        while "deploy" not in fake.events:  # known-good is measured first
+            await asyncio.sleep(0.01)
         await asyncio.sleep(0.05)  # inside deploy()
         task.cancel()  # what asyncio.run does on Ctrl-C
         with contextlib.suppress(asyncio.CancelledError):
@@ -116,9 +128,9 @@ def test_known_lossy_change_is_refused_without_a_restart():
     assert "known lossy" in record.why and "--allow-lossy" in record.why
 
 
-def test_known_lossy_change_is_deployed_when_allowed():
+def test_known_lossy_change_is_deployed_when_allowed(known_good):
     fake = FakeDeployment()  # fails to start: enough to see that it was deployed
-    runner = _runner(fake, lossy={"--kv-cache-dtype": "playbook"}, allow_lossy=True)
+    runner = _runner(fake, known_good, lossy={"--kv-cache-dtype": "playbook"}, allow_lossy=True)
     record = asyncio.run(runner.run([KV_FP8], reason="test"))
     assert fake.events == ["deploy", "deploy done"]
     assert record.decision == "rolled_back" and record.restarts == 2
@@ -127,17 +139,10 @@ def test_known_lossy_change_is_deployed_when_allowed():
 def test_change_marked_lossy_mid_trial_is_not_kept_even_with_identical_outputs(sim_server):
     from tools.bench.probe import run_probe
 
-    server = sim_server("seed")
-    reference = asyncio.run(run_probe(server.endpoint))
+    server = sim_server("seed", time_scale=0.05)
     fake = HealthyFake()
-    runner = TrialRunner(
-        deployment=fake,
-        endpoint=server.endpoint,
-        bench=BenchConfig(),
-        objective=None,
-        baseline=Baseline(reps=[], probe=reference, text=UNIT),
-        reference=[object()],
-    )
+    runner = _runner(fake, server)
+    runner.baseline.probe = asyncio.run(run_probe(server.endpoint))
     # research finishes while the trial runs and says the flag is lossy
     fake.on_deploy = lambda: runner.lossy.setdefault("--kv-cache-dtype", "research: FP8 KV cache")
     record = asyncio.run(runner.run([KV_FP8], reason="test"))
@@ -241,7 +246,7 @@ class FailingFake(FakeDeployment):
         return DeployOutcome(ok=False, error=self.error, log_tail=self.log_tail, rolled_back=True)
 
 
-def test_port_in_use_is_an_environment_failure_and_stops_trials():
+def test_port_in_use_is_an_environment_failure_and_stops_trials(known_good):
     import pytest
 
     from agent.trial import BudgetExhausted
@@ -250,7 +255,7 @@ def test_port_in_use_is_an_environment_failure_and_stops_trials():
         error="the server process exited",
         log_tail="ERROR: [Errno 98] error while attempting to bind on address: address already in use",
     )
-    runner = _runner(fake)
+    runner = _runner(fake, known_good)
     record = asyncio.run(runner.run([TrialChange(flag="--enable-mixed-chunk")], reason="test"))
     assert record.environment == "the server's port is already in use"
     assert record.why.startswith("environment failure, not the flag")
@@ -260,19 +265,18 @@ def test_port_in_use_is_an_environment_failure_and_stops_trials():
     assert fake.events == ["deploy"]  # the second candidate never reached the host
 
 
-def test_a_flag_that_fails_to_start_is_the_flags_failure():
+def test_a_flag_that_fails_to_start_is_the_flags_failure(known_good):
     fake = FailingFake(error="the server process exited", log_tail="ValueError: fa3 requires sm80-sm90")
-    runner = _runner(fake)
+    runner = _runner(fake, known_good)
     record = asyncio.run(runner.run([TrialChange(flag="--attention-backend", value="fa3")], reason="t"))
     assert record.environment is None and record.why.startswith("failed to start")
     assert runner.halted is None and runner.budget_left() is None
 
 
 def test_failed_rollback_stops_trials_and_restores_known_good_first(sim_server):
-    server = sim_server("seed")  # the known-good server the restore must find healthy
+    server = sim_server("seed", time_scale=0.05)  # the known-good server the restore must find healthy
     fake = FailingFake(error="did not start; ROLLBACK FAILED: restart timed out")
-    runner = _runner(fake)
-    runner.endpoint = server.endpoint
+    runner = _runner(fake, server)
     record = asyncio.run(runner.run([TrialChange(flag="--enable-mixed-chunk")], reason="test"))
     assert fake.events == ["deploy", "recover", "rollback"]  # restore before anything else
     assert "ROLLBACK FAILED" in record.why

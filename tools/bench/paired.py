@@ -140,6 +140,42 @@ def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs)
 
 
+def settle(
+    first: list[SweepResult], second: list[SweepResult], objective: Objective, *, alpha: float = 0.05
+) -> tuple[list[SweepResult], list[SweepResult] | None, str]:
+    """Two blocks of one launch of a configuration, measured at different times, as one: (the block
+    to judge with, the block set aside or None, why). They agree unless some level's means differ
+    significantly (Welch t over the repetitions, alpha over the levels); then the slower one is set
+    aside. Within one launch nothing but a transient load (another process, a throttled GPU) makes a
+    server slower for a while, and nothing makes it faster: a known-good block measured under load
+    would pass a candidate's ordinary speed for a gain (`bench_rule_power.py --step`)."""
+    from scipy import stats as sps
+
+    levels = sorted(_ok_levels(first) & _ok_levels(second))
+    family = alpha / max(1, len(levels))
+    for c in levels:
+        a, b = _values(first, objective, [c]), _values(second, objective, [c])
+        if len(a) < 2 or len(b) < 2 or (_ss(a) == 0 and _ss(b) == 0):
+            continue
+        p = float(sps.ttest_ind(a, b, equal_var=False).pvalue)
+        if p < family:
+            gap = math.exp(abs(_mean(a) - _mean(b))) - 1
+            slow, fast = (first, second) if _mean(a) < _mean(b) else (second, first)
+            if _mean(_values(slow, objective, levels)) > _mean(_values(fast, objective, levels)):
+                slow, fast = fast, slow  # the faster block over all levels is kept
+            which = "earlier" if slow is first else "later"
+            return fast, slow, (
+                f"two blocks of the same known-good launch disagree (c={c} {gap:.1%} apart, p={p:.3f}); "
+                f"the {which}, slower one was set aside as measured under a transient load"
+            )
+    return first + second, None, ""
+
+
+def _ok_levels(reps: list[SweepResult]) -> set[int]:
+    sets = [{lv.max_concurrency for lv in s.levels if lv.ok} for s in reps]
+    return set.intersection(*sets) if sets else set()
+
+
 PRIOR_LAUNCHES = 6
 """How many launches' worth of evidence the declared restart spread (`launch_noise`) counts as when
 it is pooled with the spread that this run's own known-good launches show."""
