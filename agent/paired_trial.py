@@ -3,7 +3,8 @@ likely winner a second candidate launch judged together with the first, and for 
 two launches a third launch of each side.
 
 A = the deployed best configuration, B = the candidate on top of it. A is measured right before B
-(it is running: no restart); B is measured and abandoned early when no gain of the minimum effect
+(it is running: no restart; the block it had from the last trial settles with this one, see
+`known_good_block`); B is measured and abandoned early when no gain of the minimum effect
 is possible (not against a launch that just won: it measured high by selection); otherwise the
 rollback (which a rejection needs anyway) restarts A and A is measured again, so B sits between two
 A blocks and drift cancels. A candidate that wins, or that looks like a winner (an estimate within

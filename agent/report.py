@@ -20,7 +20,9 @@ def _table(baseline: dict[int, float], final: dict[int, float]) -> list[str]:
 RULE = (
     "A candidate is deployed on top of the changes kept so far and measured between two blocks of "
     "the known-good configuration (A/B/A: before it, and after the rollback), so drift and machine "
-    "load cancel. Repetitions are adaptive: {reps} per block, stopping early when no gain of the "
+    "load cancel. Known-good is measured again right before each candidate (and before its launch is "
+    "left for another candidate launch); two blocks of one launch that disagree significantly at a "
+    "level were not both measured at its speed, and the slower one is set aside. Repetitions are adaptive: {reps} per block, stopping early when no gain of the "
     "minimum effect is possible, and one more at a time (up to {cap}) while a gain is possible but "
     "not established and repetition noise is still a real part of the interval (the restart-to-"
     'restart spread does not shrink with repetitions of one launch). For "improve throughput" the '
@@ -49,6 +51,7 @@ def _trial_line(t: Any) -> list[str]:
     out = [line, f"  - {t.why}"]
     if getattr(t, "blocks", None):
         out.append("  - repetitions: " + ", ".join(f"{k} {v}" for k, v in t.blocks.items()))
+    out += [f"  - {note}" for note in getattr(t, "notes", None) or []]
     if getattr(t, "environment", None):
         out.append(f"  - environment failure, not the flag: {t.environment}")
     if t.override:

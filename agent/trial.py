@@ -78,7 +78,8 @@ class TrialRecord(BaseModel):
     """What the trial noticed on the way (a known-good block set aside as measured under load)."""
     blocks: dict[str, int] = Field(default_factory=dict)
     """Repetitions measured: known-good before, candidate, known-good after, confirm (the second
-    launch), and for a near miss after_second (known-good again) and third (the third launch)."""
+    launch), and for a near miss after_second (known-good again) and third (the third launch);
+    `<block>_set_aside`: a known-good block of the same launch set aside as measured under load."""
     samples: dict[str, list[dict[int, dict[str, float | None]]]] = Field(default_factory=dict)
     """Per block (as in `blocks`): each repetition's value of the goal's metrics per level, so a
     reviewer can recompute the interval from the transcript (`samples_as_sweeps`)."""

@@ -77,10 +77,12 @@ def trial(
     won: bool = False,
     earlier: float | None = None,
     max_restarts: int | None = None,
+    loaded: float | None = None,
 ) -> tuple[TrialRunner, object]:
     """One trial of a candidate; `won`: the known-good launch running is the one that won the
     previous trial (its block is the runner's reference and best); `earlier`: known-good was
-    measured before on a launch of this speed factor (an earlier trial's block)."""
+    measured before on a launch of this speed factor (an earlier trial's block); `loaded`: the
+    running known-good launch was measured before (after the last trial) at this share of its speed."""
     import agent.paired_trial as pt
 
     async def measure(*args: object, **kw: object) -> list[SweepResult]:
@@ -99,6 +101,11 @@ def trial(
     runner.max_restarts = max_restarts
     if won:
         runner.reference = runner.best_reps = launches.block()
+    if loaded is not None:
+        speed, launches.factor = launches.factor, launches.factor * loaded
+        runner.reference = launches.block()
+        runner.known_good_blocks.append(runner.reference)
+        launches.factor = speed
     if earlier is not None:
         running, launches.factor = launches.factor, earlier
         runner.known_good_blocks.append(launches.block())
@@ -178,6 +185,24 @@ def test_a_clear_looking_win_goes_through_a_b_a_when_known_good_measured_low_or_
     alone = Launches(a=[1.0, 1.0], b=[1.10, 1.10])
     _, record = trial(monkeypatch, alone)
     assert alone.events == ["deploy", "rollback", "deploy", "commit"] and record.decision == "kept"
+
+
+def test_a_known_good_block_measured_under_load_is_set_aside_before_the_candidate(monkeypatch):
+    from agent.trial import samples_as_sweeps
+    from tools.bench.paired import paired_compare
+
+    # the block after the last trial ran 4% slow (a load); known-good is measured again, at its
+    # launch's speed, before a candidate that changes nothing
+    launches = Launches(a=[1.0, 1.0, 1.0], b=[1.0, 1.0])
+    runner, record = trial(monkeypatch, launches, loaded=0.96)
+    assert record.decision == "rolled_back" and record.why.startswith("stopped after")
+    assert record.blocks["before_set_aside"] == 3 and "slower one was set aside" in record.notes[0]
+    # that launch's entry in the known-good history is the block measured at its speed
+    assert [len(b) for b in runner.known_good_blocks] == [3]
+    blocks = {k: samples_as_sweeps(v) for k, v in record.samples.items()}
+    # against the loaded block the same candidate measured a gain
+    loaded = paired_compare(blocks["before_set_aside"], blocks["candidate"], None, runner.objective)
+    assert loaded.verdict == "improved" and loaded.ratio > 1.03
 
 
 def test_the_restart_budget_bounds_a_trial_and_its_third_launch(monkeypatch):

@@ -164,10 +164,11 @@ def settle(
             if _mean(_values(slow, objective, levels)) > _mean(_values(fast, objective, levels)):
                 slow, fast = fast, slow  # the faster block over all levels is kept
             which = "earlier" if slow is first else "later"
-            return fast, slow, (
+            why = (
                 f"two blocks of the same known-good launch disagree (c={c} {gap:.1%} apart, p={p:.3f}); "
                 f"the {which}, slower one was set aside as measured under a transient load"
             )
+            return fast, slow, why
     return first + second, None, ""
 
 
