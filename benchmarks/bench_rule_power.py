@@ -137,8 +137,8 @@ def main() -> None:
     ap.add_argument("--no-third", action="store_true", help="never a third launch (to see what it buys)")
     ap.add_argument(
         "--step", type=float, default=0.0,
-        help="a load step: the known-good block before the candidate measures this much slower (as "
-        "bench_agent's A/A trials inject with a CPU hog)",
+        help="a transient load: the running known-good launch's block from the last trial measured this "
+        "much slower (as bench_agent's A/A trials inject with a CPU hog)",
     )  # fmt: skip
     args = ap.parse_args()
     if args.no_third:

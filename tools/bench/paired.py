@@ -276,11 +276,7 @@ def paired_compare(
     after `confirm`: three launches of each side are judged."""
     after = after or []
     more_good, more_cand = third or ([], [])
-    levels = sorted(
-        set.intersection(*({lv.max_concurrency for lv in s.levels if lv.ok} for s in before))
-        if before
-        else set()
-    )
+    levels = sorted(_ok_levels(before))
     wanted = objective.levels or (levels[:1] if objective.lowest_level else levels)
     pareto = objective.kind == "throughput" and not objective.levels and not objective.lowest_level
     kw = dict(launch_noise=launch_noise, alpha=alpha)
