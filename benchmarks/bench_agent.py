@@ -338,7 +338,8 @@ async def aa_trials(config, n: int) -> tuple[int, int, int]:  # type: ignore[no-
                 await dep.deploy(text, reason="undo A/A keep")
                 await dep.commit()
             unpaired += _unpaired_keep(record)
-            print(f"  A/A {i + 1}: {record.decision}; {record.why[:160]}", flush=True)
+            aside = "; loaded block set aside" if "before_set_aside" in record.blocks else ""
+            print(f"  A/A {i + 1}: {record.decision}{aside}; {record.why[:160]}", flush=True)
     return n, paired, unpaired
 
 
