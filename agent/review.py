@@ -151,6 +151,8 @@ def trial_record(number: int, event: dict[str, Any], baseline: dict[int, float |
     }
     if isinstance(comparison.get("ratio"), int | float):
         extra["ratio"] = round(comparison["ratio"], 4)
+    if isinstance(data.get("notes"), list) and data["notes"]:
+        extra["notes"] = "; ".join(map(str, data["notes"]))
     return TrialRecord(
         number=int(data.get("number") or number),
         change=describe_change(first_key(data, "changes", "change", "flags", "flag", "name")),

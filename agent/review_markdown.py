@@ -72,7 +72,7 @@ _LABELS = {
     "override": "Override of research",
     "probe": "Correctness probe",
 }
-_LABELS |= {"restarts": "Restarts", "seconds": "Seconds", "ratio": "Throughput ratio"}
+_LABELS |= {"restarts": "Restarts", "seconds": "Seconds", "ratio": "Throughput ratio", "notes": "Noticed"}
 _STATUS_MARK = {"completed": "[x]", "in_progress": "[~]", "cancelled": "[-]", "pending": "[ ]"}
 
 

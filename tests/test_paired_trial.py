@@ -203,6 +203,11 @@ def test_a_known_good_block_measured_under_load_is_set_aside_before_the_candidat
     # against the loaded block the same candidate measured a gain
     loaded = paired_compare(blocks["before_set_aside"], blocks["candidate"], None, runner.objective)
     assert loaded.verdict == "improved" and loaded.ratio > 1.03
+    # `optagent transcripts show` says what was set aside
+    from agent.review import trial_record
+
+    shown = trial_record(1, {"data": record.model_dump(mode="json")}, {})
+    assert "slower one was set aside" in shown.extra["notes"]
 
 
 def test_the_restart_budget_bounds_a_trial_and_its_third_launch(monkeypatch):
