@@ -90,6 +90,7 @@ async def undo_last_kept(deps: Any) -> str:
     await runner.deployment.commit()
     runner.best = prev
     runner.best_reps = None
+    runner.known_good_blocks = []  # a new known-good configuration: its own history starts here
     data["now"] = "baseline" if prev is None else f"trial {prev.number}"
     _record(deps, "deploy", data)
     return f"rolled back trial {undone.number} ({what}); deployed now: {data['now']}"

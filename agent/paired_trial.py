@@ -101,7 +101,9 @@ async def known_good_block(r: Any, record: TrialRecord | None = None, name: str 
     """Known-good measured now in its current launch (no restart). When that launch was measured
     before (the block after the last trial, the baseline), the two blocks settle into one
     (`tools.bench.paired.settle`): a load during either cannot pass a candidate's ordinary speed
-    for a gain. The result is the reference and this launch's entry in the known-good history."""
+    for a gain. The block of a candidate that just won is not settled with but replaced: it was
+    kept because it measured high, and would win every disagreement. The result is the reference
+    and this launch's entry in the known-good history."""
     from tools.bench.paired import settle
 
     earlier = r.reference
@@ -112,11 +114,12 @@ async def known_good_block(r: Any, record: TrialRecord | None = None, name: str 
         errors = "; ".join(e for s in reps for e in s.errors) or "no result"
         r.halted = f"the known-good configuration failed its benchmark ({errors})"
         raise BudgetExhausted(r.halted)
-    if earlier is not None:
+    if earlier is not None and earlier is not r.best_reps:
         reps, aside, why = settle(earlier, reps, r.objective)
         if aside is not None and record is not None:
             record.notes.append(f"known-good ({name}): {why}")
             _record_blocks(r, record, **{f"{name}_set_aside": aside})
+    if earlier is not None:
         r.known_good_blocks = [reps if b is earlier else b for b in r.known_good_blocks]
     if not any(b is reps for b in r.known_good_blocks):
         r.known_good_blocks.append(reps)
@@ -283,9 +286,9 @@ async def _second_launch(r: Any, record: TrialRecord, new_text: str, blocks: tup
     near miss gets a third launch of each side. Commit it only if that says improved, else roll back."""
     first = f"{cmp.verdict} on its first launch ({cmp.summary})"
     before, cand, after = blocks
+    started = time.monotonic()
     after = await known_good_block(r, record, "after")  # measured again before its launch is left
     _record_blocks(r, record, after=after)
-    started = time.monotonic()
     confirm = await _launch_again(
         r, record, new_text, "second launch", lambda reps: _cmp(r, before, cand, after, reps)
     )
@@ -295,7 +298,8 @@ async def _second_launch(r: Any, record: TrialRecord, new_text: str, blocks: tup
     _record_blocks(r, record, confirm=confirm)
     final = _cmp(r, before, cand, after, confirm) if not any(s.partial for s in confirm) else None
     launches = [cand, confirm]
-    pair = 2 * (time.monotonic() - started)  # a rollback and a known-good block, a launch and a block
+    # a third launch: a rollback and two known-good blocks, a launch and a block, as this one took
+    pair = 2 * (time.monotonic() - started)
     if final is not None and final.verdict != "improved" and _near_miss(final, r.bench):
         if time.monotonic() + pair > r.deadline or not r.restarts_left(3):
             record.comparison = {**record.comparison, **_comparison_dict(final)}

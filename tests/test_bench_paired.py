@@ -232,6 +232,11 @@ def test_two_blocks_of_one_launch_settle_into_one_unless_a_load_slowed_one():
     assert used is first and aside is loaded and "later, slower one was set aside" in why
     used, aside, _ = settle(loaded, second, THROUGHPUT)  # the earlier block is the loaded one
     assert used is second and aside is loaded
+    # a level without the goal's metric in one block is left out of the check, not a crash
+    for rep in loaded:
+        rep.levels[-1].output_throughput = None
+    used, aside, why = settle(first, loaded, THROUGHPUT)
+    assert used is first and aside is loaded and "c=64" not in why
 
 
 def test_a_loaded_known_good_block_no_longer_passes_a_no_op_for_a_gain():

@@ -34,6 +34,9 @@ class Launches:
     running: str = "A"
     factor: float = 1.0
     rng: random.Random = field(default_factory=lambda: random.Random(3))
+    slow: dict[int, float] = field(default_factory=dict)
+    """Block number (0: the first measured) -> share of its launch's speed it runs at (a load)."""
+    measured: int = 0
 
     def __post_init__(self) -> None:
         self.factor = self.a.pop(0)
@@ -55,13 +58,16 @@ class Launches:
         return True
 
     def block(self) -> list[SweepResult]:
+        load = self.slow.get(self.measured, 1.0)
+        self.measured += 1
+
         def sweep() -> SweepResult:
             levels = [
                 LevelResult(
                     max_concurrency=c,
                     num_prompts=8,
                     completed=8,
-                    output_throughput=t * self.factor * (1 + self.rng.gauss(0, 0.002)),
+                    output_throughput=t * self.factor * load * (1 + self.rng.gauss(0, 0.002)),
                 )  # fmt: skip
                 for c, t in LEVELS.items()
             ]
@@ -74,13 +80,14 @@ def trial(
     monkeypatch: pytest.MonkeyPatch,
     launches: Launches,
     *,
-    won: bool = False,
+    won: float = 0.0,
     earlier: float | None = None,
     max_restarts: int | None = None,
     loaded: float | None = None,
 ) -> tuple[TrialRunner, object]:
     """One trial of a candidate; `won`: the known-good launch running is the one that won the
-    previous trial (its block is the runner's reference and best); `earlier`: known-good was
+    previous trial (its block, measured at this share of the launch's speed, is the runner's
+    reference and best); `earlier`: known-good was
     measured before on a launch of this speed factor (an earlier trial's block); `loaded`: the
     running known-good launch was measured before (after the last trial) at this share of its speed."""
     import agent.paired_trial as pt
@@ -100,6 +107,7 @@ def trial(
     )  # fmt: skip
     runner.max_restarts = max_restarts
     if won:
+        launches.slow[launches.measured] = won
         runner.reference = runner.best_reps = launches.block()
     if loaded is not None:
         speed, launches.factor = launches.factor, launches.factor * loaded
@@ -155,7 +163,7 @@ def test_a_candidate_is_not_stopped_early_against_the_launch_that_just_won(monke
     # the same numbers when that launch won the previous trial (kept because it measured high):
     # the after block, on the launch the rollback starts anyway, is measured before deciding
     won = Launches(a=[1.02, 1.0], b=[1.0])
-    _, record = trial(monkeypatch, won, won=True)
+    _, record = trial(monkeypatch, won, won=1.0)
     assert won.events == ["deploy", "rollback"] and "after" in record.blocks
     assert record.decision == "rolled_back" and not record.why.startswith("stopped after")
 
@@ -164,7 +172,7 @@ def test_a_clear_win_is_kept_on_one_launch_when_known_good_measures_as_before(mo
     # +10% against the launch that just won, or against a known-good block that agrees with an
     # earlier one: kept at the A/B look, one restart instead of three
     for launches, kw in (
-        (Launches(a=[1.0], b=[1.10]), {"won": True}),
+        (Launches(a=[1.0], b=[1.10]), {"won": 1.0}),
         (Launches(a=[1.0], b=[1.10]), {"earlier": 1.003}),
     ):
         runner, record = trial(monkeypatch, launches, **kw)
@@ -208,6 +216,27 @@ def test_a_known_good_block_measured_under_load_is_set_aside_before_the_candidat
 
     shown = trial_record(1, {"data": record.model_dump(mode="json")}, {})
     assert "slower one was set aside" in shown.extra["notes"]
+
+
+def test_the_block_that_won_is_replaced_not_settled_with(monkeypatch):
+    # the winning candidate's block measured 3% above its launch (kept because it measured high):
+    # known-good's fresh block is the reference, though the two disagree and it is the slower one
+    launches = Launches(a=[1.0, 1.0], b=[1.0])
+    runner, record = trial(monkeypatch, launches, won=1.03)
+    assert "before_set_aside" not in record.blocks and not record.notes
+    before = [rep[64]["output_throughput"] for rep in record.samples["before"]]
+    assert len(before) == 3 and all(abs(v / LEVELS[64] - 1) < 0.01 for v in before)
+
+
+def test_a_loaded_block_after_the_rollback_is_set_aside_before_the_second_launch(monkeypatch):
+    # a real +3% whose after block (block 2) ran 4% slow: A/B/A sends it to a second launch, and
+    # known-good's launch is measured again before it is left; that block sets the loaded one aside
+    launches = Launches(a=[1.0, 1.0, 1.0, 1.0], b=[1.03, 1.03, 1.03], slow={2: 0.96})
+    _, record = trial(monkeypatch, launches)
+    assert record.blocks["after_set_aside"] == 3 and "the earlier, slower one" in record.notes[0]
+    after = [rep[64]["output_throughput"] for rep in record.samples["after"]]
+    assert all(abs(v / LEVELS[64] - 1) < 0.01 for v in after)
+    assert record.decision == "kept" and record.comparison["overall"]["launches_candidate"] >= 2
 
 
 def test_the_restart_budget_bounds_a_trial_and_its_third_launch(monkeypatch):

@@ -151,7 +151,12 @@ def settle(
     would pass a candidate's ordinary speed for a gain (`bench_rule_power.py --step`)."""
     from scipy import stats as sps
 
-    levels = sorted(_ok_levels(first) & _ok_levels(second))
+    # the levels where every repetition of both blocks has the goal's metrics
+    levels = [
+        c
+        for c in sorted(_ok_levels(first) & _ok_levels(second))
+        if all(len(_values(x, objective, [c])) == len(x) for x in (first, second))
+    ]
     family = alpha / max(1, len(levels))
     for c in levels:
         a, b = _values(first, objective, [c]), _values(second, objective, [c])
