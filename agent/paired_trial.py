@@ -119,10 +119,8 @@ async def known_good_block(r: Any, record: TrialRecord | None = None, name: str 
         if aside is not None and record is not None:
             record.notes.append(f"known-good ({name}): {why}")
             _record_blocks(r, record, **{f"{name}_set_aside": aside})
-    if earlier is not None:
-        r.known_good_blocks = [reps if b is earlier else b for b in r.known_good_blocks]
-    if not any(b is reps for b in r.known_good_blocks):
-        r.known_good_blocks.append(reps)
+    history = [reps if b is earlier else b for b in r.known_good_blocks]  # this launch's entry
+    r.known_good_blocks = history if any(b is reps for b in history) else [*history, reps]
     r.reference = reps
     return reps
 
