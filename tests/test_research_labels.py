@@ -35,6 +35,12 @@ PROFILES = {
         4,
         {"tp_size": 4, "attention_backend": "fa3"},
     ),
+    "a100-mixtral": (
+        "mistralai--Mixtral-8x7B-v0.1_config.json",
+        80,
+        2,
+        {"tp_size": 2, "attention_backend": "flashinfer"},
+    ),
     "h100x2-qwen3moe-forced": (
         "Qwen--Qwen3-30B-A3B_config.json",
         90,
@@ -123,3 +129,15 @@ def test_a_deprecated_alias_is_evaluated_with_its_trial_value_not_the_running_on
     verdict = analyze_flag(index, "--enable-flashinfer-allreduce-fusion", profile_facts("h100-qwen3moe"))
     hook = next(f for f in verdict.findings if "serving_hook.py" in f.location)
     assert not any("server.enable_flashinfer_allreduce_fusion" in c["fact"] for c in hook.conditions)
+
+
+def test_evidence_of_applies_is_not_a_backend_this_deployment_does_not_select(trees) -> None:  # type: ignore[no-untyped-def]
+    """--kv-cache-dtype is read in every attention backend's __init__; modules such as
+    dsa_backend.py are loaded for type checks but built only for `--attention-backend dsa`: the
+    cited reader is one this Mixtral on flashinfer can run, not another backend's."""
+    index = load_index(trees["0.5.23"])
+    verdict = analyze_flag(index, "--kv-cache-dtype", profile_facts("a100-mixtral"), value="fp8_e4m3")
+    assert verdict.verdict == "applies", verdict.summary
+    others = [f for f in verdict.findings if f.state == "on" and f.alternative]
+    assert any("dsa_backend.py" in f.location for f in others), [f.location for f in others]
+    assert not any(f.location in verdict.summary for f in others), verdict.summary

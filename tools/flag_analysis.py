@@ -12,7 +12,8 @@ three-valued with the flag set, and follows calls to the exits the flag can reac
 - `dead`: nothing on the serving path reads it (or only logs it);
 - `no-op`: every reader is off here (a guard fails, its module is not loaded, or a fallback fires),
   its only effect is an override to the value the server has anyway, or a resolution pass sets the
-  trial value back (`return {"dest": v}`, `tools.gates.overridden`);
+  trial value back (`return {"dest": v}`, `tools.gates.overridden`), or gives the flag the trial
+  value by itself here (`self.dest = v` under guards that hold, `tools.gates.set_anyway`);
 - `applies`: a reader runs here; `unknown`: it depends on a deployment fact nobody gave.
 """
 
@@ -26,10 +27,10 @@ from typing import Any
 
 from tools.flag_catalog import FlagInfo, find_flag, negated
 from tools.flag_decide import decide
-from tools.flag_dispatch import module_reason, module_status
+from tools.flag_dispatch import module_reason, module_status, registry_alternatives
 from tools.flag_index import FlagIndex, is_config_path
 from tools.flag_index_types import Func, Read
-from tools.gates import activation, caller_gate, idle_after, overridden, override_effect
+from tools.gates import activation, caller_gate, idle_after, overridden, override_effect, set_anyway
 from tools.guard_eval import Env, evaluate, non_default
 from tools.reach import ExitPath, exits_of, locals_of, reach_exits
 from tools.stores import follow_store, store_of
@@ -53,6 +54,9 @@ class Finding:
     conditions: list[dict[str, str]] = field(default_factory=list)
     exits: list[ExitPath] = field(default_factory=list)
     config: bool = False
+    alternative: bool = False
+    """In a module only a registry entry not selected here builds (another attention backend): its
+    module may be loaded, but it is the weakest evidence that the flag acts here."""
 
 
 @dataclass
@@ -204,6 +208,13 @@ def analyze_flag(
         verdict.findings.append(Finding(where, f"return {{{target.dest!r}: ...}}", func, "off", why))
         verdict.verdict, verdict.certainty = "no-op", 0.85
         verdict.summary = f"overridden: {func} at {where} {why}."
+    elif verdict.verdict in ("applies", "unknown") and (
+        anyway := set_anyway(index, target.dest, facts, flag_values)
+    ):
+        where, func, why, certainty = anyway
+        verdict.findings.append(Finding(where, f"self.{target.dest} = ...", func, "off", why))
+        verdict.verdict, verdict.certainty = "no-op", certainty
+        verdict.summary = f"set anyway: {func} at {where} {why}."
     return verdict
 
 
@@ -214,6 +225,7 @@ def _findings(
     definitions = {f.path for f in index.catalog if f.path}
     reads = index.reads(dest)
     status = module_status(index, facts) if reads else {}
+    alternatives = registry_alternatives(index, facts) if reads else set()
     seen: set[str] = set()  # callees already walked for an earlier reader of this flag
     # argument resolution and validation first: that is where start-up refusals live
     reads = sorted(reads, key=lambda r: (not is_config_path(r.path), r.path, r.line))
@@ -244,6 +256,7 @@ def _findings(
         conds = [*read.guards, *([read.cond] if read.cond else [])]
         finding = Finding(loc, f"{read.receiver}.{dest}", read.func, "", "", _conditions(conds, env, dest))
         finding.config = is_config_path(read.path)
+        finding.alternative = read.path in alternatives
         if read.inert:
             finding.state, finding.why = "off", read.effect or "nothing follows"
         elif o.truth is False:

@@ -52,7 +52,12 @@ def decide(v: Any, target: FlagInfo) -> None:
     elif on := [f for f in acting if f.state in ("on", "runtime")]:
         best = max(
             on,
-            key=lambda f: (f.state == "on", not f.config, sum(c["outcome"] == "pass" for c in f.conditions)),
+            key=lambda f: (
+                f.state == "on",
+                not f.alternative,
+                not f.config,
+                sum(c["outcome"] == "pass" for c in f.conditions),
+            ),
         )
         held = "; ".join(
             f"{c['condition']} with {c['fact']}" for c in best.conditions if c["outcome"] == "pass"

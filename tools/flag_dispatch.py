@@ -49,6 +49,19 @@ def _registry_status(
     return out
 
 
+def registry_alternatives(index: FlagIndex, facts: dict[str, Any]) -> set[str]:
+    """Modules that registry entries not selected here import, and no other entry does: the classes
+    they define are built only when their key is selected (`dsa_backend.py` for `--attention-backend
+    dsa`), even where other modules import them for type checks or `isinstance`."""
+    status = _registry_status(index, facts, frozenset(f.dest for f in index.catalog))
+    off: set[str] = set()
+    on: set[str] = set()
+    for deco, key, _path, imports in index.registries:
+        paths = {index.mod_path.get(m) for m in imports} - {None}
+        (off if status.get((deco, key)) is False else on).update(paths)  # type: ignore[arg-type]
+    return off - on
+
+
 _PLATFORM_PARTS = ("npu", "hip", "rocm", "amd", "xpu", "cpu", "mps", "musa", "hpu", "ascend")
 
 

@@ -27,7 +27,7 @@ from tools.flag_index_types import Call, Func, ModuleFacts, Read
 from tools.flag_index_walk import LOG, walk_file
 from tools.source import SourceTree, cache_root
 
-INDEX_FORMAT = 12
+INDEX_FORMAT = 13
 _OFF_PATH_DIRS = frozenset(
     {
         "test",
@@ -112,7 +112,8 @@ class FlagIndex:
 
     @cached_property
     def overrides(self) -> dict[str, list[tuple[str, str, int]]]:
-        """Dest -> (path, qual, line) of every guarded `return {"dest": value}` (see `Exit`)."""
+        """Dest -> (path, qual, line) of every guarded `return {"dest": value}` and, in argument
+        resolution code, every `self.dest = <constant>` (see `Exit`, `Func.sets`)."""
         return pickle.loads(self._meta["overrides"])
 
     def reads(self, dest: str) -> list[Read]:
@@ -287,8 +288,9 @@ def _write(db: Path, tree: SourceTree, catalog: list[FlagInfo], facts: list[Modu
             f.refs = sorted({r for r in f.refs if r in defined})
             callers |= {(c.callee, key, 1) for c in f.calls} | {(r, key, 0) for r in f.refs}
             registries += [(deco, key, f.path, f.imports) for deco, key in f.keys]
-            for e in f.exits:
-                for dest in e.sets if e.kind == "override" else []:
+            f.sets = f.sets if is_config_path(f.path) else []
+            for e in [*f.exits, *f.sets]:
+                for dest in e.sets if e.kind in ("override", "assign") else []:
                     overrides.setdefault(dest, []).append((f.path, f.qual, e.line))
             rows.append((key, f.qual.rsplit(".", 1)[-1], _dump(f)))
         m.funcs, m.reads, m.refs = [], [], []

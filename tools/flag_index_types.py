@@ -91,6 +91,9 @@ class Func:
     stores: list[tuple[str, int]] = field(default_factory=list)
     """A setter's targets and lines: the whole body only stores (`global X; X = enable`, `self.x =
     x`), without calls or branches. Empty for any other function."""
+    sets: list[Exit] = field(default_factory=list)
+    """`self.<dest> = <constant>` (kind "assign", under the statement's guards): in argument
+    resolution code, what the server sets a flag to by itself (kept for those paths only)."""
 
 
 @dataclass

@@ -152,6 +152,7 @@ class _Walker:
                     Exit("assert", st.lineno, msg, [*guards, neg(st.test)], "AssertionError")
                 )
             self.assign(st)
+            self.self_set(st, guards)
             for child in ast.iter_child_nodes(st):
                 if isinstance(child, ast.expr):
                     self.expr(child, guards, st)
@@ -211,6 +212,17 @@ class _Walker:
                 else:
                     seen = t.id in self.func.locals
                     self.func.locals[t.id] = None if seen else src(st.value)
+
+    def self_set(self, st: ast.stmt, guards: list[str]) -> None:
+        """`self.<dest> = <constant>` in a method: a value the code gives a flag by itself."""
+        if self.func is None or not isinstance(st, ast.Assign) or not isinstance(st.value, ast.Constant):
+            return
+        for t in st.targets:
+            if isinstance(t, ast.Attribute) and src(t.value) == "self" and t.attr in self.dests:
+                value = src(st.value)
+                self.func.sets.append(
+                    Exit("assign", st.lineno, src(st), list(guards), sets=[t.attr], values=[value])
+                )
 
     def fallback(self, st: ast.If, guards: list[str]) -> None:
         """`if c: logger.warning(...); return` or `...; self.x = False`: a guarded fallback;

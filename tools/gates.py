@@ -224,10 +224,42 @@ def overridden(
     return None
 
 
+def set_anyway(
+    index: FlagIndex, dest: str, facts: dict[str, Any], flag: dict[str, Any]
+) -> tuple[str, str, str, float] | None:
+    """Where argument resolution gives `dest` the trial value by itself here (`if not
+    self.enable_x and <model and GPU hold>: self.enable_x = True`): a pass whose guards hold with
+    the flag left as it is now sets it to the trial value, so setting the flag changes nothing.
+    Its own condition must hold; an enclosing or earlier-return guard may be open at runtime only
+    (`if parse_connector_type(self.model_path) == INSTANCE: return`), never for a missing fact: the
+    why names it. (location, function, why, certainty); None when no pass does (or it is open)."""
+    defaults = {f.dest: f.default for f in index.catalog}
+    now = facts.get(f"flag.{dest}", defaults.get(dest))
+    trial = flag.get(dest)
+    if trial is None or trial == now:
+        return None
+    without = {**{d: defaults.get(d) for d in flag}, dest: now}
+    for location, func, ex in _passes(index, dest):
+        env = env_of(index, func, facts, without, {})
+        if ex.kind != "assign" or evaluate(ex.values[0], env).value != trial or not ex.guards:
+            continue
+        own, rest = evaluate_all(ex.guards[-1:], env), evaluate_all(ex.guards[:-1], env)
+        if own.truth is not True or rest.truth is False or rest.missing:
+            continue
+        held = f" ({', '.join([*rest.used, *own.used])})" if rest.used or own.used else ""
+        why = f"sets {dest} = {trial!r} without the flag{held}"
+        if rest.truth is True:
+            return location, func.qual, why, 0.85
+        return location, func.qual, f"{why}; open at runtime: {', '.join(rest.runtime)}", 0.7
+    return None
+
+
 def _passes(index: FlagIndex, dest: str) -> Iterator[tuple[str, Func, Any]]:
-    """Every resolution pass that returns `dest`: (`path:line`, its function, its override exit)."""
+    """Every resolution pass that gives `dest` a value: (`path:line`, its function, its override
+    exit or `self.dest = <constant>` assignment)."""
     for path, qual, line in index.overrides.get(dest, []):
         func = index.func(path, qual)
-        ex = next((e for e in func.exits if e.line == line), None) if func else None
+        every = [*func.exits, *func.sets] if func else []
+        ex = next((e for e in every if e.line == line and e.kind in ("override", "assign")), None)
         if func is not None and ex is not None:
             yield f"{path}:{line}", func, ex

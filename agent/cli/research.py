@@ -152,6 +152,9 @@ def research(
     model_config: Path | None = typer.Option(None, "--model-config", help="config.json or its directory."),
     gpu_sm: int | None = typer.Option(None, "--gpu-sm", help="GPU SM architecture, e.g. 120 (RTX PRO 6000)."),
     gpus: int | None = typer.Option(None, "--gpus", help="GPUs on the host."),
+    gpu_name: str | None = typer.Option(
+        None, "--gpu-name", help="GPU name as nvidia-smi says, e.g. 'NVIDIA H200'."
+    ),
     tp: int | None = typer.Option(None, "--tp", help="Tensor-parallel size (server.tp_size)."),
     server_arg: list[str] = typer.Option(
         [],
@@ -176,6 +179,8 @@ def research(
         facts["gpu.sm"] = gpu_sm
     if gpus is not None:
         facts["gpu.count"] = gpus
+    if gpu_name is not None:
+        facts["gpu.name"] = gpu_name
     if tp is not None:
         facts["server.tp_size"] = tp
     index = load_index(tree, rebuild=rebuild_index)
