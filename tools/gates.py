@@ -254,12 +254,15 @@ def set_anyway(
     return None
 
 
+_PASSES = ("override", "assign")
+
+
 def _passes(index: FlagIndex, dest: str) -> Iterator[tuple[str, Func, Any]]:
     """Every resolution pass that gives `dest` a value: (`path:line`, its function, its override
     exit or `self.dest = <constant>` assignment)."""
     for path, qual, line in index.overrides.get(dest, []):
         func = index.func(path, qual)
         every = [*func.exits, *func.sets] if func else []
-        ex = next((e for e in every if e.line == line and e.kind in ("override", "assign")), None)
+        ex = next((e for e in every if e.line == line and dest in e.sets and e.kind in _PASSES), None)
         if func is not None and ex is not None:
             yield f"{path}:{line}", func, ex
