@@ -141,3 +141,16 @@ def test_evidence_of_applies_is_not_a_backend_this_deployment_does_not_select(tr
     others = [f for f in verdict.findings if f.state == "on" and f.alternative]
     assert any("dsa_backend.py" in f.location for f in others), [f.location for f in others]
     assert not any(f.location in verdict.summary for f in others), verdict.summary
+
+
+def test_a_flag_the_server_turns_on_itself_is_a_no_op_only_where_it_does(trees) -> None:  # type: ignore[no-untyped-def]
+    """0.5.9 enables FlashInfer all-reduce fusion by itself for Qwen3MoE on SM90 (server_args.py:
+    1680-1697), not for Llama and not on an H20: only the first is a no-op for that reason."""
+    index = load_index(trees["0.5.9"])
+    flag = "--enable-flashinfer-allreduce-fusion"
+    moe = analyze_flag(index, flag, profile_facts("h100-qwen3moe"))
+    assert moe.verdict == "no-op" and "server_args.py:1697" in moe.summary, moe.summary
+    dense = analyze_flag(index, flag, profile_facts("h100-llama"))
+    h20 = analyze_flag(index, flag, {**profile_facts("h100-qwen3moe"), "gpu.name": "NVIDIA H20"})
+    for verdict in (dense, h20):
+        assert "set anyway" not in verdict.summary and verdict.verdict != "no-op", verdict.summary
