@@ -154,3 +154,13 @@ def test_a_flag_the_server_turns_on_itself_is_a_no_op_only_where_it_does(trees) 
     h20 = analyze_flag(index, flag, {**profile_facts("h100-qwen3moe"), "gpu.name": "NVIDIA H20"})
     for verdict in (dense, h20):
         assert "set anyway" not in verdict.summary and verdict.verdict != "no-op", verdict.summary
+
+
+def test_evidence_of_applies_is_a_function_not_a_module_level_table(trees) -> None:  # type: ignore[no-untyped-def]
+    """0.5.23 lists --enable-torch-compile in a module-level feature table (kernel_plugins/nvidia/
+    binding.py:277, a lambda per flag); the cited reader is code that runs with it."""
+    index = load_index(trees["0.5.23"])
+    verdict = analyze_flag(index, "--enable-torch-compile", profile_facts("h100-llama"))
+    assert verdict.verdict == "applies", verdict.summary
+    assert any(f.function == "<module>" and f.state == "on" for f in verdict.findings)
+    assert "<module>" not in verdict.summary and "cuda_graph_runner.py" in verdict.summary, verdict.summary

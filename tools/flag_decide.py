@@ -3,7 +3,9 @@
 Order: a refusal that fires from a running reader; a fallback that switches the flag off; no reader
 (dead); readers that only log (dead); a running reader (applies); an open deployment fact (unknown);
 only compatibility checks read it, or every reader is off (no-op; a reader that runs but whose
-effect a caller or callee gates off here is cited first).
+effect a caller or callee gates off here is cited first). An `applies` verdict cites the running
+reader that best shows the flag acting here: not in another registry entry's module, not argument
+code, in a function, with conditions that hold on model or GPU facts.
 """
 
 from __future__ import annotations
@@ -12,6 +14,9 @@ from typing import Any
 
 from tools.flag_catalog import FlagInfo
 
+_DEPLOYMENT = ("model.", "gpu.", "interconnect")
+"""Facts of this model and these GPUs: a reader whose conditions hold on them is evidence that the
+flag acts *here*, more than one whose conditions hold on server defaults."""
 _VALIDATORS = ("check_", "_check_", "validate", "_validate", "verify", "_verify")
 
 
@@ -56,6 +61,8 @@ def decide(v: Any, target: FlagInfo) -> None:
                 f.state == "on",
                 not f.alternative,
                 not f.config,
+                f.function != "<module>",  # a function that runs beats a module-level table entry
+                sum(c["outcome"] == "pass" and c["fact"].startswith(_DEPLOYMENT) for c in f.conditions),
                 sum(c["outcome"] == "pass" for c in f.conditions),
             ),
         )
