@@ -100,6 +100,8 @@ class ChatSession:
     instructions: str | None = None
     history: list[Any] = field(default_factory=list)
     capabilities: list[Any] = field(default_factory=list)
+    step: asyncio.Task | None = None
+    """The step Ctrl-C cancels (see `interruptible`)."""
 
     def __post_init__(self) -> None:
         from pydantic_ai.capabilities import HandleDeferredToolCalls
@@ -142,6 +144,7 @@ class ChatSession:
             approved, by = True, "--yes"
         else:
             answer = await self.ask("apply this change to the target? [y/N] ")
+            self._catch_ctrl_c()  # a terminal prompt takes SIGINT over and removes its handler after
             approved, by = (answer or "").strip().lower() in ("y", "yes"), "user"
         self.console.print("approved" if approved else "[red]declined[/]: the target is not changed")
         self.transcript.event(
@@ -183,10 +186,8 @@ class ChatSession:
 
     async def interruptible(self, coro: Awaitable[Any]) -> Any:
         """Run a step; Ctrl-C cancels it, and the target goes back to known-good if a deploy was in flight."""
-        task = asyncio.ensure_future(coro)
-        loop = asyncio.get_running_loop()
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(signal.SIGINT, task.cancel)
+        self.step = task = asyncio.ensure_future(coro)
+        self._catch_ctrl_c()
         try:
             return await task
         except asyncio.CancelledError:
@@ -194,8 +195,16 @@ class ChatSession:
             await self._settle()
             return None
         finally:
+            self.step = None
             with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.remove_signal_handler(signal.SIGINT)
+                asyncio.get_running_loop().remove_signal_handler(signal.SIGINT)
+
+    def _catch_ctrl_c(self) -> None:
+        """Ctrl-C cancels the running step (again after a prompt inside it, e.g. an approval:
+        prompt_toolkit installs its own SIGINT handler and removes it when the prompt returns)."""
+        if self.step is not None:
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                asyncio.get_running_loop().add_signal_handler(signal.SIGINT, self.step.cancel)
 
     async def _settle(self) -> None:
         """Cancel what the step left running (a shielded trial rolls itself back), then make sure."""

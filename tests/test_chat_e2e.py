@@ -7,6 +7,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -110,6 +111,50 @@ def test_chat_research_keep_rollback_then_resume(deployment: Path) -> None:
     history = loaded.model_messages()
     assert history[0].parts[-1].content == "research --disable-cuda-graph"
     assert max(m["msg"] for m in loaded.messages) == len(loaded.messages)  # numbering continued
+
+
+def test_ctrl_c_during_an_approved_trial_puts_the_target_back_on_known_good(deployment: Path) -> None:
+    """On a terminal, Ctrl-C while a trial runs cancels it and the target is back on its known-good
+    unit, healthy. (The approval prompt before the trial used to take SIGINT over and leave the
+    step without a handler: Ctrl-C then did nothing and the trial ran on.)"""
+    import httpx
+    import pexpect
+
+    from agent.transcript import load_transcript
+
+    d, unit = deployment, deployment / "sim" / "sglang.service"
+    assert "--disable-cuda-graph" in unit.read_text()  # the known-good (baseline) unit
+    before = {s["id"] for s in _transcripts(d)}
+    env = {**__import__("os").environ, "COLUMNS": "200"}
+    child = pexpect.spawn(
+        sys.executable, ["-c", CLI, "chat", "--config", "optagent.toml"], cwd=str(d), env=env,
+        encoding="utf-8", timeout=120, dimensions=(50, 200),
+    )  # fmt: skip
+    try:
+        child.expect("you>")
+        child.sendline("unset --disable-cuda-graph")
+        child.expect("apply this change")
+        child.sendline("y")
+        deadline = time.monotonic() + 120
+        while "--disable-cuda-graph" in unit.read_text():  # the candidate is being deployed
+            assert time.monotonic() < deadline, "the candidate was never deployed"
+            child.expect([pexpect.TIMEOUT, "you>"], timeout=0.05)
+        child.sendintr()
+        child.expect("interrupted")
+        child.expect("known-good configuration")
+        child.expect("you>")
+        child.sendline("/exit")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert "--disable-cuda-graph" in unit.read_text()
+    endpoint = (d / "sim" / "endpoint").read_text().strip()
+    assert httpx.get(endpoint + "/health", timeout=10).status_code == 200
+    [chat] = [s for s in _transcripts(d) if s["id"] not in before]
+    loaded = load_transcript(Path(chat["path"]))
+    assert not loaded.events_of("trial") or loaded.events_of("trial")[0]["data"]["decision"] != "kept"
+    stops = [e["data"] for e in loaded.events_of("deploy") if e["data"].get("action") == "interrupted"]
+    assert stops and stops[0]["rollback_ok"] is True
 
 
 def test_transcripts_commands_on_a_real_run(deployment: Path, tmp_path: Path) -> None:
