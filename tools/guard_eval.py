@@ -4,9 +4,9 @@ A guard is Python source (`(_is_sm90_supported or _is_sm100_supported) and topk 
 with `ast` (never run) and evaluated with Kleene logic: `and`/`or`/`not`/comparisons/`in`/`is` over
 True, False and UNKNOWN. Names resolve, in order, to the flag under research (its trial value),
 other flags (`server.<dest>` facts), platform predicates (`is_sm90_supported()`, `_is_cuda`,
-`get_platform().is_sm100`, `get_device_capability()` → `gpu.sm`, `get_device_name()` → `gpu.name`), model facts for well-known code
-names (`topk` → `model.experts_per_tok`), then the function's single-assigned locals, the caller's
-arguments and the module's constants. Anything else stays UNKNOWN, never a guess; the outcome says
+`get_platform().is_sm100`, `get_device_capability()` → `gpu.sm`, `get_device_name()` →
+`gpu.name`), model facts for well-known code names (`topk` → `model.experts_per_tok`), then the
+function's single-assigned locals, the caller's arguments and the module's constants. Anything else stays UNKNOWN, never a guess; the outcome says
 whether it was unknown for a missing deployment fact or for runtime state.
 """
 
