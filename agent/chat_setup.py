@@ -79,7 +79,7 @@ async def open_chat(
     models = make_models(model, base_url)
     transport = make_transport(target)
     try:
-        async with Deployment(target) as deployment:
+        async with Deployment(target, pace=True) as deployment:
             ui.step("preflight")
             await _preflight(ui, deployment, target)
             ui.step("context")

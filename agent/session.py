@@ -117,7 +117,7 @@ async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
     ui.step("preflight")
     transport = make_transport(target)
     try:
-        async with Deployment(target, on_progress=ui.deploy_progress) as deployment:
+        async with Deployment(target, on_progress=ui.deploy_progress, pace=True) as deployment:
             await _preflight(ui, deployment, target)
             ui.step("context")
             ctx = await gather_context(

@@ -96,6 +96,10 @@ class RunUI:
             )
             return
         self.stop_wait()
+        if phase == "rate-limit":
+            self.console.print(
+                f"  [dim]deploy: waiting {total or 0:.0f} s (restart rate limit)[/]", highlight=False
+            )
         if phase in ("restart", "rollback", "upload"):
             self.console.print(f"  [dim]deploy: {phase}[/]", highlight=False)
 

@@ -157,6 +157,34 @@ def test_ctrl_c_during_an_approved_trial_puts_the_target_back_on_known_good(depl
     assert stops and stops[0]["rollback_ok"] is True
 
 
+def test_ctrl_c_during_a_run_trial_rolls_back_before_the_command_returns(deployment: Path) -> None:
+    """`optagent run` on a terminal: Ctrl-C while a candidate is deployed cancels the trial, which
+    rolls itself back before the command exits; the transcript ends as interrupted."""
+    import httpx
+    import pexpect
+
+    d, unit = deployment, deployment / "sim" / "sglang.service"
+    known_good = unit.read_text()
+    before = {s["id"] for s in _transcripts(d)}
+    args = ["-c", CLI, "run", "--config", "optagent.toml", "--yes", "--max-trials", "1"]
+    env = {**__import__("os").environ, "COLUMNS": "200"}
+    child = pexpect.spawn(sys.executable, args, cwd=str(d), env=env, encoding="utf-8", timeout=180)
+    try:
+        deadline = time.monotonic() + 180
+        while unit.read_text() == known_good:  # wait for the candidate's deploy
+            assert time.monotonic() < deadline and child.isalive(), "no candidate was deployed"
+            child.expect([pexpect.TIMEOUT, pexpect.EOF], timeout=0.05)
+        child.sendintr()
+        child.expect(pexpect.EOF, timeout=180)
+    finally:
+        child.close(force=True)
+    assert unit.read_text() == known_good
+    endpoint = (d / "sim" / "endpoint").read_text().strip()
+    assert httpx.get(endpoint + "/health", timeout=10).status_code == 200
+    [run] = [s for s in _transcripts(d) if s["id"] not in before]
+    assert run["status"] == "interrupted", run
+
+
 def test_transcripts_commands_on_a_real_run(deployment: Path, tmp_path: Path) -> None:
     d = deployment
     before = {s["id"] for s in _transcripts(d)}

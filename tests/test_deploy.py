@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import httpx
@@ -256,6 +258,22 @@ def test_restart_rate_limit_and_failure_stop(ssh_sim) -> None:  # type: ignore[n
                 await d.deploy(good)
 
     run(limited_scenario())
+    assert Path(sim.target.remote_unit).read_text() == original
+
+    async def paced_scenario() -> float:
+        """A run's deployment (`pace=True`) waits until the limit allows the restart instead."""
+        async with Deployment(limited, pace=True) as d:
+            d.journal.record(restart=True, failure=False)  # one restart "just now": the limit is spent
+            waited = d.restart_wait()
+            assert 55 < waited <= 60
+            counters = d.journal.counters()  # ... as if it had happened 57 s ago
+            d.journal.counters_path.write_text(json.dumps({**counters, "restarts": [time.time() - 57]}))
+            started = time.monotonic()
+            assert (await d.deploy(good)).ok
+            await d.rollback()
+            return time.monotonic() - started
+
+    assert run(paced_scenario()) >= 2.5  # it waited out the remaining ~3 s
     assert Path(sim.target.remote_unit).read_text() == original
 
 

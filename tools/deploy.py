@@ -12,6 +12,7 @@ if optagent never runs again. Restoring and status live in `tools.restore`.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -81,8 +82,11 @@ class Deployment:
         transport: Transport | None = None,
         on_progress: ProgressFn | None = None,
         command: str = "optagent",
+        pace: bool = False,
     ) -> None:
-        self.target, self.on_progress, self.command = target, on_progress, command
+        """`pace`: a deploy over the restart rate limit waits until it is within it (a run's trials)
+        instead of being refused (a one-off `optagent deploy`)."""
+        self.target, self.on_progress, self.command, self.pace = target, on_progress, command, pace
         self.transport: Transport = transport or make_transport(target)
         self.journal = Journal(target.state_dir)
         self.recovered: str | None = None
@@ -196,14 +200,20 @@ class Deployment:
 
     # --- deploy, commit, rollback ---------------------------------------------------------------
 
+    def restart_wait(self) -> float:
+        """Seconds until a deploy is within the restart rate limit (0: now). A caller that paces
+        itself waits this long instead of being refused."""
+        now, most = time.time(), self.target.max_restarts_per_minute
+        recent = sorted((x for x in self.journal.counters()["restarts"] if now - x < 60), reverse=True)
+        return 0.0 if len(recent) < most else 60 - (now - recent[most - 1])
+
     def _check_limits(self) -> None:
         counters, now, t = self.journal.counters(), time.time(), self.target
         recent = [x for x in counters["restarts"] if now - x < 60]
         if len(recent) >= t.max_restarts_per_minute:
-            wait = 60 - (now - min(recent))
             raise DeployError(
                 f"restart rate limit: {len(recent)} restarts in the last minute (max {t.max_restarts_per_minute}); "
-                f"try again in {wait:.0f}s"
+                f"try again in {self.restart_wait():.0f}s"
             )
         failures = [x for x in counters["failures"] if now - x < FAILURE_WINDOW_S]
         if len(failures) >= t.max_consecutive_failures:
@@ -227,6 +237,9 @@ class Deployment:
                 await resolve(new_text)
             except (ServiceError, UnitFileError) as e:
                 raise DeployError(f"the candidate cannot be started: {e}") from e
+        if self.pace and (wait := self.restart_wait()) > 0:
+            self._progress("rate-limit", 0.0, wait)
+            await asyncio.sleep(wait)
         self._check_limits()
         await self._check_writable()
         known_good = await self.known_good()
