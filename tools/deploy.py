@@ -239,7 +239,7 @@ class Deployment:
                 raise DeployError(f"the candidate cannot be started: {e}") from e
         if self.pace and (wait := self.restart_wait()) > 0:
             self._progress("rate-limit", 0.0, wait)
-            await asyncio.sleep(wait)
+            await asyncio.sleep(wait + 0.5)  # the timer may fire a hair before the wall clock agrees
         self._check_limits()
         await self._check_writable()
         known_good = await self.known_good()
