@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -113,11 +114,28 @@ def test_chat_research_keep_rollback_then_resume(deployment: Path) -> None:
     assert max(m["msg"] for m in loaded.messages) == len(loaded.messages)  # numbering continued
 
 
+def _on_a_terminal(d: Path, *args: str) -> Any:
+    """`optagent ARGS` on a pseudo-terminal (Ctrl-C is a SIGINT from the terminal, as for a user)."""
+    import pexpect
+
+    env = {**__import__("os").environ, "COLUMNS": "200"}
+    return pexpect.spawn(
+        sys.executable, ["-c", CLI, *args], cwd=str(d), env=env, encoding="utf-8", timeout=180,
+        dimensions=(50, 200),
+    )  # fmt: skip
+
+
+def _healthy(d: Path) -> bool:
+    import httpx
+
+    endpoint = (d / "sim" / "endpoint").read_text().strip()
+    return httpx.get(endpoint + "/health", timeout=10).status_code == 200
+
+
 def test_ctrl_c_during_an_approved_trial_puts_the_target_back_on_known_good(deployment: Path) -> None:
     """On a terminal, Ctrl-C while a trial runs cancels it and the target is back on its known-good
     unit, healthy. (The approval prompt before the trial used to take SIGINT over and leave the
     step without a handler: Ctrl-C then did nothing and the trial ran on.)"""
-    import httpx
     import pexpect
 
     from agent.transcript import load_transcript
@@ -125,11 +143,7 @@ def test_ctrl_c_during_an_approved_trial_puts_the_target_back_on_known_good(depl
     d, unit = deployment, deployment / "sim" / "sglang.service"
     assert "--disable-cuda-graph" in unit.read_text()  # the known-good (baseline) unit
     before = {s["id"] for s in _transcripts(d)}
-    env = {**__import__("os").environ, "COLUMNS": "200"}
-    child = pexpect.spawn(
-        sys.executable, ["-c", CLI, "chat", "--config", "optagent.toml"], cwd=str(d), env=env,
-        encoding="utf-8", timeout=120, dimensions=(50, 200),
-    )  # fmt: skip
+    child = _on_a_terminal(d, "chat", "--config", "optagent.toml")
     try:
         child.expect("you>")
         child.sendline("unset --disable-cuda-graph")
@@ -148,8 +162,7 @@ def test_ctrl_c_during_an_approved_trial_puts_the_target_back_on_known_good(depl
     finally:
         child.close(force=True)
     assert "--disable-cuda-graph" in unit.read_text()
-    endpoint = (d / "sim" / "endpoint").read_text().strip()
-    assert httpx.get(endpoint + "/health", timeout=10).status_code == 200
+    assert _healthy(d)
     [chat] = [s for s in _transcripts(d) if s["id"] not in before]
     loaded = load_transcript(Path(chat["path"]))
     assert not loaded.events_of("trial") or loaded.events_of("trial")[0]["data"]["decision"] != "kept"
@@ -160,15 +173,12 @@ def test_ctrl_c_during_an_approved_trial_puts_the_target_back_on_known_good(depl
 def test_ctrl_c_during_a_run_trial_rolls_back_before_the_command_returns(deployment: Path) -> None:
     """`optagent run` on a terminal: Ctrl-C while a candidate is deployed cancels the trial, which
     rolls itself back before the command exits; the transcript ends as interrupted."""
-    import httpx
     import pexpect
 
     d, unit = deployment, deployment / "sim" / "sglang.service"
     known_good = unit.read_text()
     before = {s["id"] for s in _transcripts(d)}
-    args = ["-c", CLI, "run", "--config", "optagent.toml", "--yes", "--max-trials", "1"]
-    env = {**__import__("os").environ, "COLUMNS": "200"}
-    child = pexpect.spawn(sys.executable, args, cwd=str(d), env=env, encoding="utf-8", timeout=180)
+    child = _on_a_terminal(d, "run", "--config", "optagent.toml", "--yes", "--max-trials", "1")
     try:
         deadline = time.monotonic() + 180
         while unit.read_text() == known_good:  # wait for the candidate's deploy
@@ -179,8 +189,7 @@ def test_ctrl_c_during_a_run_trial_rolls_back_before_the_command_returns(deploym
     finally:
         child.close(force=True)
     assert unit.read_text() == known_good
-    endpoint = (d / "sim" / "endpoint").read_text().strip()
-    assert httpx.get(endpoint + "/health", timeout=10).status_code == 200
+    assert _healthy(d)
     [run] = [s for s in _transcripts(d) if s["id"] not in before]
     assert run["status"] == "interrupted", run
 
