@@ -60,6 +60,8 @@ def profile_facts(name: str) -> dict[str, Any]:
     """The flat facts of a labelled deployment, as the agent builds them."""
     config, sm, count, server = PROFILES[name]
     model = model_facts(load_model_config(DATA / "model-configs" / config))
+    # a live server reports the model it serves (not `--model-path dummy`): the hub id of the config
+    server = {"model_path": config.removesuffix("_config.json").replace("--", "/"), **server}
     hardware = {"gpus": [{"name": f"sm{sm} GPU", "sm": sm}] * count}
     return DeploymentContext(server_info=server, model=model, hardware=hardware).facts
 

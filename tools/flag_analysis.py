@@ -4,8 +4,12 @@
 `x_y`, `--no-x`), the deployment's facts (`gpu.sm`, `gpu.count`, `server.<dest>`, `model.<fact>`)
 and optionally the value to try. It follows a deprecated flag to its replacement, keeps only readers
 on the serving path that read *this* setting (not a same-named attribute of another object), drops
-readers in modules this deployment does not load (dispatch context), evaluates each reader's guards
-three-valued with the flag set, and follows calls to the exits the flag can reach. Verdicts:
+readers in modules this deployment does not load (dispatch context) or in functions registered for
+other model architectures, evaluates each reader's guards three-valued with the flag set, and
+follows calls to the exits the flag can reach. A reader inside a test or a boolean value is judged
+by whether the flag changes it: `enable = not cfg.disable_x` and `if cfg.disable_x: return` act
+(they turn), `if cfg.x or sm90:` on an SM90 does not (the same either way); a `raise`/`assert`
+test that turns counts as a refusal only in argument code that surely runs here. Verdicts:
 
 - `incompatible-with-version`: not a flag of this version (the server would refuse the argument);
 - `refuses-to-start`: a `raise`/`assert` reached from a running reader fires here;
@@ -21,7 +25,7 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
@@ -30,7 +34,16 @@ from tools.flag_decide import decide
 from tools.flag_dispatch import module_reason, module_status, registry_alternatives
 from tools.flag_index import FlagIndex, is_config_path
 from tools.flag_index_types import Func, Read
-from tools.gates import activation, caller_gate, idle_after, overridden, override_effect, set_anyway
+from tools.gates import (
+    activation,
+    always_called,
+    caller_gate,
+    cond_change,
+    idle_after,
+    overridden,
+    override_effect,
+    set_anyway,
+)
 from tools.guard_eval import Env, evaluate, non_default
 from tools.reach import ExitPath, exits_of, locals_of, reach_exits
 from tools.stores import follow_store, store_of
@@ -230,6 +243,10 @@ def _findings(
     # argument resolution and validation first: that is where start-up refusals live
     reads = sorted(reads, key=lambda r: (not is_config_path(r.path), r.path, r.line))
     budget = MAX_REACHED_READERS
+    # the deployment without the flag: its dests at their declared defaults (unknown when None)
+    declared = default_facts(index.catalog)
+    without = {k: v for k, v in facts.items() if k.removeprefix("server.") not in flag_values}
+    without.update({f"server.{d}": declared[f"server.{d}"] for d in flag_values if f"server.{d}" in declared})
     for read in reads:
         loc = f"{read.path}:{read.line}"
         if _foreign(index, read, definitions):
@@ -240,6 +257,9 @@ def _findings(
             v.findings.append(Finding(loc, read.receiver, read.func, "off", f"not loaded here: {why}"))
             continue
         func = index.func(read.path, read.func)
+        if func is not None and (other := _other_architecture(func, facts)):
+            v.findings.append(Finding(loc, read.receiver, read.func, "off", other))
+            continue
         module = index.modules.get(read.path)
         env = Env(
             facts,
@@ -252,17 +272,28 @@ def _findings(
             f"{read.path}::{read.func}",
             index.query,
         )
-        o = activation(read, env)
+        change = cond_change(read, env, replace(env, facts=without, flag={}))
+        turns = (
+            change is not None
+            and change[0] != change[1]
+            and _sure_to_act(index, read, func, facts, flag_values)
+        )
+        o = activation(read, env, turns=turns)
         conds = [*read.guards, *([read.cond] if read.cond else [])]
         finding = Finding(loc, f"{read.receiver}.{dest}", read.func, "", "", _conditions(conds, env, dest))
         finding.config = is_config_path(read.path)
         finding.alternative = read.path in alternatives
         if read.inert:
             finding.state, finding.why = "off", read.effect or "nothing follows"
+        elif change is not None and change[0] == change[1]:
+            finding.state, finding.why = "off", f"`{read.cond}` is {change[1]!r} with or without the flag"
         elif o.truth is False:
             finding.state, finding.why = "off", "its condition fails here"
         elif o.truth is True:
-            finding.state, finding.why = "on", read.effect or "read"
+            effect = read.effect or "read"
+            if turns:
+                effect += f"; the flag turns `{read.cond}` from {change[0]!r} to {change[1]!r}"
+            finding.state, finding.why = "on", effect
         elif o.missing:
             finding.state, finding.why = "unknown", "needs " + ", ".join(o.missing)
         else:
@@ -299,6 +330,34 @@ def _findings(
         v.notes.append(f"exits followed from the first {MAX_REACHED_READERS} of {running} running readers")
     v.findings.sort(key=lambda f: f.location)
     _registry_findings(index, dest, facts, flag_values, v, seen)
+
+
+def _sure_to_act(
+    index: FlagIndex, read: Read, func: Func | None, facts: dict[str, Any], flag: dict[str, Any]
+) -> bool:
+    """Whether a read whose test the flag turns acts: always, unless the test is a `raise`'s or an
+    `assert`'s (a refusal). A refusal counts only in argument code that surely runs here, not
+    behind a mode no fact decides (`_DetailSinglePassGatherer.__init__`, `_handle_dflash`)."""
+    if func is None:
+        return True
+    refusal = any(
+        e.kind in ("raise", "assert") and (e.line == read.line or (e.guards and e.guards[-1] == read.cond))
+        for e in func.exits
+    )
+    return not refusal or (is_config_path(read.path) and always_called(index, func, facts, flag))
+
+
+_ARCHITECTURE = re.compile(r"[A-Z]\w*For[A-Z]\w+")
+
+
+def _other_architecture(func: Func, facts: dict[str, Any]) -> str | None:
+    """Why `func` does not run for this model: it is registered for other architectures only
+    (`@_register_for("Qwen4ExpForConditionalGeneration")`), or None."""
+    archs = [key for _, key in func.keys if _ARCHITECTURE.fullmatch(key)]
+    arch = facts.get("model.architecture")
+    if not archs or not arch or arch in archs:
+        return None
+    return f"registered for {', '.join(archs)} only; this model is {arch}"
 
 
 def _gate(

@@ -27,7 +27,7 @@ from tools.flag_index_types import Call, Func, ModuleFacts, Read
 from tools.flag_index_walk import LOG, walk_file
 from tools.source import SourceTree, cache_root
 
-INDEX_FORMAT = 13
+INDEX_FORMAT = 16
 _OFF_PATH_DIRS = frozenset(
     {
         "test",
@@ -137,8 +137,10 @@ class FlagIndex:
         return [pickle.loads(r[0]) for r in rows]
 
     def _by_name(self, name: str) -> list[str]:
+        """Functions named `name`, and the `__init__` of a class named `name` (a constructor call)."""
         if name not in self._names:
-            rows = self._con.execute("SELECT key FROM funcs WHERE name = ?", (name,)).fetchall()
+            query = "SELECT key FROM funcs WHERE name = ? UNION SELECT key FROM ctors WHERE name = ?"
+            rows = self._con.execute(query, (name, name)).fetchall()
             self._names[name] = [r[0] for r in rows]
         return self._names[name]
 
@@ -161,6 +163,8 @@ class FlagIndex:
         uses it without calling it (a callback, a dispatch table), so its call sites are not all
         known, or when more than `limit` functions call a function of that name."""
         name = func.qual.rsplit(".", 1)[-1]
+        if name == "__init__" and func.qual.count(".") == 1:
+            name = func.qual.split(".")[0]  # `Class(...)` calls it
         query = "SELECT caller, called FROM callers WHERE callee = ? LIMIT ?"
         rows = self._con.execute(query, (name, limit + 1)).fetchall()
         if len(rows) > limit:
@@ -270,8 +274,15 @@ def _write(db: Path, tree: SourceTree, catalog: list[FlagInfo], facts: list[Modu
         "CREATE TABLE reads (dest TEXT PRIMARY KEY, data BLOB);"
         "CREATE TABLE funcs (key TEXT PRIMARY KEY, name TEXT, data BLOB);"
         "CREATE TABLE callers (callee TEXT, caller TEXT, called INTEGER);"
+        "CREATE TABLE ctors (name TEXT, key TEXT);"
     )
-    defined = {f.qual.rsplit(".", 1)[-1] for m in facts for f in m.funcs}
+    ctors = [
+        (f.qual.split(".")[0], f"{f.path}::{f.qual}")
+        for m in facts
+        for f in m.funcs
+        if f.qual.count(".") == 1 and f.qual.endswith(".__init__")
+    ]
+    defined = {f.qual.rsplit(".", 1)[-1] for m in facts for f in m.funcs} | {c for c, _ in ctors}
     reads: dict[str, list[Read]] = {}
     registries: list[tuple[str, str, str, list[str]]] = []
     overrides: dict[str, list[tuple[str, str, int]]] = {}
@@ -298,6 +309,8 @@ def _write(db: Path, tree: SourceTree, catalog: list[FlagInfo], facts: list[Modu
     con.execute("CREATE INDEX funcs_name ON funcs (name)")
     con.executemany("INSERT INTO callers VALUES (?, ?, ?)", sorted(callers))
     con.execute("CREATE INDEX callers_callee ON callers (callee)")
+    con.executemany("INSERT INTO ctors VALUES (?, ?)", ctors)
+    con.execute("CREATE INDEX ctors_name ON ctors (name)")
     con.executemany(
         "INSERT INTO reads VALUES (?, ?)",
         [(d, _dump(sorted(rs, key=lambda r: (r.path, r.line)))) for d, rs in reads.items()],

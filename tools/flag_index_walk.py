@@ -78,6 +78,23 @@ def _absolute(module: str, level: int, name: str | None, is_pkg: bool) -> str:
     return ".".join([*base, name] if name else base)
 
 
+def _short_circuit(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> list[str]:
+    """What must hold for `node` to be evaluated inside its expression: the operands before it in
+    `a and b and f()` (`not a` in `a or f()`), the test of the `x if t else y` branch it is in."""
+    out: list[str] = []
+    while node in parents:
+        parent = parents[node]
+        if isinstance(parent, ast.BoolOp):
+            before = parent.values[: parent.values.index(node)] if node in parent.values else []
+            out += [src(v) if isinstance(parent.op, ast.And) else neg(v) for v in before]
+        elif isinstance(parent, ast.IfExp) and node is not parent.test:
+            out.append(src(parent.test) if node is parent.body else neg(parent.test))
+        elif isinstance(parent, ast.Lambda | ast.comprehension):
+            break
+        node = parent
+    return out
+
+
 class _Walker:
     """Walks one module; `dests` limits which attribute names count as flag reads."""
 
@@ -120,6 +137,8 @@ class _Walker:
                     fields.append(s.target.id)
             for d in st.decorator_list:
                 self.expr(d, guards, st)
+            # a subclass may run the base's __init__: the base is used without a call edge showing it
+            self.m.refs += [src(b).rsplit(".", 1)[-1] for b in st.bases]
             self.body(st.body, [])
             self.cls = outer
         elif isinstance(st, ast.If | ast.While):
@@ -154,7 +173,9 @@ class _Walker:
             self.assign(st)
             self.self_set(st, guards)
             for child in ast.iter_child_nodes(st):
-                if isinstance(child, ast.expr):
+                if isinstance(child, ast.expr) and not (
+                    isinstance(st, ast.AnnAssign) and child is st.annotation
+                ):
                     self.expr(child, guards, st)
 
     def function(self, st: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
@@ -168,7 +189,7 @@ class _Walker:
         for d in st.decorator_list:
             if isinstance(d, ast.Call) and d.args and isinstance(d.args[0], ast.Constant):
                 name = src(d.func).rsplit(".", 1)[-1]
-                if name.startswith("register") and isinstance(d.args[0].value, str):
+                if name.lstrip("_").startswith("register") and isinstance(d.args[0].value, str):
                     f.keys.append((name, d.args[0].value))
         body = st.body[1:] if ast.get_docstring(st) is not None else st.body
         body = [s for s in body if not isinstance(s, ast.Import | ast.ImportFrom)]  # lazy imports
@@ -281,12 +302,13 @@ class _Walker:
             elif isinstance(node, ast.Call):
                 called.add(node.func)
                 name = src(node.func).rsplit(".", 1)[-1]
-                if self.func is not None and name and name.isidentifier():
+                builtin = src(node.func).startswith("object.")  # `object.__setattr__(self, ...)`
+                if self.func is not None and name and name.isidentifier() and not builtin:
                     self.func.calls.append(
                         Call(
                             name,
                             node.lineno,
-                            guards,
+                            [*guards, *_short_circuit(node, parents)],
                             [src(a) for a in node.args],
                             {k.arg: src(k.value) for k in node.keywords if k.arg},
                             isinstance(st, ast.Expr) and st.value is node,

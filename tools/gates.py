@@ -63,6 +63,23 @@ def caller_gate(
     return first
 
 
+def always_called(
+    index: FlagIndex, func: Func, facts: dict[str, Any], flag: dict[str, Any], *, depth: int = 3
+) -> bool:
+    """Whether `func` surely runs here: nothing in the tree refers to it (an entry point such as
+    `__post_init__`), or every call site's guards hold here and its caller surely runs (up to
+    `depth` callers). A site behind an open condition (`if self.is_dflash():`) is not sure."""
+    sites = index.call_sites(func, limit=MAX_SITES)
+    if sites is None:
+        return False
+    for caller, call in sites:
+        if evaluate_all(call.guards, env_of(index, caller, facts, flag, {})).truth is not True:
+            return False
+        if depth > 1 and not always_called(index, caller, facts, flag, depth=depth - 1):
+            return False
+    return True
+
+
 def idle_after(
     index: FlagIndex, func: Func, line: int, facts: dict[str, Any], flag: dict[str, Any]
 ) -> ExitPath | None:
@@ -113,11 +130,23 @@ def _idle(
     return first
 
 
-def activation(read: Read, env: Env) -> Outcome:
+def cond_change(read: Read, env: Env, now: Env) -> tuple[Any, Any] | None:
+    """(value now, value with the flag) of the test or boolean expression holding the read, when
+    both are known. Equal values: the flag changes nothing here; different: this is its effect,
+    whichever way it turns (`if cfg.disable_x: return`, `enable = not cfg.disable_x`)."""
+    if read.cond is None:
+        return None
+    after = evaluate(read.cond, env).value
+    before = evaluate(read.cond, now).value if after is not UNKNOWN else UNKNOWN
+    return None if before is UNKNOWN else (before, after)
+
+
+def activation(read: Read, env: Env, *, turns: bool = False) -> Outcome:
     """Whether a reader's own guards and condition hold here (a read in an early exit's test acts
-    when the exit is *not* taken)."""
+    when the exit is *not* taken). `turns`: the flag changes the value of the read's test
+    (`cond_change`), which is its effect: only the guards are left to hold."""
     conds = list(read.guards)
-    if read.cond is not None:
+    if read.cond is not None and not turns:
         o = evaluate(read.cond, env)
         if read.exit_body and o.truth is False:
             pass  # the exit is not taken: the function goes on with the flag's value

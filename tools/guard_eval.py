@@ -155,6 +155,10 @@ def evaluate_all(guards: list[str], env: Env) -> Outcome:
     return total
 
 
+_STR_METHODS = frozenset({"lower", "upper", "strip"})
+"""String methods without arguments evaluated on a known string."""
+
+
 class _Eval:
     def __init__(self, env: Env, out: Outcome):
         self.env, self.out = env, out
@@ -281,6 +285,10 @@ class _Eval:
             value = topology(name, self.env.facts, self.out)
         if value is not None:
             return value
+        if name in _STR_METHODS and isinstance(func, ast.Attribute) and not node.args:
+            text = self.ev(func.value, depth)  # `self.model_path.lower()`
+            if isinstance(text, str):
+                return getattr(text, name)()
         if name == "frozenset" and len(node.args) == 1:  # a constant set of names
             try:
                 return frozenset(ast.literal_eval(node.args[0]))

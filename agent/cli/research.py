@@ -175,6 +175,8 @@ def research(
     model, hardware, notes = _facts(cfg, model_config)
     facts = facts_of(cfg, model, hardware)
     facts.update(_server_args(server_arg))
+    if model_config is not None:  # a real model, not `--model-path dummy`
+        facts.setdefault("server.model_path", str(model_config))
     if gpu_sm is not None:
         facts["gpu.sm"] = gpu_sm
     if gpus is not None:
