@@ -166,3 +166,29 @@ def test_evidence_of_applies_is_a_function_not_a_module_level_table(trees) -> No
     assert verdict.verdict == "applies", verdict.summary
     assert any(f.function == "<module>" and f.state == "on" for f in verdict.findings)
     assert "<module>" not in verdict.summary and "cuda_graph_runner.py" in verdict.summary, verdict.summary
+
+
+def test_a_size_the_server_picks_from_gpu_memory_is_a_no_op_only_where_it_picks_it(trees) -> None:  # type: ignore[no-untyped-def]
+    """0.5.9 picks chunked_prefill_size from the GPU's memory (_handle_gpu_memory_settings,
+    server_args.py:935-991: 8192 from 60 to 160 GiB, 4096 below, 16384 above): --chunked-prefill-size
+    8192 is a no-op on an 80 GiB H100 and a 141 GiB H200, not on a 46 GiB L40S nor a 179 GiB B200."""
+    index = load_index(trees["0.5.9"])
+    facts = profile_facts("h100-llama")
+
+    def verdict(mib: int) -> Any:
+        return analyze_flag(index, "--chunked-prefill-size", {**facts, "gpu.memory_mib": mib}, value="8192")
+
+    for mib, line in ((81559, 970), (143771, 980)):
+        v = verdict(mib)
+        assert v.verdict == "no-op" and f"server_args.py:{line}" in v.summary, (mib, v.summary)
+    for mib in (46068, 183359):
+        v = verdict(mib)
+        assert v.verdict == "applies" and "set anyway" not in v.summary, (mib, v.summary)
+
+
+def test_a_check_for_another_device_does_not_refuse_on_an_nvidia_gpu(trees) -> None:  # type: ignore[no-untyped-def]
+    """0.5.23 refuses quantized weights on Apple MPS only (server_args.py:282 'if cfg.device ==
+    "mps"' before validate_mps_model_config): a GPU with an SM version resolves the device to cuda."""
+    index = load_index(trees["0.5.23"])
+    verdict = analyze_flag(index, "--quantization", profile_facts("a100-mixtral"), value="fp8")
+    assert "MPS" not in verdict.summary and verdict.verdict == "applies", verdict.summary

@@ -275,6 +275,8 @@ def set_anyway(
         own, rest = evaluate_all(ex.guards[-1:], env), evaluate_all(ex.guards[:-1], env)
         if own.truth is not True or rest.truth is False or rest.missing:
             continue
+        if rest.truth is None and not rest.runtime:
+            continue  # open on something the evaluator cannot read: not known to fire
         held = f" ({', '.join([*rest.used, *own.used])})" if rest.used or own.used else ""
         why = f"sets {dest} = {trial!r} without the flag{held}"
         if rest.truth is True:

@@ -13,6 +13,7 @@ whether it was unknown for a missing deployment fact or for runtime state.
 from __future__ import annotations
 
 import ast
+import operator
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,9 +47,12 @@ CODE_FACTS = {
     "num_experts": "model.num_experts",
     "tp_size": "server.tp_size",
     "tp_world_size": "server.tp_size",
+    "gpu_mem": "gpu.memory_mib",  # `gpu_mem = get_device_memory_capacity()` (MiB) in argument code
 }
 _SCOPES = {name: re.compile(r"moe|expert", re.IGNORECASE) for name in ("topk", "top_k")}
-"""`topk` is the MoE top-k in MoE code only (speculative decoding has a `topk` of its own)."""
+_SCOPES["gpu_mem"] = re.compile(r"server_args|arg_groups")
+"""`topk` is the MoE top-k in MoE code only (speculative decoding has a `topk` of its own);
+`gpu_mem` is the GPU's memory in argument code."""
 _QUANT = {
     "use_int8_w8a16": ("w8a16", "int8"),
     "use_int4_w4a16": ("w4a16", "int4", "awq", "gptq"),
@@ -155,6 +159,14 @@ def evaluate_all(guards: list[str], env: Env) -> Outcome:
     return total
 
 
+_ARITHMETIC = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+}
 _STR_METHODS = frozenset({"lower", "upper", "strip"})
 """String methods without arguments evaluated on a known string."""
 
@@ -174,6 +186,10 @@ class _Eval:
         if name in self.env.flag:
             self.out.flag_dependent = True
             return self.env.flag[name]
+        if name == "device" and "server.device" not in self.env.facts and "gpu.sm" in self.env.facts:
+            # an NVIDIA GPU (it has an SM version) resolves the device to CUDA (`device == "mps"`)
+            self.out.used.append(f"gpu.sm = {self.env.facts['gpu.sm']} (device cuda)")
+            return "cuda"
         return self.fact(f"server.{name}")
 
     def named(self, name: str, depth: int) -> Any:
@@ -256,6 +272,12 @@ class _Eval:
         if isinstance(node, ast.Tuple | ast.List | ast.Set):
             items = [self.ev(e, depth) for e in node.elts]
             return UNKNOWN if any(i is UNKNOWN for i in items) else tuple(items)
+        if isinstance(node, ast.BinOp) and type(node.op) in _ARITHMETIC:
+            left, right = self.ev(node.left, depth), self.ev(node.right, depth)
+            numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (left, right))
+            if not numbers or (isinstance(node.op, ast.Div | ast.FloorDiv | ast.Mod) and right == 0):
+                return UNKNOWN
+            return _ARITHMETIC[type(node.op)](left, right)  # `gpu_mem < 20 * 1024`
         if isinstance(node, ast.IfExp):
             t = truth(self.ev(node.test, depth))
             if t is UNKNOWN:
@@ -280,6 +302,8 @@ class _Eval:
             return self.fact("gpu.sm")
         if name == "get_device_name":  # torch.cuda.get_device_name(): nvidia-smi's name
             return self.fact("gpu.name")
+        if name in ("get_device_memory_capacity", "get_nvgpu_memory_capacity"):  # MiB, as nvidia-smi
+            return self.fact("gpu.memory_mib")
         value = platform(name, self.env.facts, self.out)
         if value is None:
             value = topology(name, self.env.facts, self.out)
