@@ -193,7 +193,8 @@ def analyze_flag(
             f"{name} is not a launch_server flag of SGLang {index.version}: the server would refuse to start.",
             1.0,
         )
-    facts = {**default_facts(index.catalog), **facts}
+    declared = default_facts(index.catalog)
+    facts = {**declared, **facts}
     trial = False if negated(info, name) else _parse_value(value, info)
     verdict = CodeVerdict(info.name, info.dest, index.version, "unknown", "", 0.3, value=trial)
     verdict.definition = f"{info.path}:{info.line}" if info.path else None
@@ -212,7 +213,10 @@ def analyze_flag(
         verdict.notes.append("deprecated; no replacement named")
     # the alias keeps its own trial value: `if cfg.old_flag and cfg.new_flag is None` is about the trial
     flag_values = {info.dest: verdict.value, target.dest: trial}
-    _findings(index, target.dest, facts, flag_values, verdict)
+    # the deployment without the flag: its dests at their declared defaults (unknown when None)
+    without = {k: v for k, v in facts.items() if k.removeprefix("server.") not in flag_values}
+    without.update({f"server.{d}": declared[f"server.{d}"] for d in flag_values if f"server.{d}" in declared})
+    _findings(index, target.dest, facts, flag_values, verdict, without)
     decide(verdict, target)
     if verdict.verdict in ("applies", "unknown") and (
         over := overridden(index, target.dest, facts, flag_values)
@@ -232,7 +236,12 @@ def analyze_flag(
 
 
 def _findings(
-    index: FlagIndex, dest: str, facts: dict[str, Any], flag_values: dict[str, Any], v: CodeVerdict
+    index: FlagIndex,
+    dest: str,
+    facts: dict[str, Any],
+    flag_values: dict[str, Any],
+    v: CodeVerdict,
+    without: dict[str, Any],
 ) -> None:
     dests = frozenset(f.dest for f in index.catalog)
     definitions = {f.path for f in index.catalog if f.path}
@@ -243,10 +252,6 @@ def _findings(
     # argument resolution and validation first: that is where start-up refusals live
     reads = sorted(reads, key=lambda r: (not is_config_path(r.path), r.path, r.line))
     budget = MAX_REACHED_READERS
-    # the deployment without the flag: its dests at their declared defaults (unknown when None)
-    declared = default_facts(index.catalog)
-    without = {k: v for k, v in facts.items() if k.removeprefix("server.") not in flag_values}
-    without.update({f"server.{d}": declared[f"server.{d}"] for d in flag_values if f"server.{d}" in declared})
     for read in reads:
         loc = f"{read.path}:{read.line}"
         if _foreign(index, read, definitions):

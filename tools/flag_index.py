@@ -162,9 +162,7 @@ class FlagIndex:
         """Where `func` is called on the serving path: (caller, call) pairs; None when some code
         uses it without calling it (a callback, a dispatch table), so its call sites are not all
         known, or when more than `limit` functions call a function of that name."""
-        name = func.qual.rsplit(".", 1)[-1]
-        if name == "__init__" and func.qual.count(".") == 1:
-            name = func.qual.split(".")[0]  # `Class(...)` calls it
+        name = _class_of_init(func.qual) or func.qual.rsplit(".", 1)[-1]  # `Class(...)` calls its __init__
         query = "SELECT caller, called FROM callers WHERE callee = ? LIMIT ?"
         rows = self._con.execute(query, (name, limit + 1)).fetchall()
         if len(rows) > limit:
@@ -276,12 +274,7 @@ def _write(db: Path, tree: SourceTree, catalog: list[FlagInfo], facts: list[Modu
         "CREATE TABLE callers (callee TEXT, caller TEXT, called INTEGER);"
         "CREATE TABLE ctors (name TEXT, key TEXT);"
     )
-    ctors = [
-        (f.qual.split(".")[0], f"{f.path}::{f.qual}")
-        for m in facts
-        for f in m.funcs
-        if f.qual.count(".") == 1 and f.qual.endswith(".__init__")
-    ]
+    ctors = [(c, f"{f.path}::{f.qual}") for m in facts for f in m.funcs if (c := _class_of_init(f.qual))]
     defined = {f.qual.rsplit(".", 1)[-1] for m in facts for f in m.funcs} | {c for c, _ in ctors}
     reads: dict[str, list[Read]] = {}
     registries: list[tuple[str, str, str, list[str]]] = []
@@ -335,6 +328,12 @@ def _write(db: Path, tree: SourceTree, catalog: list[FlagInfo], facts: list[Modu
     con.executemany("INSERT INTO meta VALUES (?, ?)", [(k, _dump(v)) for k, v in meta.items()])
     con.commit()
     con.close()
+
+
+def _class_of_init(qual: str) -> str | None:
+    """`Class` for `Class.__init__` (a module-level class's constructor), else None."""
+    cls, _, name = qual.partition(".")
+    return cls if name == "__init__" else None
 
 
 def _dump(value: object) -> bytes:

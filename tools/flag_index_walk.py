@@ -85,7 +85,7 @@ def _short_circuit(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> list[str]:
     while node in parents:
         parent = parents[node]
         if isinstance(parent, ast.BoolOp):
-            before = parent.values[: parent.values.index(node)] if node in parent.values else []
+            before = parent.values[: parent.values.index(node)]  # its operands are its only children
             out += [src(v) if isinstance(parent.op, ast.And) else neg(v) for v in before]
         elif isinstance(parent, ast.IfExp) and node is not parent.test:
             out.append(src(parent.test) if node is parent.body else neg(parent.test))
