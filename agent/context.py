@@ -39,7 +39,7 @@ class DeploymentContext:
         if self.version:
             facts["sglang.version"] = self.version
         # resolved values (catalog default < top level < internal_states); None where the server
-        # left a value open (agent.conditions: false for a truthiness test, unknown for a comparison)
+        # left a value open (agent.policy.conditions: false for a truthiness test, unknown for a comparison)
         for k, v in self.resolved_args.items():
             facts[f"server.{k}"] = v
         for k, v in self.unit_flags.items():
@@ -69,8 +69,8 @@ class DeploymentContext:
 
     @property
     def resolved_args(self) -> dict[str, Any]:
-        """Server argument -> the value the running server uses (see `agent.resolved`)."""
-        from agent.resolved import resolved_args
+        """Server argument -> the value the running server uses (see `agent.trial.resolved`)."""
+        from agent.trial.resolved import resolved_args
 
         return resolved_args(self.server_info, self.catalog)
 
@@ -112,7 +112,7 @@ def _as_dict(obj: Any) -> dict[str, Any]:
 
 async def gather_context(config: Any, transport: Any, *, on_step: Any = None) -> DeploymentContext:
     """Read every piece of context for `config`'s target through `transport`."""
-    from tools.unitfile import UnitFile
+    from tools.deploy.unitfile import UnitFile
 
     b = config.bench
     ctx = DeploymentContext(
@@ -125,7 +125,7 @@ async def gather_context(config: Any, transport: Any, *, on_step: Any = None) ->
         ctx.missing["unit_flags"] = str(e)
     say("server info")
     try:
-        from tools.health import get_server_info
+        from tools.deploy.health import get_server_info
 
         ctx.server_info = await _resolve(get_server_info(config.target.endpoint))
     except Exception as e:
@@ -135,7 +135,7 @@ async def gather_context(config: Any, transport: Any, *, on_step: Any = None) ->
     await _model(ctx, transport)
     say("GPUs")
     try:
-        from tools.hardware import read_hardware
+        from tools.research.hardware import read_hardware
 
         ctx.hardware = await _resolve(read_hardware(transport, nvidia_smi=config.target.nvidia_smi))
     except Exception as e:
@@ -147,7 +147,7 @@ async def gather_context(config: Any, transport: Any, *, on_step: Any = None) ->
 
 async def _model(ctx: DeploymentContext, transport: Any) -> None:
     try:
-        from tools.modelcfg import fetch_model_config, model_facts
+        from tools.research.modelcfg import fetch_model_config, model_facts
 
         model_path = ctx.unit_flags.get("--model-path") or ctx.unit_flags.get("--model")
         model_path = model_path or (ctx.server_info.get("server_args") or ctx.server_info).get("model_path")
@@ -162,8 +162,8 @@ async def _source(ctx: DeploymentContext, config: Any) -> None:
     import asyncio
 
     try:
-        from tools.flags import flag_catalog
-        from tools.source import get_source
+        from tools.research.flags import flag_catalog
+        from tools.research.source import get_source
 
         r = config.research
         ctx.tree = await asyncio.to_thread(

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.trial import TRIAL_RESTARTS, Baseline, TrialRunner, lossy_flags, mean_throughput
+from agent.trial.record import Baseline, lossy_flags, mean_throughput
+from agent.trial.runner import TRIAL_RESTARTS, TrialRunner
 from agent.ui import RunUI
 
 
@@ -100,15 +101,15 @@ def _sweep_summary(sweep: Any) -> dict[str, Any]:
 async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
     """The whole run against `config`'s target; returns how it ended (raises `SessionError` early)."""
     from agent.context import gather_context
-    from agent.models import make_models
-    from agent.planner import PlannerDeps, build_planner
-    from agent.playbook import PLAYBOOK_PATH, evaluate, grid_size, load_playbook
-    from agent.report import explain_run
-    from agent.researcher import build_researcher
-    from agent.resolved import drop_pointless
+    from agent.policy.models import make_models
+    from agent.policy.planner import PlannerDeps, build_planner
+    from agent.policy.playbook import PLAYBOOK_PATH, evaluate, grid_size, load_playbook
+    from agent.policy.researcher import build_researcher
+    from agent.transcripts.report import explain_run
+    from agent.trial.resolved import drop_pointless
     from tools.bench.stats import objective_from_goal
-    from tools.deploy import Deployment
-    from tools.remote import make_transport
+    from tools.deploy.deployment import Deployment
+    from tools.deploy.remote import make_transport
 
     started = time.monotonic()
     deadline = started + opts.max_wall_minutes * 60
@@ -202,7 +203,7 @@ def make_runner(
 
 
 async def _preflight(ui: RunUI, deployment: Any, target: Any) -> None:
-    from tools.health import wait_healthy
+    from tools.deploy.health import wait_healthy
 
     if deployment.recovered:
         ui.note(f"[yellow]recovered an unfinished change first:[/] {deployment.recovered}")
@@ -242,7 +243,7 @@ async def _plan(ui: RunUI, deps: Any, planner: Any, opts: RunOptions, objective:
     from pydantic_ai.usage import UsageLimits
     from rich.markup import escape
 
-    from agent.agentrun import run_saving
+    from agent.policy.agentrun import run_saving
     from prompts import render
 
     instructions = render(
@@ -279,7 +280,7 @@ async def _plan(ui: RunUI, deps: Any, planner: Any, opts: RunOptions, objective:
 
 async def _combine_if_needed(ui: RunUI, runner: TrialRunner, status: str) -> str:
     """The combined trial is not optional: if two or more flags were kept alone, try them together."""
-    from agent.trial import BudgetExhausted
+    from agent.trial.record import BudgetExhausted
 
     if any(t.kind == "combined" for t in runner.trials) or not runner.eligible():
         return status
@@ -304,8 +305,8 @@ async def _final(
     bench_s: float,
     explain: Any = None,
 ) -> RunResult:
-    from agent.report import write_report
-    from tools.health import wait_healthy
+    from agent.transcripts.report import write_report
+    from tools.deploy.health import wait_healthy
 
     ui.step("final state")
     final_levels = (

@@ -12,8 +12,8 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from agent.todo import TodoList
-from agent.verdict import FlagVerdict
+from agent.policy.todo import TodoList
+from agent.policy.verdict import FlagVerdict
 
 _VERDICT_STYLE = {
     "applies": "green",

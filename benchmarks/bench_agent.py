@@ -46,7 +46,7 @@ from rich.console import Console
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent.playbook import evaluate, grid_size, load_playbook  # noqa: E402
+from agent.policy.playbook import evaluate, grid_size, load_playbook  # noqa: E402
 from sim import host  # noqa: E402
 from sim.scenario import SCENARIO_DIR  # noqa: E402
 
@@ -237,7 +237,7 @@ def oracle(
 
 async def run_agent(config, tmp: Path, minutes: float, max_restarts: int | None = None):  # type: ignore[no-untyped-def]
     from agent.session import RunOptions, run_session
-    from agent.transcript import Transcript
+    from agent.transcripts.transcript import Transcript
     from agent.ui import RunUI
 
     transcript = Transcript.create(
@@ -302,7 +302,7 @@ def _measured_gains(name: str, scale: float, sets: dict[str, list[str]]) -> dict
 
 
 def _facts(result) -> dict:  # type: ignore[no-untyped-def]
-    from agent.transcript import load_transcript
+    from agent.transcripts.transcript import load_transcript
 
     tx = load_transcript(result.transcript)
     return tx.events_of("context")[0]["data"]["facts"]
@@ -310,12 +310,12 @@ def _facts(result) -> dict:  # type: ignore[no-untyped-def]
 
 async def aa_trials(config, n: int) -> tuple[int, int, int]:  # type: ignore[no-untyped-def]
     """(A/A trials, false keeps by A/B/A, false keeps by unpaired A/B) with drift injected."""
-    from agent.paired_trial import known_good_block
     from agent.session import make_runner
-    from agent.trial import Baseline, TrialChange
+    from agent.trial.paired import known_good_block
+    from agent.trial.record import Baseline, TrialChange
     from tools.bench.objective import Objective
     from tools.bench.probe import run_probe
-    from tools.deploy import Deployment
+    from tools.deploy.deployment import Deployment
 
     paired = unpaired = 0
     async with Deployment(config.target) as dep:

@@ -5,7 +5,7 @@ policy. This replays the trial phase of a real run many times.
 From a run's transcript (`optagent run` or `bench_agent.py` on the simulated scenario; by default a
 run with no restarts to spend, which gathers the facts and researches, takes ~1-2 min) it takes the
 facts, the playbook's candidates and the research verdicts; then, `--runs` times, the builtin
-planner's choice of the next trial (`agent.builtin.trial_queue`: expected value per restart, second
+planner's choice of the next trial (`agent.policy.builtin.trial_queue`: expected value per restart, second
 looks at near misses) and the agent's own trial code (`TrialRunner`, `run_paired`: early stops,
 A/B/A, second and third launches, the restart budget) run against simulated launches. A launch's
 true output rate per level is the noise-free model (`sim.offline`) of the configuration deployed,
@@ -47,17 +47,18 @@ from bench_agent import (  # noqa: E402
 )
 from bench_rule_power import simulate_measurements  # noqa: E402
 
-from agent.builtin import trial_queue  # noqa: E402
-from agent.playbook import evaluate, grid_size, load_playbook  # noqa: E402
+from agent.policy.builtin import trial_queue  # noqa: E402
+from agent.policy.playbook import evaluate, grid_size, load_playbook  # noqa: E402
 from agent.session import restart_budget  # noqa: E402
-from agent.transcript import load_transcript  # noqa: E402
-from agent.trial import Baseline, BudgetExhausted, TrialChange, TrialRunner  # noqa: E402
+from agent.transcripts.transcript import load_transcript  # noqa: E402
+from agent.trial.record import Baseline, BudgetExhausted, TrialChange  # noqa: E402
+from agent.trial.runner import TrialRunner
 from sim import host  # noqa: E402
 from sim.scenario import SCENARIO_DIR  # noqa: E402
 from tools.bench.objective import objective_from_goal  # noqa: E402
 from tools.bench.results import LevelResult, SweepResult  # noqa: E402
 from tools.config import BenchConfig  # noqa: E402
-from tools.deploy import DeployOutcome  # noqa: E402
+from tools.deploy.deployment import DeployOutcome  # noqa: E402
 
 PREFIX = "/usr/bin/python -m sglang.launch_server --model-path /m"
 
@@ -255,7 +256,7 @@ def _unit(scenario: str) -> str:
 
 
 def _with(unit: str, resolved: list, kept: list[str]) -> str:
-    from agent.trial import apply_changes
+    from agent.trial.record import apply_changes
 
     by_change = {c.change: c for c in resolved}
     return apply_changes(

@@ -20,9 +20,9 @@ import sys
 import time
 from pathlib import Path
 
-from tools.flag_analysis import analyze_flag
-from tools.flag_index import load_index
-from tools.source import get_source, local_source
+from tools.research.analysis import analyze_flag
+from tools.research.index import load_index
+from tools.research.source import get_source, local_source
 
 FLAGS = [
     "--enable-fused-moe-sum-all-reduce",
@@ -49,9 +49,9 @@ FACTS = {
 _CHILD = """
 import sys, time
 t0 = time.perf_counter()
-from tools.flag_analysis import analyze_flag
-from tools.flag_index import load_index
-from tools.source import local_source
+from tools.research.analysis import analyze_flag
+from tools.research.index import load_index
+from tools.research.source import local_source
 from pathlib import Path
 tree = local_source(Path(sys.argv[1]))
 v = analyze_flag(load_index(tree), sys.argv[2], eval(sys.argv[3]))

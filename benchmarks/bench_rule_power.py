@@ -1,5 +1,5 @@
 """How often does a trial keep a change of a given true size, and how many restarts does it spend?
-A Monte Carlo through the agent's own trial code (`agent.paired_trial.run_paired` and the interval
+A Monte Carlo through the agent's own trial code (`agent.trial.paired.run_paired` and the interval
 of `tools.bench.paired`): the early stop after the A/B look, the A/B/A comparison, the second
 launch of a likely winner and the third launch of a near miss, with adaptive repetitions.
 
@@ -21,8 +21,9 @@ import math
 import random
 from dataclasses import dataclass, field
 
-import agent.paired_trial as pt
-from agent.trial import Baseline, TrialChange, TrialRunner
+import agent.trial.paired as pt
+from agent.trial.record import Baseline, TrialChange
+from agent.trial.runner import TrialRunner
 from tools.bench.objective import objective_from_goal
 from tools.bench.results import LevelResult, SweepResult
 from tools.config import BenchConfig
@@ -49,13 +50,13 @@ class Launches:
         self.restarts += 1
 
     async def deploy(self, text: str, *, reason: str) -> object:
-        from tools.deploy import DeployOutcome
+        from tools.deploy.deployment import DeployOutcome
 
         self.relaunch(True)
         return DeployOutcome(ok=True)
 
     async def rollback(self) -> object:
-        from tools.deploy import DeployOutcome
+        from tools.deploy.deployment import DeployOutcome
 
         self.relaunch(False)
         return DeployOutcome(ok=True)

@@ -25,8 +25,8 @@ def main() -> None:
         UserPromptPart,
     )
 
-    from agent.review import build_review
-    from agent.transcript import Transcript, load_transcript
+    from agent.transcripts.review import build_review
+    from agent.transcripts.transcript import Transcript, load_transcript
 
     batch = [
         ModelRequest(parts=[UserPromptPart("research --enable-torch-compile " + "x" * 200)]),

@@ -142,8 +142,8 @@ def create(
 
 
 def _manager(sim_dir: Path):  # type: ignore[no-untyped-def]
-    from tools.remote import LocalTransport
-    from tools.service import ProcessManager
+    from tools.deploy.remote import LocalTransport
+    from tools.deploy.service import ProcessManager
 
     return ProcessManager(
         LocalTransport(),
@@ -213,7 +213,7 @@ def down(sim_dir: Path) -> bool:
         return False
 
     async def stop() -> bool:
-        from tools.deadman import DeadmanSwitch
+        from tools.deploy.deadman import DeadmanSwitch
 
         manager = _manager(sim_dir)
         # A watchdog left armed by a killed optagent would start the server again after `down`.

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agent.conditions import ConditionError, check
-from agent.playbook import evaluate, load_playbook
+from agent.policy.conditions import ConditionError, check
+from agent.policy.playbook import evaluate, load_playbook
 
 SEED = {
     "bench.max_concurrency": 64,

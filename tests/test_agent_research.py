@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 
 from agent.context import DeploymentContext
-from agent.models import ModelChoiceError, choose_model, make_models
-from agent.researcher import ResearchDeps, build_researcher
-from tools.flags import flag_catalog
+from agent.policy.models import ModelChoiceError, choose_model, make_models
+from agent.policy.researcher import ResearchDeps, build_researcher
+from tools.research.flags import flag_catalog
 
 
 def _ctx(tree, *, experts_per_tok: int, tp: int) -> DeploymentContext:

@@ -156,7 +156,7 @@ def test_a_second_launch_of_the_candidate_narrows_the_interval_and_counts():
 
 
 def test_which_candidates_earn_a_second_launch_and_more_repetitions():
-    from agent.paired_trial import _looks_like_a_winner, _worth_more
+    from agent.trial.paired import _looks_like_a_winner, _worth_more
 
     rng = random.Random(11)
     before, after = block(rng, noise=0.003), block(rng, noise=0.003)
@@ -179,7 +179,7 @@ def test_which_candidates_earn_a_second_launch_and_more_repetitions():
 
 
 def test_a_noisy_level_below_the_tolerance_does_not_block_a_clear_gain_elsewhere():
-    from agent.paired_trial import _looks_like_a_winner, _worth_more
+    from agent.trial.paired import _looks_like_a_winner, _worth_more
 
     rng = random.Random(12)
 

@@ -15,7 +15,7 @@ from tools.bench.sglang_backend import (
     run_sweep_sglang,
 )
 from tools.config import BenchConfig
-from tools.remote import LocalTransport
+from tools.deploy.remote import LocalTransport
 
 # The key set of the dict sglang.benchmark.serving (0.5.23) appends to --output-file, in its order.
 REAL_KEYS = [

@@ -8,13 +8,13 @@ from pathlib import Path
 from pydantic_ai.models.function import FunctionModel
 from rich.console import Console
 
-from agent.builtin import researcher_policy
-from agent.chat import ChatSession
-from agent.chat_policy import chat_policy, parse_change
+from agent.chat.policy import chat_policy, parse_change
+from agent.chat.session import ChatSession
 from agent.context import DeploymentContext
-from agent.planner import PlannerDeps, build_planner
-from agent.researcher import build_researcher
-from agent.transcript import Transcript, load_transcript
+from agent.policy.builtin import researcher_policy
+from agent.policy.planner import PlannerDeps, build_planner
+from agent.policy.researcher import build_researcher
+from agent.transcripts.transcript import Transcript, load_transcript
 from agent.ui import RunUI
 
 

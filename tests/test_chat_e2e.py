@@ -27,7 +27,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory):
     """A simulated seed host whose baseline runs without CUDA graphs (so removing
     `--disable-cuda-graph` is a large, measurable gain), and an optagent.toml for it."""
     from sim import host
-    from tools.unitfile import UnitFile
+    from tools.deploy.unitfile import UnitFile
 
     d = tmp_path_factory.mktemp("chat-e2e")
     cfg = host.create(d / "sim", scenario="seed", port=free_port(), time_scale=0.03)
@@ -71,7 +71,7 @@ def _transcripts(d: Path) -> list[dict]:
 
 
 def test_chat_research_keep_rollback_then_resume(deployment: Path) -> None:
-    from agent.transcript import load_transcript
+    from agent.transcripts.transcript import load_transcript
 
     d = deployment
     script = (
@@ -138,7 +138,7 @@ def test_ctrl_c_during_an_approved_trial_puts_the_target_back_on_known_good(depl
     step without a handler: Ctrl-C then did nothing and the trial ran on.)"""
     import pexpect
 
-    from agent.transcript import load_transcript
+    from agent.transcripts.transcript import load_transcript
 
     d, unit = deployment, deployment / "sim" / "sglang.service"
     assert "--disable-cuda-graph" in unit.read_text()  # the known-good (baseline) unit

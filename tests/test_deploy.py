@@ -16,9 +16,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tools.deploy import DeployError, Deployment, DriftError
-from tools.lock import LockedError
-from tools.unitfile import UnitFile
+from tools.deploy.deployment import DeployError, Deployment, DriftError
+from tools.deploy.lock import LockedError
+from tools.deploy.unitfile import UnitFile
 
 OPTAGENT = shutil.which("optagent") or str(Path(sys.executable).with_name("optagent"))
 
@@ -178,7 +178,7 @@ HOLD_LOCK = textwrap.dedent(
     """\
     import asyncio, sys
     from tools.config import TargetConfig
-    from tools.deploy import Deployment
+    from tools.deploy.deployment import Deployment
     target = TargetConfig.model_validate_json(sys.argv[1])
     async def main():
         async with Deployment(target):

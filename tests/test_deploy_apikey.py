@@ -9,10 +9,10 @@ from pathlib import Path
 
 import httpx
 
-from agent.transcript import Transcript
+from agent.transcripts.transcript import Transcript
 from tests.test_deploy import cli, pid_of
 from tools.bench.probe import run_probe
-from tools.health import get_server_info, wait_healthy
+from tools.deploy.health import get_server_info, wait_healthy
 
 KEY = "sk-test-0123456789abcdef"
 
@@ -77,7 +77,7 @@ def test_the_key_never_reaches_a_transcript(tmp_path: Path, monkeypatch) -> None
 def test_bench_serving_on_the_host_gets_the_key_through_stdin(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from tools.bench.sglang_backend import run_sweep_sglang
     from tools.config import BenchConfig
-    from tools.remote import LocalTransport
+    from tools.deploy.remote import LocalTransport
 
     monkeypatch.setenv("OPTAGENT_API_KEY", KEY)
     seen = tmp_path / "seen"

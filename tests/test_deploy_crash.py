@@ -14,11 +14,11 @@ from pathlib import Path
 import httpx
 
 from tests.test_deploy import OPTAGENT, cli, healthy, leftovers, pid_of
-from tools.deploy import Deployment
-from tools.journal import STEPS
-from tools.remote import LocalTransport
-from tools.service import ProcessManager
-from tools.unitfile import UnitFile
+from tools.deploy.deployment import Deployment
+from tools.deploy.journal import STEPS
+from tools.deploy.remote import LocalTransport
+from tools.deploy.service import ProcessManager
+from tools.deploy.unitfile import UnitFile
 
 
 def served_config_matches(sim_dir: Path) -> bool | None:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from tests.test_deploy import cli, healthy, pid_of
-from tools.deploy import DeployError, Deployment
-from tools.envfile import parse_env_file
+from tools.deploy.deployment import DeployError, Deployment
+from tools.deploy.envfile import parse_env_file
 
 
 def _environ(pid: str) -> dict[str, str]:

@@ -13,9 +13,9 @@ import pytest
 
 from tests.test_deploy import OPTAGENT, cli, healthy, pid_of
 from tests.test_deploy_readonly import immutable
-from tools.deploy import Deployment
-from tools.lock import LockedError
-from tools.unitfile import UnitFile
+from tools.deploy.deployment import Deployment
+from tools.deploy.lock import LockedError
+from tools.deploy.unitfile import UnitFile
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from tests.test_deploy import cli, pid_of
-from tools.flagcheck import check_edits
-from tools.flags import flag_catalog
+from tools.deploy.flagcheck import check_edits
+from tools.research.flags import flag_catalog
 
 
 @pytest.mark.parametrize(

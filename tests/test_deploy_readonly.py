@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests.test_deploy import cli, healthy, pid_of
-from tools.deploy import DeployError, Deployment
-from tools.unitfile import UnitFile
+from tools.deploy.deployment import DeployError, Deployment
+from tools.deploy.unitfile import UnitFile
 
 
 @contextmanager

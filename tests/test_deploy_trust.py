@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.test_deploy import cli
-from tools.deploy import DeployError, Deployment
+from tools.deploy.deployment import DeployError, Deployment
 
 OTHER_USER = "optagent-other"
 
@@ -106,7 +106,7 @@ def test_a_shared_local_state_dir_is_refused(ssh_sim, tmp_path: Path) -> None:  
 
 
 def test_a_parent_writable_only_by_the_users_private_group_is_accepted() -> None:
-    from tools.dirtrust import DirEntry, UntrustedDirError, check_chain
+    from tools.deploy.dirtrust import DirEntry, UntrustedDirError, check_chain
 
     run = DirEntry("/home/u/proj/run", 1000, 0o40700, 1000)
     private = DirEntry("/home/u/proj", 1000, 0o40775, 1000)  # umask 002 with a user-private group

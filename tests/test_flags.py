@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tools.flags import find_flag, flag_catalog, research_flag
+from tools.research.flags import find_flag, flag_catalog, research_flag
 
 
 def test_both_catalogs_have_hundreds_of_typed_flags(sglang_0523, sglang_059):

@@ -13,9 +13,9 @@ import pytest
 from typer.testing import CliRunner
 
 from agent.cli.main import app
-from tools.flags import catalog_from_host, find_readers, parse_help_text, research_flag
-from tools.remote import LocalTransport
-from tools.source import local_source
+from tools.deploy.remote import LocalTransport
+from tools.research.flags import catalog_from_host, find_readers, parse_help_text, research_flag
+from tools.research.source import local_source
 
 SERVER_ARGS = """
 import argparse, dataclasses

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tools.hardware import HardwareError, parse_nvidia_smi, read_hardware, sm_arch
-from tools.remote import LocalTransport
+from tools.deploy.remote import LocalTransport
+from tools.research.hardware import HardwareError, parse_nvidia_smi, read_hardware, sm_arch
 
 SAMPLES = Path(__file__).parent / "data" / "nvidia-smi"
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from rich.console import Console
 
 from agent.session import RunOptions, run_session
-from agent.transcript import Transcript, load_transcript
+from agent.transcripts.transcript import Transcript, load_transcript
 from agent.ui import RunUI
 from sim import host
 from sim.scenario import SCENARIO_DIR

@@ -1,9 +1,9 @@
-"""Which candidate the builtin planner trials next (agent/order.py): expected value per restart for
+"""Which candidate the builtin planner trials next (agent/policy/order.py): expected value per restart for
 untried candidates, and one second look at a near miss ranked by what was measured."""
 
 from __future__ import annotations
 
-from agent.order import expected_value, next_trials, second_look_value
+from agent.policy.order import expected_value, next_trials, second_look_value
 
 
 def cand(flag: str, priority: str = "medium", status: str = "candidate") -> dict:
@@ -83,7 +83,7 @@ def _calls(response) -> dict[str, dict]:  # type: ignore[no-untyped-def]
 def test_the_builtin_planner_takes_a_second_look_once_and_reports_both_trials():
     from pydantic_ai.messages import ModelRequest, ToolReturnPart
 
-    from agent.builtin import planner_policy
+    from agent.policy.builtin import planner_policy
 
     extra = {"note": "", "lossy": False, "helps": "h"}
     cands = [{**cand("--a", "high"), **extra}, {**cand("--b", "low"), **extra}]

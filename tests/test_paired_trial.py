@@ -1,4 +1,4 @@
-"""The launches a candidate gets (agent/paired_trial.py): A/B/A, a second launch of a likely winner,
+"""The launches a candidate gets (agent/trial/paired.py): A/B/A, a second launch of a likely winner,
 a third launch of each side for a near miss. The deployment is a fake that only tracks which
 configuration runs in which launch; each launch's blocks come from a scripted speed factor (no GPU
 here, and the decision logic is what is under test: tests/test_run_e2e.py runs it on the simulator)."""
@@ -11,11 +11,12 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from agent.trial import Baseline, TrialChange, TrialRunner
+from agent.trial.record import Baseline, TrialChange
+from agent.trial.runner import TrialRunner
 from tools.bench.objective import objective_from_goal
 from tools.bench.results import LevelResult, SweepResult
 from tools.config import BenchConfig
-from tools.deploy import DeployOutcome
+from tools.deploy.deployment import DeployOutcome
 
 UNIT = """[Service]
 ExecStart=/opt/venv/bin/python -m sglang.launch_server --model-path /models/m --port 30000
@@ -90,7 +91,7 @@ def trial(
     reference and best); `earlier`: known-good was
     measured before on a launch of this speed factor (an earlier trial's block); `loaded`: the
     running known-good launch was measured before (after the last trial) at this share of its speed."""
-    import agent.paired_trial as pt
+    import agent.trial.paired as pt
 
     async def measure(*args: object, **kw: object) -> list[SweepResult]:
         return launches.block()
@@ -196,7 +197,7 @@ def test_a_clear_looking_win_goes_through_a_b_a_when_known_good_measured_low_or_
 
 
 def test_a_known_good_block_measured_under_load_is_set_aside_before_the_candidate(monkeypatch):
-    from agent.trial import samples_as_sweeps
+    from agent.trial.record import samples_as_sweeps
     from tools.bench.paired import paired_compare
 
     # the block after the last trial ran 4% slow (a load); known-good is measured again, at its
@@ -212,7 +213,7 @@ def test_a_known_good_block_measured_under_load_is_set_aside_before_the_candidat
     loaded = paired_compare(blocks["before_set_aside"], blocks["candidate"], None, runner.objective)
     assert loaded.verdict == "improved" and loaded.ratio > 1.03
     # `optagent transcripts show` says what was set aside
-    from agent.review import trial_record
+    from agent.transcripts.review import trial_record
 
     shown = trial_record(1, {"data": record.model_dump(mode="json")}, {})
     assert "slower one was set aside" in shown.extra["notes"]
@@ -240,7 +241,7 @@ def test_a_loaded_block_after_the_rollback_is_set_aside_before_the_second_launch
 
 
 def test_the_restart_budget_bounds_a_trial_and_its_third_launch(monkeypatch):
-    from agent.trial import BudgetExhausted
+    from agent.trial.record import BudgetExhausted
 
     # the near miss of the first test, with restarts for A/B/A, a second launch and its rollback
     # only: no third launch, rolled back after four restarts

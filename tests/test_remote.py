@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.sim import free_port
-from tools.remote import CommandError, CommandResult, CommandTimeout, LocalTransport, TransportError
-from tools.sshtransport import SSHTransport
+from tools.deploy.remote import CommandError, CommandResult, CommandTimeout, LocalTransport, TransportError
+from tools.deploy.ssh import SSHTransport
 
 
 def run(coro):  # type: ignore[no-untyped-def]

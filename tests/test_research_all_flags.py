@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections import Counter
 
-from agent.verdict import VERDICTS
+from agent.policy.verdict import VERDICTS
 from tests.test_research_labels import profile_facts
-from tools.flag_analysis import analyze_flag
-from tools.flag_index import load_index, off_path_reason
+from tools.research.analysis import analyze_flag
+from tools.research.index import load_index, off_path_reason
 
 
 def test_every_flag_gets_a_verdict_from_the_code(sglang_0523, sglang_059):

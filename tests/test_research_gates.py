@@ -1,4 +1,4 @@
-"""Caller gates and idle work (tools.gates) on a small SGLang-shaped tree: a running reader whose
+"""Caller gates and idle work (tools.research.gates) on a small SGLang-shaped tree: a running reader whose
 every caller is guarded off here (`if world_size <= 1: return False` before the call), or whose
 branch only calls functions that return early here, is off; one rank is a topology fact."""
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.sglang_src import synthetic_tree
-from tools.flag_analysis import analyze_flag
-from tools.flag_index import load_index
+from tools.research.analysis import analyze_flag
+from tools.research.index import load_index
 
 FILES = {
     "srt/server_args.py": """

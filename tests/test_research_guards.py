@@ -1,11 +1,11 @@
-"""Three-valued guard evaluation (tools.guard_eval): platform predicates from hardware facts, `and`/
+"""Three-valued guard evaluation (tools.research.guard_eval): platform predicates from hardware facts, `and`/
 `or`/`not`/comparisons, unknown kept unknown, and code names bound to facts only where they mean them."""
 
 from __future__ import annotations
 
 import pytest
 
-from tools.guard_eval import UNKNOWN, Env, evaluate, evaluate_all, non_default
+from tools.research.guard_eval import UNKNOWN, Env, evaluate, evaluate_all, non_default
 
 SM120 = {"gpu.sm": 120, "model.experts_per_tok": 8, "model.quantization": None, "server.tp_size": 4}
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-import tools.flag_index as flag_index
+import tools.research.index as flag_index
 from tests.fixtures.sglang_src import synthetic_tree
-from tools.flag_analysis import analyze_flag
-from tools.flag_index import index_path, load_index
+from tools.research.analysis import analyze_flag
+from tools.research.index import index_path, load_index
 
 FILES = {
     "srt/server_args.py": """
@@ -215,7 +215,7 @@ def test_a_multi_threaded_caller_builds_in_a_fresh_interpreter(tree, tmp_path, m
     finally:
         release.set()
         waiter.join()
-    assert calls and calls[0][1:3] == ["-m", "tools.flag_index"]
+    assert calls and calls[0][1:3] == ["-m", "tools.research.index"]
     assert [r.line for r in index.reads("enable_baz")] == [
         r.line for r in load_index(tree).reads("enable_baz")
     ]

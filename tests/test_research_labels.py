@@ -2,7 +2,7 @@
 
 The truths, with the `path:line` each was read from, are in tests/data/research_labels.toml. The
 deployments are built from real model configs (tests/data/model-configs) and GPU facts; no playbook
-is involved: every verdict here comes from the code index (`tools.flag_analysis`).
+is involved: every verdict here comes from the code index (`tools.research.analysis`).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from agent.context import DeploymentContext
-from tools.flag_analysis import analyze_flag
-from tools.flag_index import load_index, off_path_reason
-from tools.modelcfg import load_model_config, model_facts
+from tools.research.analysis import analyze_flag
+from tools.research.index import load_index, off_path_reason
+from tools.research.modelcfg import load_model_config, model_facts
 
 DATA = Path(__file__).parent / "data"
 CASES = tomllib.loads((DATA / "research_labels.toml").read_text())["case"]

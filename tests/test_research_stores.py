@@ -1,4 +1,4 @@
-"""A reader whose value is only stored in a module global (tools.stores), on a small SGLang-shaped
+"""A reader whose value is only stored in a module global (tools.research.stores), on a small SGLang-shaped
 tree: the store is followed one step to the module's reads of that global; a store read back only
 to steer more assignments is unknown, one read back and used runs, one whose reads are all gated
 off is off, and an attribute store (`self.x = ...`) stays a running reader."""
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.builtin_research import decide_verdict
+from agent.policy.builtin_research import decide_verdict
 from tests.fixtures.sglang_src import synthetic_tree
-from tools.flag_analysis import analyze_flag
-from tools.flag_index import load_index
+from tools.research.analysis import analyze_flag
+from tools.research.index import load_index
 
 FILES = {
     "srt/server_args.py": """

@@ -9,12 +9,12 @@ import asyncio
 from pathlib import Path
 
 from agent.context import DeploymentContext
-from agent.models import make_models
-from agent.playbook import evaluate, load_playbook
-from agent.researcher import ResearchDeps, build_researcher
-from agent.verdict import FlagVerdict
-from tools.flags import flag_catalog
-from tools.modelcfg import load_model_config, model_facts
+from agent.policy.models import make_models
+from agent.policy.playbook import evaluate, load_playbook
+from agent.policy.researcher import ResearchDeps, build_researcher
+from agent.policy.verdict import FlagVerdict
+from tools.research.flags import flag_catalog
+from tools.research.modelcfg import load_model_config, model_facts
 
 CONFIGS = Path(__file__).parent / "data" / "model-configs"
 
@@ -117,7 +117,7 @@ def test_fa3_on_blackwell_is_refused_by_the_code_and_a_playbook_refusal_is_not_o
 
 
 def test_a_playbook_refusal_stands_when_the_code_only_finds_a_running_reader():
-    from agent.builtin_research import decide_verdict
+    from agent.policy.builtin_research import decide_verdict
 
     lookup = {
         "sglang_version": "0.5.23",

@@ -35,7 +35,7 @@ def test_non_positive_max_minutes_is_bad_usage():
 def test_restart_budget_given_else_half_a_one_at_a_time_grid():
     import tomllib
 
-    from agent.playbook import PLAYBOOK_PATH, grid_size, load_playbook
+    from agent.policy.playbook import PLAYBOOK_PATH, grid_size, load_playbook
     from agent.session import restart_budget
     from tools.config import AgentConfig
 

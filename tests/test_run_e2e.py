@@ -11,13 +11,13 @@ import pytest
 from rich.console import Console
 
 from agent.session import RunOptions, run_session
-from agent.transcript import Transcript, load_transcript
+from agent.transcripts.transcript import Transcript, load_transcript
 from agent.ui import RunUI
 from sim import host
 from sim.scenario import SCENARIO_DIR
 from tests.fixtures.sim import free_port
-from tools.health import wait_healthy
-from tools.unitfile import UnitFile
+from tools.deploy.health import wait_healthy
+from tools.deploy.unitfile import UnitFile
 
 # A short playbook for the tests: one lever that helps the seed (CUDA graphs up to batch 64), one the hardware
 # refuses (flashinfer fusion on SM120), one that cannot start (memory), one that regresses at low

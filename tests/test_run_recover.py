@@ -14,7 +14,7 @@ from pathlib import Path
 from sim import host
 from sim.scenario import SCENARIO_DIR
 from tests.fixtures.sim import free_port
-from tools.unitfile import UnitFile
+from tools.deploy.unitfile import UnitFile
 
 
 def _toml(config, source_dir: Path, transcripts: Path) -> str:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from agent.report import RULE, render_report
 from agent.session import RunResult
-from agent.trial import TrialChange, TrialRecord
+from agent.transcripts.report import RULE, render_report
+from agent.trial.record import TrialChange, TrialRecord
 
 
 def test_report_explains_the_rule_budget_and_untried_candidates_and_lists_trials_once():
@@ -44,8 +44,8 @@ def test_report_explains_the_rule_budget_and_untried_candidates_and_lists_trials
 
 
 def test_a_flag_the_code_sent_to_a_trial_is_not_listed_as_ruled_out():
-    from agent.builtin import _todo
-    from agent.builtin_conclusion import conclusion
+    from agent.policy.builtin import _todo
+    from agent.policy.builtin_conclusion import conclusion
 
     # the playbook says no-op (needs TP > 1); the code found a running reader; the trial rolled it back
     cands = [

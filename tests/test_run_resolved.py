@@ -7,9 +7,9 @@ import asyncio
 from types import SimpleNamespace
 
 from agent.context import DeploymentContext
-from agent.playbook import evaluate, load_playbook
-from agent.resolved import drop_pointless, resolved_args
-from tools.health import get_server_info
+from agent.policy.playbook import evaluate, load_playbook
+from agent.trial.resolved import drop_pointless, resolved_args
+from tools.deploy.health import get_server_info
 
 
 def _candidates(info: dict, unit_flags: dict) -> dict[str, object]:
@@ -55,7 +55,7 @@ class _Cand:
 
 
 def test_equal_or_lower_limit_is_pointless_and_other_values_are_not():
-    from agent.resolved import pointless_reason
+    from agent.trial.resolved import pointless_reason
 
     resolved = {"max_running_requests": 128, "attention_backend": "fa3"}
     assert "already resolves" in pointless_reason(_Cand("--max-running-requests", "128"), resolved)
@@ -67,9 +67,9 @@ def test_equal_or_lower_limit_is_pointless_and_other_values_are_not():
 
 def test_trial_gate_refuses_a_change_to_the_running_value(sim_server):
     """Whatever the planner (LLM or builtin) asks, a value the server already runs costs no restart."""
-    from agent.planner import PlannerDeps, trial
-    from agent.trial import TrialChange
-    from agent.verdict import FlagVerdict
+    from agent.policy.planner import PlannerDeps, trial
+    from agent.policy.verdict import FlagVerdict
+    from agent.trial.record import TrialChange
 
     server = sim_server("seed")  # resolves --chunked-prefill-size to 8192 without the flag set
     info = asyncio.run(get_server_info(server.endpoint))

@@ -13,8 +13,8 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from agent.session import RunResult, _final
-from agent.transcript import Transcript
-from agent.trial import Baseline
+from agent.transcripts.transcript import Transcript
+from agent.trial.record import Baseline
 from agent.ui import RunUI
 
 

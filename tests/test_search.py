@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tools.search import SearchError, grep, list_files, read_range, rg_binary
+from tools.research.search import SearchError, grep, list_files, read_range, rg_binary
 
 CASES = [
     (r"\benable_fused_moe_sum_all_reduce\b", {}),

@@ -14,10 +14,10 @@ import httpx
 import pytest
 
 from tests.fixtures.sim import free_port
-from tools.deadman import DeadmanSwitch
-from tools.health import wait_healthy
-from tools.remote import LocalTransport
-from tools.service import ProcessManager, SystemdManager
+from tools.deploy.deadman import DeadmanSwitch
+from tools.deploy.health import wait_healthy
+from tools.deploy.remote import LocalTransport
+from tools.deploy.service import ProcessManager, SystemdManager
 
 SERVER = textwrap.dedent(
     """\

@@ -10,7 +10,7 @@ import httpx
 
 from sim import host
 from tests.fixtures.sim import free_port
-from tools.unitfile import UnitFile
+from tools.deploy.unitfile import UnitFile
 
 
 def test_layout_is_a_host(sim_host, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -123,7 +123,7 @@ def test_down_disarms_a_left_over_deadman_switch(sim_host, tmp_path: Path) -> No
     import asyncio
     import os
 
-    from tools.deadman import DeadmanSwitch
+    from tools.deploy.deadman import DeadmanSwitch
 
     config = sim_host("h100-llama8b")
     sim_dir = tmp_path / "sim"

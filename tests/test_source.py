@@ -13,8 +13,8 @@ from pathlib import Path
 import git
 import pytest
 
-from tools.remote import LocalTransport
-from tools.source import SourceError, detect_version, get_source, local_source
+from tools.deploy.remote import LocalTransport
+from tools.research.source import SourceError, detect_version, get_source, local_source
 
 
 def _same_files(a: Path, b: Path) -> bool:

@@ -11,7 +11,7 @@ from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agent.transcript import (
+from agent.transcripts.transcript import (
     REDACTED,
     Transcript,
     TranscriptNotFound,

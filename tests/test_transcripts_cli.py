@@ -11,7 +11,7 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from agent.cli.main import app
-from agent.export import KEPT_COLOR, ROLLED_COLOR
+from agent.transcripts.export import KEPT_COLOR, ROLLED_COLOR
 from tests.transcript_sessions import write_session
 
 runner = CliRunner()

@@ -8,10 +8,11 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from agent.trial import Baseline, TrialChange, TrialRunner
+from agent.trial.record import Baseline, TrialChange
+from agent.trial.runner import TrialRunner
 from tools.bench.objective import Objective
 from tools.config import BenchConfig
-from tools.deploy import DeployOutcome
+from tools.deploy.deployment import DeployOutcome
 
 UNIT = """[Service]
 ExecStart=/opt/venv/bin/python -m sglang.launch_server --model-path /models/m --port 30000
@@ -189,7 +190,7 @@ def _verdict(flag: str, *, lossy: bool = False) -> dict:
 
 
 def _next_calls(cands: list[dict], verdicts: dict[str, dict]) -> dict[str, dict]:
-    from agent.builtin import planner_policy
+    from agent.policy.builtin import planner_policy
 
     response = planner_policy(_history(cands, verdicts), None)
     return {p.tool_name: p.args_as_dict() for p in response.parts if hasattr(p, "tool_name")}
@@ -215,8 +216,8 @@ def test_builtin_planner_trials_lossy_levers_when_allowed():
 
 
 def test_session_marks_playbook_lossy_levers_for_the_runner():
-    from agent.playbook import PLAYBOOK_PATH, Candidate, load_playbook
-    from agent.trial import lossy_flags
+    from agent.policy.playbook import PLAYBOOK_PATH, Candidate, load_playbook
+    from agent.trial.record import lossy_flags
 
     levers = {lv.flag: lv for lv in load_playbook(PLAYBOOK_PATH)}
     cands = [
@@ -236,7 +237,7 @@ def test_session_marks_playbook_lossy_levers_for_the_runner():
 
 @dataclass
 class FailingFake(FakeDeployment):
-    """`deploy` fails with `error` and `log_tail`, as `tools.deploy.Deployment` reports it."""
+    """`deploy` fails with `error` and `log_tail`, as `tools.deploy.deployment.Deployment` reports it."""
 
     error: str = ""
     log_tail: str = ""
@@ -249,7 +250,7 @@ class FailingFake(FakeDeployment):
 def test_port_in_use_is_an_environment_failure_and_stops_trials(known_good):
     import pytest
 
-    from agent.trial import BudgetExhausted
+    from agent.trial.record import BudgetExhausted
 
     fake = FailingFake(
         error="the server process exited",
@@ -287,7 +288,7 @@ def test_failed_rollback_stops_trials_and_restores_known_good_first(sim_server):
 def test_a_trial_starts_when_it_fits_should_it_win():
     import time
 
-    from agent.trial import TrialRecord
+    from agent.trial.record import TrialRecord
 
     runner = _runner(FakeDeployment())
     rejected = TrialRecord(number=1, changes=[TrialChange(flag="--a")], deployed=True, seconds=100.0)
@@ -309,7 +310,7 @@ def test_a_trial_starts_when_it_fits_should_it_win():
 
 
 def test_a_trial_records_every_repetition_so_a_reviewer_can_recompute_its_interval(sim_server):
-    from agent.trial import TrialRecord, samples_as_sweeps
+    from agent.trial.record import TrialRecord, samples_as_sweeps
     from tools.bench.objective import Objective
     from tools.bench.paired import paired_compare
     from tools.bench.probe import run_probe

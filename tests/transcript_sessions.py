@@ -9,7 +9,7 @@ from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agent.transcript import Transcript
+from agent.transcripts.transcript import Transcript
 
 LEVELS = (1, 8, 64)
 

@@ -137,7 +137,7 @@ def _run_with_progress(
 
         if settings.backend == "sglang":
             from tools.bench.sglang_backend import run_sweep_sglang
-            from tools.remote import make_transport
+            from tools.deploy.remote import make_transport
 
             err_console.print(f"running sglang.bench_serving with {cfg.target.python} on the host ...")
 

@@ -19,10 +19,10 @@ def chat(
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before changing the target."),
 ) -> None:
     """Talk to the optimization agent interactively."""
-    from agent.chat import ChatSession, line_reader
-    from agent.chat_setup import chat_console, open_chat
-    from agent.models import ModelChoiceError, choose_model
-    from agent.transcript import Transcript, TranscriptNotFound, find_transcript, load_transcript
+    from agent.chat.session import ChatSession, line_reader
+    from agent.chat.setup import chat_console, open_chat
+    from agent.policy.models import ModelChoiceError, choose_model
+    from agent.transcripts.transcript import Transcript, TranscriptNotFound, find_transcript, load_transcript
     from agent.ui import RunUI
 
     cfg = get_config(config)
@@ -86,7 +86,7 @@ def chat(
 
 def _kept(path: Path) -> list[str]:
     """The flags deployed beyond the baseline at the end, from the recorded trials."""
-    from agent.review import build_review
-    from agent.transcript import load_transcript
+    from agent.transcripts.review import build_review
+    from agent.transcripts.transcript import load_transcript
 
     return build_review(load_transcript(path)).kept

@@ -33,11 +33,11 @@ def _config(path: Path | None) -> Config:
 
 def _run(coro: Awaitable[T]) -> T:
     """Run a coroutine; turn the deploy layer's errors into a clear message and exit status 1."""
-    from tools.deploy import DeployError, UnitInvalidError
-    from tools.lock import LockedError
-    from tools.remote import TransportError
-    from tools.service import ServiceError
-    from tools.unitfile import UnitFileError
+    from tools.deploy.deployment import DeployError, UnitInvalidError
+    from tools.deploy.lock import LockedError
+    from tools.deploy.remote import TransportError
+    from tools.deploy.service import ServiceError
+    from tools.deploy.unitfile import UnitFileError
 
     try:
         return asyncio.run(coro)  # type: ignore[arg-type]
@@ -62,10 +62,10 @@ def _edits(set_: list[str], unset: list[str]) -> list[tuple[str, str, str | None
 
 def _check_flags(cfg: Config, edits: list[tuple[str, str, str | None]]) -> None:
     """Exit 2 when the running version's catalog says an edit would not start; before any restart."""
-    from tools.flagcheck import check_edits
-    from tools.flags import flag_catalog
-    from tools.remote import TransportError, make_transport
-    from tools.source import SourceError, detect_version, get_source, local_source
+    from tools.deploy.flagcheck import check_edits
+    from tools.deploy.remote import TransportError, make_transport
+    from tools.research.flags import flag_catalog
+    from tools.research.source import SourceError, detect_version, get_source, local_source
 
     research = cfg.research
 
@@ -93,7 +93,7 @@ def _check_flags(cfg: Config, edits: list[tuple[str, str, str | None]]) -> None:
 
 def _apply(text: str, kind: str, edits: list[tuple[str, str, str | None]]) -> str:
     """The candidate text; a bad flag or value exits with status 2 before anything reaches the host."""
-    from tools.unitfile import UnitFile, UnitFileError
+    from tools.deploy.unitfile import UnitFile, UnitFileError
 
     try:
         unit = UnitFile.parse(text, kind=kind)  # type: ignore[arg-type]
@@ -144,8 +144,8 @@ def deploy(
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
 ) -> None:
     """Change server flags: edit, upload, restart, wait healthy, or roll back."""
-    from tools.deploy import Deployment
-    from tools.unitfile import unified_diff
+    from tools.deploy.deployment import Deployment
+    from tools.deploy.unitfile import unified_diff
 
     edits = _edits(set_, unset)
     if not dry_run and not yes and not sys.stdin.isatty():  # bad usage: before the lock or the host
@@ -156,7 +156,7 @@ def deploy(
     _check_flags(cfg, edits)
 
     if dry_run:  # read-only: no lock, no recovery, no writes anywhere
-        from tools.journal import Journal
+        from tools.deploy.journal import Journal
 
         async def read_known_good() -> str:
             recorded = Journal(target.state_dir).known_good()
@@ -203,7 +203,7 @@ def deploy(
 
 
 def _session(cfg: Config, body: Callable[[Any], Awaitable[T]], *, command: str) -> T:
-    from tools.deploy import Deployment
+    from tools.deploy.deployment import Deployment
 
     async def go() -> T:
         async with Deployment(cfg.target, command=command) as d:
@@ -236,8 +236,8 @@ def status(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Show deployed flags, health, lock, journal state and known-good version."""
-    from tools.deploy import Deployment
-    from tools.lock import LockedError
+    from tools.deploy.deployment import Deployment
+    from tools.deploy.lock import LockedError
 
     cfg = get_config(config)
 

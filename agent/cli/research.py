@@ -14,7 +14,7 @@ from agent.cli.common import ConfigOption, console, fail, get_config, normalize_
 
 def _tree(config: Path | None, source: Path | None, version: str | None) -> tuple[Any, Any]:
     """The source tree to read, and the config when one was used to find it."""
-    from tools.source import SourceError, detect_version, get_source, local_source
+    from tools.research.source import SourceError, detect_version, get_source, local_source
 
     try:
         if source is not None:
@@ -25,7 +25,7 @@ def _tree(config: Path | None, source: Path | None, version: str | None) -> tupl
             return local_source(research.source_dir, version=research.version), cfg
         version = version or research.version
         if version is None:
-            from tools.remote import make_transport
+            from tools.deploy.remote import make_transport
 
             try:
                 version = asyncio.run(
@@ -53,7 +53,7 @@ def flags(
     """List every launch_server flag of an SGLang version."""
     from rich.table import Table
 
-    from tools.flags import flag_catalog
+    from tools.research.flags import flag_catalog
 
     tree, _ = _tree(config, source, version)
     catalog = flag_catalog(tree)
@@ -78,8 +78,8 @@ def flags(
 
 def _facts(cfg: Any, model_config: Path | None) -> tuple[Any, Any, list[str]]:
     """Model and hardware facts, from `--model-config` and the config's host; problems become notes."""
-    from tools.hardware import HardwareError, read_hardware
-    from tools.modelcfg import ModelConfigError, fetch_model_config, load_model_config, model_facts
+    from tools.research.hardware import HardwareError, read_hardware
+    from tools.research.modelcfg import ModelConfigError, fetch_model_config, load_model_config, model_facts
 
     model = hardware = None
     notes: list[str] = []
@@ -92,8 +92,8 @@ def _facts(cfg: Any, model_config: Path | None) -> tuple[Any, Any, list[str]]:
         return model, hardware, notes
 
     async def from_host() -> tuple[Any, Any]:
-        from tools.remote import make_transport
-        from tools.unitfile import UnitFile
+        from tools.deploy.remote import make_transport
+        from tools.deploy.unitfile import UnitFile
 
         transport = make_transport(cfg.target)
         found_model, found_hw = model, None
@@ -132,7 +132,7 @@ CONTEXT = {"ignore_unknown_options": True}
 
 def _server_args(pairs: list[str]) -> dict[str, Any]:
     """`--server-arg attention_backend=triton` pairs as `server.<dest>` facts (values typed)."""
-    from tools.flag_analysis import _parse_literal
+    from tools.research.analysis import _parse_literal
 
     out: dict[str, Any] = {}
     for pair in pairs:
@@ -166,9 +166,9 @@ def research(
 ) -> None:
     """The verdict of a flag on this deployment, from the code of the running SGLang version."""
     from agent.cli.research_view import facts_of, print_verdict
-    from tools.flag_analysis import analyze_flag
-    from tools.flag_index import load_index
-    from tools.flags import find_flag
+    from tools.research.analysis import analyze_flag
+    from tools.research.flags import find_flag
+    from tools.research.index import load_index
 
     name = normalize_flag(flag)
     tree, cfg = _tree(config, source, version)

@@ -38,13 +38,13 @@ def _sim_config(config_path: Path | None):
     )
     from sim.host import SimHostError
     from sim.scenario import ScenarioError
-    from tools.remote import TransportError
-    from tools.service import ServiceError
+    from tools.deploy.remote import TransportError
+    from tools.deploy.service import ServiceError
 
     try:
         config = ensure_up(DEFAULT_SIM_DIR)
     except (SimHostError, ScenarioError, ServiceError, TransportError, OSError, ValueError) as e:
-        from tools.serverlog import error_line  # one clear line, not a traceback or an argument dump
+        from tools.deploy.serverlog import error_line  # one clear line, not a traceback or an argument dump
 
         first, said = str(e).split("\n", 1)[0], error_line(str(e))
         fail(
@@ -81,9 +81,9 @@ def run(
     """Plan, research and trial server flags; keep only what is measurably better."""
     import asyncio
 
-    from agent.models import ModelChoiceError, choose_model
+    from agent.policy.models import ModelChoiceError, choose_model
     from agent.session import RunOptions, SessionError, run_session
-    from agent.transcript import Transcript
+    from agent.transcripts.transcript import Transcript
     from agent.ui import RunUI
 
     if max_trials is not None and max_trials < 0:

@@ -9,7 +9,7 @@ from typing import Any
 import typer
 
 from agent.cli.common import ConfigOption, console, err_console, fail, get_config
-from agent.transcript import (
+from agent.transcripts.transcript import (
     LoadedTranscript,
     TranscriptNotFound,
     find_transcript,
@@ -45,7 +45,7 @@ def _open(session: str, directory: Path | None, config: Path | None) -> LoadedTr
 
 def summary_row(loaded: LoadedTranscript) -> dict[str, Any]:
     """The `transcripts list` fields of one session."""
-    from agent.review import build_review, gain_summary
+    from agent.transcripts.review import build_review, gain_summary
 
     review = build_review(loaded)
     h = loaded.header or {}
@@ -123,7 +123,7 @@ def show(
     config: Path | None = ConfigOption,
 ) -> None:
     """Show a session's conversation: numbered messages, tool calls, subagents, todo lists, trials."""
-    from agent.transcript_view import render_conversation
+    from agent.transcripts.view import render_conversation
 
     loaded = _open(session, directory, config)
     if msg is not None and not any(m["msg"] == msg for m in loaded.messages):
@@ -171,15 +171,15 @@ def review(
     """A structured account of a session: context, todo list, verdicts, trials, rollbacks, gain."""
     import dataclasses
 
-    from agent.review import build_review
-    from agent.review_markdown import review_markdown
+    from agent.transcripts.markdown import review_markdown
+    from agent.transcripts.review import build_review
 
     loaded = _open(session, directory, config)
     built = build_review(loaded)
     text = review_markdown(built)
     analysis = None
     if narrate:
-        from agent.narrate import NoModelError, narrate_review
+        from agent.transcripts.narrate import NoModelError, narrate_review
 
         cfg = get_config(config)
         try:
@@ -213,7 +213,7 @@ def export(
     config: Path | None = ConfigOption,
 ) -> None:
     """Export a session as a self-contained Markdown or HTML document (HTML embeds the plots)."""
-    from agent.export import export as render
+    from agent.transcripts.export import export as render
 
     if fmt not in ("md", "html"):
         fail(f"unknown format {fmt!r}: use md or html", code=2)

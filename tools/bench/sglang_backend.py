@@ -19,7 +19,7 @@ from tools.auth import api_key
 from tools.bench.loadgen import prompts_for_level
 from tools.bench.results import LevelResult, SweepResult
 from tools.config import BenchConfig
-from tools.remote import Transport, TransportError
+from tools.deploy.remote import Transport, TransportError
 
 BACKENDS = {"completions": "sglang-oai", "chat": "sglang-oai-chat", "generate": "sglang"}
 _URL = re.compile(r"^https?://[A-Za-z0-9.\-\[\]:]+(/[A-Za-z0-9._~/\-]*)?$")
@@ -123,7 +123,7 @@ async def run_sweep_sglang(
     request_rate: float | None = None,
     remote_dir: str = "/tmp",
 ) -> SweepResult:
-    """One sweep with bench_serving on the host behind `transport` (a `tools.remote.Transport`).
+    """One sweep with bench_serving on the host behind `transport` (a `tools.deploy.remote.Transport`).
     A failed run ends the sweep as a partial result with bench_serving's stderr tail."""
     result = SweepResult(
         backend="sglang", endpoint=endpoint.rstrip("/"), api=settings.api, seed=seed,

@@ -1,0 +1,1 @@
+"""agent/chat: see README.md in this folder."""

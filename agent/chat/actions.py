@@ -1,0 +1,103 @@
+"""What chat does besides the planner's tools: show the todo list and status, benchmark now, and
+undo the last kept change (through the same `Deployment` gate as every trial)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def previous_best(runner: Any) -> Any:
+    """The kept trial before the deployed best (None: the baseline)."""
+    kept = [
+        t for t in runner.trials if t.decision == "kept" and runner.best and t.number < runner.best.number
+    ]
+    return kept[-1] if kept else None
+
+
+def todo_text(todo: Any) -> str:
+    """The todo list as plain lines (`[x] content (priority)`)."""
+    marks = {"pending": "[ ]", "in_progress": "[~]", "completed": "[x]", "cancelled": "[-]"}
+    lines = [f"{marks.get(i.status, '[ ]')} {i.content} ({i.priority})" for i in todo.items]
+    return "\n".join(lines) or "(the todo list is empty)"
+
+
+def _record(deps: Any, kind: str, data: dict[str, Any]) -> None:
+    ui = getattr(deps, "ui", None)
+    if ui is not None:
+        ui.record(kind, data, msg=getattr(deps, "current_msg", None))
+
+
+async def status_lines(deps: Any) -> list[str]:
+    """Deployed flags, health, trials so far and the last measured numbers."""
+    from agent.chat.policy import describe_levels
+
+    runner = deps.runner
+    if runner is None:
+        return ["dry run: nothing is deployed by this session", f"verdicts: {len(deps.verdicts)}"]
+    from tools.deploy.unitfile import UnitFile
+
+    flags = UnitFile.parse(runner.deployed_text).command.flags
+    lines = ["deployed flags: " + " ".join(f"{k} {v}" if v is not None else k for k, v in flags.items())]
+    try:
+        import httpx
+
+        async with httpx.AsyncClient(timeout=5.0) as client:
+            r = await client.get(f"{runner.endpoint}/health")
+        lines.append(f"health: {'ok' if r.status_code == 200 else f'HTTP {r.status_code}'}")
+    except Exception as e:
+        lines.append(f"health: unreachable ({type(e).__name__})")
+    best = runner.best
+    lines.append(f"deployed: {'baseline' if best is None else f'trial {best.number} ({best.headline()})'}")
+    of = "" if runner.max_restarts is None else f" of {runner.max_restarts}"
+    lines.append(
+        f"trials: {len(runner.trials)}, restarts: {runner.restarts}{of}, budget: {runner.budget_left() or 'available'}"
+    )
+    last = getattr(deps, "last_benchmark", None) or (best.levels if best else deps.baseline_levels)
+    lines.append(f"last benchmark: {describe_levels(last)}")
+    return lines
+
+
+async def bench_now(deps: Any) -> str:
+    """Benchmark the deployed configuration (repeated sweep) and record the numbers."""
+    from agent.chat.policy import describe_levels
+    from agent.trial.record import mean_throughput
+    from tools.bench.loadgen import run_repeated
+
+    runner = deps.runner
+    if runner is None:
+        return "dry run: nothing to measure beyond the baseline"
+    with deps.ui.progress("benchmark") as progress:
+        reps = await run_repeated(runner.endpoint, runner.bench, on_progress=progress)
+    levels = mean_throughput(reps)
+    deps.last_benchmark = levels
+    _record(deps, "note", {"benchmark": levels, "partial": any(s.partial for s in reps)})
+    return f"benchmark of the deployed configuration: {describe_levels(levels)}"
+
+
+async def undo_last_kept(deps: Any) -> str:
+    """Deploy the configuration before the last kept change and make it the known-good one."""
+    from agent.trial.record import apply_changes
+
+    runner = deps.runner
+    if runner is None:
+        return "dry run: nothing was deployed"
+    if runner.best is None:
+        return "nothing was kept: the baseline configuration is deployed"
+    undone, prev = runner.best, previous_best(runner)
+    text = runner.baseline.text if prev is None else apply_changes(runner.baseline.text, prev.full_changes())
+    what = ", ".join(c.describe() for c in undone.changes)
+    outcome = await runner.deployment.deploy(text, reason=f"chat: roll back trial {undone.number} ({what})")
+    runner.restarts += 1
+    runner.reference = None  # the known-good block must be measured again on this launch
+    data = {"action": "undo", "trial": undone.number, "changes": what, "ok": outcome.ok, "diff": outcome.diff}
+    if not outcome.ok:
+        data["error"] = outcome.error
+        _record(deps, "deploy", data)
+        return f"could not roll back trial {undone.number}: {outcome.error}; trial {undone.number} stays deployed"
+    await runner.deployment.commit()
+    runner.best = prev
+    runner.best_reps = None
+    runner.known_good_blocks = []  # a new known-good configuration: its own history starts here
+    data["now"] = "baseline" if prev is None else f"trial {prev.number}"
+    _record(deps, "deploy", data)
+    return f"rolled back trial {undone.number} ({what}); deployed now: {data['now']}"

@@ -1,0 +1,304 @@
+"""`optagent chat`: one planner turn per user line, with an approval step before the target changes.
+
+The planner and its tools are the run's own (`agent.policy.planner`); chat adds two tools (`show_todo`,
+`undo_last_kept`), an approval gate (a pydantic-ai capability that makes target-changing tools
+approval-required and asks the user, showing the unit-file diff), slash commands, and Ctrl-C
+handling that cancels the step and leaves the target on its known-good configuration. Imports
+pydantic-ai: import this module only in the chat command.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic_ai import RunContext
+from rich.console import Console
+
+from agent.chat import actions
+from agent.chat.actions import previous_best
+
+CHANGING_TOOLS = frozenset({"run_trial", "undo_last_kept"})
+SLASH_HELP = """\
+/todo      the planner's todo list
+/status    deployed flags, health, trials, last benchmark
+/bench     benchmark the deployed configuration now
+/rollback  undo the last kept change (asks first)
+/save      where the session is saved and how to resume it
+/help      this help
+/exit      leave (Ctrl-D too); Ctrl-C interrupts the current step"""
+
+Ask = Callable[[str], Awaitable[str | None]]
+
+
+def line_reader(console: Console, *, history_file: str | None = None) -> Ask:
+    """prompt_toolkit (editing, history) on a terminal; plain line reading when stdin is piped."""
+    if sys.stdin.isatty():
+        from prompt_toolkit import PromptSession
+        from prompt_toolkit.history import FileHistory, InMemoryHistory
+
+        session: Any = PromptSession(history=FileHistory(history_file) if history_file else InMemoryHistory())
+
+        async def ask_tty(prompt: str) -> str | None:
+            try:
+                return await session.prompt_async(prompt)
+            except EOFError:
+                return None
+
+        return ask_tty
+
+    async def ask_pipe(prompt: str) -> str | None:
+        line = await asyncio.to_thread(sys.stdin.readline)
+        if not line:
+            return None
+        console.print(f"{prompt}{line.rstrip()}", highlight=False, markup=False)
+        return line.rstrip("\n")
+
+    return ask_pipe
+
+
+def target_text(runner: Any, tool: str, args: dict[str, Any]) -> str | None:
+    """The unit file text a target-changing tool call would deploy (None when unknown)."""
+    from agent.trial.record import TrialChange, apply_changes
+
+    if runner is None:
+        return None
+    if tool == "run_trial":
+        try:
+            changes = [TrialChange.model_validate(c) for c in args.get("changes", [])]
+            return apply_changes(runner.deployed_text, changes)  # trials stack on the kept changes
+        except Exception:
+            return None
+    if tool == "undo_last_kept":
+        prev = previous_best(runner)
+        return (
+            runner.baseline.text if prev is None else apply_changes(runner.baseline.text, prev.full_changes())
+        )
+    return None
+
+
+@dataclass
+class ChatSession:
+    """The state of one chat: the planner, its deps, the history, the transcript and the console."""
+
+    planner: Any
+    deps: Any
+    transcript: Any
+    console: Console
+    ask: Ask
+    yes: bool = False
+    instructions: str | None = None
+    history: list[Any] = field(default_factory=list)
+    capabilities: list[Any] = field(default_factory=list)
+    step: asyncio.Task | None = None
+    """The step Ctrl-C cancels (see `interruptible`)."""
+
+    def __post_init__(self) -> None:
+        from pydantic_ai.capabilities import HandleDeferredToolCalls
+
+        add_chat_tools(self.planner)
+        self.capabilities = [ApprovalGate(), HandleDeferredToolCalls(handler=self._approve)]
+
+    @property
+    def runner(self) -> Any:
+        return self.deps.runner
+
+    async def _approve(self, ctx: Any, requests: Any) -> Any:
+        from pydantic_ai.tools import ToolDenied
+
+        answers = {}
+        for call in requests.approvals:
+            args = call.args_as_dict()
+            ok = await self.confirm(call.tool_name, args)
+            answers[call.tool_call_id] = (
+                True if ok else ToolDenied("the user declined; the target was not changed")
+            )
+        return requests.build_results(approvals=answers)
+
+    async def confirm(self, tool: str, args: dict[str, Any]) -> bool:
+        """Show the diff of what `tool` would deploy and ask; recorded as an `approval` event."""
+        from tools.deploy.unitfile import unified_diff
+
+        new = target_text(self.runner, tool, args)
+        old = self.runner.deployed_text if self.runner is not None else None
+        diff = unified_diff(old, new, name="sglang.service") if old is not None and new is not None else ""
+        what = (
+            "undo the last kept change" if tool == "undo_last_kept" else f"{tool} {args.get('changes', '')}"
+        )
+        self.console.print(f"[bold yellow]approval needed:[/] {what}", highlight=False)
+        if diff:
+            from rich.syntax import Syntax
+
+            self.console.print(Syntax(diff, "diff", theme="ansi_dark"))
+        if self.yes:
+            approved, by = True, "--yes"
+        else:
+            answer = await self.ask("apply this change to the target? [y/N] ")
+            self._catch_ctrl_c()  # a terminal prompt takes SIGINT over and removes its handler after
+            approved, by = (answer or "").strip().lower() in ("y", "yes"), "user"
+        self.console.print("approved" if approved else "[red]declined[/]: the target is not changed")
+        self.transcript.event(
+            "approval",
+            {
+                "tool": tool,
+                "change": args.get("changes") or tool,
+                "diff": diff,
+                "approved": approved,
+                "by": by,
+            },
+        )
+        return approved
+
+    async def turn(self, text: str) -> str | None:
+        """One planner turn for a user line; messages are saved after every step."""
+        from pydantic_ai.messages import ModelResponse
+
+        saved = len(self.history)
+        kwargs = {
+            "deps": self.deps,
+            "message_history": self.history or None,
+            "capabilities": self.capabilities,
+        }
+        async with self.planner.iter(text, **kwargs) as run:
+            async for _node in run:
+                saved = self._save(run.all_messages(), saved, ModelResponse)
+            self._save(run.all_messages(), saved, ModelResponse)
+            self.history = run.all_messages()
+            return str(run.result.output) if run.result is not None else None
+
+    def _save(self, messages: list[Any], saved: int, response_type: type) -> int:
+        new = messages[saved:]
+        numbers = self.transcript.add_messages(new, agent="planner") if new else []
+        for m, n in zip(new, numbers, strict=False):
+            if isinstance(m, response_type):
+                self.deps.current_msg = n
+        return len(messages)
+
+    async def interruptible(self, coro: Awaitable[Any]) -> Any:
+        """Run a step; Ctrl-C cancels it, and the target goes back to known-good if a deploy was in flight."""
+        self.step = task = asyncio.ensure_future(coro)
+        self._catch_ctrl_c()
+        try:
+            return await task
+        except asyncio.CancelledError:
+            self.console.print("[yellow]interrupted[/]: cancelling the step")
+            await self._settle()
+            return None
+        finally:
+            self.step = None
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                asyncio.get_running_loop().remove_signal_handler(signal.SIGINT)
+
+    def _catch_ctrl_c(self) -> None:
+        """Ctrl-C cancels the running step (again after a prompt inside it, e.g. an approval:
+        prompt_toolkit installs its own SIGINT handler and removes it when the prompt returns)."""
+        if self.step is not None:
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                asyncio.get_running_loop().add_signal_handler(signal.SIGINT, self.step.cancel)
+
+    async def _settle(self) -> None:
+        """Cancel what the step left running (a shielded trial rolls itself back), then make sure."""
+        others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for t in others:
+            t.cancel()
+        await asyncio.gather(*others, return_exceptions=True)
+        if self.runner is not None:
+            outcome = await self.runner.deployment.rollback()
+            self.transcript.event(
+                "deploy", {"action": "interrupted", "rollback_ok": getattr(outcome, "ok", True)}
+            )
+            self.console.print("the target is on its known-good configuration")
+
+    async def slash(self, command: str) -> bool:
+        """Run a slash command; False means leave the chat."""
+        name = command.split()[0].lower()
+        if name in ("/exit", "/quit"):
+            return False
+        if name == "/help":
+            self.console.print(SLASH_HELP, highlight=False, markup=False)
+        elif name == "/todo":
+            self.console.print(
+                self.deps.todo.render() if self.deps.todo.items else "(the todo list is empty)"
+            )
+        elif name == "/status":
+            self.console.print(
+                "\n".join(await actions.status_lines(self.deps)), highlight=False, markup=False
+            )
+        elif name == "/bench":
+            self.console.print(await self.interruptible(actions.bench_now(self.deps)), highlight=False)
+        elif name == "/rollback":
+            if await self.confirm("undo_last_kept", {}):
+                self.console.print(
+                    await self.interruptible(actions.undo_last_kept(self.deps)), highlight=False
+                )
+        elif name == "/save":
+            self.transcript.event("note", {"text": "saved by /save"})
+            self.console.print(
+                f"saved to {self.transcript.path}\nresume with: optagent chat --resume {self.transcript.id}"
+            )
+        else:
+            self.console.print(f"unknown command {name}; /help lists them")
+        return True
+
+    async def loop(self) -> str:
+        """Read lines until /exit or end of input; returns how the chat ended."""
+        self.console.print("optagent chat — /help for commands, /exit or Ctrl-D to leave", highlight=False)
+        while True:
+            try:
+                line = await self.ask("you> ")
+            except KeyboardInterrupt:
+                continue
+            if line is None:
+                return "end of input"
+            line = line.strip()
+            if not line:
+                continue
+            if line.startswith("/"):
+                if not await self.slash(line):
+                    return "exit"
+                continue
+            reply = await self.interruptible(self.turn(line))
+            if reply:
+                self.console.print(f"[bold cyan]optagent>[/] {reply}", highlight=False)
+
+
+def add_chat_tools(planner: Any) -> None:
+    """Register the chat-only tools on the planner (once)."""
+    if getattr(planner, "_optagent_chat_tools", False):
+        return
+    planner._optagent_chat_tools = True
+
+    @planner.tool
+    async def show_todo(ctx: RunContext[Any]) -> str:
+        """The current todo list, one item a line."""
+        return actions.todo_text(ctx.deps.todo)
+
+    @planner.tool(sequential=True)
+    async def undo_last_kept(ctx: RunContext[Any]) -> str:
+        """Go back to the configuration before the last kept change (the user approves the diff first)."""
+        return await actions.undo_last_kept(ctx.deps)
+
+
+def _needs_approval(ctx: Any, tool_def: Any, args: dict[str, Any]) -> bool:
+    """Target-changing calls need approval, except an undo with nothing to undo (it changes nothing)."""
+    if tool_def.name == "undo_last_kept":
+        runner = getattr(ctx.deps, "runner", None)
+        return runner is not None and runner.best is not None
+    return tool_def.name in CHANGING_TOOLS
+
+
+def ApprovalGate() -> Any:  # noqa: N802 - a capability instance, named like the class it builds
+    """A capability that makes every target-changing tool call approval-required."""
+    from pydantic_ai.capabilities.abstract import AbstractCapability
+    from pydantic_ai.toolsets.approval_required import ApprovalRequiredToolset
+
+    class _Gate(AbstractCapability):
+        def get_wrapper_toolset(self, toolset: Any) -> Any:
+            return ApprovalRequiredToolset(toolset, approval_required_func=_needs_approval)
+
+    return _Gate()

@@ -1,0 +1,145 @@
+"""Setting up a chat: the same preflight, context and baseline as `optagent run`, then the planner
+and its deps; on `--resume`, the saved history, todo list, verdicts and trials are restored."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+
+@dataclass
+class ChatSetup:
+    """What a chat runs on."""
+
+    planner: Any
+    deps: Any
+    history: list[Any]
+    instructions: str
+
+
+def restore_state(deps: Any, loaded: Any) -> list[str]:
+    """Put the saved todo list, verdicts and trial records back into `deps`; returns notes for the user.
+
+    The known-good configuration needs no restoring: it is what is deployed, and the new baseline
+    is measured on it, so later trials are compared with what runs now.
+    """
+    from agent.policy.todo import TodoItem
+    from agent.policy.verdict import FlagVerdict
+    from agent.trial.record import TrialRecord
+
+    notes = []
+    todos = loaded.events_of("todo")
+    if todos:
+        items = (todos[-1].get("data") or {}).get("items") or []
+        deps.todo.items = [TodoItem.model_validate(i) for i in items if isinstance(i, dict) and "id" in i]
+        notes.append(f"todo list restored ({len(deps.todo.items)} items)")
+    for e in loaded.events_of("verdict"):
+        with contextlib.suppress(Exception):
+            v = FlagVerdict.model_validate(e.get("data"))
+            deps.verdicts[v.flag] = v
+    if deps.verdicts:
+        notes.append(f"{len(deps.verdicts)} research verdicts restored")
+    trials = []
+    for e in loaded.events_of("trial"):
+        with contextlib.suppress(Exception):
+            trials.append(TrialRecord.model_validate(e.get("data")))
+    if trials:
+        kept = [t.headline() for t in trials if t.decision == "kept"]
+        notes.append(f"{len(trials)} earlier trials; kept: {'; '.join(kept) or 'none'}")
+        if deps.runner is not None:
+            # Earlier trials count against the budget but the deployed config is the new baseline.
+            deps.runner.trials = trials
+    return notes
+
+
+@contextlib.asynccontextmanager
+async def open_chat(
+    config: Any, *, model: str, base_url: str | None, ui: Any, resume: Any = None
+) -> AsyncIterator[ChatSetup]:
+    """Preflight, context and baseline against `config`'s target, then the planner ready for chat."""
+    from agent.context import gather_context
+    from agent.policy.models import make_models
+    from agent.policy.planner import PlannerDeps, build_planner
+    from agent.policy.playbook import evaluate, grid_size, load_playbook
+    from agent.policy.researcher import build_researcher
+    from agent.session import _preflight, make_runner, measure_baseline, restart_budget
+    from agent.trial.record import lossy_flags, mean_throughput
+    from prompts import render
+    from tools.bench.stats import objective_from_goal
+    from tools.deploy.deployment import Deployment
+    from tools.deploy.remote import make_transport
+
+    target = config.target
+    goal = ui.transcript.header.get("goal") or "improve throughput"
+    models = make_models(model, base_url)
+    transport = make_transport(target)
+    try:
+        async with Deployment(target, pace=True) as deployment:
+            ui.step("preflight")
+            await _preflight(ui, deployment, target)
+            ui.step("context")
+            ctx = await gather_context(
+                config, transport, on_step=lambda s: ui.note(f"reading {s}", record=False)
+            )
+            ui.record("context", {**ctx.summary(), "facts": ctx.facts})
+            ui.step("baseline")
+            baseline, _ = await measure_baseline(
+                ui, target.endpoint, config.bench, Path(target.local_unit).read_text()
+            )
+            objective = objective_from_goal(goal)
+            playbook = load_playbook()
+            candidates = evaluate(playbook, ctx.facts, ctx.catalog or None)
+            grid = grid_size(playbook, ctx.facts, ctx.catalog or None)
+            runner = make_runner(
+                deployment, config, objective, baseline, candidates, ui,
+                allow_lossy=config.agent.allow_lossy, max_trials=config.agent.max_trials,
+                max_restarts=restart_budget(config.agent.max_restarts, grid),
+            )  # fmt: skip
+            deps = PlannerDeps(
+                goal=goal,
+                ctx=ctx,
+                candidates=candidates,
+                ui=ui,
+                researcher=build_researcher(models.researcher),
+                runner=runner,
+                baseline_levels=mean_throughput(baseline.reps),
+                allow_lossy=config.agent.allow_lossy,
+                max_parallel_research=config.agent.max_parallel_research,
+            )
+            history: list[Any] = []
+            if resume is not None:
+                history = resume.model_messages(agent="planner")
+                for note in restore_state(deps, resume):
+                    ui.note(note)
+            instructions = render(
+                "planner.md.j2",
+                goal=goal,
+                allow_lossy=config.agent.allow_lossy,
+                lossy=lossy_flags(candidates),
+                max_trials=config.agent.max_trials,
+                dry_run=False,
+                context=ctx.summary(),
+                objective=str(getattr(objective, "describe", lambda: objective)()),
+                baseline=deps.baseline_levels,
+            )
+            planner_model = models.planner
+            if model == "builtin":
+                from pydantic_ai.models.function import FunctionModel
+
+                from agent.chat.policy import chat_policy
+
+                planner_model = FunctionModel(chat_policy, model_name="builtin-chat")
+            yield ChatSetup(build_planner(planner_model), deps, history, instructions)
+            await deployment.rollback()  # no-op unless a change is still in flight
+    finally:
+        await transport.close()
+
+
+def chat_console() -> Console:
+    """The console chat prints to (stdout)."""
+    return Console(highlight=False)

@@ -1,0 +1,1 @@
+"""agent/policy: see README.md in this folder."""

@@ -1,0 +1,269 @@
+"""The builtin offline policy: pydantic-ai `FunctionModel`s for the planner and the researcher.
+
+Explicit rules over the same tools an LLM gets: the playbook checked against the real facts, the
+researcher's verdict from the real code search (dead when nothing reads the flag, no-op when every
+reader's guard fails here), and the measured trial results. Each function reads only the message
+history, so a run can be replayed and resumed like an LLM's.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from agent.policy.builtin_conclusion import conclusion
+from agent.policy.builtin_research import decide_verdict
+from agent.policy.order import next_trials
+
+_FLAG = re.compile(r"--[A-Za-z0-9][\w-]*(?:\.[\w-]+)*")
+_ORDER = {"high": 0, "medium": 1, "low": 2}
+_RESEARCHED = ("candidate", "no-op", "incompatible")
+"""Playbook statuses still worth a code check (already-set and not-in-version are not)."""
+
+
+def _returns(messages: list[Any]) -> list[tuple[str, Any, dict[str, Any]]]:
+    """Every tool return in the history: (tool name, content, args of its call)."""
+    from pydantic_ai.messages import ModelResponse, ToolCallPart, ToolReturnPart
+
+    calls: dict[str, dict[str, Any]] = {}
+    out = []
+    for m in messages:
+        for p in m.parts:
+            if isinstance(m, ModelResponse) and isinstance(p, ToolCallPart):
+                calls[p.tool_call_id] = p.args_as_dict()
+            elif isinstance(p, ToolReturnPart):
+                out.append((p.tool_name, p.content, calls.get(p.tool_call_id, {})))
+    return out
+
+
+def _call(name: str, args: dict[str, Any]) -> Any:
+    from pydantic_ai.messages import ToolCallPart
+
+    return ToolCallPart(name, args)
+
+
+def _response(parts: list[Any]) -> Any:
+    from pydantic_ai.messages import ModelResponse
+
+    return ModelResponse(parts=parts, model_name="builtin")
+
+
+# ---- researcher ---------------------------------------------------------------------------------
+
+
+def researcher_policy(messages: list[Any], info: Any) -> Any:
+    """Look the flag up and read its usage, then decide from what the code search returned."""
+    first = messages[0]
+    prompt = " ".join(str(getattr(p, "content", "")) for p in first.parts)
+    flag = (_FLAG.findall(prompt) or ["--unknown"])[0]
+    got = {name: content for name, content, _ in _returns(messages)}
+    if "lookup" not in got:
+        return _response([_call("lookup", {"flag": flag}), _call("usage", {"flag": flag})])
+    verdict = decide_verdict(flag, got["lookup"], got.get("usage") or {})
+    return _response([_call(info.output_tools[0].name, verdict)])
+
+
+# ---- planner ------------------------------------------------------------------------------------
+
+
+def _todo(
+    cands: list[dict[str, Any]], verdicts: dict[str, dict], trials: dict[str, dict], extra: list[dict]
+) -> list:
+    items = []
+    for c in cands:
+        flag, prio = c["flag"], c["priority"]
+        label = c["flag"] if c["value"] is None else f"{c['flag']} {c['value']}"
+        if c["status"] not in _RESEARCHED:  # a playbook no-op is still researched: the code decides
+            items.append(
+                {
+                    "id": flag,
+                    "content": f"{label}: ruled out ({c['status']}: {c['note']})",
+                    "status": "cancelled",
+                    "priority": prio,
+                }
+            )
+            continue
+        v, t = verdicts.get(flag), trials.get(flag)
+        if t is not None:
+            status = "completed" if t.get("decision") else "cancelled"
+            why = t.get("why") or t.get("error", "")
+            items.append(
+                {
+                    "id": flag,
+                    "content": f"trial {label}: {t.get('decision', 'not run')} — {why}",
+                    "status": status,
+                    "priority": prio,
+                }
+            )
+        elif v is None:
+            items.append(
+                {"id": flag, "content": f"research {label}", "status": "in_progress", "priority": prio}
+            )
+        elif v["verdict"] in (
+            "no-op",
+            "dead",
+            "incompatible",
+            "refuses-to-start",
+            "incompatible-with-version",
+        ):
+            items.append(
+                {
+                    "id": flag,
+                    "content": f"{label}: {v['verdict']} — {v['summary']}",
+                    "status": "cancelled",
+                    "priority": prio,
+                }
+            )
+        elif _lossy_blocked(c, v):
+            items.append(
+                {
+                    "id": flag,
+                    "content": f"{label}: skipped — lossy (changes outputs), --allow-lossy not given",
+                    "status": "cancelled",
+                    "priority": prio,
+                }
+            )
+        else:
+            items.append(
+                {
+                    "id": flag,
+                    "content": f"trial {label} (research: {v['verdict']})",
+                    "status": "pending",
+                    "priority": prio,
+                }
+            )
+    return items + extra
+
+
+def planner_policy(messages: list[Any], info: Any) -> Any:
+    """Candidates → todo list → research all (concurrently) → trials in order → combined → conclusion."""
+    returns = _returns(messages)
+    cands = next((c for n, c, _ in returns if n == "list_candidates"), None)
+    if cands is None:
+        return _response([_call("list_candidates", {})])
+    live = _live(cands)
+    verdicts = {
+        c["flag"]: c for n, c, _ in returns if n == "research_flag" and isinstance(c, dict) and "verdict" in c
+    }
+    trials: dict[str, dict] = {}
+    tried: dict[str, list[dict]] = {}
+    combined = None
+    budget_out: str | None = None
+    for name, content, args in returns:
+        if name != "run_trial" or not isinstance(content, dict):
+            continue
+        if content.get("budget_exhausted"):
+            budget_out = str(content.get("error") or "budget exhausted")
+            continue
+        if content.get("halted"):
+            budget_out = str(content["halted"])
+        flags = [ch["flag"] for ch in args.get("changes", [])]
+        if len(flags) > 1:
+            combined = content
+        elif flags:
+            trials["--" + flags[0].lstrip("-")] = content
+            tried.setdefault("--" + flags[0].lstrip("-"), []).append(content)
+    extra = [
+        {
+            "id": "combine",
+            "content": "trial the kept flags together",
+            "status": "pending",
+            "priority": "medium",
+        }
+    ]
+    if not any(n == "todo_write" for n, _, _ in returns):
+        todo = _todo(cands, verdicts, trials, extra)
+        research = [_call("research_flag", {"flag": c["flag"]}) for c in live]
+        return _response([_call("todo_write", {"items": todo}), *research])
+    # highest expected value per restart first (research certainty x plausible gain / restart cost);
+    # a near miss may get a second look, ranked by what was measured
+    queue = trial_queue(cands, verdicts, tried)
+    nxt, look = (None, "") if budget_out or not queue else queue[0]
+    if nxt is not None:
+        todo = _todo(cands, verdicts, trials, extra)
+        for item in todo:
+            if item["id"] == nxt["flag"]:
+                item["status"] = "in_progress"
+        change = {"flag": nxt["flag"], "value": nxt["value"], "action": nxt["action"]}
+        v = verdicts[nxt["flag"]]
+        reason = f"research: {v['verdict']} — {v['summary']}; playbook: {nxt['helps']}"
+        if nxt["flag"] in tried:  # a near miss: say what the first trial measured
+            reason = f"{look}: {tried[nxt['flag']][-1].get('why')}"
+        args = {"changes": [change], "reason": reason}
+        if v["verdict"] == "unknown":
+            args["override_reason"] = (
+                "the code search was inconclusive but the playbook's conditions hold here"
+            )
+        return _response([_call("todo_write", {"items": todo}), _call("run_trial", args)])
+    # each trial runs on top of the changes kept so far, so kept ones are already combined; what
+    # improved alone but is not deployed gets one trial together with the deployed best
+    kept = [t for t in trials.values() if t.get("improved") and t.get("decision") != "kept"]
+    if kept and combined is None and not budget_out:
+        changes = [c for c in live if c["flag"] in trials and trials[c["flag"]].get("improved")]
+        extra[0]["status"] = "in_progress"
+        args = {
+            "changes": [{"flag": c["flag"], "value": c["value"], "action": c["action"]} for c in changes],
+            "reason": "check that the gains of the flags kept individually add up",
+        }
+        return _response(
+            [_call("todo_write", {"items": _todo(cands, verdicts, trials, extra)}), _call("run_trial", args)]
+        )
+    if not _final_todo_written(messages):
+        extra[0]["status"] = "completed" if combined else "cancelled"
+        extra[0]["content"] = "trial the kept flags together" + (
+            f": {combined.get('decision')} — {combined.get('why')}"
+            if combined
+            else ": nothing left to combine (each trial ran on top of the changes kept before it)"
+        )
+        return _response([_call("todo_write", {"items": _todo(cands, verdicts, trials, extra)})])
+    from pydantic_ai.messages import TextPart
+
+    untried = {c["flag"]: i + 1 for i, (c, why) in enumerate(queue) if why == "untried"}
+    earlier = [t for ts in tried.values() for t in ts[:-1]]
+    return _response([TextPart(conclusion(cands, verdicts, trials, combined, budget_out, untried, earlier))])
+
+
+def _live(cands: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Candidates worth a code check, lossless first, then by the playbook's priority."""
+    return sorted(
+        (c for c in cands if c["status"] in _RESEARCHED),
+        key=lambda c: (c["lossy"], _ORDER.get(c["priority"], 3)),
+    )
+
+
+def trial_queue(
+    cands: list[dict[str, Any]], verdicts: dict[str, dict], tried: dict[str, list[dict]]
+) -> list[tuple[dict[str, Any], str]]:
+    """What the builtin planner trials next, best first: (candidate, why), see `agent.policy.order`."""
+    worth = [
+        c
+        for c in _live(cands)
+        if _worth(verdicts.get(c["flag"])) and not _lossy_blocked(c, verdicts.get(c["flag"]))
+    ]
+    return next_trials(worth, verdicts, tried)
+
+
+def _worth(v: dict[str, Any] | None) -> bool:
+    return v is not None and v["verdict"] in ("applies", "unknown")
+
+
+def _lossy_blocked(cand: dict[str, Any], v: dict[str, Any] | None) -> bool:
+    """Lossy by the playbook or the research, and the user did not allow lossy changes."""
+    lossy = cand.get("lossy") or bool((v or {}).get("lossy"))
+    return bool(lossy) and not cand.get("lossy_allowed", False)
+
+
+def _final_todo_written(messages: list[Any]) -> bool:
+    from pydantic_ai.messages import ModelResponse, ToolCallPart
+
+    for m in reversed(messages):
+        if isinstance(m, ModelResponse):
+            for p in m.parts:
+                if isinstance(p, ToolCallPart) and p.tool_name == "todo_write":
+                    items = p.args_as_dict().get("items", [])
+                    return any(
+                        i.get("id") == "combine" and i.get("status") in ("completed", "cancelled")
+                        for i in items
+                    )
+            return False
+    return False

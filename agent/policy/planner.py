@@ -1,0 +1,236 @@
+"""The planner agent: a todo list, research subagents, trials through the trial runner, a conclusion."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic_ai import Agent, RunContext
+from rich.markup import escape
+
+from agent.context import DeploymentContext
+from agent.policy.agentrun import run_saving
+from agent.policy.playbook import Candidate
+from agent.policy.researcher import ResearchDeps
+from agent.policy.todo import TodoItem, TodoList
+from agent.policy.verdict import FlagVerdict
+from agent.trial.record import BudgetExhausted, TrialChange, mean_throughput
+from agent.trial.resolved import same_as_running
+from agent.trial.runner import TrialRunner
+from agent.ui import RunUI
+
+
+@dataclass
+class PlannerDeps:
+    """Everything the planner's tools act on."""
+
+    goal: str
+    ctx: DeploymentContext
+    candidates: list[Candidate]
+    ui: RunUI
+    researcher: Any
+    runner: TrialRunner | None
+    """None in a dry run: nothing is deployed."""
+    baseline_levels: dict[int, float] = field(default_factory=dict)
+    allow_lossy: bool = False
+    max_parallel_research: int = 4
+    usage_limits: Any = None
+    todo: TodoList = field(default_factory=TodoList)
+    verdicts: dict[str, FlagVerdict] = field(default_factory=dict)
+    current_msg: int | None = None
+    """msg number of the planner response being executed (parent of its subagents)."""
+    _resolved: dict[str, Any] | None = None
+    _sem: asyncio.Semaphore | None = None
+    _trial_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def resolved(self) -> dict[str, Any]:
+        """The running server's resolved arguments (read once from the context)."""
+        if self._resolved is None:
+            self._resolved = self.ctx.resolved_args if hasattr(self.ctx, "resolved_args") else {}
+        return self._resolved
+
+    @property
+    def semaphore(self) -> asyncio.Semaphore:
+        """Bounds how many research subagents run at once."""
+        if self._sem is None:
+            self._sem = asyncio.Semaphore(self.max_parallel_research)
+        return self._sem
+
+
+def candidates_view(deps: PlannerDeps) -> list[dict[str, Any]]:
+    """The playbook candidates as the planner sees them."""
+    return [
+        {
+            "flag": c.flag,
+            "value": c.value,
+            "action": c.action,
+            "status": c.status,
+            "note": c.note,
+            "priority": c.lever.priority,
+            "lossy": c.lever.lossy,
+            "lossy_allowed": deps.allow_lossy,
+            "what": c.lever.what,
+            "helps": c.lever.helps,
+            "risk": c.lever.risk,
+            "expected_gain": getattr(c.lever, "expected_gain", None),
+            "restart_cost": getattr(c.lever, "restart_cost", None),
+        }
+        for c in deps.candidates
+    ]
+
+
+async def research(deps: PlannerDeps, flag: str, question: str, *, usage: Any = None) -> FlagVerdict:
+    """Run one research subagent under the concurrency bound; its messages link to the planner's."""
+    flag = "--" + flag.strip().lstrip("-")
+    parent = deps.current_msg
+    rdeps = ResearchDeps(ctx=deps.ctx, candidates={c.flag: c for c in deps.candidates})
+    prompt = f"Research the flag {flag} for this deployment. {question}".strip()
+    async with deps.semaphore:
+        result = await run_saving(
+            deps.researcher,
+            prompt,
+            deps=rdeps,
+            transcript=deps.ui.transcript,
+            name=f"researcher:{flag}",
+            parent=parent,
+            usage=usage,
+            usage_limits=deps.usage_limits,
+        )
+    verdict = result.output
+    verdict.flag = flag
+    deps.verdicts[flag] = verdict
+    if verdict.lossy and deps.runner is not None:  # the trial runner refuses it without --allow-lossy
+        deps.runner.lossy.setdefault(flag, f"research: {verdict.risk or verdict.summary}")
+    deps.ui.verdict(verdict, msg=parent)
+    return verdict
+
+
+def trial_result(deps: PlannerDeps, record: Any) -> dict[str, Any]:
+    """What the planner learns from a trial: decision, why, numbers against the baseline."""
+    return {
+        "trial": record.number,
+        "kind": record.kind,
+        "changes": [c.describe() for c in record.changes],
+        "decision": record.decision,
+        "improved": record.improved,
+        "why": record.why,
+        "probe": record.probe,
+        "output_tok_s": record.levels,
+        "baseline_output_tok_s": deps.baseline_levels,
+        "ratio": (record.comparison or {}).get("ratio"),
+        "restarts": record.restarts,
+        "environment": record.environment,
+        "near_miss": record.near_miss,
+        "halted": deps.runner.halted if deps.runner is not None else None,
+    }
+
+
+async def trial(
+    deps: PlannerDeps, changes: list[TrialChange], reason: str, override: str | None
+) -> dict[str, Any]:
+    """Gatekeeping before the trial runner: research first, rejected flags only with a reason."""
+    for ch in changes:
+        ch.flag = "--" + ch.flag.strip().lstrip("-")
+        v = deps.verdicts.get(ch.flag)
+        if v is None:
+            return {"error": f"research {ch.flag} with research_flag before trialling it"}
+        if ch.action == "set" and (same := same_as_running(ch.flag, ch.value, deps.resolved)):
+            return {"error": f"{same}: trialling {ch.describe()} would restart for nothing. Not deployed."}
+        if v.rejected and not override:
+            return {
+                "error": f"research called {ch.flag} {v.verdict}: {v.summary} Not deployed. "
+                "Pass override_reason to deploy it anyway (recorded)."
+            }
+    from tools.deploy.deployment import DeployError
+
+    if deps.runner is None:
+        what = ", ".join(c.describe() for c in changes)
+        deps.ui.note(f"dry run: would trial {what}")
+        return {"dry_run": True, "would_trial": what, "note": "nothing deployed"}
+    kind = "combined" if len(changes) > 1 else "single"
+    async with deps._trial_lock:
+        try:
+            record = await deps.runner.run(changes, reason=reason, kind=kind, override=override)
+        except BudgetExhausted as e:
+            deps.ui.note(f"budget: {e}")
+            return {"error": f"budget exhausted: {e}", "budget_exhausted": True}
+        except DeployError as e:  # restart storm guard, drift: no more trials in this session
+            deps.ui.note(f"[red]deployment stopped trials:[/] {e}")
+            return {"error": f"deployment refused: {e}", "budget_exhausted": True}
+    style = "green" if record.decision == "kept" else "yellow"
+    deps.ui.console.print(f"[{style}]{escape(record.headline())}[/]", highlight=False)
+    return trial_result(deps, record)
+
+
+def build_planner(model: Any) -> Any:
+    """The planner agent (pydantic-ai); its final output is the written conclusion."""
+    agent = Agent(model, name="planner", deps_type=PlannerDeps, output_type=str, retries=3)
+
+    @agent.tool
+    async def todo_write(ctx: RunContext[PlannerDeps], items: list[TodoItem]) -> str:
+        """Replace the todo list (every item with id, content, status, priority); the change is shown."""
+        changes = ctx.deps.todo.replace(items)
+        ctx.deps.ui.todo(ctx.deps.todo, changes, msg=ctx.deps.current_msg)
+        return "todo list updated:\n" + "\n".join(changes or ["(no change)"])
+
+    @agent.tool
+    async def list_candidates(ctx: RunContext[PlannerDeps]) -> list[dict[str, Any]]:
+        """The playbook's levers resolved for this deployment: exact change, status, conditions checked."""
+        return candidates_view(ctx.deps)
+
+    @agent.tool
+    async def research_flag(ctx: RunContext[PlannerDeps], flag: str, question: str = "") -> dict[str, Any]:
+        """Run a research subagent on one flag in the running version's source; returns its FlagVerdict."""
+        v = await research(ctx.deps, flag, question, usage=ctx.usage)
+        return v.model_dump(mode="json")
+
+    @agent.tool(sequential=True)
+    async def run_trial(
+        ctx: RunContext[PlannerDeps],
+        changes: list[TrialChange],
+        reason: str,
+        override_reason: str | None = None,
+    ) -> dict[str, Any]:
+        """Deploy the changes, check outputs, benchmark, keep if better or roll back. One flag per trial,
+        except one final trial of the flags kept individually. `override_reason` is required to deploy a
+        flag research rejected."""
+        return await trial(ctx.deps, changes, reason, override_reason)
+
+    @agent.tool(sequential=True)
+    async def benchmark(ctx: RunContext[PlannerDeps]) -> dict[str, Any]:
+        """Measure the currently deployed configuration again (repeated sweep); output tok/s per level."""
+        runner = ctx.deps.runner
+        if runner is None:
+            return {"error": "dry run: nothing to measure beyond the baseline"}
+        from tools.bench.loadgen import run_repeated
+
+        with ctx.deps.ui.progress("benchmark") as progress:
+            reps = await run_repeated(runner.endpoint, runner.bench, on_progress=progress)
+        levels = mean_throughput(reps)
+        ctx.deps.ui.record("note", {"benchmark": levels})
+        return {"output_tok_s": levels, "partial": any(s.partial for s in reps)}
+
+    @agent.tool(sequential=True)
+    async def rollback(ctx: RunContext[PlannerDeps]) -> str:
+        """Undo any change in flight (the best measured configuration stays deployed)."""
+        if ctx.deps.runner is None:
+            return "dry run: nothing deployed"
+        outcome = await ctx.deps.runner.deployment.rollback()
+        return f"rollback: ok={getattr(outcome, 'ok', True)}"
+
+    @agent.tool
+    async def show_status(ctx: RunContext[PlannerDeps]) -> dict[str, Any]:
+        """Trials so far, the deployed best, the restarts spent and the budget left."""
+        r = ctx.deps.runner
+        if r is None:
+            return {"dry_run": True, "verdicts": {k: v.verdict for k, v in ctx.deps.verdicts.items()}}
+        return {
+            "trials": [trial_result(ctx.deps, t) for t in r.trials],
+            "deployed_best": r.best.number if r.best else "baseline",
+            "restarts": r.restarts,
+            "budget": r.budget_left() or "available",
+        }
+
+    return agent

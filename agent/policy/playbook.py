@@ -1,0 +1,155 @@
+"""The playbook: known SGLang levers (`agent/playbook.toml`) checked against this deployment's facts."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agent.policy.conditions import ConditionResult, check_all
+
+PLAYBOOK_PATH = Path(__file__).with_name("playbook.toml")
+PRIORITY_ORDER = {"high": 0, "medium": 1, "low": 2}
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][\w.]*)\}")
+
+
+class Replacement(BaseModel):
+    """The flag a newer SGLang replaced a deprecated one with."""
+
+    flag: str
+    value: str | None = None
+
+
+class Lever(BaseModel):
+    """One known optimization lever."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    flag: str
+    value: str | None = None
+    action: Literal["set", "unset"] = "set"
+    what: str
+    helps: str
+    needs: list[str] = Field(default_factory=list)
+    state: list[str] = Field(default_factory=list)
+    """Conditions on the running server's state and the benchmark's load (speculative decoding is
+    on; the KV pool is too small for the highest level). Unlike `needs` (claims about what the code
+    does, which research may overrule), a failed one makes the lever pointless here whatever the
+    code says."""
+    conflicts: list[str] = Field(default_factory=list)
+    risk: str = ""
+    lossy: bool = False
+    priority: Literal["high", "medium", "low"] = "medium"
+    replaced_by: Replacement | None = None
+
+
+class Candidate(BaseModel):
+    """A lever resolved for this deployment: the exact change and the checked conditions."""
+
+    flag: str
+    value: str | None
+    action: Literal["set", "unset"]
+    lever: Lever
+    needs: list[dict[str, Any]]
+    conflicts: list[dict[str, Any]]
+    status: Literal["candidate", "no-op", "incompatible", "not-in-version", "already-set"]
+    note: str = ""
+
+    @property
+    def change(self) -> str:
+        """`--flag value`, `--flag` or `unset --flag`."""
+        if self.action == "unset":
+            return f"unset {self.flag}"
+        return self.flag if self.value is None else f"{self.flag} {self.value}"
+
+
+def load_playbook(path: Path = PLAYBOOK_PATH) -> list[Lever]:
+    """Read the playbook file; a malformed lever raises `ValueError` naming it."""
+    data = tomllib.loads(Path(path).read_text())
+    levers = []
+    for i, raw in enumerate(data.get("lever", [])):
+        try:
+            levers.append(Lever.model_validate(raw))
+        except ValueError as e:
+            raise ValueError(f"{path}: lever {i + 1} ({raw.get('flag', '?')}): {e}") from e
+    return levers
+
+
+def _fill(value: str | None, facts: dict[str, Any]) -> str | None:
+    if value is None:
+        return None
+
+    def sub(m: re.Match[str]) -> str:
+        if m.group(1) not in facts:
+            raise KeyError(m.group(1))
+        return str(facts[m.group(1)])
+
+    return _PLACEHOLDER.sub(sub, value)
+
+
+def _as_dicts(results: list[ConditionResult]) -> list[dict[str, Any]]:
+    return [{"condition": r.condition, "actual": r.actual, "outcome": r.outcome} for r in results]
+
+
+def evaluate(
+    levers: list[Lever], facts: dict[str, Any], catalog: dict[str, Any] | None = None
+) -> list[Candidate]:
+    """Resolve each lever against the facts and the version's flag catalog, in priority order.
+
+    `catalog` maps `--flag` to its catalog entry (anything with `deprecated`); None skips the check.
+    """
+    out: list[Candidate] = []
+    for lever in sorted(levers, key=lambda lv: PRIORITY_ORDER[lv.priority]):
+        flag, value, note = lever.flag, lever.value, ""
+        if catalog is not None and lever.replaced_by is not None:
+            entry = catalog.get(flag)
+            if entry is None or getattr(entry, "deprecated", False):
+                note = f"{flag} is deprecated or absent in this version; using {lever.replaced_by.flag}"
+                flag, value = lever.replaced_by.flag, lever.replaced_by.value
+        try:
+            value = _fill(value, facts)
+        except KeyError as e:
+            value, note = None, f"value needs the missing fact {e.args[0]}"
+        needs = check_all(lever.needs, facts)
+        off = [r for r in check_all(lever.state, facts) if r.outcome == "fail"]
+        conflicts = check_all(lever.conflicts, facts)
+        status = "candidate"
+        current = facts.get("flag." + flag.lstrip("-").replace("-", "_"), "<unset>")
+        if catalog is not None and flag not in catalog:
+            status, note = "not-in-version", f"{flag} is not a flag of this SGLang version"
+        elif lever.action == "set" and current != "<unset>" and (value is None or str(current) == value):
+            status, note = "already-set", f"{flag} is already set to {current!r}"
+        elif lever.action == "unset" and current == "<unset>":
+            status, note = "already-set", f"{flag} is not set; nothing to remove"
+        elif off:
+            status = "already-set"  # nothing to gain in this state: not researched, not trialled
+            note = "pointless on this server and load: " + "; ".join(r.describe() for r in off)
+        elif any(r.outcome == "pass" for r in conflicts):
+            status = "incompatible"
+            note = "; ".join(r.describe() for r in conflicts if r.outcome == "pass")
+        elif any(r.outcome == "fail" for r in needs):
+            status = "no-op"
+            note = "; ".join(r.describe() for r in needs if r.outcome == "fail")
+        out.append(
+            Candidate(
+                flag=flag,
+                value=value,
+                action=lever.action,
+                lever=lever,
+                needs=_as_dicts(needs),
+                conflicts=_as_dicts(conflicts),
+                status=status,
+                note=note,
+            )
+        )
+    return out
+
+
+def grid_size(levers: list[Lever], facts: dict[str, Any], catalog: dict[str, Any] | None = None) -> int:
+    """Levers a one-at-a-time grid would deploy here (and roll back): every lever that is a flag of
+    this version and not set already, whatever the server's state makes of it."""
+    every = evaluate([lv.model_copy(update={"state": []}) for lv in levers], facts, catalog)
+    return sum(c.status in ("candidate", "no-op", "incompatible") for c in every)

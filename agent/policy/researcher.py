@@ -1,0 +1,187 @@
+"""The research subagent: checks one flag in the version-matched SGLang source, returns a `FlagVerdict`."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import sqlite3
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic_ai import Agent, RunContext
+
+from agent.context import DeploymentContext
+from agent.policy.playbook import Candidate
+from agent.policy.verdict import FlagVerdict
+from prompts import render
+
+MAX_MATCHES = 40
+_AST_LOCK = threading.Lock()
+"""CPython 3.11's `ast` is not safe to run in several threads at once (SystemError: AST constructor
+recursion depth mismatch); the code search of concurrent researchers takes turns."""
+
+
+@dataclass
+class ResearchDeps:
+    """What a researcher can look at: the deployment's facts, the source tree and the playbook."""
+
+    ctx: DeploymentContext
+    candidates: dict[str, Candidate] = field(default_factory=dict)
+
+
+def _dest(flag: str) -> str:
+    return flag.lstrip("-").replace("-", "_")
+
+
+def lookup_flag(deps: ResearchDeps, flag: str) -> dict[str, Any]:
+    """The catalog entry of `flag` in this SGLang version and the playbook's checked conditions."""
+    flag = "--" + flag.lstrip("-")
+    out: dict[str, Any] = {"flag": flag, "sglang_version": deps.ctx.version}
+    if not deps.ctx.catalog:
+        out["catalog"] = f"unavailable: {deps.ctx.missing.get('source', 'no catalog')}"
+    else:
+        entry = deps.ctx.catalog.get(flag)
+        if entry is None:  # `--no-x`, `--x_y`, aliases: the catalog's own lookup
+            from tools.research.catalog import find_flag
+
+            entry = find_flag([e for e in deps.ctx.catalog.values() if hasattr(e, "aliases")], flag)
+        if entry is None:
+            out["catalog"] = f"{flag} is not a flag of SGLang {deps.ctx.version}"
+            out["in_catalog"] = False
+        else:
+            info = dataclasses.asdict(entry) if dataclasses.is_dataclass(entry) else dict(vars(entry))
+            out["catalog"] = {k: v for k, v in info.items() if v not in (None, "")}
+            out["in_catalog"] = True
+    cand = deps.candidates.get(flag)
+    if cand is not None:
+        out["playbook"] = {
+            "what": cand.lever.what,
+            "helps": cand.lever.helps,
+            "risk": cand.lever.risk,
+            "lossy": cand.lever.lossy,
+            "value": cand.value,
+            "needs": cand.needs,
+            "conflicts": cand.conflicts,
+            "status": cand.status,
+        }
+    return out
+
+
+def flag_usage(deps: ResearchDeps, flag: str) -> dict[str, Any]:
+    """The code's verdict on `flag` here: its definition, every serving-path reader with its guards
+    checked against this deployment (three-valued), the exits it reaches, and why (issue 10)."""
+    flag = "--" + flag.lstrip("-")
+    if deps.ctx.tree is None:
+        return {"flag": flag, "error": f"no source tree: {deps.ctx.missing.get('source', 'unknown')}"}
+    from tools.research.analysis import analyze_flag
+    from tools.research.index import load_index
+
+    cand = deps.candidates.get(flag)
+    value = cand.value if cand is not None else None
+    try:
+        with _AST_LOCK:
+            index = load_index(deps.ctx.tree)
+            code = analyze_flag(index, flag, deps.ctx.facts, value=value)
+    except (ValueError, OSError, sqlite3.Error) as e:  # a damaged index: say so, research goes on
+        return {"flag": flag, "error": f"{type(e).__name__}: {e}"}
+    readers = [
+        {
+            "location": f.location,
+            "text": f.text,
+            "function": f.function,
+            "state": f.state,
+            "why": f.why,
+            "checks": f.conditions,
+            "exits": [
+                {"location": e.location, "kind": e.kind, "message": e.message, "fires": e.truth, "via": e.via}
+                for e in f.exits
+                if e.truth is not False
+            ][:5],
+        }
+        for f in code.findings
+    ]
+    return {
+        "flag": code.flag,
+        "definition": code.definition,
+        "help": code.help,
+        "dest": code.dest,
+        "researched_as": code.researched_as,
+        "code_verdict": code.verdict,
+        "code_summary": code.summary,
+        "certainty": code.certainty,
+        "readers": readers,
+        "notes": code.notes,
+    }
+
+
+def grep_source(deps: ResearchDeps, pattern: str, glob: str | None = None) -> dict[str, Any]:
+    """Regex search over the SGLang source of the running version (bounded)."""
+    if deps.ctx.tree is None:
+        return {"error": "no source tree"}
+    from tools.research.index import off_path_reason
+    from tools.research.search import grep
+
+    res = grep(deps.ctx.tree, pattern, glob=glob, max_results=MAX_MATCHES)
+    prefix = deps.ctx.tree.rel(deps.ctx.tree.package_dir) + "/"
+
+    def shown(m: Any) -> str:
+        why = (
+            off_path_reason(m.path.removeprefix(prefix))
+            if m.path.startswith(prefix)
+            else "outside the package"
+        )
+        return f"{m.path}:{m.line}: {m.text.strip()}" + (f"  [not serving code: {why}]" if why else "")
+
+    return {"matches": [shown(m) for m in res.matches], "truncated": res.truncated}
+
+
+def read_source(deps: ResearchDeps, path: str, start: int, end: int) -> str:
+    """Lines `start`..`end` of `path` (relative to the source root), numbered."""
+    if deps.ctx.tree is None:
+        return "no source tree"
+    from tools.research.search import read_range
+
+    return read_range(deps.ctx.tree, path, start, min(end, start + 200))
+
+
+def build_researcher(model: Any) -> Any:
+    """The researcher agent (pydantic-ai), output type `FlagVerdict`."""
+    agent = Agent(
+        model,
+        name="researcher",
+        deps_type=ResearchDeps,
+        output_type=FlagVerdict,
+        instructions=lambda ctx: render(
+            "researcher.md.j2", facts=ctx.deps.ctx.facts, context=ctx.deps.ctx.summary()
+        ),
+        retries=3,
+    )
+
+    @agent.tool
+    async def lookup(ctx: RunContext[ResearchDeps], flag: str) -> dict[str, Any]:
+        """The flag's catalog entry (type, default, help, deprecated) and the playbook's conditions checked here."""
+        return lookup_flag(ctx.deps, flag)
+
+    @agent.tool
+    async def usage(ctx: RunContext[ResearchDeps], flag: str) -> dict[str, Any]:
+        """The code's verdict: definition, serving-path readers with guards checked against the model and
+        GPUs (pass/fail/unknown), start-up refusals they reach, and whether anything acts on the flag."""
+        return await asyncio.to_thread(flag_usage, ctx.deps, flag)
+
+    @agent.tool
+    async def grep(ctx: RunContext[ResearchDeps], pattern: str, glob: str | None = None) -> dict[str, Any]:
+        """Regex search in the version-matched SGLang source; `glob` limits files, e.g. 'srt/layers/**/*.py'."""
+        return await asyncio.to_thread(grep_source, ctx.deps, pattern, glob)
+
+    @agent.tool
+    async def read_range(ctx: RunContext[ResearchDeps], path: str, start: int, end: int) -> str:
+        """Read lines start..end (at most 200) of a source file, with line numbers."""
+        return await asyncio.to_thread(read_source, ctx.deps, path, start, end)
+
+    @agent.tool
+    async def deployment_facts(ctx: RunContext[ResearchDeps]) -> dict[str, Any]:
+        """Model, GPU, interconnect and server-arg facts of this deployment."""
+        return ctx.deps.ctx.facts
+
+    return agent

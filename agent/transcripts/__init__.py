@@ -1,0 +1,1 @@
+"""agent/transcripts: see README.md in this folder."""

@@ -1,0 +1,218 @@
+"""The review of a saved session (agent/transcripts/review.py) rendered as one Markdown document: context,
+baseline, the todo list as it evolved, research verdicts with their evidence, trials, rollbacks,
+approvals, what was kept and the final gain."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent.transcripts.review import (
+    METRICS,
+    MISSING,
+    Review,
+    TrialRecord,
+    describe_change,
+    first_key,
+    fmt_change,
+    fmt_num,
+)  # fmt: skip
+from agent.transcripts.verdicts import CONDITIONS_MARKER, TODO_MARKER, condition_summary, evidence_lines
+
+
+def _table(head: list[str], rows: list[list[str]]) -> list[str]:
+    cells = [[c.replace("|", "\\|").replace("\n", " ") for c in r] for r in rows]
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + [
+        "| " + " | ".join(r) + " |" for r in cells
+    ]
+
+
+def context_lines(ctx: dict[str, Any]) -> list[str]:
+    """The context found at the start (version, GPUs, model facts, flags) as Markdown bullets."""
+    lines = []
+    version = first_key(ctx, "version", "sglang_version")
+    lines.append(f"- SGLang version: {version or MISSING}")
+    hw = ctx.get("hardware") if isinstance(ctx.get("hardware"), dict) else ctx
+    gpus = hw.get("gpus") or []
+    if gpus:
+        names: dict[str, int] = {}
+        for g in gpus:
+            label = (
+                f"{g.get('name', '?')} ({g.get('memory_mib', '?')} MiB)" if isinstance(g, dict) else str(g)
+            )
+            names[label] = names.get(label, 0) + 1
+        lines.append("- GPUs: " + ", ".join(f"{n} x {label}" for label, n in names.items()))
+    else:
+        lines.append(f"- GPUs: {MISSING}")
+    if hw.get("interconnect"):
+        lines.append(f"- Interconnect: {hw['interconnect']}")
+    model = first_key(ctx, "model", "model_facts")
+    if isinstance(model, dict):
+        keys = (
+            "architecture",
+            "is_moe",
+            "num_experts",
+            "experts_per_tok",
+            "num_layers",
+            "dtype",
+            "quantization",
+        )
+        facts = ", ".join(f"{k}={model[k]}" for k in keys if model.get(k) is not None)
+        lines.append(f"- Model: {facts or MISSING}")
+    elif model:
+        lines.append(f"- Model: {model}")
+    flags = first_key(ctx, "flags", "unit_flags", "current_flags")
+    if isinstance(flags, dict):
+        lines.append("- Flags at start: " + " ".join(f"{k} {v}" if v else k for k, v in flags.items()))
+    return lines
+
+
+_LABELS = {
+    "kind": "Kind",
+    "reason": "Tried because",
+    "override": "Override of research",
+    "probe": "Correctness probe",
+}
+_LABELS |= {"restarts": "Restarts", "seconds": "Seconds", "ratio": "Throughput ratio", "notes": "Noticed"}
+_STATUS_MARK = {"completed": "[x]", "in_progress": "[~]", "cancelled": "[-]", "pending": "[ ]"}
+
+
+def todo_lines(items: list[dict[str, Any]]) -> list[str]:
+    """A todo list as Markdown checklist lines."""
+    out = []
+    for item in items:
+        mark = _STATUS_MARK.get(str(item.get("status")), "[ ]")
+        prio = f" ({item['priority']})" if item.get("priority") else ""
+        out.append(f"- {mark} {item.get('content', item.get('title', '?'))}{prio}")
+    return out or ["- (empty)"]
+
+
+def todo_evolution(states: list[tuple[int | None, list[dict[str, Any]]]]) -> list[str]:
+    """The first todo list in full, then only what each update changed, then the final list."""
+    out: list[str] = []
+    previous: dict[str, dict[str, Any]] = {}
+    for i, (msg, items) in enumerate(states, start=1):
+        where = f"after msg {msg}" if msg is not None else f"update {i}"
+        current = {str(it.get("id", it.get("content"))): it for it in items}
+        if i == 1:
+            out += [f"- {where}:", *["  " + line for line in todo_lines(items)]]
+        else:
+            changes = [
+                f"  - {it.get('content', '?')}: {previous[k].get('status') if k in previous else 'new'} -> {it.get('status')}"
+                for k, it in current.items()
+                if k not in previous or previous[k].get("status") != it.get("status")
+            ]
+            changes += [
+                f"  - removed: {previous[k].get('content', '?')}" for k in previous if k not in current
+            ]
+            out += [f"- {where}:", *(changes or ["  - no change"])]
+        previous = current
+    if len(states) > 1:
+        out += ["- final list:", *["  " + line for line in todo_lines(states[-1][1])]]
+    return out
+
+
+def trial_table(trial: TrialRecord) -> list[str]:
+    """Per-level output throughput of a trial against its baseline, as a Markdown table."""
+    levels = sorted(set(trial.baseline) | set(trial.candidate))
+    rows = [
+        [str(c), fmt_num(trial.baseline.get(c)), fmt_num(trial.candidate.get(c))]
+        + [fmt_change(trial.baseline.get(c), trial.candidate.get(c))]
+        for c in levels
+    ]
+    return _table(["concurrency", "baseline tok/s", "candidate tok/s", "change"], rows) if rows else []
+
+
+def approval_lines(approvals: list[dict[str, Any]]) -> list[str]:
+    """What the user allowed: how the run was started, and each change asked about (if any)."""
+    out = []
+    for a in approvals:
+        if "approved" not in a and any(k in a for k in ("yes", "dry_run", "allow_lossy")):
+            how = (
+                "dry run (nothing deployed)"
+                if a.get("dry_run")
+                else (
+                    "started with --yes"
+                    if a.get("yes")
+                    else "simulated target (no confirmation needed)"
+                    if a.get("simulated")
+                    else "confirmed at the prompt"
+                )
+            )
+            lossy = "allowed" if a.get("allow_lossy") else "not allowed"
+            out.append(f"- Run: {how}; lossy changes {lossy}")
+            continue
+        what = describe_change(first_key(a, "change", "flag", "action"))
+        if "approved" not in a:
+            out.append(f"- {what}: {a.get('answer') or 'no answer recorded'}")
+        else:
+            answer = "approved" if a.get("approved") else "declined"
+            out.append(f"- {what}: {answer} by {a.get('by', 'user')}")
+    return out
+
+
+def review_markdown(review: Review, *, conditions_marker: bool = False) -> str:
+    """The review as a Markdown document (`conditions_marker`: leave paragraphs for the HTML export to
+    replace with every condition and the todo list's history, collapsed)."""
+    h = review.header
+    out = [f"# optagent session {h.get('id', '?')}", ""]
+    out += [f"- Kind: {h.get('kind', '?')}, started {h.get('started_at', '?')}, status: {review.status}"]
+    out += [
+        f"- Goal: {h.get('goal') or MISSING}",
+        f"- Model: {h.get('model', '?')}",
+        f"- Target: {h.get('target', '?')}",
+    ]
+    if review.error:
+        out += ["", f"> Transcript damaged: {review.error}. Everything before that line is shown."]
+    out += ["", "## Context found", "", *context_lines(review.context)]
+    out += ["", "## Baseline", ""]
+    tp = review.baseline["output_throughput"]
+    if tp:
+        rows = [[str(c)] + [fmt_num(review.baseline[m].get(c)) for m in METRICS] for c in tp]
+        out += _table(["concurrency", "output tok/s", "mean TTFT ms", "p99 ITL ms"], rows)
+    else:
+        out.append(MISSING)
+    out += ["", "## Todo list as it evolved", ""]
+    if conditions_marker and review.todo_states:  # HTML: the final list, its history collapsed
+        out += ["Final list:", "", *todo_lines(review.todo_states[-1][1]), "", TODO_MARKER]
+    else:
+        out += todo_evolution(review.todo_states)
+    if not review.todo_states:
+        out.append("no todo list recorded")
+    out += ["", "## Research verdicts", ""]
+    if review.verdicts:
+        rows = [[v["flag"], f"**{v['verdict']}**", v["effect"], v["risk"]] for v in review.verdicts]
+        out += _table(["flag", "verdict", "expected effect", "risk"], rows)
+        out += ["", "Evidence (the source lines each verdict rests on):", ""]
+        for v in review.verdicts:
+            out += evidence_lines(v)
+        out += ["", "Conditions checked against this deployment:", ""]
+        if conditions_marker:  # the HTML export puts each list, collapsed, under its summary
+            out.append(CONDITIONS_MARKER)
+        else:
+            out += [f"- {v['flag']}: {condition_summary(v['conditions'])}" for v in review.verdicts]
+    else:
+        out.append("no research recorded")
+    out += ["", "## Trials", ""]
+    for t in review.trials:
+        where = f" (msg {t.msg})" if t.msg is not None else ""
+        out += [f"### Trial {t.number}: {t.change} — **{t.decision}**{where}", ""]
+        out += [f"- Benchmark verdict: {t.verdict}", f"- Decision: {t.reason or MISSING}"]
+        out += [f"- {_LABELS.get(k, k)}: {v}" for k, v in t.extra.items() if not isinstance(v, dict | list)]
+        out += ["", *trial_table(t), ""]
+    if not review.trials:
+        out += ["no trials", ""]
+    rolled = [t for t in review.trials if t.decision == "rolled back"]
+    out += ["## Rollbacks", ""]
+    out += [f"- Trial {t.number} ({t.change}): {t.reason or MISSING}" for t in rolled] or ["none"]
+    if review.approvals:
+        out += ["", "## Approvals", "", *approval_lines(review.approvals)]
+    out += ["", "## Kept", "", *([f"- {k}" for k in review.kept] or ["nothing"])]
+    out += ["", "## Final gain per concurrency level", ""]
+    if review.gain:
+        rows = [[str(c), fmt_num(b), fmt_num(a), fmt_change(b, a)] for c, (b, a) in review.gain.items()]
+        out += _table(["concurrency", "baseline tok/s", "final tok/s", "change"], rows)
+    else:
+        out.append(MISSING)
+    if review.conclusion:
+        out += ["", "## Conclusion", "", review.conclusion]
+    return "\n".join(out) + "\n"

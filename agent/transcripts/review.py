@@ -1,0 +1,290 @@
+"""A structured account of a saved session, built from its recorded events without any LLM.
+
+Events are written by the run/chat code from its own pydantic models; this module reads them
+defensively (several key spellings, anything missing is shown as missing, never invented).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from typing import Any
+
+from agent.transcripts.transcript import LoadedTranscript
+
+MISSING = "missing"
+METRICS = ("output_throughput", "mean_ttft_ms", "p99_itl_ms")
+
+
+def find_sweeps(value: Any) -> list[dict[str, Any]]:
+    """Every benchmark sweep (a dict with `levels` of `max_concurrency`) inside a JSON value."""
+    if isinstance(value, dict):
+        levels = value.get("levels")
+        if (
+            isinstance(levels, list)
+            and levels
+            and all(isinstance(v, dict) and "max_concurrency" in v for v in levels)
+        ):
+            return [value]
+        return [s for v in value.values() for s in find_sweeps(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in find_sweeps(v)]
+    return []
+
+
+def level_means(sweeps: list[dict[str, Any]], metric: str = "output_throughput") -> dict[int, float | None]:
+    """The mean of `metric` per concurrency level over repeated sweeps (None when never measured)."""
+    values: dict[int, list[float]] = {}
+    for sweep in sweeps:
+        for lv in sweep.get("levels", []):
+            bucket = values.setdefault(int(lv["max_concurrency"]), [])
+            if isinstance(lv.get(metric), int | float):
+                bucket.append(float(lv[metric]))
+    return {c: (statistics.fmean(v) if v else None) for c, v in sorted(values.items())}
+
+
+def describe_change(change: Any) -> str:
+    """A trial's change as the flags it sets/unsets: `--cuda-graph-max-bs 128, -disable-radix-cache`."""
+    if change is None:
+        return MISSING
+    if isinstance(change, str):
+        return change
+    if isinstance(change, list):
+        return ", ".join(describe_change(c) for c in change) or MISSING
+    if isinstance(change, dict):
+        if "flag" in change and not isinstance(change["flag"], dict):
+            if change.get("action") == "unset":
+                return f"unset {change['flag']}"
+            value = change.get("value")
+            return f"{change['flag']} {value}" if value not in (None, "") else str(change["flag"])
+        parts = []
+        for key in ("set", "flags"):
+            if isinstance(change.get(key), dict):
+                parts += [f"{k} {v}" if v not in (None, "") else str(k) for k, v in change[key].items()]
+        for key in ("unset", "remove"):
+            parts += [f"unset {f}" for f in change.get(key) or []]
+        return ", ".join(parts) or ", ".join(f"{k}={v}" for k, v in change.items())
+    return str(change)
+
+
+def first_key(data: dict[str, Any], *keys: str) -> Any:
+    """The value of the first of `keys` that `data` holds filled in (events spell keys several ways)."""
+    return next((data[k] for k in keys if data.get(k) not in (None, "", [], {})), None)
+
+
+def decision_of(data: dict[str, Any]) -> str:
+    raw = first_key(data, "decision", "outcome", "status", "result")
+    if isinstance(raw, dict):
+        raw = first_key(raw, "decision", "status")
+    if raw is None and isinstance(data.get("kept"), bool):
+        raw = "kept" if data["kept"] else "rolled back"
+    text = str(raw or MISSING).lower().replace("_", " ")
+    if "keep" in text or "kept" in text:
+        return "kept"
+    if "roll" in text or "revert" in text or "reject" in text:
+        return "rolled back"
+    return text
+
+
+@dataclasses.dataclass
+class TrialRecord:
+    """One trial as recorded: the change, its numbers per level and the decision."""
+
+    number: int
+    change: str
+    decision: str
+    reason: str
+    verdict: str
+    msg: int | None
+    baseline: dict[int, float | None]
+    candidate: dict[int, float | None]
+    extra: dict[str, Any]
+
+
+@dataclasses.dataclass
+class Review:
+    """Everything `transcripts review` shows, extracted from one transcript."""
+
+    header: dict[str, Any]
+    status: str
+    context: dict[str, Any]
+    baseline: dict[str, dict[int, float | None]]
+    todo_states: list[tuple[int | None, list[dict[str, Any]]]]
+    verdicts: list[dict[str, Any]]
+    trials: list[TrialRecord]
+    approvals: list[dict[str, Any]]
+    kept: list[str]
+    gain: dict[int, tuple[float | None, float | None]]
+    final: dict[int, float | None]
+    """Output tok/s per level of the configuration left deployed (empty when never measured)."""
+    baseline_sweeps: list[dict[str, Any]]
+    conclusion: str
+    error: str | None
+
+
+def levels_of(value: Any) -> dict[int, float | None]:
+    """Output tok/s per level from sweeps inside `value`, or from a `levels` mapping `{"64": 812.5}`."""
+    sweeps = find_sweeps(value)
+    if sweeps:
+        return level_means(sweeps)
+    levels = value.get("levels") if isinstance(value, dict) else None
+    if isinstance(levels, dict):
+        out: dict[int, float | None] = {}
+        for k, v in levels.items():
+            if str(k).isdigit():
+                out[int(k)] = float(v) if isinstance(v, int | float) else None
+        return dict(sorted(out.items()))
+    return {}
+
+
+def trial_record(number: int, event: dict[str, Any], baseline: dict[int, float | None]) -> TrialRecord:
+    """One `trial` event normalized (the agent's `TrialRecord` dump, or older/other spellings)."""
+    data = event.get("data") or {}
+    comparison = data.get("comparison") if isinstance(data.get("comparison"), dict) else {}
+    cand_src = first_key(data, "candidate", "candidate_sweeps", "sweeps", "bench", "result")
+    candidate = levels_of(cand_src) or levels_of({k: v for k, v in data.items() if "baseline" not in k})
+    base = levels_of(first_key(data, "baseline", "baseline_sweeps"))
+    reason = first_key(data, "why", "error", "deploy_error") or first_key(comparison, "summary") or ""
+    verdict = first_key(comparison, "verdict") or first_key(data, "verdict", "comparison_verdict") or MISSING
+    extra = {
+        k: data[k] for k in ("kind", "reason", "override", "probe", "restarts", "seconds") if data.get(k)
+    }
+    if isinstance(comparison.get("ratio"), int | float):
+        extra["ratio"] = round(comparison["ratio"], 4)
+    if isinstance(data.get("notes"), list) and data["notes"]:
+        extra["notes"] = "; ".join(map(str, data["notes"]))
+    return TrialRecord(
+        number=int(data.get("number") or number),
+        change=describe_change(first_key(data, "changes", "change", "flags", "flag", "name")),
+        decision=decision_of(data),
+        reason=str(reason),
+        verdict=str(verdict),
+        msg=event.get("msg"),
+        baseline=base or dict(baseline),
+        candidate=candidate,
+        extra=extra,
+    )
+
+
+def _condition(c: Any) -> str:
+    if isinstance(c, dict) and "condition" in c:
+        return f"{c['condition']} vs {c.get('fact', '?')}: {c.get('outcome', '?')}"
+    return c if isinstance(c, str) else describe_change(c)
+
+
+def verdict_record(data: dict[str, Any]) -> dict[str, Any]:
+    """One `verdict` event (a `FlagVerdict` dump) normalized for display."""
+    evidence = []
+    for ev in data.get("evidence") or []:
+        if isinstance(ev, dict):
+            where = ev.get("location") or f"{ev.get('path', '?')}:{ev.get('line', '?')}"
+            evidence.append(f"{where} {str(ev.get('quote') or ev.get('text') or '').strip()}".strip())
+        else:
+            evidence.append(str(ev))
+    conditions = data.get("conditions") or []
+    return {
+        "flag": describe_change(first_key(data, "flag", "name")),
+        "verdict": str(first_key(data, "verdict", "status") or MISSING),
+        "evidence": evidence,
+        "conditions": [_condition(c) for c in conditions],
+        "summary": str(first_key(data, "summary") or ""),
+        "effect": str(first_key(data, "expected_effect", "effect") or ""),
+        "risk": str(first_key(data, "risk") or ""),
+    }
+
+
+def deployed_trial(loaded: LoadedTranscript, trials: list[TrialRecord]) -> TrialRecord | None:
+    """The trial whose configuration is deployed at the end: the last kept one, unless a chat undo
+    (a `deploy` event with `action: undo`) went back to an earlier one or to the baseline."""
+    by_number = {t.number: t for t in trials}
+    current: TrialRecord | None = None
+    numbered = iter(trials)
+    for e in loaded.events:
+        data = e.get("data") or {}
+        if e.get("kind") == "trial":
+            t = next(numbered, None)
+            if t is not None and t.decision == "kept":
+                current = t
+        elif e.get("kind") == "deploy" and data.get("action") == "undo" and data.get("ok"):
+            now = str(data.get("now", "baseline"))
+            current = by_number.get(int(now.split()[-1])) if now.startswith("trial ") else None
+    return current
+
+
+def build_review(loaded: LoadedTranscript) -> Review:
+    """Extract the review of one loaded transcript."""
+    header = loaded.header or {}
+    context: dict[str, Any] = {}
+    for e in loaded.events_of("context"):
+        context.update(e.get("data") or {})
+    # A resumed session measures a new baseline; the first one is what the session started from.
+    baseline_sweeps = next((find_sweeps(e.get("data")) for e in loaded.events_of("baseline")), [])
+    baseline_tp = level_means(baseline_sweeps)
+    todo_states = []
+    for e in loaded.events_of("todo"):
+        data = e.get("data") or {}
+        items = data.get("items", data.get("todos")) if isinstance(data, dict) else data
+        todo_states.append((e.get("msg"), [i for i in items or [] if isinstance(i, dict)]))
+    trials = [trial_record(i, e, baseline_tp) for i, e in enumerate(loaded.events_of("trial"), start=1)]
+    outcome = (loaded.end or {}).get("outcome") or {}
+    kept = outcome.get("kept")
+    if not isinstance(kept, list):
+        kept = []
+    final: dict[int, float | None] = {}
+    for e in loaded.events_of("final"):
+        final = levels_of(e.get("data")) or final
+    deployed = deployed_trial(loaded, trials)
+    undone = any((e.get("data") or {}).get("action") == "undo" for e in loaded.events_of("deploy"))
+    if undone or (not kept and deployed is not None):
+        kept = [deployed.change] if deployed is not None else []
+    if not final and deployed is not None:
+        final = deployed.candidate
+    ended_unchanged = loaded.end is not None and not kept
+    levels = sorted(set(baseline_tp) | set(final))
+    gain = {
+        c: (baseline_tp.get(c), final.get(c) if final or not ended_unchanged else baseline_tp.get(c))
+        for c in levels
+    }
+    conclusion = ""
+    for e in loaded.events_of("report"):
+        data = e.get("data") or {}
+        conclusion = str(data.get("conclusion") or data.get("text") or data.get("summary") or conclusion)
+    if loaded.end is None:
+        status = f"damaged at line {loaded.error_line}" if loaded.error else "unfinished"
+    else:
+        status = str(outcome.get("status") or "finished")
+    return Review(
+        header=header,
+        status=status,
+        context=context,
+        baseline={m: level_means(baseline_sweeps, m) for m in METRICS},
+        todo_states=todo_states,
+        verdicts=[verdict_record(e.get("data") or {}) for e in loaded.events_of("verdict")],
+        trials=trials,
+        approvals=[e.get("data") or {} for e in loaded.events_of("approval")],
+        kept=[describe_change(k) for k in kept],
+        gain=gain,
+        final=final,
+        baseline_sweeps=baseline_sweeps,
+        conclusion=conclusion,
+        error=loaded.error,
+    )
+
+
+def fmt_num(value: float | None, *, digits: int = 1) -> str:
+    """A measured number, or `missing`."""
+    return MISSING if value is None else f"{value:,.{digits}f}"
+
+
+def fmt_change(before: float | None, after: float | None) -> str:
+    """`+12.3%`, or `missing` when either side was not measured."""
+    if before is None or after is None or before == 0:
+        return MISSING
+    return f"{(after / before - 1) * 100:+.1f}%"
+
+
+def gain_summary(review: Review) -> str:
+    """A one-line throughput change per level for listings: `1: +2.0%  64: +15.1%`."""
+    if not review.gain:
+        return ""
+    return "  ".join(f"{c}: {fmt_change(b, a)}" for c, (b, a) in review.gain.items())

@@ -1,0 +1,1 @@
+"""agent/trial: see README.md in this folder."""

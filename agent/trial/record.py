@@ -1,0 +1,147 @@
+"""What a trial is about and what it leaves behind: the change, the record, the baseline, and the
+block helpers both the runner and the paired launches use (the lower module of `agent.trial`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+
+class BudgetExhausted(Exception):
+    """No trial budget (count or wall time) is left; carries the reason into the transcript."""
+
+
+class TrialChange(BaseModel):
+    """One flag change: set (with a value, or boolean) or unset."""
+
+    flag: str = Field(description="server flag with leading dashes, e.g. --cuda-graph-max-bs")
+    value: str | None = Field(None, description="value; omit for a boolean flag")
+    action: Literal["set", "unset"] = "set"
+
+    def describe(self) -> str:
+        """`--flag value`, `--flag` or `unset --flag`."""
+        if self.action == "unset":
+            return f"unset {self.flag}"
+        return self.flag if self.value is None else f"{self.flag} {self.value}"
+
+
+class TrialRecord(BaseModel):
+    """Everything one trial did and measured; saved in the transcript and the report."""
+
+    number: int
+    kind: Literal["single", "combined"] = "single"
+    changes: list[TrialChange]
+    on_top_of: list[TrialChange] = Field(default_factory=list)
+    """The kept changes this trial was deployed on top of (empty: on the baseline)."""
+    reason: str = ""
+    override: str | None = None
+    """Why a flag research rejected was deployed anyway (the planner's words)."""
+    deployed: bool = False
+    deploy_error: str | None = None
+    log_tail: str | None = None
+    probe: str | None = None
+    probe_detail: str | None = None
+    comparison: dict[str, Any] | None = None
+    levels: dict[int, float] = Field(default_factory=dict)
+    """Mean output tok/s per concurrency level over the repetitions."""
+    decision: Literal["kept", "rolled_back", "skipped"] = "skipped"
+    improved: bool = False
+    """Improved on the baseline (eligible for the combined trial) even if a better one is deployed."""
+    why: str = ""
+    restarts: int = 0
+    seconds: float = 0.0
+    environment: str | None = None
+    """Set when the failure was the environment's (port in use, out of disk, host unreachable)."""
+    near_miss: dict[str, Any] | None = None
+    """Rejected as not established although it still looked like a winner: its judged interval with
+    the highest estimate (concurrency, ratio, ci_low, ci_high, launches_candidate). A second look
+    at it, on top of the known-good configuration of that moment, may be worth its restarts
+    (`agent.policy.order.next_trials`)."""
+    notes: list[str] = Field(default_factory=list)
+    """What the trial noticed on the way (a known-good block set aside as measured under load)."""
+    blocks: dict[str, int] = Field(default_factory=dict)
+    """Repetitions measured: known-good before, candidate, known-good after, confirm (the second
+    launch), and for a near miss after_second (known-good again) and third (the third launch);
+    `<block>_set_aside`: a known-good block of the same launch set aside as measured under load."""
+    samples: dict[str, list[dict[int, dict[str, float | None]]]] = Field(default_factory=dict)
+    """Per block (as in `blocks`): each repetition's value of the goal's metrics per level, so a
+    reviewer can recompute the interval from the transcript (`samples_as_sweeps`)."""
+
+    def full_changes(self) -> list[TrialChange]:
+        """The whole configuration of this trial, relative to the baseline."""
+        return [*self.on_top_of, *self.changes]
+
+    def headline(self) -> str:
+        """One line for the terminal and the report."""
+        what = ", ".join(c.describe() for c in self.changes)
+        ratio = (self.comparison or {}).get("ratio")
+        gain = f" ({(ratio - 1) * 100:+.1f}%)" if isinstance(ratio, float) else ""
+        return f"trial {self.number} [{what}]: {self.decision.replace('_', ' ')}{gain}: {self.why}"
+
+
+@dataclass
+class Baseline:
+    """The reference every trial is compared with: repeated sweeps and probe outputs."""
+
+    reps: list[Any]
+    probe: Any
+    text: str
+    """The unit file text the baseline ran with."""
+
+
+def block_samples(reps: list[Any], metrics: list[str]) -> list[dict[int, dict[str, float | None]]]:
+    """Each repetition of a block: level -> the metrics' values (None where a level failed)."""
+    return [
+        {lv.max_concurrency: {m: getattr(lv, m) if lv.ok else None for m in metrics} for lv in sweep.levels}
+        for sweep in reps
+    ]
+
+
+def samples_as_sweeps(block: list[dict[Any, dict[str, float | None]]]) -> list[Any]:
+    """A recorded block back as sweep results (for `tools.bench.paired.paired_compare`)."""
+    from tools.bench.results import LevelResult, SweepResult
+
+    def level(c: Any, values: dict[str, float | None]) -> LevelResult:
+        ok = all(v is not None for v in values.values())
+        return LevelResult(
+            max_concurrency=int(c), num_prompts=1, completed=int(ok), failed=int(not ok), **values
+        )
+
+    return [
+        SweepResult(endpoint="recorded", api="completions", levels=[level(c, v) for c, v in rep.items()])
+        for rep in block
+    ]
+
+
+def mean_throughput(reps: list[Any]) -> dict[int, float]:
+    """Mean output tok/s per concurrency level over repeated sweeps (missing levels left out)."""
+    sums: dict[int, list[float]] = {}
+    for sweep in reps:
+        for lv in sweep.levels:
+            if lv.output_throughput is not None:
+                sums.setdefault(lv.max_concurrency, []).append(lv.output_throughput)
+    return {c: sum(v) / len(v) for c, v in sorted(sums.items())}
+
+
+def lossy_flags(candidates: list[Any]) -> dict[str, str]:
+    """Flag → why, for the playbook candidates (`agent.policy.playbook.Candidate`) whose lever is lossy."""
+    return {c.flag: f"playbook: {c.lever.risk or 'changes the outputs'}" for c in candidates if c.lever.lossy}
+
+
+def apply_changes(text: str, changes: list[TrialChange]) -> str:
+    """The unit file text with every change applied (validated and quoted by `tools.deploy.unitfile`)."""
+    from tools.deploy.unitfile import UnitFile
+
+    unit = UnitFile.parse(text)
+    for ch in changes:
+        unit = unit.unset_flag(ch.flag) if ch.action == "unset" else unit.set_flag(ch.flag, ch.value)
+    return unit.render()
+
+
+def comparison_dict(cmp: Any) -> dict[str, Any]:
+    """A comparison as JSON-safe data for the trial record."""
+    if hasattr(cmp, "model_dump"):
+        return cmp.model_dump(mode="json")
+    return {k: getattr(cmp, k, None) for k in ("verdict", "ratio", "per_level", "method", "summary")}

@@ -1,0 +1,248 @@
+"""The trial runner: one candidate change, deployed, checked, measured, then kept or rolled back.
+
+Plain code, no LLM: the planner chooses *what* to try; this module decides *how*, and no caller can
+skip the correctness probe, the measurement or the rollback. The known-good configuration on the
+host is always the best one measured so far, so a run that stops anywhere leaves the best deployed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from agent.trial.paired import run_paired
+from agent.trial.record import Baseline, BudgetExhausted, TrialChange, TrialRecord, apply_changes
+from tools.config import BenchConfig
+
+EventFn = Callable[[str, dict[str, Any]], None]
+TRIAL_RESTARTS = 4
+"""Restarts one trial may need without a third launch: A/B/A (deploy, rollback), a second launch
+and the rollback after it."""
+
+
+@dataclass
+class TrialRunner:
+    """Runs trials against one `Deployment` within a budget; keeps the best configuration deployed.
+
+    Each candidate goes on top of the best configuration so far (so the kept changes are always
+    measured together) and is judged A/B/A: the known-good block measured just before it, the
+    candidate, and the known-good block measured after the rollback (see `tools.bench.paired`).
+    A likely winner is deployed again and judged on both of its launches before it is kept.
+    """
+
+    deployment: Any
+    endpoint: str
+    bench: BenchConfig
+    objective: Any
+    baseline: Baseline
+    allow_lossy: bool = False
+    lossy: dict[str, str] = field(default_factory=dict)
+    """Flags known to change outputs (playbook lever or research verdict) → why; without
+    `allow_lossy` a change of one is never deployed nor kept, whatever the probe says."""
+    max_trials: int = 12
+    max_restarts: int | None = None
+    """Restarts trials may spend in all (None: no limit). A trial starts only if its A/B/A, a
+    second launch and the rollback after it fit (four); a third launch needs three more."""
+    deadline: float = float("inf")
+    """`time.monotonic()` after which no new trial starts."""
+    max_reps: int = 0
+    """Cap of the adaptive repetitions per block (0: twice `bench.reps`)."""
+    on_event: EventFn = lambda kind, data: None
+    on_progress: Callable[[Any], None] | None = None
+    trials: list[TrialRecord] = field(default_factory=list)
+    best: TrialRecord | None = None
+    best_reps: list[Any] | None = None
+    restarts: int = 0
+    reference: list[Any] | None = None
+    """The latest block of the known-good configuration, measured in its current launch (None when
+    it was restarted since: the next trial measures it first)."""
+    known_good_blocks: list[Any] = field(default_factory=list)
+    """Every block of the current known-good configuration measured in this run (their spread is
+    the launch-to-launch noise actually seen)."""
+    exhausted: str | None = None
+    """Why a trial was refused for lack of budget (None while budget was left)."""
+    halted: str | None = None
+    """Why trials stopped for good (a failed rollback, an environment failure)."""
+
+    def __post_init__(self) -> None:
+        if self.reference is None and self.baseline.reps:
+            self.reference = list(self.baseline.reps)
+            self.known_good_blocks.append(self.reference)
+        self.max_reps = self.max_reps or 2 * self.bench.reps
+
+    @property
+    def kept_changes(self) -> list[TrialChange]:
+        """Every change of the deployed best configuration, relative to the baseline."""
+        return list(self.best.full_changes()) if self.best else []
+
+    @property
+    def deployed_text(self) -> str:
+        """The unit file text of the best configuration (the baseline when nothing was kept)."""
+        return apply_changes(self.baseline.text, self.kept_changes)
+
+    def trial_estimate(self) -> float:
+        """Seconds the next trial may take if it wins: the longest kept one (a kept trial includes
+        deploying the winner again and checking it), else half as long again as the longest measured
+        one (0 before the first)."""
+        measured = [t for t in self.trials if t.deployed]
+        longest = max((t.seconds for t in measured), default=0.0)
+        kept = max((t.seconds for t in measured if t.decision == "kept"), default=0.0)
+        return max(kept, longest) if kept else 1.5 * longest
+
+    def budget_left(self, *, reserve: float = 0.0) -> str | None:
+        """None when another trial may start (leaving `reserve` seconds), else why not."""
+        if self.halted:
+            return f"trials stopped: {self.halted}"
+        if len(self.trials) >= self.max_trials:
+            return f"trial budget spent ({self.max_trials} trials)"
+        if not self.restarts_left(TRIAL_RESTARTS):
+            return f"restart budget spent ({self.restarts} of {self.max_restarts}; a trial may need {TRIAL_RESTARTS})"
+        if time.monotonic() + self.trial_estimate() + reserve > self.deadline:
+            return "wall-time budget spent"
+        return None
+
+    def restarts_left(self, n: int) -> bool:
+        """Whether `n` more restarts fit the restart budget."""
+        return self.max_restarts is None or self.restarts + n <= self.max_restarts
+
+    def lossy_reason(self, changes: list[TrialChange]) -> str | None:
+        """Why `changes` are known to be lossy (None when none is), from `lossy`."""
+        found = [f"{c.flag} ({self.lossy[c.flag]})" for c in changes if c.flag in self.lossy]
+        return "known lossy: " + "; ".join(found) if found else None
+
+    def _lossy_refusal(self, changes: list[TrialChange]) -> str | None:
+        why = None if self.allow_lossy else self.lossy_reason(changes)
+        return f"{why}; --allow-lossy not given" if why else None
+
+    def eligible(self) -> list[TrialRecord]:
+        """Single trials that improved on their reference but are not part of the deployed best
+        (worth one combined trial), best first."""
+        deployed = {c.flag for c in self.kept_changes}
+        singles = [
+            t
+            for t in self.trials
+            if t.kind == "single" and t.improved and not {c.flag for c in t.changes} <= deployed
+        ]
+        return sorted(singles, key=lambda t: -((t.comparison or {}).get("ratio") or 1.0))
+
+    async def run(
+        self,
+        changes: list[TrialChange],
+        *,
+        reason: str,
+        kind: Literal["single", "combined"] = "single",
+        override: str | None = None,
+    ) -> TrialRecord:
+        """Deploy `changes` on top of the best configuration, probe, measure A/B/A, keep or roll back.
+
+        Raises `BudgetExhausted` before touching the target when no budget is left. Whatever
+        happens inside (including cancellation), the target ends on the best known configuration.
+        """
+        why_not = self.budget_left()
+        if why_not:
+            self.exhausted = why_not
+            raise BudgetExhausted(why_not)
+        base = [c for c in self.kept_changes if c.flag not in {ch.flag for ch in changes}]
+        record = TrialRecord(
+            number=len(self.trials) + 1, kind=kind, changes=changes, on_top_of=base, reason=reason,
+            override=override,
+        )  # fmt: skip
+        self.trials.append(record)
+        started = time.monotonic()
+        refusal = self._lossy_refusal(changes)
+        if refusal:
+            record.why = f"refused before deploying: {refusal}"
+            self.on_event("trial", record.model_dump(mode="json"))
+            return record
+        try:
+            new_text = apply_changes(self.baseline.text, record.full_changes())
+        except ValueError as e:  # UnitFileError: a value that cannot go into the unit file
+            record.why = f"rejected before deploying: {e}"
+            self.on_event("trial", record.model_dump(mode="json"))
+            return record
+        if new_text == self.deployed_text:
+            record.why = "the configuration is already deployed; nothing to restart"
+            self.on_event("trial", record.model_dump(mode="json"))
+            return record
+        try:
+            await _finish_before_cancelling(self._deploy_and_measure(record, new_text))
+        finally:
+            record.seconds = time.monotonic() - started
+            self.on_event("trial", record.model_dump(mode="json"))
+        return record
+
+    async def _deploy_and_measure(self, record: TrialRecord, new_text: str) -> None:
+
+        try:
+            await run_paired(self, record, new_text)
+        except BaseException as e:
+            # Whatever broke (a bug, a lost connection, cancellation), the candidate must not stay.
+            if record.decision != "kept":
+                record.decision, record.why = "rolled_back", f"trial aborted: {type(e).__name__}: {e}"
+            await self.rollback(record)
+            raise
+
+    async def rollback(self, record: TrialRecord) -> bool:
+        """Back to known-good; on failure stop all trials and restore known-good before anything else."""
+        outcome = await self.deployment.rollback()
+        if outcome.changed:
+            record.restarts += 1
+            self.restarts += 1
+            self.reference = None  # known-good runs in a new launch: measure it again
+        if not outcome.ok:
+            await self.restore_after_failed_rollback(record, outcome.error)
+        return outcome.ok
+
+    async def restore_after_failed_rollback(self, record: TrialRecord, error: str) -> None:
+        """A rollback failed: no further trial; try once more to bring known-good back, healthy."""
+        from tools.deploy.health import wait_healthy
+
+        self.halted = f"rollback failed ({error}); known-good restored first, no further trials"
+        record.why += f"; ROLLBACK FAILED: {error}"
+        with contextlib.suppress(Exception):
+            await self.deployment.recover()
+        again = await self.deployment.rollback()
+        health = await wait_healthy(self.endpoint, timeout=120.0)
+        if not (again.ok and health.ok):
+            self.halted = f"rollback failed ({error}) and the known-good restore did not come back healthy"
+        self.reference = None
+
+    async def combine(self) -> TrialRecord | None:
+        """One trial of the changes that improved alone but are not deployed, on top of the best."""
+        kept = self.eligible()
+        if not kept:
+            return None
+        merged: dict[str, TrialChange] = {}
+        for t in kept:
+            for ch in t.changes:
+                merged[ch.flag] = ch
+        names = ", ".join(merged)
+        return await self.run(
+            list(merged.values()), reason=f"check that the gains of {names} add up", kind="combined"
+        )
+
+
+async def _finish_before_cancelling(coro: Any) -> None:
+    """Run `coro` in its own task; if the caller is cancelled (Ctrl-C), cancel that task too and
+    wait until it has finished (its handler rolls the candidate back) before re-raising.
+
+    A bare `asyncio.shield` would let the caller's `Deployment` close (lock released, connection
+    gone) while the trial carried on deploying in the background.
+    """
+    task = asyncio.ensure_future(coro)
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        task.cancel()
+        while not task.done():
+            try:
+                await asyncio.wait({task})
+            except asyncio.CancelledError:
+                continue  # a second interrupt: the rollback still has to finish first
+        if not task.cancelled():
+            task.exception()  # retrieved: the cancellation below is what the caller sees
+        raise

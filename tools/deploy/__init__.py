@@ -1,0 +1,1 @@
+"""tools/deploy: see README.md in this folder."""

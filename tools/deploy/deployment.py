@@ -1,0 +1,377 @@
+"""The one gate that changes the target: lock, journal, arm the dead-man's switch, upload, restart, verify.
+
+    async with Deployment(target) as d:          # lock on the host + recovery of an unfinished journal
+        outcome = await d.deploy(new_text)       # on failure it has already rolled back
+        if outcome.ok:
+            await d.commit()                     # candidate becomes known-good; local unit file written
+
+Whatever happens (a candidate that never gets healthy, a dropped connection, optagent killed), the
+next command restores the known-good configuration, and the host's dead-man's switch does so even
+if optagent never runs again. Restoring and status live in `tools.deploy.restore`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any
+
+from tools.deploy import restore
+from tools.deploy.deadman import DeadmanSwitch
+from tools.deploy.dirtrust import UntrustedDirError, trusted_dirs, unwritable_dirs, unwritable_local
+from tools.deploy.health import HealthResult, wait_healthy
+from tools.deploy.journal import Journal, JournalEntry
+from tools.deploy.lock import HostLock, LockedError
+from tools.deploy.outcome import DeployError, DeployOutcome, DriftError, UnitInvalidError
+from tools.deploy.remote import Transport, TransportError, make_transport, write_local_atomic
+from tools.deploy.serverlog import error_line, readable_tail
+from tools.deploy.service import ServiceError, ServiceManager, make_service_manager
+from tools.deploy.unitfile import UnitFile, UnitFileError, unified_diff
+
+if TYPE_CHECKING:
+    from tools.config import TargetConfig
+
+__all__ = ["DeployError", "DeployOutcome", "Deployment", "DriftError", "LockedError", "UnitInvalidError"]
+
+ProgressFn = Callable[[str, float, float | None], None]
+"""on_progress(phase, elapsed_s, total_s or None)."""
+FAILURE_WINDOW_S = 900.0
+"""Consecutive failed candidates older than this no longer block new deploys."""
+KEEP_BACKUPS = 20
+DEADMAN_MIN_FACTOR = 1.5
+"""The switch is armed for max(deadman_s, 1.5 x health_timeout_s), so a slow start never trips it;
+a caller that benchmarks longer than that calls `keepalive()` while it works."""
+
+
+class Deployment:
+    """Changes one target safely; use as `async with Deployment(target) as d`."""
+
+    def __init__(
+        self,
+        target: TargetConfig,
+        *,
+        transport: Transport | None = None,
+        on_progress: ProgressFn | None = None,
+        command: str = "optagent",
+        pace: bool = False,
+    ) -> None:
+        """`pace`: a deploy over the restart rate limit waits until it is within it (a run's trials)
+        instead of being refused (a one-off `optagent deploy`)."""
+        self.target, self.on_progress, self.command, self.pace = target, on_progress, command, pace
+        self.transport: Transport = transport or make_transport(target)
+        self.journal = Journal(target.state_dir)
+        self.recovered: str | None = None
+        self._opened = False
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Resolve the host paths and build the service manager, the lock and the dead-man's switch."""
+        if self._opened:
+            return
+        run_dir, unit_dir = await self._trusted_dirs()
+        self.remote_unit = f"{unit_dir}/{PurePosixPath(self.target.remote_unit).name}"
+        self.run_dir = run_dir
+        self.target = self.target.model_copy(update={"run_dir": run_dir, "remote_unit": self.remote_unit})
+        self.manager: ServiceManager = make_service_manager(self.target, self.transport)
+        self.deadman = DeadmanSwitch(
+            self.transport,
+            self.manager,
+            run_dir=run_dir,
+            unit_path=self.remote_unit,
+            service=self.target.service,
+        )
+        self.lock = HostLock(self.transport, f"{run_dir}/{self.target.service}.lock", command=self.command)
+        self._opened = True
+
+    async def _trusted_dirs(self) -> tuple[str, str]:
+        t = self.target
+        try:
+            return await trusted_dirs(
+                self.transport, run_dir=t.run_dir, remote_unit=t.remote_unit, state_dir=t.state_dir
+            )
+        except (UntrustedDirError, OSError) as e:
+            raise DeployError(str(e)) from e
+
+    async def __aenter__(self) -> Deployment:
+        try:
+            await self.open()
+            await self.lock.acquire()
+        except BaseException:
+            await self.transport.close()
+            raise
+        try:
+            self.recovered = await self.recover()
+        except BaseException:
+            await self.close()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        try:
+            entry = self.journal.read()
+            if entry is not None:  # a candidate never outlives the session that deployed it
+                await self.rollback()  # (an unfinished commit is finished, or else undone)
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        """Release the lock and the connection."""
+        try:
+            if self._opened:
+                await self.lock.release()
+        finally:
+            await self.transport.close()
+
+    def _progress(self, phase: str, elapsed: float = 0.0, total: float | None = None) -> None:
+        if self.on_progress is not None:
+            self.on_progress(phase, elapsed, total)
+
+    # --- texts ---------------------------------------------------------------------------------
+
+    @property
+    def kind(self) -> str:
+        """`script` for a `.sh` launch script, else `systemd`."""
+        return "script" if self.remote_unit.endswith(".sh") else "systemd"
+
+    def parse(self, text: str) -> UnitFile:
+        """Parse a unit text of this target's kind."""
+        return UnitFile.parse(text, kind=self.kind)  # type: ignore[arg-type]
+
+    async def remote_text(self) -> str:
+        """The unit file on the host."""
+        try:
+            return await self.transport.read_file(self.remote_unit)
+        except FileNotFoundError as e:
+            raise DeployError(f"{self.remote_unit}: no unit file on the host") from e
+
+    async def known_good(self) -> str:
+        """The known-good text: recorded in `state_dir`, else the local unit file, else the host's file."""
+        recorded = self.journal.known_good()
+        local = self.target.local_unit.read_text() if self.target.local_unit.exists() else None
+        if recorded is None:
+            recorded = local if local is not None else await self.remote_text()
+            source = self.target.local_unit if local is not None else self.remote_unit
+            self._check_parses(recorded, source)  # never record a file no restart could use
+            self.journal.set_known_good(recorded)
+        if local is None:
+            write_local_atomic(self.target.local_unit, recorded)
+        elif local != recorded:
+            raise DriftError(
+                f"the local unit file {self.target.local_unit} was edited since the last deploy; the known-good "
+                f"copy is {self.journal.known_good_path}:\n{unified_diff(recorded, local, name='local')}"
+            )
+        return recorded
+
+    def _check_parses(self, text: str, source: object) -> None:
+        try:
+            self.parse(text)
+        except UnitFileError as e:
+            raise UnitInvalidError(f"{source}: {e}; fix the file (nothing was changed)") from e
+
+    # --- deploy, commit, rollback ---------------------------------------------------------------
+
+    def restart_wait(self) -> float:
+        """Seconds until a deploy is within the restart rate limit (0: now). A caller that paces
+        itself waits this long instead of being refused."""
+        now, most = time.time(), self.target.max_restarts_per_minute
+        recent = sorted((x for x in self.journal.counters()["restarts"] if now - x < 60), reverse=True)
+        return 0.0 if len(recent) < most else 60 - (now - recent[most - 1])
+
+    def _check_limits(self) -> None:
+        counters, now, t = self.journal.counters(), time.time(), self.target
+        recent = [x for x in counters["restarts"] if now - x < 60]
+        if len(recent) >= t.max_restarts_per_minute:
+            raise DeployError(
+                f"restart rate limit: {len(recent)} restarts in the last minute (max {t.max_restarts_per_minute}); "
+                f"try again in {self.restart_wait():.0f}s"
+            )
+        failures = [x for x in counters["failures"] if now - x < FAILURE_WINDOW_S]
+        if len(failures) >= t.max_consecutive_failures:
+            raise DeployError(
+                f"stopped after {len(failures)} consecutive failed candidates (max {t.max_consecutive_failures}); "
+                f"check the host, or wait {FAILURE_WINDOW_S / 60:.0f} minutes"
+            )
+
+    async def deploy(self, new_text: str, *, reason: str = "") -> DeployOutcome:
+        """Upload `new_text`, restart, wait healthy; on failure roll back and say why (with log lines)."""
+        start = time.monotonic()
+        if self.journal.read() is not None:
+            raise DeployError("a candidate is already in flight; commit() or rollback() it first")
+        try:
+            self.parse(new_text)
+        except UnitFileError as e:
+            raise DeployError(f"the candidate unit file is invalid: {e}") from e
+        resolve = getattr(self.manager, "command_for", None)
+        if resolve is not None:  # e.g. a missing EnvironmentFile=: refuse before the host changes
+            try:
+                await resolve(new_text)
+            except (ServiceError, UnitFileError) as e:
+                raise DeployError(f"the candidate cannot be started: {e}") from e
+        if self.pace and (wait := self.restart_wait()) > 0:
+            self._progress("rate-limit", 0.0, wait)
+            await asyncio.sleep(wait + 0.5)  # the timer may fire a hair before the wall clock agrees
+        self._check_limits()
+        await self._check_writable()
+        known_good = await self.known_good()
+        remote = await self.remote_text()
+        if remote != known_good:
+            raise DriftError(
+                f"{self.remote_unit} on the host differs from the last deployed configuration; nothing was "
+                f"changed. Differences:\n{unified_diff(known_good, remote, name=self.target.service)}"
+            )
+        diff = unified_diff(known_good, new_text, name=PurePosixPath(self.remote_unit).name)
+        if new_text == known_good:
+            return DeployOutcome(ok=True, diff="", changed=False, seconds=time.monotonic() - start)
+        entry = self.journal.open(candidate=new_text, known_good=known_good, reason=reason)
+        timings: dict[str, float] = {}
+        error, health = "", None
+        try:
+            await self._timed(timings, "backup", entry, self._backup())
+            # Armed before the upload: a candidate is never on the host without the switch behind it.
+            await self._timed(timings, "arm", entry, self.deadman.arm(known_good, self.deadman_seconds))
+            await self._timed(
+                timings, "upload", entry, self.transport.write_file_atomic(self.remote_unit, new_text)
+            )
+            await self._timed(timings, "restart", entry, self._restart())
+            health = await self._timed(timings, "wait", entry, self._wait())
+            if health.ok:
+                self.journal.step(entry, "healthy")
+                self._progress("healthy")  # ends a "waiting for the server" display
+                timings["total"] = time.monotonic() - start
+                return DeployOutcome(
+                    True, diff=diff, seconds=timings["total"], health=health, timings=timings
+                )
+            error = health.reason
+        except (TransportError, ServiceError, UnitFileError, OSError) as e:
+            error = str(e)
+        raw_log = await self._log_tail()
+        said = error_line(raw_log)  # the server's own reason, not its kilobytes of arguments
+        error = f"{error}; the server said: {said}" if said else error
+        log_tail = readable_tail(raw_log, lines=40)
+        self.journal.record(failure=True)
+        rollback = await self.rollback()
+        if not rollback.ok:
+            error += f"; ROLLBACK FAILED: {rollback.error}"
+        return DeployOutcome(
+            False,
+            error,
+            log_tail,
+            time.monotonic() - start,
+            diff,
+            rolled_back=True,
+            health=health,
+            timings=timings,
+        )
+
+    @property
+    def deadman_seconds(self) -> float:
+        """How long the switch waits: `deadman_s`, but never less than 1.5 x `health_timeout_s`."""
+        return max(self.target.deadman_s, DEADMAN_MIN_FACTOR * self.target.health_timeout_s)
+
+    async def keepalive(self) -> bool:
+        """Push the dead-man's deadline to `deadman_seconds` from now (one remote command); call it while a
+        trial is still making progress. False when no candidate is in flight or the switch already fired."""
+        entry = self.journal.read()
+        if entry is None or entry.step not in ("restart", "wait", "healthy"):
+            return False
+        return await self.deadman.extend(self.deadman_seconds)
+
+    async def _timed(self, timings: dict[str, float], step: str, entry: JournalEntry, awaitable: Any) -> Any:
+        self.journal.step(entry, step)
+        self._progress(step)
+        t0 = time.monotonic()
+        try:
+            return await awaitable
+        finally:
+            timings[step] = time.monotonic() - t0
+
+    async def _backup(self) -> None:
+
+        await restore.backup_unit(self, keep=KEEP_BACKUPS)
+
+    async def _restart(self) -> None:
+        # A unit that does not parse would stop the server and never start it again: refuse first.
+        self._check_parses(await self.remote_text(), self.remote_unit)
+        self.journal.record(restart=True)
+        await self.manager.reload()
+        await self.manager.restart()
+
+    async def _wait(self) -> HealthResult:
+        return await wait_healthy(
+            self.target.endpoint,
+            timeout=self.target.health_timeout_s,
+            is_alive=self.manager.is_active,
+            api_key=self.target.api_key,
+            on_progress=lambda elapsed, total, phase: self._progress(f"wait:{phase}", elapsed, total),
+        )
+
+    async def _log_tail(self, lines: int = 40) -> str:
+        try:
+            return await self.manager.logs(lines)
+        except (TransportError, ServiceError, OSError) as e:
+            return f"(could not read the service log: {e})"
+
+    def _local_dirs(self) -> list[Path]:
+        return [Path(self.target.local_unit).expanduser().parent, Path(self.target.state_dir)]
+
+    async def _check_writable(self) -> None:
+        """Every directory a deploy and its commit write to, locally and on the host, takes a file;
+        checked before the host is touched, so a commit never fails halfway."""
+        remote_dirs = [str(PurePosixPath(self.remote_unit).parent), self.run_dir, f"{self.run_dir}/backups"]
+        bad = await unwritable_dirs(self.transport, self._local_dirs(), remote_dirs)
+        if bad:
+            raise DeployError(f"cannot write to {', '.join(bad)}; nothing was changed")
+
+    async def commit(self) -> None:
+        """Keep the healthy candidate: it becomes known-good and the local unit file takes its text.
+
+        If the local files cannot be written the commit is refused before it starts (the session
+        then rolls the candidate back), never left half-done."""
+        entry = self.journal.read()
+        if entry is None or entry.step not in ("healthy", "commit"):
+            raise DeployError("nothing healthy to commit (deploy a candidate first)")
+        bad = unwritable_local(self._local_dirs())
+        if bad:
+            raise DeployError(
+                f"cannot commit: cannot write to {', '.join(bad)}; the candidate will be rolled back"
+            )
+        self.journal.step(entry, "commit")
+        await self._finish_commit()
+
+    async def _finish_commit(self) -> None:
+
+        await restore.finish_commit(self)
+
+    async def rollback(self) -> DeployOutcome:
+        """Restore known-good, restart, verify healthy; changes nothing when nothing is in flight."""
+
+        entry = self.journal.read()
+        if entry is None:
+            health = await wait_healthy(
+                self.target.endpoint, timeout=3.0, request_timeout=3.0, api_key=self.target.api_key
+            )
+            if health.ok:
+                return DeployOutcome(ok=True, changed=False, health=health)
+            self._progress("rollback")  # nothing in flight, but the server is down: bring known-good back
+            return await restore.restore_known_good(self, None)
+        if entry.step == "commit":
+            try:
+                await self._finish_commit()
+                return DeployOutcome(ok=True, changed=False, error="the change was already being committed")
+            except DeployError:
+                pass  # it cannot be finished (a path became read-only): undo it instead
+        self.journal.step(entry, "rollback")
+        self._progress("rollback")
+        return await restore.restore_known_good(self, entry)
+
+    async def recover(self) -> str | None:
+        """Finish or undo an interrupted deploy; None when there was nothing to do."""
+        return await restore.recover(self)
+
+    async def status(self) -> dict[str, Any]:
+        """Deployed flags, health, lock, journal state, known-good version (a JSON-able dict)."""
+        await self.open()
+        return await restore.status(self)

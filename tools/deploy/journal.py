@@ -1,0 +1,187 @@
+"""The intent journal: what a deploy is about to do, written and fsynced before each step.
+
+It lives in the target's local `state_dir` with the known-good and candidate unit texts, so any
+later optagent command can finish or undo an interrupted deploy. Small persistent counters (recent
+restarts, consecutive failed candidates) live beside it in `counters.json`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tools.deploy.remote import write_local_atomic
+
+__all__ = ["STEPS", "Journal", "JournalEntry", "sha"]
+
+STEPS = ("begin", "backup", "arm", "upload", "restart", "wait", "healthy", "commit", "rollback")
+"""Each is journaled before it is taken; `healthy` means the candidate serves and awaits commit."""
+FAULT_ENV = "OPTAGENT_FAULT_KILL_AT"
+"""Fault injection for the crash tests: SIGKILL this process right after journaling that step."""
+
+
+def sha(text: str) -> str:
+    """Short content hash of a unit file text."""
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass
+class JournalEntry:
+    """One in-flight change."""
+
+    id: str
+    step: str
+    candidate_sha: str
+    known_good_sha: str
+    reason: str = ""
+    pid: int = field(default_factory=os.getpid)
+    started: float = field(default_factory=time.time)
+    updated: float = field(default_factory=time.time)
+    history: list[str] = field(default_factory=list)
+
+
+def _entry(data: object) -> JournalEntry:
+    """A `JournalEntry` from parsed JSON; `TypeError`/`ValueError` for anything of another shape."""
+    if not isinstance(data, dict):
+        raise TypeError(f"the journal holds a {type(data).__name__}, not an object")
+    entry = JournalEntry(**data)
+    text_fields = (entry.id, entry.step, entry.candidate_sha, entry.known_good_sha, entry.reason)
+    if not all(isinstance(v, str) for v in text_fields) or entry.step not in STEPS:
+        raise ValueError(f"the journal's fields have the wrong types or an unknown step {entry.step!r}")
+    if not isinstance(entry.history, list) or not all(isinstance(h, str) for h in entry.history):
+        raise ValueError("the journal's history is not a list of steps")
+    if not all(
+        isinstance(v, int | float) and not isinstance(v, bool)
+        for v in (entry.pid, entry.started, entry.updated)
+    ):
+        raise ValueError("the journal's pid or times are not numbers")
+    return entry
+
+
+class Journal:
+    """The journal, known-good and candidate files in `state_dir`."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.dir = Path(state_dir)
+        self.path = self.dir / "journal.json"
+        self.known_good_path = self.dir / "known-good.service"
+        self.candidate_path = self.dir / "candidate.service"
+        self.counters_path = self.dir / "counters.json"
+
+    def read(self) -> JournalEntry | None:
+        """The open entry, or None when nothing is in flight.
+
+        A torn write cannot happen (atomic replace), so a journal that is not valid JSON or not the
+        shape written here was damaged by something else: it still means "in flight" (the caller
+        restores known-good), and a copy is kept beside it for a human to look at.
+        """
+        try:
+            text = self.path.read_text()
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError) as e:
+            return self._unreadable(None, f"{type(e).__name__}: {e}")
+        try:
+            entry = _entry(json.loads(text))
+        except (ValueError, TypeError) as e:
+            return self._unreadable(text, str(e))
+        return entry
+
+    def _unreadable(self, text: str | None, why: str) -> JournalEntry:
+        if text is not None:  # named by content: every read of the same damage keeps one copy
+            copy = self.dir / f"journal.unreadable-{sha(text)}.json"
+            with contextlib.suppress(OSError):  # a courtesy; recovery must not depend on it
+                if not copy.exists():
+                    write_local_atomic(copy, text)
+        return JournalEntry(id="unreadable", step="begin", candidate_sha="", known_good_sha="", reason=why)
+
+    def open(self, *, candidate: str, known_good: str, reason: str = "") -> JournalEntry:
+        """Record the texts, then open an entry at step `begin`."""
+        write_local_atomic(self.candidate_path, candidate)
+        write_local_atomic(self.known_good_path, known_good)
+        entry = JournalEntry(
+            id=time.strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}",
+            step="begin",
+            candidate_sha=sha(candidate),
+            known_good_sha=sha(known_good),
+            reason=reason,
+        )
+        self._write(entry)
+        return entry
+
+    def step(self, entry: JournalEntry, step: str) -> None:
+        """Advance `entry` to `step`, durably, before the step is taken."""
+        assert step in STEPS, step
+        entry.history.append(entry.step)
+        entry.step, entry.updated = step, time.time()
+        self._write(entry)
+
+    def _write(self, entry: JournalEntry) -> None:
+        write_local_atomic(self.path, json.dumps(asdict(entry), indent=1) + "\n")
+        if os.environ.get(FAULT_ENV) == entry.step:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def close(self) -> None:
+        """Remove the entry: nothing is in flight any more."""
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            return
+        fd = os.open(self.dir, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def known_good(self) -> str | None:
+        """The last known-good unit text recorded here, if any."""
+        try:
+            return self.known_good_path.read_text()
+        except FileNotFoundError:
+            return None
+
+    def candidate(self) -> str | None:
+        """The in-flight candidate text, if any."""
+        try:
+            return self.candidate_path.read_text()
+        except FileNotFoundError:
+            return None
+
+    def set_known_good(self, text: str) -> None:
+        """Make `text` the known-good configuration."""
+        write_local_atomic(self.known_good_path, text)
+
+    # --- counters for the restart-rate limit and the consecutive-failure stop -----------------
+
+    def counters(self) -> dict[str, Any]:
+        """`{"restarts": [unix times], "failures": [unix times of consecutive failed candidates]}`."""
+        try:
+            data = json.loads(self.counters_path.read_text())
+        except (OSError, ValueError):
+            data = {}
+
+        def times(key: str) -> list[float]:  # a damaged file counts as empty, never as a crash
+            value = data.get(key) if isinstance(data, dict) else None
+            if not isinstance(value, list):
+                return []
+            return [float(t) for t in value if isinstance(t, int | float) and not isinstance(t, bool)]
+
+        return {"restarts": times("restarts"), "failures": times("failures")}
+
+    def record(self, *, restart: bool = False, failure: bool | None = None) -> None:
+        """Count a restart; count a failed candidate (`failure=True`) or reset the count (`False`)."""
+        data, now = self.counters(), time.time()
+        if restart:
+            data["restarts"] = [t for t in data["restarts"] if now - t < 60] + [now]
+        if failure is True:
+            data["failures"].append(now)
+        elif failure is False:
+            data["failures"] = []
+        write_local_atomic(self.counters_path, json.dumps(data) + "\n")

@@ -1,0 +1,142 @@
+"""Reaching the host: run commands and read/write files locally or over SSH, with timeouts.
+
+Every call is async. `LocalTransport` runs subprocesses on this machine; `SSHTransport` (in
+`tools.deploy.ssh`, imported lazily because asyncssh is heavy) runs them on a remote host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tools.deploy.transport import (
+    DEFAULT_TIMEOUT_S,
+    CommandError,
+    CommandResult,
+    CommandTimeout,
+    Transport,
+    TransportError,
+    check_result,
+)
+
+if TYPE_CHECKING:
+    from tools.config import TargetConfig
+
+__all__ = [
+    "CommandError",
+    "CommandResult",
+    "CommandTimeout",
+    "LocalTransport",
+    "Transport",
+    "TransportError",
+    "make_transport",
+]
+
+
+class LocalTransport:
+    """Runs commands on this machine with subprocesses; paths are local paths."""
+
+    description = "local"
+
+    def __init__(self, *, command_timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        self.command_timeout_s = command_timeout_s
+
+    async def run(
+        self, argv: list[str], *, timeout: float | None = None, check: bool = False, input: str | None = None
+    ) -> CommandResult:
+        """Run `argv` in its own process group; on timeout the whole group is killed."""
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,
+            )
+        except OSError as e:
+            return check_result(argv, CommandResult(127, "", f"{argv[0]}: {e}"), check)
+        data = input.encode() if input is not None else None
+        limit = timeout if timeout is not None else self.command_timeout_s
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(data), limit)
+        except (TimeoutError, asyncio.CancelledError) as e:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
+            if isinstance(e, asyncio.CancelledError):
+                raise
+            raise CommandTimeout(f"`{' '.join(argv)}` timed out after {limit:g}s") from None
+        result = CommandResult(
+            proc.returncode or 0, out.decode(errors="replace"), err.decode(errors="replace")
+        )
+        return check_result(argv, result, check)
+
+    async def read_file(self, path: str) -> str:
+        """Read a local file."""
+        return Path(path).expanduser().read_text()
+
+    async def write_file_atomic(self, path: str, text: str) -> None:
+        """Atomically replace a local file, keeping its mode and owner."""
+        write_local_atomic(Path(path).expanduser(), text)
+
+    async def exists(self, path: str) -> bool:
+        """True if the local path exists."""
+        return Path(path).expanduser().exists()
+
+    async def close(self) -> None:
+        """Nothing to release."""
+
+
+def write_local_atomic(path: Path, text: str, *, mode: int | None = None) -> None:
+    """Write `text` to `path` so that readers see the old or the new file, never a partial one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        st = None
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".optagent-tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        if st is not None:
+            os.chmod(tmp, st.st_mode & 0o7777)
+            with contextlib.suppress(PermissionError):
+                os.chown(tmp, st.st_uid, st.st_gid)
+        elif mode is not None:
+            os.chmod(tmp, mode)
+        else:
+            os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def make_transport(target: TargetConfig) -> Transport:
+    """The transport a target's config asks for (the SSH one connects lazily, on first use)."""
+    if target.transport == "local":
+        return LocalTransport(command_timeout_s=target.command_timeout_s)
+    from tools.deploy.ssh import SSHTransport
+
+    return SSHTransport.from_target(target)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SSHTransport":  # imported on demand: asyncssh is slow to import
+        from tools.deploy.ssh import SSHTransport
+
+        return SSHTransport
+    raise AttributeError(name)

@@ -1,0 +1,202 @@
+"""Restoring known-good, recovering an interrupted deploy, and the target's status (for `deployment.py`)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, TypeAlias
+
+from tools.deploy.health import wait_healthy
+from tools.deploy.journal import JournalEntry, sha
+from tools.deploy.outcome import DeployError, DeployOutcome
+from tools.deploy.remote import TransportError, write_local_atomic
+from tools.deploy.serverlog import error_line, readable_tail
+from tools.deploy.service import ServiceError, ServiceManager
+from tools.deploy.unitfile import UnitFileError
+
+Deployment: TypeAlias = Any
+"""A `tools.deploy.deployment.Deployment` (which imports this module, so it is not imported here)."""
+
+__all__ = ["recover", "restore_known_good", "status"]
+
+_AFTER_RESTART = ("restart", "wait", "healthy")
+
+
+async def config_matches(manager: ServiceManager) -> bool | None:
+    """Whether the running server was started from its unit file as it is now (None: unknown)."""
+    check = getattr(manager, "config_matches", None)
+    return None if check is None else await check()
+
+
+async def _wait_while_firing(d: Deployment, limit_s: float = 120.0) -> None:
+    deadline = time.monotonic() + limit_s
+    while await d.deadman.is_firing() and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+
+
+async def restore_known_good(
+    d: Deployment, entry: JournalEntry | None, *, fired: bool = False
+) -> DeployOutcome:
+    """Put the known-good file back, restart if the server may run anything else, verify, close the journal."""
+    start = time.monotonic()
+    known_good = d.journal.known_good() or await d.known_good()
+    try:
+        remote = await d.transport.read_file(d.remote_unit)
+    except FileNotFoundError:
+        remote = None
+    changed_file = remote != known_good
+    if changed_file:  # before disarming: a candidate never stays on the host without the switch
+        await d.transport.write_file_atomic(d.remote_unit, known_good)  # (a firing switch writes the same)
+    fired = fired or not await d.deadman.disarm()
+    await _wait_while_firing(d)
+    steps = [*(entry.history if entry else []), entry.step if entry else ""]
+    restarted_with_candidate = any(s in _AFTER_RESTART for s in steps) and not fired
+    need_restart = (
+        restarted_with_candidate
+        or not await d.manager.is_active()
+        or await config_matches(d.manager) is False
+    )
+    if need_restart:
+        await d._restart()
+    elif changed_file:
+        await d.manager.reload()
+    health = await d._wait()
+    if not health.ok and not need_restart:
+        await d._restart()
+        health = await d._wait()
+    raw_log = "" if health.ok else await d._log_tail()
+    d.journal.close()
+    said = error_line(raw_log)
+    error = "" if health.ok else f"the known-good configuration is not healthy: {health.reason}"
+    error += f"; the server said: {said}" if said and not health.ok else ""
+    log_tail = readable_tail(raw_log, lines=40)
+    return DeployOutcome(
+        health.ok, error, log_tail, time.monotonic() - start, changed=True, rolled_back=True, health=health
+    )
+
+
+async def remove_temp_files(d: Deployment) -> None:
+    """Delete temp files a killed optagent may have left (only called while holding the lock)."""
+    unit_dir, name = d.remote_unit.rsplit("/", 1)
+    lock = d.lock.path
+    script = (
+        'rm -f "$1"/."$2".*.optagent-tmp "$1/$2".optagent-deadman-tmp "$3"/.*.optagent-tmp '
+        '"$3"/backups/.*.optagent-tmp "$4".*.tmp "$4".stale-*'
+    )
+    await d.transport.run(["sh", "-c", script, "sh", unit_dir, name, d.run_dir, lock])
+    for directory in {d.journal.dir, d.target.local_unit.parent}:
+        for path in directory.glob(".*.optagent-tmp") if directory.exists() else []:
+            path.unlink(missing_ok=True)
+
+
+async def recover(d: Deployment) -> str | None:
+    """Finish or undo an interrupted deploy, or restart a server whose config does not match its file."""
+    await remove_temp_files(d)
+    entry = d.journal.read()
+    if entry is None:
+        known_good = d.journal.known_good()
+        try:
+            remote = await d.transport.read_file(d.remote_unit)
+        except FileNotFoundError:
+            return None
+        if known_good is None or remote != known_good or await config_matches(d.manager) is not False:
+            return None
+        try:
+            d.parse(remote)
+        except UnitFileError as e:  # restarting would stop a running server and never start it
+            return f"the unit file on the host does not parse ({e}); left the running server alone"
+        await d._restart()
+        health = await d._wait()
+        note = "" if health.ok else f", but it is not healthy: {health.reason}"
+        return f"the running server did not match its unit file; restarted it{note}"
+    if entry.step == "commit":
+        try:
+            await d._finish_commit()
+            return f"completed the interrupted commit of {entry.id}"
+        except DeployError as e:  # e.g. the local unit directory became read-only: undo instead
+            outcome = await restore_known_good(d, entry)
+            note = "" if outcome.ok else f", but it is not healthy: {outcome.error}"
+            return f"could not finish the interrupted commit of {entry.id} ({e}); restored the known-good configuration{note}"
+    outcome = await restore_known_good(d, entry)
+    note = "" if outcome.ok else f", but it is not healthy: {outcome.error}"
+    return f"restored the known-good configuration after an interrupted deploy ({entry.id}, at step {entry.step}){note}"
+
+
+async def status(d: Deployment) -> dict[str, Any]:
+    """What runs on the target, whether it is healthy, and optagent's own state for it."""
+    t = d.target
+    info: dict[str, Any] = {
+        "target": d.transport.description,
+        "service": t.service,
+        "service_manager": t.service_manager,
+        "remote_unit": d.remote_unit,
+        "local_unit": str(t.local_unit),
+        "endpoint": t.endpoint,
+    }
+    known_good = d.journal.known_good()
+    try:
+        remote = await d.transport.read_file(d.remote_unit)
+        info["deployed_flags"] = d.parse(remote).command.flags
+        info["deployed_sha"] = sha(remote)
+    except FileNotFoundError:
+        remote, info["deployed_flags"], info["deployed_sha"] = None, None, None
+    except UnitFileError as e:
+        info["deployed_flags"], info["deployed_sha"] = f"unparseable: {e}", sha(remote or "")
+    info["known_good_sha"] = sha(known_good) if known_good is not None else None
+    info["drift"] = known_good is not None and remote is not None and remote != known_good
+    try:
+        info["active"] = await d.manager.is_active()
+        info["config_matches_file"] = await config_matches(d.manager)
+    except (TransportError, ServiceError) as e:
+        info["active"], info["config_matches_file"] = None, f"unknown: {e}"
+    health = await wait_healthy(t.endpoint, timeout=3.0, request_timeout=3.0, api_key=t.api_key)
+    info["health"] = {"ok": health.ok, "reason": health.reason, "seconds": round(health.seconds, 3)}
+    holder = await d.lock.holder()
+    mine = holder is not None and d.lock.owner is not None and holder.token == d.lock.owner.token
+    info["lock"] = holder.describe() if holder and not mine else None  # `status` itself is no holder
+    entry = d.journal.read()
+    info["journal"] = {"id": entry.id, "step": entry.step, "reason": entry.reason} if entry else None
+    info["deadman"] = (
+        "armed" if await d.deadman.is_armed() else "fired" if await d.deadman.fired() else "disarmed"
+    )
+    counters, now = d.journal.counters(), time.time()
+    info["restarts_last_minute"] = len([x for x in counters["restarts"] if now - x < 60])
+    info["consecutive_failures"] = len(counters["failures"])
+    return info
+
+
+async def finish_commit(d: Deployment) -> None:
+    """Disarm the switch, then make the candidate known-good locally and on the host; close the journal.
+
+    A switch that already fired means the host went back to known-good: say so. A local file that
+    cannot be written raises `DeployError` (the caller then undoes the candidate instead)."""
+
+    if not await d.deadman.disarm():
+        await restore_known_good(d, d.journal.read(), fired=True)
+        raise DeployError(
+            "the dead-man's switch fired before the commit; the host runs the known-good config"
+        )
+    candidate = d.journal.candidate()
+    if candidate is None:
+        raise DeployError(f"the candidate copy {d.journal.candidate_path} is missing; cannot commit")
+    try:
+        write_local_atomic(d.target.local_unit, candidate)
+        d.journal.set_known_good(candidate)
+    except OSError as e:
+        raise DeployError(f"cannot finish the commit: {e}") from e
+    await d.transport.write_file_atomic(d.deadman.known_good_path, candidate)
+    d.journal.record(failure=False)
+    d.journal.close()
+
+
+async def backup_unit(d: Deployment, *, keep: int) -> None:
+    """Copy the host's unit file to a timestamped backup (temp file + rename), keep the newest `keep`."""
+    stamp = time.strftime("%Y%m%dT%H%M%S") + f"-{time.time_ns() % 10**6:06d}"
+    name = d.remote_unit.rsplit("/", 1)[-1]
+    script = (
+        'mkdir -p "$2" && cp -p "$1" "$2/.$3.optagent-tmp" && mv -f "$2/.$3.optagent-tmp" "$2/$3" && '
+        f'ls -1t "$2" | tail -n +{keep + 1} | while read -r f; do rm -f "$2/$f"; done'
+    )
+    await d.transport.run(
+        ["sh", "-c", script, "sh", d.remote_unit, f"{d.run_dir}/backups", f"{name}.{stamp}"], check=True
+    )

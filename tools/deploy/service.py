@@ -1,0 +1,287 @@
+"""Starting and stopping the server on the host: systemd, or optagent's own process manager.
+
+`ProcessManager` is what the simulated host and many container setups use: it reads the unit
+file's `ExecStart=` and `Environment=` through the transport and starts the command detached, in a
+new session (it survives optagent exiting), with a PID file and a log file in `run_dir`.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from tools.deploy.envfile import environment_files, parse_env_file
+from tools.deploy.remote import CommandResult, Transport, TransportError
+from tools.deploy.unitfile import UnitFile, UnitFileError
+
+if TYPE_CHECKING:
+    from tools.config import TargetConfig
+
+__all__ = ["ProcessManager", "ServiceError", "ServiceManager", "SystemdManager", "make_service_manager"]
+
+START_MARKER = "--- optagent: starting "
+
+
+class ServiceError(Exception):
+    """The service manager could not do what was asked; the message says what failed."""
+
+
+@runtime_checkable
+class ServiceManager(Protocol):
+    """Starts, stops and inspects the server's service on the host."""
+
+    async def reload(self) -> None:
+        """Make the manager re-read the unit file (systemd's daemon-reload)."""
+        ...
+
+    async def restart(self) -> None:
+        """Stop the service if it runs, then start it with the unit file as it is now."""
+        ...
+
+    async def stop(self) -> None:
+        """Stop the service (no error if it is not running)."""
+        ...
+
+    async def is_active(self) -> bool:
+        """True while the service's process runs."""
+        ...
+
+    async def logs(self, lines: int = 50) -> str:
+        """The last `lines` lines the service logged (since its last start where known)."""
+        ...
+
+
+def _q(argv: list[str]) -> str:
+    return " ".join(shlex.quote(a) for a in argv)
+
+
+class SystemdManager:
+    """systemd on the host: `systemctl` and `journalctl`, optionally through `sudo -n`."""
+
+    def __init__(self, transport: Transport, *, service: str, sudo: bool = False, timeout_s: float = 120.0):
+        self.transport, self.service, self.sudo, self.timeout_s = transport, service, sudo, timeout_s
+        self.unit = service if "." in service else f"{service}.service"
+
+    async def _run(self, argv: list[str], *, check: bool = True) -> CommandResult:
+        argv = ["sudo", "-n", *argv] if self.sudo else argv
+        result = await self.transport.run(argv, timeout=self.timeout_s)
+        if check and not result.ok:
+            raise ServiceError(f"`{_q(argv)}` failed ({result.returncode}): {result.stderr.strip()[-400:]}")
+        return result
+
+    async def reload(self) -> None:
+        """`systemctl daemon-reload`."""
+        await self._run(["systemctl", "daemon-reload"])
+
+    async def restart(self) -> None:
+        """`systemctl restart UNIT` (its exit status says nothing about health)."""
+        await self._run(["systemctl", "restart", self.unit])
+
+    async def stop(self) -> None:
+        """`systemctl stop UNIT`."""
+        await self._run(["systemctl", "stop", self.unit])
+
+    async def is_active(self) -> bool:
+        """Active, activating or reloading, and not waiting to auto-restart after a crash."""
+        argv = ["systemctl", "show", "-p", "ActiveState", "-p", "SubState", "--value", self.unit]
+        result = await self._run(argv, check=False)
+        states = result.stdout.split()
+        return (
+            result.ok
+            and bool(states)
+            and states[0] in ("active", "activating", "reloading")
+            and ("auto-restart" not in states)
+        )
+
+    async def config_matches(self) -> bool | None:
+        """False when the unit file changed on disk since systemd loaded it (`NeedDaemonReload`)."""
+        result = await self._run(
+            ["systemctl", "show", "-p", "NeedDaemonReload", "--value", self.unit], check=False
+        )
+        return None if not result.ok else result.stdout.strip() != "yes"
+
+    async def logs(self, lines: int = 50) -> str:
+        """`journalctl -u UNIT -n LINES --no-pager -o cat`."""
+        argv = ["journalctl", "-u", self.unit, "-n", str(int(lines)), "--no-pager", "-o", "cat"]
+        result = await self._run(argv, check=False)
+        return result.stdout if result.ok else result.stderr
+
+
+# Is any non-zombie process of group $p alive? /proc rather than `kill -0`: an unreaped zombie
+# (no init reaping in a container) is not running.
+_ALIVE_FN = (
+    'alive() { cat /proc/[0-9]*/stat 2>/dev/null | awk -v g="$p" '
+    '\'{ s = $0; sub(/.*\\) /, "", s); split(s, f, " "); if (f[1] != "Z" && f[3] == g) n++ } END { exit n == 0 }\'; };'
+)
+
+# The launcher runs under `setsid`: it records its PID (= process group = session id), moves to the
+# working directory and execs the server, so signals to the group reach every server process.
+_LAUNCHER = 'echo $$ > "$0.tmp" && mv -f "$0.tmp" "$0" && cd "$1" && shift && exec "$@"'
+
+
+class ProcessManager:
+    """Runs the unit's `ExecStart` itself in a new session; PID file and log in `run_dir`."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        *,
+        unit_path: str,
+        service: str = "sglang",
+        run_dir: str,
+        grace_s: float = 10.0,
+        timeout_s: float = 60.0,
+    ) -> None:
+        self.transport, self.unit_path, self.service = transport, unit_path, service
+        self.run_dir, self.grace_s, self.timeout_s = run_dir.rstrip("/") or "/", grace_s, timeout_s
+        self.pid_path = f"{self.run_dir}/{service}.pid"
+        self.log_path = f"{self.run_dir}/{service}.log"
+
+    async def _sh(self, script: str, *args: str, timeout: float | None = None) -> CommandResult:
+        return await self.transport.run(["sh", "-c", script, "sh", *args], timeout=timeout or self.timeout_s)
+
+    async def reload(self) -> None:
+        """Nothing to do: the unit file is read at every start."""
+
+    async def command_for(self, text: str) -> tuple[list[str], dict[str, str], str]:
+        """(argv, environment, working directory) that the unit text `text` asks for.
+
+        `EnvironmentFile=` files are read on the host and override `Environment=`, as systemd does.
+        """
+        unit = UnitFile.parse(text, kind="script" if self.unit_path.endswith(".sh") else None)
+        if unit.kind == "script":
+            return ["sh", self.unit_path], {}, "."
+        env = dict(unit.environment)
+        for ref in environment_files(unit.entries):
+            try:
+                env.update(parse_env_file(await self.transport.read_file(ref.path), name=ref.path))
+            except UnicodeDecodeError as e:
+                raise ServiceError(f"EnvironmentFile={ref.path} is not UTF-8 text: {e}") from e
+            except FileNotFoundError as e:
+                if not ref.optional:
+                    raise ServiceError(
+                        f"EnvironmentFile={ref.path} does not exist on the host (write it as "
+                        f"EnvironmentFile=-{ref.path} if it is optional)"
+                    ) from e
+        argv = unit.exec_argv(env)
+        if "=" in argv[0]:
+            raise ServiceError(f"executable {argv[0]!r} contains '='; refusing to run it")
+        return argv, env, unit.working_directory or "."
+
+    async def command(self) -> tuple[list[str], dict[str, str], str]:
+        """(argv, environment, working directory) the unit file on the host asks for."""
+        try:
+            text = await self.transport.read_file(self.unit_path)
+        except FileNotFoundError as e:
+            raise ServiceError(f"{self.unit_path}: no such unit file on the host") from e
+        return await self.command_for(text)
+
+    def start_shell(self, argv: list[str], env: dict[str, str], cwd: str) -> str:
+        """A shell command line that starts `argv` detached; every value quoted by `shlex.quote`."""
+        q = shlex.quote
+        marker = f"{START_MARKER}{time.strftime('%Y-%m-%dT%H:%M:%S')} ---"
+        words = " ".join(q(w) for w in [*(f"{k}={v}" for k, v in env.items()), *argv])
+        return (
+            f"mkdir -p {q(self.run_dir)} && rm -f {q(self.pid_path)} && printf '%s\\n' {q(marker)} >> {q(self.log_path)}"
+            f" && {{ setsid sh -c {q(_LAUNCHER)} {q(self.pid_path)} {q(cwd)} env {words}"
+            f" >> {q(self.log_path)} 2>&1 < /dev/null & }}"
+        )
+
+    def stop_shell(self) -> str:
+        """A shell command line that stops the service: SIGTERM to its group, SIGKILL after the grace period."""
+        q, ticks = shlex.quote, max(1, int(self.grace_s * 20))
+        return (
+            f"p=$(cat {q(self.pid_path)} 2>/dev/null); {_ALIVE_FN}"
+            f' if [ -n "$p" ] && [ "$p" -gt 1 ] && alive; then kill -s TERM -- "-$p" 2>/dev/null; i=0;'
+            f" while alive && [ $i -lt {ticks} ]; do sleep 0.05; i=$((i+1)); done;"
+            f' if alive; then kill -s KILL -- "-$p" 2>/dev/null; i=0; while alive && [ $i -lt 100 ]; do sleep 0.05;'
+            f" i=$((i+1)); done; fi; fi; rm -f {q(self.pid_path)}"
+        )
+
+    async def start(self) -> int:
+        """Start the service detached; return its PID (also its process group and session id)."""
+        argv, env, cwd = await self.command()
+        q = shlex.quote
+        wait_pid = (
+            f"; i=0; while [ ! -s {q(self.pid_path)} ] && [ $i -lt 500 ]; do sleep 0.02; i=$((i+1)); done;"
+            f" cat {q(self.pid_path)}"
+        )
+        result = await self.transport.run(
+            ["sh", "-c", self.start_shell(argv, env, cwd) + wait_pid], timeout=self.timeout_s
+        )
+        text = result.stdout.strip()
+        if not result.ok or not text.isdigit():
+            raise ServiceError(
+                f"could not start {self.service}: {(result.stderr or result.stdout).strip()[-400:]}"
+            )
+        return int(text)
+
+    async def pid(self) -> int | None:
+        """The PID in the PID file, or None."""
+        result = await self._sh('cat "$1" 2>/dev/null', self.pid_path)
+        text = result.stdout.strip()
+        return int(text) if result.ok and text.isdigit() else None
+
+    async def is_active(self) -> bool:
+        """True while a non-zombie process of the service's process group runs (one round trip)."""
+        script = f'p=$(cat "$1" 2>/dev/null) && [ -n "$p" ] && {_ALIVE_FN} alive'
+        return (await self._sh(script, self.pid_path)).ok
+
+    async def stop(self) -> None:
+        """SIGTERM to the process group, SIGKILL after the grace period; remove the PID file."""
+        result = await self.transport.run(["sh", "-c", self.stop_shell()], timeout=self.grace_s + 30)
+        if not result.ok:
+            raise ServiceError(f"could not stop {self.service}: {result.stderr.strip()[-400:]}")
+
+    async def config_matches(self) -> bool | None:
+        """Whether the running process was started from the unit file as it is now (None: not running)."""
+        pid = await self.pid()
+        if pid is None:
+            return None
+        result = await self._sh(
+            'cat "/proc/$1/cmdline" && printf "\\001" && cat "/proc/$1/environ"', str(pid)
+        )
+        if not result.ok:
+            return None
+        cmdline, _, environ = result.stdout.partition("\x01")
+        running, env = cmdline.split("\0")[:-1], set(environ.split("\0"))
+        try:
+            argv, want_env, _ = await self.command()
+        except (ServiceError, UnitFileError):
+            return None  # unknown: a file that does not parse must never trigger a restart
+        args = argv[1:]
+        same_args = running[len(running) - len(args) :] == args if args else True
+        return same_args and all(f"{k}={v}" in env for k, v in want_env.items())
+
+    async def restart(self) -> None:
+        """Stop, then start with the unit file as it is now; a file that does not parse stops nothing."""
+        await self.command()  # raises UnitFileError/ServiceError while the old server still runs
+        await self.stop()
+        await self.start()
+
+    async def logs(self, lines: int = 50) -> str:
+        """The last `lines` lines of the log since the last start."""
+        try:
+            text = await self.transport.read_file(self.log_path)
+        except (FileNotFoundError, TransportError):
+            return ""
+        last = text.rfind(START_MARKER)
+        if last >= 0:
+            text = text[text.find("\n", last) + 1 :]
+        return "\n".join(text.splitlines()[-lines:])
+
+
+def make_service_manager(target: TargetConfig, transport: Transport) -> ServiceManager:
+    """The service manager a target's config asks for."""
+    if target.service_manager == "systemd":
+        return SystemdManager(
+            transport, service=target.service, sudo=target.sudo, timeout_s=target.command_timeout_s
+        )
+    return ProcessManager(
+        transport,
+        unit_path=target.remote_unit,
+        service=target.service,
+        run_dir=target.run_dir,
+        timeout_s=60.0,
+    )

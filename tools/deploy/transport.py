@@ -1,0 +1,76 @@
+"""What every transport shares: the `Transport` protocol, command results and errors (below both
+`remote` (local transport, the factory) and `ssh`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+DEFAULT_TIMEOUT_S = 120.0
+
+
+class TransportError(Exception):
+    """The host could not be reached or a file operation on it failed."""
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What a command returned."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        """True when the command exited with status 0."""
+        return self.returncode == 0
+
+
+class CommandError(TransportError):
+    """A command run with `check=True` exited non-zero."""
+
+    def __init__(self, argv: list[str], result: CommandResult) -> None:
+        tail = (result.stderr or result.stdout).strip()[-500:]
+        super().__init__(f"`{' '.join(argv)}` exited with status {result.returncode}: {tail}")
+        self.result = result
+
+
+class CommandTimeout(TransportError):
+    """A command did not finish within its timeout (it has been killed)."""
+
+
+@runtime_checkable
+class Transport(Protocol):
+    """How optagent runs commands and moves files on the target host."""
+
+    description: str
+
+    async def run(
+        self, argv: list[str], *, timeout: float | None = None, check: bool = False, input: str | None = None
+    ) -> CommandResult:
+        """Run `argv` (no shell unless argv says so); kill it after `timeout` seconds."""
+        ...
+
+    async def read_file(self, path: str) -> str:
+        """The text of `path` on the host (`FileNotFoundError` if it does not exist)."""
+        ...
+
+    async def write_file_atomic(self, path: str, text: str) -> None:
+        """Replace `path` atomically: temp file in the same directory, fsync, rename; keep mode/owner."""
+        ...
+
+    async def exists(self, path: str) -> bool:
+        """True if `path` exists on the host."""
+        ...
+
+    async def close(self) -> None:
+        """Release the connection (idempotent)."""
+        ...
+
+
+def check_result(argv: list[str], result: CommandResult, check: bool) -> CommandResult:
+    """`result`, or `CommandError` when `check` is set and the command failed."""
+    if check and not result.ok:
+        raise CommandError(argv, result)
+    return result

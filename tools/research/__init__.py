@@ -1,0 +1,1 @@
+"""tools/research: see README.md in this folder."""

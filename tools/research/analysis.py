@@ -1,0 +1,398 @@
+"""A flag's verdict on one deployment, decided from the code (issue 10).
+
+`analyze_flag` takes the index of the running SGLang version, the flag (any spelling: `--x`, `x`,
+`x_y`, `--no-x`), the deployment's facts (`gpu.sm`, `gpu.count`, `server.<dest>`, `model.<fact>`)
+and optionally the value to try. It follows a deprecated flag to its replacement, keeps only readers
+on the serving path that read *this* setting (not a same-named attribute of another object), drops
+readers in modules this deployment does not load (dispatch context) or in functions registered for
+other model architectures, evaluates each reader's guards three-valued with the flag set, and
+follows calls to the exits the flag can reach. A reader inside a test or a boolean value is judged
+by whether the flag changes it: `enable = not cfg.disable_x` and `if cfg.disable_x: return` act
+(they turn), `if cfg.x or sm90:` on an SM90 does not (the same either way); a `raise`/`assert`
+test that turns counts as a refusal only in argument code that surely runs here. Verdicts:
+
+- `incompatible-with-version`: not a flag of this version (the server would refuse the argument);
+- `refuses-to-start`: a `raise`/`assert` reached from a running reader fires here;
+- `dead`: nothing on the serving path reads it (or only logs it);
+- `no-op`: every reader is off here (a guard fails, its module is not loaded, or a fallback fires),
+  its only effect is an override to the value the server has anyway, or a resolution pass sets the
+  trial value back (`return {"dest": v}`, `tools.research.gates.overridden`), or gives the flag the trial
+  value by itself here (`self.dest = v` under guards that hold, `tools.research.gates.set_anyway`);
+- `applies`: a reader runs here; `unknown`: it depends on a deployment fact nobody gave.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import asdict, dataclass, field, replace
+from functools import lru_cache
+from typing import Any
+
+from tools.research.catalog import FlagInfo, find_flag, negated
+from tools.research.decide import decide
+from tools.research.dispatch import module_reason, module_status, registry_alternatives
+from tools.research.gates import (
+    activation,
+    always_called,
+    caller_gate,
+    cond_change,
+    idle_after,
+    overridden,
+    override_effect,
+    set_anyway,
+)
+from tools.research.guard_eval import Env, evaluate, non_default
+from tools.research.index import FlagIndex, is_config_path
+from tools.research.index_types import Func, Read
+from tools.research.reach import ExitPath, exits_of, locals_of, reach_exits
+from tools.research.stores import follow_store, store_of
+
+MAX_REACHED_READERS = 120
+"""Readers whose calls are followed to exits, per flag (why: `--tp-size` has ~300 running readers)."""
+_SERVER_ARGS_RECEIVER = re.compile(
+    r"server_args|\bargs\b|get_global_server_args|get_\w+\(\)|\bcfg\b|\bview\b"
+)
+
+
+@dataclass
+class Finding:
+    """One reader and what it does here: `state` is on / runtime / unknown / off / excluded."""
+
+    location: str
+    text: str
+    function: str
+    state: str
+    why: str
+    conditions: list[dict[str, str]] = field(default_factory=list)
+    exits: list[ExitPath] = field(default_factory=list)
+    config: bool = False
+    alternative: bool = False
+    """In a module only a registry entry not selected here builds (another attention backend): its
+    module may be loaded, but it is the weakest evidence that the flag acts here."""
+
+
+@dataclass
+class CodeVerdict:
+    """The code's answer about one flag on one deployment, with evidence (see the module docstring).
+
+    `certainty` (0..1) is how sure the code analysis is: 1.0 for facts of the catalog, ~0.9 for a
+    reader or exit whose every condition was decided from facts, lower when runtime state or a
+    missing deployment fact leaves conditions open.
+    """
+
+    flag: str
+    dest: str
+    version: str
+    verdict: str
+    summary: str
+    certainty: float
+    researched_as: str | None = None
+    value: Any = None
+    findings: list[Finding] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    definition: str | None = None
+    help: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return asdict(self)
+
+
+def _parse_literal(text: str) -> Any:
+    """`4` -> 4, `0.9` -> 0.9, `true`/`false`/`none`, anything else the text."""
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False, "none": None, "null": None}.get(text.lower(), text)
+
+
+def _parse_value(text: str | None, info: FlagInfo) -> Any:
+    if text is None:
+        return True if info.type == "bool" else non_default(info.default)
+    return _parse_literal(text)
+
+
+def default_facts(catalog: list[FlagInfo]) -> dict[str, Any]:
+    """`server.<dest>` = the declared default of every flag with a literal, non-None default: a flag
+    the deployment does not set has that value (given facts, e.g. resolved server args, win). A None
+    default usually means "resolved later" (grammar_backend -> xgrammar), so it stays unknown."""
+    out: dict[str, Any] = {}
+    for f in catalog:
+        d = f.default
+        if isinstance(d, bool | int | float) or (isinstance(d, str) and re.fullmatch(r"[\w.:/-]*", d)):
+            out[f"server.{f.dest}"] = d
+    return out
+
+
+def _replacement(index: FlagIndex, info: FlagInfo) -> tuple[FlagInfo, str | None] | None:
+    """The flag (and value) a deprecated flag's help points to, when it is in the catalog."""
+    if not (info.deprecated and info.replacement):
+        return None
+    name, _, value = info.replacement.partition("=")
+    target = find_flag(index.catalog, name.split()[0])
+    if target is None or target.dest == info.dest:
+        return None
+    return target, (value or None)
+
+
+@lru_cache(maxsize=4096)
+def _terms(source: str) -> tuple[str, ...]:
+    """Top-level `and` terms of a condition."""
+    try:
+        node = ast.parse(source, mode="eval").body
+    except SyntaxError:
+        return (source,)
+    if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And):
+        return tuple(t for v in node.values for t in _terms(ast.unparse(v)))
+    return (ast.unparse(node),)
+
+
+def _conditions(conds: list[str], env: Env, dest: str) -> list[dict[str, str]]:
+    """Each condition term that mentions a deployment fact, checked."""
+    out = []
+    for cond in conds:
+        for term in _terms(cond):
+            o = evaluate(term, env)
+            if not o.used and not o.missing:
+                continue
+            outcome = {True: "pass", False: "fail"}.get(o.truth, "unknown")
+            fact = ", ".join(o.used) if o.used else "missing: " + ", ".join(o.missing)
+            out.append({"condition": term, "fact": fact, "outcome": outcome})
+    return out
+
+
+def _foreign(index: FlagIndex, read: Read, definitions: set[str]) -> bool:
+    """A same-named attribute of another object: the file declares a class field of that name
+    (e.g. a request model) and the read's receiver is not server args."""
+    if read.path in definitions or is_config_path(read.path):
+        return False
+    module = index.modules.get(read.path)
+    declared = [c for c, fields in (module.classes if module else {}).items() if read.dest in fields]
+    if not declared:
+        return False
+    return not _SERVER_ARGS_RECEIVER.search(read.receiver) or (
+        read.receiver == "self" and read.cls in declared
+    )
+
+
+def analyze_flag(
+    index: FlagIndex, flag: str, facts: dict[str, Any], *, value: str | None = None
+) -> CodeVerdict:
+    """The verdict of `flag` (set to `value`, or on for a boolean) on the deployment `facts`."""
+    name = "--" + flag.strip().lstrip("-").replace("_", "-")
+    info = find_flag(index.catalog, name)
+    if info is None:
+        return CodeVerdict(
+            name,
+            name[2:].replace("-", "_"),
+            index.version,
+            "incompatible-with-version",
+            f"{name} is not a launch_server flag of SGLang {index.version}: the server would refuse to start.",
+            1.0,
+        )
+    declared = default_facts(index.catalog)
+    facts = {**declared, **facts}
+    trial = False if negated(info, name) else _parse_value(value, info)
+    verdict = CodeVerdict(info.name, info.dest, index.version, "unknown", "", 0.3, value=trial)
+    verdict.definition = f"{info.path}:{info.line}" if info.path else None
+    verdict.help = info.help
+    target = info
+    if (repl := _replacement(index, info)) is not None:
+        target, repl_value = repl
+        trial = (
+            _parse_value(repl_value, target)
+            if repl_value or target.type == "bool"
+            else non_default(target.default)
+        )
+        verdict.researched_as = target.name + (f"={repl_value}" if repl_value else "")
+        verdict.notes.append(f"deprecated: researched through its replacement {verdict.researched_as}")
+    elif info.deprecated:
+        verdict.notes.append("deprecated; no replacement named")
+    # the alias keeps its own trial value: `if cfg.old_flag and cfg.new_flag is None` is about the trial
+    flag_values = {info.dest: verdict.value, target.dest: trial}
+    # the deployment without the flag: its dests at their declared defaults (unknown when None)
+    without = {k: v for k, v in facts.items() if k.removeprefix("server.") not in flag_values}
+    without.update({f"server.{d}": declared[f"server.{d}"] for d in flag_values if f"server.{d}" in declared})
+    _findings(index, target.dest, facts, flag_values, verdict, without)
+    decide(verdict, target)
+    if verdict.verdict in ("applies", "unknown") and (
+        over := overridden(index, target.dest, facts, flag_values)
+    ):
+        where, func, why = over
+        verdict.findings.append(Finding(where, f"return {{{target.dest!r}: ...}}", func, "off", why))
+        verdict.verdict, verdict.certainty = "no-op", 0.85
+        verdict.summary = f"overridden: {func} at {where} {why}."
+    elif verdict.verdict in ("applies", "unknown") and (
+        anyway := set_anyway(index, target.dest, facts, flag_values)
+    ):
+        where, func, why, certainty = anyway
+        verdict.findings.append(Finding(where, f"self.{target.dest} = ...", func, "off", why))
+        verdict.verdict, verdict.certainty = "no-op", certainty
+        verdict.summary = f"set anyway: {func} at {where} {why}."
+    return verdict
+
+
+def _findings(
+    index: FlagIndex,
+    dest: str,
+    facts: dict[str, Any],
+    flag_values: dict[str, Any],
+    v: CodeVerdict,
+    without: dict[str, Any],
+) -> None:
+    dests = frozenset(f.dest for f in index.catalog)
+    definitions = {f.path for f in index.catalog if f.path}
+    reads = index.reads(dest)
+    status = module_status(index, facts) if reads else {}
+    alternatives = registry_alternatives(index, facts) if reads else set()
+    seen: set[str] = set()  # callees already walked for an earlier reader of this flag
+    # argument resolution and validation first: that is where start-up refusals live
+    reads = sorted(reads, key=lambda r: (not is_config_path(r.path), r.path, r.line))
+    budget = MAX_REACHED_READERS
+    for read in reads:
+        loc = f"{read.path}:{read.line}"
+        if _foreign(index, read, definitions):
+            v.notes.append(f"{loc}: `{read.receiver}.{dest}` is another object's attribute, not the flag")
+            continue
+        if status.get(read.path) is False:
+            why = module_reason(index, facts, read.path, status)
+            v.findings.append(Finding(loc, read.receiver, read.func, "off", f"not loaded here: {why}"))
+            continue
+        func = index.func(read.path, read.func)
+        if func is not None and (other := _other_architecture(func, facts)):
+            v.findings.append(Finding(loc, read.receiver, read.func, "off", other))
+            continue
+        module = index.modules.get(read.path)
+        env = Env(
+            facts,
+            flag_values,
+            dests,
+            locals_of(func, module) if func else {},
+            {},
+            module.consts if module else {},
+            frozenset({read.local} if read.local else ()),
+            f"{read.path}::{read.func}",
+            index.query,
+        )
+        change = cond_change(read, env, replace(env, facts=without, flag={}))
+        turns = (
+            change is not None
+            and change[0] != change[1]
+            and _sure_to_act(index, read, func, facts, flag_values)
+        )
+        o = activation(read, env, turns=turns)
+        conds = [*read.guards, *([read.cond] if read.cond else [])]
+        finding = Finding(loc, f"{read.receiver}.{dest}", read.func, "", "", _conditions(conds, env, dest))
+        finding.config = is_config_path(read.path)
+        finding.alternative = read.path in alternatives
+        if read.inert:
+            finding.state, finding.why = "off", read.effect or "nothing follows"
+        elif change is not None and change[0] == change[1]:
+            finding.state, finding.why = "off", f"`{read.cond}` is {change[1]!r} with or without the flag"
+        elif o.truth is False:
+            finding.state, finding.why = "off", "its condition fails here"
+        elif o.truth is True:
+            effect = read.effect or "read"
+            if turns:
+                effect += f"; the flag turns `{read.cond}` from {change[0]!r} to {change[1]!r}"
+            finding.state, finding.why = "on", effect
+        elif o.missing:
+            finding.state, finding.why = "unknown", "needs " + ", ".join(o.missing)
+        else:
+            finding.state, finding.why = (
+                "runtime",
+                "conditions hold for this deployment; the rest is runtime state",
+            )
+        if status.get(read.path) is None and finding.state == "on":
+            finding.state, finding.why = (
+                "runtime",
+                f"{read.effect or 'read'}; whether its module is loaded here is open",
+            )
+        if (
+            finding.state != "off"
+            and func is not None
+            and (gate := _gate(index, read, func, facts, flag_values))
+        ):
+            finding.state, finding.why = "off", f"gated at {gate.location}: {gate.message}"
+            finding.exits = [gate]
+        if finding.state in ("on", "runtime") and (store := store_of(index, read, func)):
+            finding.state, finding.why, gate = follow_store(index, store, facts, flag_values)
+            finding.exits = [gate] if gate else []
+        if finding.state != "off" and budget > 0:
+            budget -= 1
+            finding.exits = reach_exits(index, read, facts, flag_values, seen=seen)
+            fired = {e.kind: e for e in reversed(finding.exits) if e.truth is True}
+            if fb := fired.get("fallback"):
+                finding.state, finding.why = "off", f"falls back at {fb.location}: {fb.message}"
+            elif ov := fired.get("override"):
+                finding.state, finding.why = override_effect(index, ov, facts, flag_values)
+        v.findings.append(finding)
+    if budget <= 0:
+        running = sum(f.state != "off" for f in v.findings)
+        v.notes.append(f"exits followed from the first {MAX_REACHED_READERS} of {running} running readers")
+    v.findings.sort(key=lambda f: f.location)
+    _registry_findings(index, dest, facts, flag_values, v, seen)
+
+
+def _sure_to_act(
+    index: FlagIndex, read: Read, func: Func | None, facts: dict[str, Any], flag: dict[str, Any]
+) -> bool:
+    """Whether a read whose test the flag turns acts: always, unless the test is a `raise`'s or an
+    `assert`'s (a refusal). A refusal counts only in argument code that surely runs here, not
+    behind a mode no fact decides (`_DetailSinglePassGatherer.__init__`, `_handle_dflash`)."""
+    if func is None:
+        return True
+    refusal = any(
+        e.kind in ("raise", "assert") and (e.line == read.line or (e.guards and e.guards[-1] == read.cond))
+        for e in func.exits
+    )
+    return not refusal or (is_config_path(read.path) and always_called(index, func, facts, flag))
+
+
+_ARCHITECTURE = re.compile(r"[A-Z]\w*For[A-Z]\w+")
+
+
+def _other_architecture(func: Func, facts: dict[str, Any]) -> str | None:
+    """Why `func` does not run for this model: it is registered for other architectures only
+    (`@_register_for("Qwen4ExpForConditionalGeneration")`), or None."""
+    archs = [key for _, key in func.keys if _ARCHITECTURE.fullmatch(key)]
+    arch = facts.get("model.architecture")
+    if not archs or not arch or arch in archs:
+        return None
+    return f"registered for {', '.join(archs)} only; this model is {arch}"
+
+
+def _gate(
+    index: FlagIndex, read: Read, func: Func, facts: dict[str, Any], flag: dict[str, Any]
+) -> ExitPath | None:
+    """What keeps a running reader's effect from happening here (`tools.research.gates`), or None."""
+    gate = caller_gate(index, func, facts, flag)
+    if gate is None and read.effect == "controls a branch":
+        gate = idle_after(index, func, read.line, facts, flag)
+    return gate
+
+
+def _registry_findings(
+    index: FlagIndex,
+    dest: str,
+    facts: dict[str, Any],
+    flag_values: dict[str, Any],
+    v: CodeVerdict,
+    seen: set[str],
+) -> None:
+    """A value that selects a registry entry (`@register_<dest>("value")`) runs that entry: its exits
+    are the flag's too (the registry calls it through a table, which no call edge shows)."""
+    value = flag_values.get(dest)
+    if not isinstance(value, str):
+        return
+    for deco, key, path, _imports in index.registries:
+        if key != value or deco.removeprefix("register_") != dest:
+            continue
+        for func in index.funcs_in(path):
+            if (deco, key) in func.keys:
+                exits = exits_of(index, func, facts, flag_values, seen=seen)
+                why = f"@{deco}({key!r}) runs when {dest} = {key!r}"
+                v.findings.append(Finding(f"{path}:{func.line}", f"@{deco}", func.qual, "on", why, [], exits))

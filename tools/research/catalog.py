@@ -1,0 +1,397 @@
+"""The `launch_server` flag catalog of an SGLang tree, read with `ast` (never imported, never run).
+
+Two eras: up to ~0.5.9 every flag is a `parser.add_argument(...)` call in `srt/server_args.py`
+(defaults often `ServerArgs.x`, resolved from the dataclass); later versions declare most flags as
+annotated fields `name: A[type, "help" | Arg(...)] = default` in `srt/arg_groups/fields/*.py`, with a
+few manual `add_argument` calls (deprecated spellings, dynamic choices) left in `server_args.py`.
+`parse_help_text` reads `--help` output, the authoritative catalog when the target can run it.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from tools.research.source import SourceTree
+
+# Only a help text that *starts* by saying so marks a flag deprecated ("Deprecated. Use ...",
+# "(Deprecated: use ...)", "Note: --x is deprecated now."); "replaces the deprecated --y" does not.
+_DEPRECATED_RE = re.compile(r"^\W*(?:note:\s*)?(?:--[\w-]+\s+is\s+)?deprecated\b", re.IGNORECASE)
+_REPLACEMENT_RE = re.compile(r"\buse\s+`?(--[\w{},-]+(?:=\S+|\s+<[^>]+>)?)", re.IGNORECASE)
+
+
+@dataclass
+class FlagInfo:
+    """One server flag: `name` is `--flag`, `dest` the attribute the code reads, `path:line` its definition."""
+
+    name: str
+    dest: str
+    type: str | None = None
+    default: Any = None
+    choices: list[Any] | None = None
+    help: str = ""
+    deprecated: bool = False
+    replacement: str | None = None
+    path: str | None = None
+    line: int | None = None
+    aliases: list[str] = field(default_factory=list)
+    namespace: str | None = None
+    """The config namespace of a field-declared flag (`exec.moe` → `get_exec().moe.<dest>`)."""
+    negatable: bool = False
+    """A `BooleanOptionalAction` flag: `--no-<name>` is accepted too and sets it False."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return asdict(self)
+
+
+class _Module:
+    """A parsed file plus its module-level constants, for resolving `choices=SOME_LIST`."""
+
+    def __init__(self, tree: SourceTree, path: Path):
+        self.rel = tree.rel(path)
+        self.node = ast.parse(path.read_text(errors="replace"), filename=str(path))
+        self.constants: dict[str, ast.expr] = {}
+        for stmt in self.node.body:
+            if (
+                isinstance(stmt, ast.Assign)
+                and len(stmt.targets) == 1
+                and isinstance(stmt.targets[0], ast.Name)
+            ):
+                self.constants[stmt.targets[0].id] = stmt.value
+            elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value:
+                self.constants[stmt.target.id] = stmt.value
+
+
+def _literal(node: ast.expr | None, names: dict[str, ast.expr] | None = None) -> Any:
+    """A literal value, a resolved module constant, or the source text of the expression."""
+    if node is None:
+        return None
+    if isinstance(node, ast.Name) and names and node.id in names:
+        return _literal(names[node.id])
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        pass
+    if isinstance(node, ast.JoinedStr | ast.BinOp):
+        parts = []
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+                parts.append(sub.value)
+        if parts:
+            return "".join(parts)
+    return ast.unparse(node)
+
+
+def _deprecation(help_text: str, action: str | None, new_flag: Any) -> tuple[bool, str | None]:
+    deprecated = bool(action and "Deprecated" in action) or bool(_DEPRECATED_RE.search(help_text))
+    if not deprecated:
+        return False, None
+    if isinstance(new_flag, str):
+        return True, new_flag
+    m = _REPLACEMENT_RE.search(help_text)
+    return True, m.group(1).rstrip(".,)`") if m else None
+
+
+def _argparse_flags(mod: _Module, field_defaults: dict[str, Any]) -> list[FlagInfo]:
+    """Every `*.add_argument("--x", ...)` call in a module."""
+    flags = []
+    for node in ast.walk(mod.node):
+        if not (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "add_argument"
+        ):
+            continue
+        names = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+        longs = [n for n in names if n.startswith("--")]
+        if not longs:
+            continue
+        kw = {k.arg: k.value for k in node.keywords if k.arg}
+        action = _literal(kw.get("action")) if "action" in kw else None
+        action = action if isinstance(action, str) else None
+        dest = _literal(kw["dest"]) if "dest" in kw else _implicit_dest(longs, field_defaults)
+        if "default" in kw:
+            default_node = kw["default"]
+            if isinstance(default_node, ast.Attribute) and default_node.attr in field_defaults:
+                default = field_defaults[default_node.attr]
+            elif isinstance(default_node, ast.Call) and ast.unparse(default_node.func) == "_declared_default":
+                default = field_defaults.get(_literal(default_node.args[0]) if default_node.args else "")
+            else:
+                default = _literal(default_node, mod.constants)
+        elif action in ("store_true", "BooleanOptionalAction") or (action or "").endswith("StoreTrueAction"):
+            default = field_defaults.get(dest, False)
+        else:
+            default = field_defaults.get(dest)
+        if (
+            action
+            and ("store_true" in action.lower() or "store_false" in action.lower())
+            or action
+            and "BooleanOptional" in action
+        ):
+            type_name = "bool"
+        elif "type" in kw:
+            type_name = ast.unparse(kw["type"])
+        else:
+            type_name = "str" if not action else None
+        help_text = _literal(kw.get("help"), mod.constants) or ""
+        choices = _literal(kw["choices"], mod.constants) if "choices" in kw else None
+        deprecated, replacement = _deprecation(str(help_text), action, _literal(kw.get("new_flag")))
+        flags.append(
+            FlagInfo(
+                name=longs[0],
+                dest=str(dest),
+                type=type_name,
+                default=default,
+                choices=_as_list(choices),
+                help=str(help_text),
+                deprecated=deprecated,
+                replacement=replacement,
+                path=mod.rel,
+                line=node.lineno,
+                aliases=[n for n in names if n != longs[0]],
+                negatable="BooleanOptional" in (action or ""),
+            )
+        )
+    return flags
+
+
+def _implicit_dest(longs: list[str], fields: dict[str, Any]) -> str:
+    """argparse's dest (first long option), unless only an alias names a field (`--tp-size` → tp_size)."""
+    candidates = [n[2:].replace("-", "_") for n in longs]
+    return next((c for c in candidates if c in fields), candidates[0])
+
+
+def _as_list(value: Any) -> list[Any] | None:
+    if value is None:
+        return None
+    if isinstance(value, list | tuple | set | frozenset):
+        return sorted(value, key=str) if isinstance(value, set | frozenset) else list(value)
+    return [value]
+
+
+def _dataclass_defaults(mod: _Module, class_name: str) -> dict[str, Any]:
+    """Field defaults of `class_name` in a module: literal values, or source text when computed."""
+    out: dict[str, Any] = {}
+    for node in ast.walk(mod.node):
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            for stmt in node.body:
+                if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+                    out[stmt.target.id] = _literal(stmt.value, mod.constants)
+    return out
+
+
+def _unwrap_type(node: ast.expr) -> tuple[str, list[Any] | None]:
+    """`Optional[Literal["a", "b"]]` → ("str", ["a", "b"]); `List[int]` → ("list[int]", None)."""
+    if isinstance(node, ast.Subscript):
+        head = ast.unparse(node.value).split(".")[-1]
+        inner = node.slice
+        if head == "Optional":
+            return _unwrap_type(inner)
+        if head == "Union" and isinstance(inner, ast.Tuple):
+            rest = [e for e in inner.elts if ast.unparse(e) != "None"]
+            return _unwrap_type(rest[0]) if len(rest) == 1 else (ast.unparse(node), None)
+        if head == "Literal":
+            values = [_literal(e) for e in (inner.elts if isinstance(inner, ast.Tuple) else [inner])]
+            return (type(values[0]).__name__ if values else "str"), values
+        if head in ("List", "list"):
+            return f"list[{_unwrap_type(inner)[0]}]", None
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        sides = [s for s in (node.left, node.right) if ast.unparse(s) != "None"]
+        if len(sides) == 1:
+            return _unwrap_type(sides[0])
+    return ast.unparse(node), None
+
+
+def _field_flags(mod: _Module, names: dict[str, ast.expr]) -> list[FlagInfo]:
+    """Annotated fields `x: A[type, "help" | Arg(...)] = default` of every class in a module."""
+    flags = []
+    for cls in ast.walk(mod.node):
+        if not isinstance(cls, ast.ClassDef):
+            continue
+        namespace = None
+        for stmt in cls.body:
+            if isinstance(stmt, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "_NS_PATH" for t in stmt.targets
+            ):
+                namespace = _literal(stmt.value)
+        for stmt in cls.body:
+            if not (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)):
+                continue
+            ann = stmt.annotation
+            if not (
+                isinstance(ann, ast.Subscript)
+                and ast.unparse(ann.value) in ("A", "Annotated", "typing.Annotated")
+                and isinstance(ann.slice, ast.Tuple)
+                and len(ann.slice.elts) >= 2
+            ):
+                continue
+            type_node, meta = ann.slice.elts[0], ann.slice.elts[1]
+            kw: dict[str, ast.expr] = {}
+            if isinstance(meta, ast.Call) and ast.unparse(meta.func) == "Arg":
+                kw = {k.arg: k.value for k in meta.keywords if k.arg}
+                help_text = _literal(kw.get("help"), names) or ""
+            elif isinstance(meta, ast.Constant | ast.JoinedStr | ast.BinOp):
+                help_text = _literal(meta, names)
+            else:
+                continue
+            if _literal(kw.get("no_cli")) is True:
+                continue
+            dest = stmt.target.id
+            type_name, literal_choices = _unwrap_type(type_node)
+            action = ast.unparse(kw["action"]) if "action" in kw else None
+            if type_name == "bool" and action is None:
+                action = "store_true"
+            cli = _literal(kw.get("cli_name")) if "cli_name" in kw else None
+            deprecated, replacement = _deprecation(str(help_text), action, None)
+            flags.append(
+                FlagInfo(
+                    name=cli if isinstance(cli, str) else "--" + dest.replace("_", "-"),
+                    dest=dest,
+                    type="bool" if action and "store" in action and type_name == "bool" else type_name,
+                    default=_literal(stmt.value, names) if stmt.value is not None else None,
+                    choices=_as_list(_literal(kw["choices"], names)) if "choices" in kw else literal_choices,
+                    help=str(help_text),
+                    deprecated=deprecated,
+                    replacement=replacement,
+                    path=mod.rel,
+                    line=stmt.lineno,
+                    aliases=[a for a in (_literal(kw.get("aliases")) or []) if isinstance(a, str)],
+                    namespace=namespace if isinstance(namespace, str) else None,
+                    negatable="BooleanOptional" in (action or ""),
+                )
+            )
+    return flags
+
+
+def flag_catalog(tree: SourceTree) -> list[FlagInfo]:
+    """Every `launch_server` flag of the tree, in declaration order (fields first, then `add_argument`)."""
+    return [FlagInfo(**asdict(f)) for f in _catalog_cached(tree.package_dir.resolve(), tree.root.resolve())]
+
+
+@lru_cache(maxsize=8)
+def _catalog_cached(package_dir: Path, root: Path) -> tuple[FlagInfo, ...]:
+    tree = SourceTree(root, package_dir, "", "")
+    server_args = package_dir / "srt" / "server_args.py"
+    if not server_args.is_file():
+        raise FileNotFoundError(f"{tree.rel(server_args)}: not in this tree; is it an SGLang source?")
+    field_files = sorted((package_dir / "srt" / "arg_groups" / "fields").glob("*.py"))
+    field_modules = [_Module(tree, p) for p in field_files]
+    choices_file = package_dir / "srt" / "arg_groups" / "choices.py"
+    shared: dict[str, ast.expr] = {}
+    if choices_file.is_file():
+        shared.update(_Module(tree, choices_file).constants)
+    flags: list[FlagInfo] = []
+    for mod in field_modules:
+        flags.extend(_field_flags(mod, {**shared, **mod.constants}))
+    main = _Module(tree, server_args)
+    main.constants = {**shared, **main.constants}
+    defaults = _dataclass_defaults(main, "ServerArgs")
+    for f in flags:
+        defaults.setdefault(f.dest, f.default)
+    flags.extend(_field_flags(main, main.constants))
+    seen = {f.name for f in flags}
+    for f in _argparse_flags(main, defaults):
+        if f.name in seen:
+            flags = [g for g in flags if g.name != f.name]
+        seen.add(f.name)
+        flags.append(f)
+    return tuple(flags)
+
+
+def find_flag(catalog: list[FlagInfo], flag: str) -> FlagInfo | None:
+    """The catalog entry for `flag` (`--x-y`, `x-y` or `x_y`; aliases count too; `--no-x` finds a
+    negatable boolean `--x`, see `negated`)."""
+    name = "--" + flag.strip().lstrip("-").replace("_", "-")
+    dest = name[2:].replace("-", "_")
+    for f in catalog:
+        if f.name == name or name in f.aliases:
+            return f
+    found = next((f for f in catalog if f.dest == dest), None)
+    if found is None and name.startswith("--no-"):
+        base = find_flag(catalog, name[5:])
+        if base is not None and (base.negatable or "--no-" + base.name[2:] in base.aliases):
+            return base
+    return found
+
+
+def negated(info: FlagInfo, flag: str) -> bool:
+    """Whether `flag` is the `--no-` spelling of the boolean `info` (so it sets it False)."""
+    name = "--" + flag.strip().lstrip("-").replace("_", "-")
+    return name.startswith("--no-") and name != info.name and name[5:] == info.name[2:]
+
+
+_OPTION_RE = re.compile(r"^  (-{1,2}[\w][\w.-]*.*?)(?:\s{2,}(\S.*))?$")
+
+
+def parse_help_text(text: str) -> list[FlagInfo]:
+    """Flags from argparse `--help` output (`python -m sglang.launch_server --help`)."""
+    flags: list[FlagInfo] = []
+    current: FlagInfo | None = None
+    in_options = False
+    for line in text.splitlines():
+        if line and not line.startswith(" "):
+            in_options = line.rstrip().endswith(":") and not line.startswith("usage:")
+            current = None
+            continue
+        if not in_options:
+            continue
+        m = _OPTION_RE.match(line)
+        if m and not line.startswith("   "):
+            current = _help_option(m.group(1), m.group(2) or "")
+            if current is not None:
+                flags.append(current)
+            continue
+        if current is not None and line.strip():
+            # argparse wraps at hyphens too: "--x-\n  backend" is one word.
+            glue = "" if current.help.endswith("-") and not current.help.endswith(" -") else " "
+            current.help = (current.help + glue + line.strip()).strip()
+    for f in flags:
+        m = re.search(r"\(default: ([^)]*)\)", f.help)
+        if m:
+            f.default = m.group(1)
+        f.deprecated, f.replacement = _deprecation(f.help, None, None)
+    return [f for f in flags if f.name != "--help"]
+
+
+def _help_option(invocation: str, help_text: str) -> FlagInfo | None:
+    names, metavar, choices = [], None, None
+    for part in re.split(r",\s+(?=-)", invocation.strip()):
+        opt, _, rest = part.partition(" ")
+        names.append(opt)
+        rest = rest.strip()
+        if rest.startswith("{") and "}" in rest:
+            choices = rest[1 : rest.index("}")].split(",")
+        elif rest:
+            metavar = rest
+    longs = [n for n in names if n.startswith("--")]
+    if not longs:
+        return None
+    is_flag = metavar is None and choices is None
+    return FlagInfo(
+        name=longs[0],
+        dest=longs[0][2:].replace("-", "_"),
+        type="bool" if is_flag else ("list" if metavar and "..." in metavar else "str"),
+        default=False if is_flag else None,
+        choices=choices,
+        help=help_text.strip(),
+        aliases=[n for n in names if n != longs[0]],
+    )
+
+
+async def catalog_from_host(
+    transport: Any, python: str = "python3", *, timeout: float = 180
+) -> list[FlagInfo]:
+    """The catalog the target's own `launch_server --help` prints (authoritative for that install)."""
+    result = await transport.run([python, "-m", "sglang.launch_server", "--help"], timeout=timeout)
+    flags = parse_help_text(result.stdout) if result.returncode == 0 else []
+    if not flags:
+        tail = (result.stderr or result.stdout).strip()[-300:]
+        raise RuntimeError(
+            f"`{python} -m sglang.launch_server --help` failed (exit {result.returncode}): {tail}"
+        )
+    return flags

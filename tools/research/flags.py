@@ -1,0 +1,28 @@
+"""Flag-aware research over an SGLang tree: the catalog, a flag's definition, readers, guards, verdict.
+
+The catalog lives in `flag_catalog.py`; the code verdict (`analyze_flag`) in `flag_analysis.py` over
+the per-version index of `flag_index.py`; the older single-flag reader scan (`research_flag`) in
+`flag_readers.py`. This module is the one import the agent and the CLI use.
+"""
+
+from tools.research.analysis import CodeVerdict, analyze_flag
+from tools.research.catalog import FlagInfo, catalog_from_host, find_flag, flag_catalog, parse_help_text
+from tools.research.index import FlagIndex, load_index
+from tools.research.readers import FlagReport, Reader, find_readers, guard_facts, research_flag
+
+__all__ = [
+    "CodeVerdict",
+    "FlagIndex",
+    "FlagInfo",
+    "FlagReport",
+    "Reader",
+    "catalog_from_host",
+    "find_flag",
+    "analyze_flag",
+    "find_readers",
+    "flag_catalog",
+    "guard_facts",
+    "load_index",
+    "parse_help_text",
+    "research_flag",
+]

@@ -1,0 +1,424 @@
+"""Three-valued evaluation of a guard from SGLang's code against a deployment's facts.
+
+A guard is Python source (`(_is_sm90_supported or _is_sm100_supported) and topk > 2`). It is parsed
+with `ast` (never run) and evaluated with Kleene logic: `and`/`or`/`not`/comparisons/`in`/`is` over
+True, False and UNKNOWN. Names resolve, in order, to the flag under research (its trial value),
+other flags (`server.<dest>` facts), platform predicates (`is_sm90_supported()`, `_is_cuda`,
+`get_platform().is_sm100`, `get_device_capability()` → `gpu.sm`, `get_device_name()` →
+`gpu.name`), model facts for well-known code names (`topk` → `model.experts_per_tok`), then the
+function's single-assigned locals, the caller's arguments and the module's constants. Anything else stays UNKNOWN, never a guess; the outcome says
+whether it was unknown for a missing deployment fact or for runtime state.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from tools.research.platform_facts import UNKNOWN, platform, topology
+
+
+class _NonDefault:
+    """A flag set to some value other than its default (the exact value was not given)."""
+
+    def __init__(self, default: Any):
+        self.default = default
+
+    def __repr__(self) -> str:
+        return f"<not {self.default!r}>"
+
+
+def non_default(default: Any) -> Any:
+    """The trial value of a flag whose value is not known, only that it differs from `default`."""
+    return _NonDefault(default)
+
+
+# Code names that are deployment facts wherever they appear as bare names or config attributes.
+CODE_FACTS = {
+    "topk": "model.experts_per_tok",
+    "top_k": "model.experts_per_tok",
+    "num_experts_per_tok": "model.experts_per_tok",
+    "n_routed_experts": "model.num_experts",
+    "num_experts": "model.num_experts",
+    "tp_size": "server.tp_size",
+    "tp_world_size": "server.tp_size",
+    "gpu_mem": "gpu.memory_mib",  # `gpu_mem = get_device_memory_capacity()` (MiB) in argument code
+}
+_SCOPES = {name: re.compile(r"moe|expert", re.IGNORECASE) for name in ("topk", "top_k")}
+_SCOPES["gpu_mem"] = re.compile(r"server_args|arg_groups")
+"""`topk` is the MoE top-k in MoE code only (speculative decoding has a `topk` of its own);
+`gpu_mem` is the GPU's memory in argument code."""
+_QUANT = {
+    "use_int8_w8a16": ("w8a16", "int8"),
+    "use_int4_w4a16": ("w4a16", "int4", "awq", "gptq"),
+    "use_fp8_w8a8": ("fp8",),
+}
+_CONFIG_FACTS = {
+    "architectures": "model.architecture",  # `hf_config.architectures[0]`: the first, the one served
+    "model_type": "model.model_type",
+    "hidden_size": "model.hidden_size",
+}
+"""Model facts read as attributes of a model config only (a bare `hidden_size` is often a local)."""
+_SERVER_ARGS = re.compile(r"(^|\.)(server_args|args|view|cfg)$")
+"""The one argument of a query function that is the server args (`attn_dp_enabled_of(view)`)."""
+_CONFIG_RECEIVERS = re.compile(r"(^|\.)(config|hf_config|text_config|hf_text_config|model_config)$")
+
+
+@dataclass
+class Env:
+    """What a guard is evaluated against."""
+
+    facts: dict[str, Any]
+    flag: dict[str, Any]
+    """Dest -> trial value of the flag under research (and of the flags it maps onto)."""
+    dests: frozenset[str] = frozenset()
+    locals: dict[str, str | None] = field(default_factory=dict)
+    params: dict[str, Any] = field(default_factory=dict)
+    """Parameter -> value evaluated in the caller (only known or flag-dependent values)."""
+    consts: dict[str, str] = field(default_factory=dict)
+    flag_locals: frozenset[str] = frozenset()
+    where: str = ""
+    """`path::function` of the code being evaluated (some code names mean a fact only in context)."""
+    queries: Callable[[str, int], tuple[str, dict[str, str], str] | None] | None = None
+    """A one-line query function's (returned expression, module constants, where), by name
+    (`FlagIndex.query`): `uses_cutedsl()` evaluates as `get_exec().comm.backend == "cutedsl"`."""
+
+
+@dataclass
+class Outcome:
+    """The value and why: facts used, deployment facts missing, runtime terms, flag dependence."""
+
+    value: Any = UNKNOWN
+    used: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    runtime: list[str] = field(default_factory=list)
+    flag_dependent: bool = False
+
+    @property
+    def truth(self) -> bool | None:
+        """True, False, or None for unknown."""
+        t = truth(self.value)
+        return None if t is UNKNOWN else t
+
+
+def truth(value: Any) -> Any:
+    """Three-valued truthiness."""
+    if value is UNKNOWN:
+        return UNKNOWN
+    if isinstance(value, _NonDefault):
+        return True if value.default in (None, False, 0, "") else UNKNOWN
+    try:
+        return bool(value)
+    except Exception:  # noqa: BLE001 - odd objects are unknown, not an error
+        return UNKNOWN
+
+
+@lru_cache(maxsize=8192)
+def _parse(source: str) -> ast.expr | None:
+    try:
+        return ast.parse(source, mode="eval").body
+    except SyntaxError:
+        return None
+
+
+def evaluate(source: str, env: Env) -> Outcome:
+    """Evaluate one guard (Python source) against `env`."""
+    out = Outcome()
+    node = _parse(source)
+    out.value = UNKNOWN if node is None else _Eval(env, out).ev(node, 0)
+    out.used = list(dict.fromkeys(out.used))
+    out.missing = list(dict.fromkeys(out.missing))
+    out.runtime = list(dict.fromkeys(out.runtime))
+    return out
+
+
+def evaluate_all(guards: list[str], env: Env) -> Outcome:
+    """The conjunction of several guards (an empty list is True), Kleene `and`; each guard is parsed
+    once and cached, since the same guard texts recur across readers, calls and exits."""
+    total = Outcome(value=True)
+    for guard in guards:
+        one = evaluate(guard, env)
+        total.used += one.used
+        total.missing += one.missing
+        total.runtime += one.runtime
+        total.flag_dependent |= one.flag_dependent
+        t = truth(one.value)
+        if t is False:
+            total.value = False
+            break
+        if t is UNKNOWN:
+            total.value = UNKNOWN
+    total.used = list(dict.fromkeys(total.used))
+    total.missing = list(dict.fromkeys(total.missing))
+    total.runtime = list(dict.fromkeys(total.runtime))
+    return total
+
+
+_ARITHMETIC = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+}
+_STR_METHODS = frozenset({"lower", "upper", "strip"})
+"""String methods without arguments evaluated on a known string."""
+
+
+class _Eval:
+    def __init__(self, env: Env, out: Outcome):
+        self.env, self.out = env, out
+
+    def fact(self, key: str) -> Any:
+        if key in self.env.facts:
+            self.out.used.append(f"{key} = {self.env.facts[key]!r}")
+            return self.env.facts[key]
+        self.out.missing.append(key)
+        return UNKNOWN
+
+    def dest(self, name: str) -> Any:
+        if name in self.env.flag:
+            self.out.flag_dependent = True
+            return self.env.flag[name]
+        if name == "device" and "server.device" not in self.env.facts and "gpu.sm" in self.env.facts:
+            # an NVIDIA GPU (it has an SM version) resolves the device to CUDA (`device == "mps"`)
+            self.out.used.append(f"gpu.sm = {self.env.facts['gpu.sm']} (device cuda)")
+            return "cuda"
+        return self.fact(f"server.{name}")
+
+    def named(self, name: str, depth: int) -> Any:
+        env = self.env
+        if name in env.params:
+            if name in env.flag_locals:
+                self.out.flag_dependent = True
+            return env.params[name]
+        if name in env.flag_locals and env.locals.get(name):
+            self.out.flag_dependent = True
+        value = platform(name, env.facts, self.out)
+        if value is not None:
+            return value
+        local = env.locals.get(name)
+        scope = _SCOPES.get(name)
+        in_scope = scope is None or bool(scope.search(env.where))
+        if name in CODE_FACTS and in_scope and not (local and _reads_a_flag(local, env)):
+            # `topk = topk_ids.shape[1]` is the MoE top-k; `topk = server_args.speculative_eagle_topk`
+            # is another flag's value and is followed as a local below
+            return self.fact(CODE_FACTS[name])
+        if (
+            not (local and _reads_a_flag(local, env))
+            and (size := topology(name, env.facts, self.out)) is not None
+        ):
+            return size
+        if name in _QUANT:
+            q = self.fact("model.quantization")
+            return q if q is UNKNOWN else any(s in str(q or "").lower() for s in _QUANT[name])
+        for table in (env.locals, env.consts):
+            text = table.get(name)
+            if text and depth < 5 and (sub := _parse(text)) is not None and not _container(sub):
+                return self.ev(sub, depth + 1)
+        self.out.runtime.append(name)
+        return UNKNOWN
+
+    def ev(self, node: ast.expr, depth: int) -> Any:  # noqa: C901, PLR0911, PLR0912 - one case per node type
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, ast.Name):
+            return self.named(node.id, depth)
+        if isinstance(node, ast.Attribute):
+            if node.attr in self.env.flag or node.attr in self.env.dests:
+                return self.dest(node.attr)
+            value = platform(node.attr, self.env.facts, self.out)
+            if value is not None:
+                return value
+            if node.attr in CODE_FACTS and _CONFIG_RECEIVERS.search(_dotted(node.value)):
+                return self.fact(CODE_FACTS[node.attr])
+            if node.attr in _CONFIG_FACTS and _CONFIG_RECEIVERS.search(_dotted(node.value)):
+                value = self.fact(_CONFIG_FACTS[node.attr])
+                return (value,) if node.attr == "architectures" and value is not UNKNOWN else value
+            if node.attr.endswith(("world_size", "tp_size")):
+                receiver = " ".join(ast.unparse(node.value).split())
+                if (size := topology(node.attr, self.env.facts, self.out, receiver=receiver)) is not None:
+                    return size
+            self.out.runtime.append("." + node.attr)  # why: ast.unparse here dominated the cost
+            return UNKNOWN
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+            key = node.slice.value
+            if isinstance(key, str) and (key in self.env.flag or key in self.env.dests):
+                return self.dest(key)
+            if isinstance(key, int) and not isinstance(key, bool):  # `get_device_capability()[0]`
+                seq = self.ev(node.value, depth)
+                return seq[key] if isinstance(seq, tuple) and -len(seq) <= key < len(seq) else UNKNOWN
+            return UNKNOWN
+        if isinstance(node, ast.Call):
+            return self.call(node, depth)
+        if isinstance(node, ast.BoolOp):
+            return self.boolop(node, depth)
+        if isinstance(node, ast.UnaryOp):
+            value = self.ev(node.operand, depth)
+            if isinstance(node.op, ast.Not):
+                t = truth(value)
+                return UNKNOWN if t is UNKNOWN else not t
+            if isinstance(node.op, ast.USub) and isinstance(value, int | float):
+                return -value
+            return UNKNOWN
+        if isinstance(node, ast.Compare):
+            return self.compare(node, depth)
+        if isinstance(node, ast.Tuple | ast.List | ast.Set):
+            items = [self.ev(e, depth) for e in node.elts]
+            return UNKNOWN if any(i is UNKNOWN for i in items) else tuple(items)
+        if isinstance(node, ast.BinOp) and type(node.op) in _ARITHMETIC:
+            left, right = self.ev(node.left, depth), self.ev(node.right, depth)
+            numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (left, right))
+            if not numbers or (isinstance(node.op, ast.Div | ast.FloorDiv | ast.Mod) and right == 0):
+                return UNKNOWN
+            return _ARITHMETIC[type(node.op)](left, right)  # `gpu_mem < 20 * 1024`
+        if isinstance(node, ast.IfExp):
+            t = truth(self.ev(node.test, depth))
+            if t is UNKNOWN:
+                return UNKNOWN
+            return self.ev(node.body if t else node.orelse, depth)
+        return UNKNOWN
+
+    def call(self, node: ast.Call, depth: int) -> Any:
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        if name in ("getattr", "get") and node.args:
+            key = node.args[1] if name == "getattr" and len(node.args) > 1 else node.args[0]
+            known = isinstance(key, ast.Constant) and isinstance(key.value, str)
+            if known and (key.value in self.env.flag or key.value in self.env.dests):
+                return self.dest(key.value)
+            if known and name == "getattr" and key.value in _CONFIG_FACTS:  # getattr(hf_config, "x", d)
+                return self.ev(ast.Attribute(node.args[0], key.value, ast.Load()), depth)
+        if name == "get_device_capability":
+            sm = self.fact("gpu.sm")
+            return UNKNOWN if sm is UNKNOWN else (sm // 10, sm % 10)
+        if name in ("get_device_sm", "get_sm_version"):
+            return self.fact("gpu.sm")
+        if name == "get_device_name":  # torch.cuda.get_device_name(): nvidia-smi's name
+            return self.fact("gpu.name")
+        if name in ("get_device_memory_capacity", "get_nvgpu_memory_capacity"):  # MiB, as nvidia-smi
+            return self.fact("gpu.memory_mib")
+        value = platform(name, self.env.facts, self.out)
+        if value is None:
+            value = topology(name, self.env.facts, self.out)
+        if value is not None:
+            return value
+        if name in _STR_METHODS and isinstance(func, ast.Attribute) and not node.args:
+            text = self.ev(func.value, depth)  # `self.model_path.lower()`
+            if isinstance(text, str):
+                return getattr(text, name)()
+        if name == "frozenset" and len(node.args) == 1:  # a constant set of names
+            try:
+                return frozenset(ast.literal_eval(node.args[0]))
+            except (ValueError, TypeError, SyntaxError):
+                return UNKNOWN
+        arity = 1 if len(node.args) == 1 and _SERVER_ARGS.search(_dotted(node.args[0])) else 0
+        queries = self.env.queries if len(node.args) == arity and not node.keywords and depth < 5 else None
+        if queries is not None and (query := queries(name, arity)) is not None:
+            return self.query(*query, depth)
+        self.out.runtime.append(name + "()")
+        return UNKNOWN
+
+    def query(self, text: str, consts: dict[str, str], where: str, depth: int) -> Any:
+        """A one-line query function's returned expression, evaluated where it is defined."""
+        env = self.env
+        inner = Env(env.facts, env.flag, env.dests, {}, {}, consts, frozenset(), where, env.queries)
+        node = _parse(text)
+        return UNKNOWN if node is None else _Eval(inner, self.out).ev(node, depth + 1)
+
+    def boolop(self, node: ast.BoolOp, depth: int) -> Any:
+        is_and = isinstance(node.op, ast.And)
+        unknown, last = False, None
+        for sub in node.values:
+            last = self.ev(sub, depth)
+            t = truth(last)
+            if t is UNKNOWN:
+                unknown = True
+            elif t != is_and:  # a False in `and`, a True in `or` decides
+                return last if not is_and else False
+        return UNKNOWN if unknown else last
+
+    def compare(self, node: ast.Compare, depth: int) -> Any:
+        left = self.ev(node.left, depth)
+        result: Any = True
+        for op, right_node in zip(node.ops, node.comparators, strict=True):
+            right = self.ev(right_node, depth)
+            r = _compare(left, op, right)
+            if r is False:
+                return False
+            if r is UNKNOWN:
+                result = UNKNOWN
+            left = right
+        return result
+
+
+def _compare(left: Any, op: ast.cmpop, right: Any) -> Any:
+    if isinstance(op, ast.Is | ast.IsNot):
+        if left is UNKNOWN or right is UNKNOWN:
+            return UNKNOWN
+        if isinstance(left, _NonDefault) or isinstance(right, _NonDefault):
+            nd, other = (left, right) if isinstance(left, _NonDefault) else (right, left)
+            if other is not None or nd.default is not None:
+                return UNKNOWN
+            same = False  # set to something other than its default None: not None
+        else:
+            same = left is right
+        return same if isinstance(op, ast.Is) else not same
+    if left is UNKNOWN or right is UNKNOWN:
+        return UNKNOWN
+    if isinstance(left, _NonDefault) or isinstance(right, _NonDefault):
+        nd, other = (left, right) if isinstance(left, _NonDefault) else (right, left)
+        if isinstance(op, ast.Eq | ast.NotEq) and other == nd.default:
+            return isinstance(op, ast.NotEq)
+        return UNKNOWN
+    try:
+        if isinstance(op, ast.In | ast.NotIn):
+            inside = left in right
+            return inside if isinstance(op, ast.In) else not inside
+        return {
+            ast.Eq: lambda: left == right,
+            ast.NotEq: lambda: left != right,
+            ast.Gt: lambda: left > right,
+            ast.GtE: lambda: left >= right,
+            ast.Lt: lambda: left < right,
+            ast.LtE: lambda: left <= right,
+        }[type(op)]()
+    except (TypeError, KeyError):
+        return UNKNOWN
+
+
+def _dotted(node: ast.expr) -> str:
+    """`a.b.c` of a Name/Attribute chain (calls and subscripts give the empty string)."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return ""
+
+
+_ATTRS = re.compile(r"\.(\w+)|\[['\"](\w+)['\"]\]")
+
+
+def _reads_a_flag(text: str, env: Env) -> bool:
+    """Whether an expression reads a server arg (`server_args.x`, `cfg["x"]`)."""
+    return any((a or b) in env.dests or (a or b) in env.flag for a, b in _ATTRS.findall(text))
+
+
+def _container(node: ast.expr) -> bool:
+    """`[]`, `{}`, `set()`, `list(...)`: a value the code fills later, not a constant."""
+    if isinstance(node, ast.List | ast.Dict | ast.Set | ast.ListComp | ast.DictComp | ast.SetComp):
+        return True
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in ("list", "dict", "set")
+    )

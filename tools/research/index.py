@@ -1,0 +1,408 @@
+"""The per-version flag index: every flag's readers, guards, call edges and exits, built once.
+
+Building walks every serving-path file of an SGLang tree once (`flag_index_walk.walk_file`, two
+worker processes) and pickles the result under `<cache>/flag-index/`, keyed by the version, an index
+format number and a digest of the files' names, sizes and mtimes; a changed tree rebuilds. Later
+calls load the pickle (and keep it in memory for the process).
+
+Serving path (issue 10, item 4): `srt/**` plus the package's top-level modules, without tests,
+benchmarks, examples, `multimodal_gen/` (another product), the `lang/` frontend and `bench_*.py`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import sqlite3
+import subprocess
+import sys
+import threading
+from concurrent.futures import ProcessPoolExecutor
+from functools import cached_property
+from pathlib import Path, PurePosixPath
+
+from tools.research.catalog import FlagInfo, flag_catalog
+from tools.research.index_types import Call, Func, ModuleFacts, Read
+from tools.research.index_walk import LOG, walk_file
+from tools.research.source import SourceTree, cache_root
+
+INDEX_FORMAT = 16
+_OFF_PATH_DIRS = frozenset(
+    {
+        "test",
+        "tests",
+        "benchmark",
+        "benchmarks",
+        "bench",
+        "examples",
+        "example",
+        "multimodal_gen",
+        "lang",
+        "eval",
+    }
+)
+_TOP_LEVEL_OFF = ("bench_", "check_env", "profiler", "compile_deep_gemm")
+_CONFIG_PATHS = ("srt/server_args.py", "srt/arg_groups/")
+
+
+def off_path_reason(rel: str) -> str | None:
+    """Why a file (relative to the `sglang/` package) is not on the serving path, or None if it is."""
+    parts = PurePosixPath(rel).parts
+    name = parts[-1]
+    if any(p in _OFF_PATH_DIRS for p in parts[:-1]):
+        hit = next(p for p in parts[:-1] if p in _OFF_PATH_DIRS)
+        return f"under {hit}/"
+    if name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py":
+        return "test code"
+    if len(parts) == 1 and name.startswith(_TOP_LEVEL_OFF):
+        return "a tool, not the server"
+    if len(parts) > 1 and parts[0] != "srt":
+        return f"outside srt/ ({parts[0]}/)"
+    return None
+
+
+def is_config_path(path: str) -> bool:
+    """Argument definition and resolution code (`server_args.py`, `arg_groups/`)."""
+    return any(p in path for p in _CONFIG_PATHS)
+
+
+class FlagIndex:
+    """The index of one tree in a SQLite file, read lazily. Paths are relative to the tree root.
+
+    Reads are stored per dest, functions per `path::qual` (looked up by last name for call edges);
+    the import graph, model classes and registry keys are one blob each (dispatch context).
+    """
+
+    def __init__(self, db: Path):
+        self.db = db
+        self._con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, check_same_thread=False)
+        meta = dict(self._con.execute("SELECT key, data FROM meta"))
+        self.version: str = pickle.loads(meta["version"])
+        self.prefix: str = pickle.loads(meta["prefix"])
+        self._meta = meta
+        self._funcs: dict[str, Func | None] = {}
+        self._names: dict[str, list[str]] = {}
+        self._imports_of: dict[str, set[str | None]] = {}
+
+    @cached_property
+    def catalog(self) -> list[FlagInfo]:
+        """The flag catalog the index was built with."""
+        return pickle.loads(self._meta["catalog"])
+
+    @cached_property
+    def modules(self) -> dict[str, ModuleFacts]:
+        """Every serving-path module's imports, constants and classes (functions and reads left out)."""
+        return pickle.loads(self._meta["modules"])
+
+    @cached_property
+    def mod_path(self) -> dict[str, str]:
+        """Dotted module name -> path."""
+        return {m.module: p for p, m in self.modules.items()}
+
+    @cached_property
+    def import_graph(self) -> list[tuple[str, str, tuple[str, ...], tuple[tuple[str, str], ...]]]:
+        """Every import between serving-path modules: (imported path, importer path, guards, keys)."""
+        return pickle.loads(self._meta["import_graph"])
+
+    @cached_property
+    def registries(self) -> list[tuple[str, str, str, list[str]]]:
+        """(decorator, key, path, imported modules) of every `@register_x("key")` function."""
+        return pickle.loads(self._meta["registries"])
+
+    @cached_property
+    def overrides(self) -> dict[str, list[tuple[str, str, int]]]:
+        """Dest -> (path, qual, line) of every guarded `return {"dest": value}` and, in argument
+        resolution code, every `self.dest = <constant>` (see `Exit`, `Func.sets`)."""
+        return pickle.loads(self._meta["overrides"])
+
+    def reads(self, dest: str) -> list[Read]:
+        """Every read of `dest` on the serving path, in path/line order."""
+        row = self._con.execute("SELECT data FROM reads WHERE dest = ?", (dest,)).fetchone()
+        return pickle.loads(row[0]) if row else []
+
+    def func(self, path: str, qual: str) -> Func | None:
+        """The function `qual` (e.g. `Class.method`) of `path`."""
+        key = f"{path}::{qual}"
+        if key not in self._funcs:
+            row = self._con.execute("SELECT data FROM funcs WHERE key = ?", (key,)).fetchone()
+            self._funcs[key] = pickle.loads(row[0]) if row else None
+        return self._funcs[key]
+
+    def funcs_in(self, path: str) -> list[Func]:
+        """Every function of one file."""
+        rows = self._con.execute(
+            "SELECT data FROM funcs WHERE key >= ? AND key < ?", (path + "::", path + ":;")
+        )
+        return [pickle.loads(r[0]) for r in rows]
+
+    def _by_name(self, name: str) -> list[str]:
+        """Functions named `name`, and the `__init__` of a class named `name` (a constructor call)."""
+        if name not in self._names:
+            query = "SELECT key FROM funcs WHERE name = ? UNION SELECT key FROM ctors WHERE name = ?"
+            rows = self._con.execute(query, (name, name)).fetchall()
+            self._names[name] = [r[0] for r in rows]
+        return self._names[name]
+
+    def _imported(self, caller: Func) -> set[str | None]:
+        """Paths of the modules `caller` (or its module) imports; memoized per module."""
+        key = caller.path
+        if key not in self._imports_of:
+            mod = self.modules.get(caller.path)
+            names = mod.imports if mod else []
+            self._imports_of[key] = {self.mod_path.get(i) for i in names} | {
+                self.mod_path.get(i.rsplit(".", 1)[0]) for i in names
+            }
+        own = {self.mod_path.get(i) for i in caller.imports} | {
+            self.mod_path.get(i.rsplit(".", 1)[0]) for i in caller.imports
+        }
+        return self._imports_of[key] | own
+
+    def call_sites(self, func: Func, *, limit: int = 24) -> list[tuple[Func, Call]] | None:
+        """Where `func` is called on the serving path: (caller, call) pairs; None when some code
+        uses it without calling it (a callback, a dispatch table), so its call sites are not all
+        known, or when more than `limit` functions call a function of that name."""
+        name = _class_of_init(func.qual) or func.qual.rsplit(".", 1)[-1]  # `Class(...)` calls its __init__
+        query = "SELECT caller, called FROM callers WHERE callee = ? LIMIT ?"
+        rows = self._con.execute(query, (name, limit + 1)).fetchall()
+        if len(rows) > limit:
+            return None
+        sites: list[tuple[Func, Call]] = []
+        for key, called in rows:
+            path, qual = key.split("::", 1)
+            caller = self.func(path, qual) if qual != "<module>" else None
+            targets = self.resolve_call(caller, name) if caller is not None else []
+            if not targets:
+                return None  # a call (or use) whose target is not resolved may be this function
+            if any(t.path == func.path and t.qual == func.qual for t in targets):
+                if not called:
+                    return None
+                sites += [(caller, c) for c in caller.calls if c.callee == name]
+        return sites
+
+    def query(self, name: str, arity: int = 0) -> tuple[str, dict[str, str], str] | None:
+        """A one-line query function named `name`, evaluated in place of a call with `arity`
+        arguments (0, or 1: the server args, as in `attn_dp_enabled_of(view)`): (its returned
+        expression, its module's constants, `path::qual`); None unless the name is defined once,
+        takes that many arguments and its body is a single `return <expr>`."""
+        keys = self._by_name(name)
+        if len(keys) != 1:
+            return None
+        func = self.func(*keys[0].split("::", 1))
+        if (
+            func is None
+            or not func.value
+            or len([p for p in func.params if p not in ("self", "cls")]) != arity
+        ):
+            return None
+        module = self.modules.get(func.path)
+        return func.value, module.consts if module else {}, keys[0]
+
+    def package_rel(self, path: str) -> str:
+        """`sglang/srt/x.py` -> `srt/x.py`."""
+        return path[len(self.prefix) :] if path.startswith(self.prefix) else path
+
+    def resolve_call(self, caller: Func, callee: str) -> list[Func]:
+        """Candidate targets of a call by name: same module first, then modules the caller imports,
+        then a name defined once in the whole tree; an ambiguous name resolves to nothing."""
+        keys = self._by_name(callee)
+        if not keys:
+            return []
+        same = [k for k in keys if k.startswith(caller.path + "::")]
+        if not same:
+            imported = self._imported(caller)
+            same = [k for k in keys if k.split("::", 1)[0] in imported] or (keys if len(keys) == 1 else [])
+        out = []
+        for k in same:
+            path, qual = k.split("::", 1)
+            f = self.func(path, qual)
+            if f is not None:
+                out.append(f)
+        return out
+
+
+def _files(tree: SourceTree) -> list[tuple[str, str, bool]]:
+    """Serving-path Python files: (path relative to the tree root, dotted module, is a package)."""
+    out = []
+    pkg = tree.package_dir
+    for dirpath, dirnames, filenames in os.walk(pkg):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
+        for name in sorted(filenames):
+            if not name.endswith(".py"):
+                continue
+            full = Path(dirpath) / name
+            rel_pkg = full.relative_to(pkg).as_posix()
+            if off_path_reason(rel_pkg):
+                continue
+            parts = [pkg.name, *rel_pkg[:-3].split("/")]
+            is_pkg = parts[-1] == "__init__"
+            module = ".".join(parts[:-1] if is_pkg else parts)
+            out.append((tree.rel(full), module, is_pkg))
+    return out
+
+
+def _digest(tree: SourceTree) -> str:
+    """The cache key: version, location, and the stats of the package, `srt/` and the flag
+    definitions. Why not every file: stat-ing ~5000 files costs ~1 s per call; an edited checkout is
+    re-indexed with `load_index(..., rebuild=True)` (`optagent research --rebuild-index`)."""
+    h = hashlib.sha256(f"{INDEX_FORMAT}\0{tree.version}\0{tree.root.resolve()}".encode())
+    pkg = tree.package_dir
+    marks = [pkg, pkg / "srt", pkg / "srt" / "server_args.py", pkg / "srt" / "arg_groups" / "fields"]
+    marks += sorted((pkg / "srt" / "arg_groups" / "fields").glob("*.py"))
+    for p in marks:
+        if p.exists():
+            st = p.stat()
+            h.update(f"{p.name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def _walk_chunk(args: tuple[str, list[tuple[str, str, bool]], frozenset[str]]) -> list[ModuleFacts]:
+    root, files, dests = args
+    return [
+        walk_file(rel, module, (Path(root) / rel).read_text(errors="replace"), dests, is_pkg)
+        for rel, module, is_pkg in files
+    ]
+
+
+def _write(db: Path, tree: SourceTree, catalog: list[FlagInfo], facts: list[ModuleFacts]) -> None:
+    """Store the walked facts in a new SQLite file at `db`."""
+    con = sqlite3.connect(db)
+    con.executescript(
+        "CREATE TABLE meta (key TEXT PRIMARY KEY, data BLOB);"
+        "CREATE TABLE reads (dest TEXT PRIMARY KEY, data BLOB);"
+        "CREATE TABLE funcs (key TEXT PRIMARY KEY, name TEXT, data BLOB);"
+        "CREATE TABLE callers (callee TEXT, caller TEXT, called INTEGER);"
+        "CREATE TABLE ctors (name TEXT, key TEXT);"
+    )
+    ctors = [(c, f"{f.path}::{f.qual}") for m in facts for f in m.funcs if (c := _class_of_init(f.qual))]
+    defined = {f.qual.rsplit(".", 1)[-1] for m in facts for f in m.funcs} | {c for c, _ in ctors}
+    reads: dict[str, list[Read]] = {}
+    registries: list[tuple[str, str, str, list[str]]] = []
+    overrides: dict[str, list[tuple[str, str, int]]] = {}
+    rows = []
+    callers: set[tuple[str, str, int]] = set()
+    for m in facts:
+        for read in m.reads:
+            reads.setdefault(read.dest, []).append(read)
+        callers |= {(name, f"{m.path}::<module>", 0) for name in m.refs if name in defined}
+        for f in m.funcs:
+            key = f"{f.path}::{f.qual}"
+            f.outside = [c for c in f.calls if c.callee not in defined and not LOG.search(c.callee)]
+            f.calls = [c for c in f.calls if c.callee in defined]  # only edges into this tree
+            f.refs = sorted({r for r in f.refs if r in defined})
+            callers |= {(c.callee, key, 1) for c in f.calls} | {(r, key, 0) for r in f.refs}
+            registries += [(deco, key, f.path, f.imports) for deco, key in f.keys]
+            f.sets = f.sets if is_config_path(f.path) else []
+            for e in [*f.exits, *f.sets]:
+                for dest in e.sets if e.kind in ("override", "assign") else []:
+                    overrides.setdefault(dest, []).append((f.path, f.qual, e.line))
+            rows.append((key, f.qual.rsplit(".", 1)[-1], _dump(f)))
+        m.funcs, m.reads, m.refs = [], [], []
+    con.executemany("INSERT OR IGNORE INTO funcs VALUES (?, ?, ?)", rows)
+    con.execute("CREATE INDEX funcs_name ON funcs (name)")
+    con.executemany("INSERT INTO callers VALUES (?, ?, ?)", sorted(callers))
+    con.execute("CREATE INDEX callers_callee ON callers (callee)")
+    con.executemany("INSERT INTO ctors VALUES (?, ?)", ctors)
+    con.execute("CREATE INDEX ctors_name ON ctors (name)")
+    con.executemany(
+        "INSERT INTO reads VALUES (?, ?)",
+        [(d, _dump(sorted(rs, key=lambda r: (r.path, r.line)))) for d, rs in reads.items()],
+    )
+    mod_path = {m.module: m.path for m in facts}
+    graph = []
+    for m in facts:
+        for name, guards, keys in m.edges:
+            target = mod_path.get(name) or mod_path.get(name.rsplit(".", 1)[0])
+            if target and target != m.path:
+                graph.append((target, m.path, guards, keys))
+        m.edges = []
+    meta = {
+        "import_graph": graph,
+        "version": tree.version,
+        "prefix": tree.rel(tree.package_dir) + "/",
+        "catalog": catalog,
+        "modules": {m.path: m for m in facts},
+        "registries": registries,
+        "overrides": overrides,
+    }
+    con.executemany("INSERT INTO meta VALUES (?, ?)", [(k, _dump(v)) for k, v in meta.items()])
+    con.commit()
+    con.close()
+
+
+def _class_of_init(qual: str) -> str | None:
+    """`Class` for `Class.__init__` (a module-level class's constructor), else None."""
+    cls, _, name = qual.partition(".")
+    return cls if name == "__init__" else None
+
+
+def _dump(value: object) -> bytes:
+    return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def build_index(tree: SourceTree, db: Path, *, workers: int = 2) -> FlagIndex:
+    """Walk every serving-path file of `tree` (in `workers` processes) into a new index at `db`."""
+    catalog = flag_catalog(tree)
+    dests = frozenset(f.dest for f in catalog)
+    files = _files(tree)
+    if workers > 1 and threading.active_count() > 1:
+        # forking a multi-threaded process (the agent researches from worker threads) can deadlock
+        # on a lock another thread holds, and spawn re-runs the caller's __main__: build in a fresh
+        # interpreter instead (`python -m tools.research.index ROOT VERSION DB`), which may fork freely
+        argv = [sys.executable, "-m", "tools.research.index", str(tree.root), tree.version, str(db)]
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        if done.returncode == 0 and db.is_file():
+            return FlagIndex(db)
+        workers = 1  # the subprocess failed (e.g. no `tools` on its path): walk in this process
+    if workers > 1:
+        chunks = [files[i::workers] for i in range(workers)]
+        with ProcessPoolExecutor(workers) as pool:
+            parts = list(pool.map(_walk_chunk, [(str(tree.root), c, dests) for c in chunks]))
+    else:
+        parts = [_walk_chunk((str(tree.root), files, dests))]
+    tmp = db.with_suffix(f".tmp{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    db.parent.mkdir(parents=True, exist_ok=True)
+    _write(tmp, tree, catalog, [m for part in parts for m in part])
+    os.replace(tmp, db)  # readers never see a half-written index
+    prefix = db.name.rsplit("-", 1)[0] + "-"
+    for old in db.parent.glob(prefix + "*"):  # earlier builds of this version, their status caches
+        if old != db and old.name.startswith(prefix) and not old.name.startswith(db.stem):
+            old.unlink(missing_ok=True)
+    return FlagIndex(db)
+
+
+_LOADED: dict[tuple[str, str], FlagIndex] = {}
+
+
+def index_path(tree: SourceTree, cache_dir: Path | None = None) -> Path:
+    """Where the index of `tree` lives on disk (the name carries the version and the digest)."""
+    digest = _digest(tree)
+    safe = "".join(c if c.isalnum() or c in ".-_" else "_" for c in tree.version or "unknown")
+    return cache_root(cache_dir) / "flag-index" / f"{safe}-{digest}.sqlite"
+
+
+def load_index(tree: SourceTree, *, cache_dir: Path | None = None, rebuild: bool = False) -> FlagIndex:
+    """The index of `tree`: from memory, else from disk, else built and saved."""
+    key = (str(tree.root.resolve()), tree.version)
+    if not rebuild and key in _LOADED:
+        return _LOADED[key]
+    path = index_path(tree, cache_dir)
+    index: FlagIndex | None = None
+    if path.is_file() and not rebuild:
+        try:
+            index = FlagIndex(path)
+        except (sqlite3.Error, KeyError, pickle.UnpicklingError):
+            index = None  # a damaged file is rebuilt
+    if index is None:
+        index = build_index(tree, path)
+    _LOADED[key] = index
+    return index
+
+
+if (
+    __name__ == "__main__"
+):  # `python -m tools.research.index ROOT VERSION DB`: build one index (see build_index)
+    from tools.research.source import local_source
+
+    build_index(local_source(Path(sys.argv[1]), version=sys.argv[2]), Path(sys.argv[3]))

@@ -1,0 +1,108 @@
+"""A reader whose value is only stored in a module global: what reads that global decides.
+
+A running reader that assigns the flag's value to a module global (`global X; X = cfg.x`), or
+passes it to a setter whose whole body only stores (`set_x(cfg.x is not None)` with `global X;
+X = enable`), has no effect by itself. The module's reads of that global (`path::X` in the index)
+are followed one step, each with a reader's usual conditions and gates (`tools.research.gates`):
+
+- one runs and uses the value (a local, a call, a branch with work after it): the store runs;
+- every one is off here: the store is off;
+- otherwise (none found, or they only steer stores again): its effect is unknown, "not followed".
+
+Attributes (`self.x = cfg.x`) are not treated as stores: the object's own methods read them back
+under names the index does not track, and calling them unknown turns true verdicts into unknown
+(`--triton-attention-num-kv-splits` through `self.max_kv_splits`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tools.research.gates import activation, caller_gate, idle_after
+from tools.research.guard_eval import Env
+from tools.research.index import FlagIndex, is_config_path
+from tools.research.index_types import Func, Read
+from tools.research.reach import ExitPath, locals_of
+
+
+@dataclass
+class Store:
+    """Where a reader's value is stored: `file:line (target)` and the global's index key."""
+
+    where: str
+    key: str
+    name: str
+
+
+def store_of(index: FlagIndex, read: Read, func: Func | None) -> Store | None:
+    """The module global a running reader's value only goes into, or None."""
+    if is_config_path(read.path):
+        return None  # resolution code: what it stores is server args, read by the flag's readers
+    if read.store and read.store.isidentifier():
+        return Store(f"{read.path}:{read.line} ({read.store})", f"{read.path}::{read.store}", read.store)
+    if read.passed_to and func is not None:
+        targets = index.resolve_call(func, read.passed_to)
+        if len(targets) != 1:
+            return None
+        t = targets[0]
+        names = [(name, line) for name, line in t.stores if name.isidentifier()]
+        if names:
+            name, line = names[0]
+            return Store(f"{t.path}:{line} ({name} in {t.qual})", f"{t.path}::{name}", name)
+    return None
+
+
+def follow_store(
+    index: FlagIndex, store: Store, facts: dict[str, Any], flag: dict[str, Any]
+) -> tuple[str, str, ExitPath | None]:
+    """The store's state (runtime / off / unknown), why, and the gate that keeps it off if any."""
+    reads = index.reads(store.key)
+    if not reads:
+        return "unknown", f"stores the value at {store.where} (not followed: its module never reads it)", None
+    dests = frozenset(f.dest for f in index.catalog)
+    offs: list[tuple[Read, str, ExitPath | None]] = []
+    for r in reads:
+        loc = f"{r.path}:{r.line}"
+        func = index.func(r.path, r.func)
+        if func is None:
+            continue  # module-level code runs at import, before any setter
+        module = index.modules.get(r.path)
+        consts = module.consts if module else {}
+        local = frozenset({r.local} if r.local else ())
+        env = Env(
+            facts, flag, dests, locals_of(func, module), {}, consts, local, f"{r.path}::{r.func}", index.query
+        )
+        if r.inert:
+            offs.append((r, r.effect or "nothing follows", None))
+        elif activation(r, env).truth is False:
+            offs.append((r, "its condition fails here", None))
+        elif gate := caller_gate(index, func, facts, flag) or (
+            idle_after(index, func, r.line, facts, flag) if r.effect == "controls a branch" else None
+        ):
+            offs.append((r, f"gated at {gate.location}: {gate.message}", gate))
+        elif r.effect == "controls a branch" and not _works_after(func, r.line):
+            continue  # steers only assignments: stored again, not followed further
+        else:
+            return (
+                "runtime",
+                f"stores the value at {store.where}; read back at {loc} ({r.effect or 'read'})",
+                None,
+            )
+    if offs and len(offs) == len(reads):
+        r, why, gate = offs[0]
+        return (
+            "off",
+            f"stores the value at {store.where}; every read of {store.name} is off here, e.g. {r.path}:{r.line}: {why}",
+            gate,
+        )
+    return (
+        "unknown",
+        f"stores the value at {store.where} (not followed: read back only to store it again)",
+        None,
+    )
+
+
+def _works_after(func: Func, line: int) -> bool:
+    """Whether `func` calls anything or returns a value after `line` (else it only assigns)."""
+    return func.gives or any(c.line > line for c in [*func.calls, *func.outside])
