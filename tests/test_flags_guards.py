@@ -199,12 +199,14 @@ def test_cli_flags_and_research(sglang_0523, tmp_path):
     assert out.exit_code == 2 and "no such file" in out.output
 
 
-def test_research_of_an_unknown_flag_exits_2_with_close_names(tmp_path):
+def test_research_of_an_unknown_flag_exits_2_with_close_names(tmp_path, monkeypatch):
     root = _tree(tmp_path).root
     (root / "sglang" / "_version.py").write_text('__version__ = "9.9.9"\n')
     runner = CliRunner()
+    monkeypatch.setenv("OPTAGENT_CACHE_DIR", str(tmp_path / "cache"))
     out = runner.invoke(app, ["research", "foo-mod", "--source", str(root)])
     assert out.exit_code == 2, out.output
+    assert not (tmp_path / "cache" / "flag-index").exists()  # the catalog answered: no index was built
     text = " ".join(out.output.split())
     assert "--foo-mod is not a launch_server flag of SGLang 9.9.9" in text
     assert "did you mean --foo-mode" in text and "verdict" not in text

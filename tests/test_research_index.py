@@ -219,3 +219,36 @@ def test_a_multi_threaded_caller_builds_in_a_fresh_interpreter(tree, tmp_path, m
     assert [r.line for r in index.reads("enable_baz")] == [
         r.line for r in load_index(tree).reads("enable_baz")
     ]
+
+
+def test_two_trees_of_one_version_keep_their_own_indexes(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    first = synthetic_tree(tmp_path / "a", monkeypatch, FILES, "9.9.9")
+    monkeypatch.setenv("OPTAGENT_CACHE_DIR", str(tmp_path / "cache"))
+    second = synthetic_tree(tmp_path / "b", monkeypatch, FILES, "9.9.9")
+    monkeypatch.setenv("OPTAGENT_CACHE_DIR", str(tmp_path / "cache"))
+    load_index(first)
+    load_index(second)
+    assert index_path(first) != index_path(second)
+    assert index_path(first).is_file() and index_path(second).is_file()  # neither evicted the other
+    # a rebuild of one tree (its source changed) replaces that tree's older index only
+    stale = index_path(first)
+    args = first.package_dir / "srt" / "server_args.py"
+    args.write_text(args.read_text() + "\n")
+    monkeypatch.setattr(flag_index, "_LOADED", {})
+    load_index(first)
+    assert index_path(first) != stale and index_path(first).is_file()
+    assert not stale.exists()
+    assert index_path(second).is_file()
+
+
+def test_a_file_over_the_size_limit_is_skipped_with_a_note(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    files = {**FILES, "srt/layers/table.py": "X = 1\n"}
+    big = synthetic_tree(tmp_path, monkeypatch, files, "9.9.9")
+    table = big.package_dir / "srt" / "layers" / "table.py"
+    table.write_text("def use(server_args):\n    return server_args.enable_foo\n" + "# pad\n" * 1_000_000)
+    assert table.stat().st_size > flag_index.MAX_FILE_BYTES
+    index = load_index(big)
+    assert index.skipped == ["sglang/srt/layers/table.py (6 MB)"]
+    assert not any(r.path.endswith("table.py") for r in index.reads("enable_foo"))
+    verdict = analyze_flag(index, "--enable-foo", _facts(90))
+    assert any("not read, over 4 MB: sglang/srt/layers/table.py" in n for n in verdict.notes)

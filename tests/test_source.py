@@ -24,8 +24,8 @@ def _same_files(a: Path, b: Path) -> bool:
     return all(_same_files(a / d, b / d) for d in diff.common_dirs)
 
 
-def test_index_trees_hold_the_requested_version(sglang_0523, sglang_059):
-    for tree, version in ((sglang_0523, "0.5.23"), (sglang_059, "0.5.9")):
+def test_index_trees_hold_the_requested_version(sglang_0523, sglang_059, sglang_049):
+    for tree, version in ((sglang_0523, "0.5.23"), (sglang_059, "0.5.9"), (sglang_049, "0.4.9")):
         assert tree.version == version
         assert "index:sglang-" + version in tree.origin
         assert (tree.package_dir / "srt" / "server_args.py").is_file()

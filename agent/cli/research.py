@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from agent.cli.common import ConfigOption, console, fail, get_config, normalize_flag
+from agent.cli.common import ConfigOption, console, err_console, fail, get_config, normalize_flag
 
 
 def _tree(config: Path | None, source: Path | None, version: str | None) -> tuple[Any, Any]:
@@ -126,6 +126,18 @@ def _unknown_flag(name: str, version: str, known: list[str], *, json_out: bool) 
     fail(message, code=2)
 
 
+def _index(tree: Any, *, rebuild: bool) -> Any:
+    """The tree's flag index; building one takes a minute or two, which the user sees on stderr."""
+    from tools.research.index import index_path, load_index
+
+    if not rebuild and index_path(tree).is_file():
+        return load_index(tree)
+    with err_console.status(
+        f"indexing the source of SGLang {tree.version} (once per tree; a minute or two on 2 cores)..."
+    ):
+        return load_index(tree, rebuild=rebuild)
+
+
 CONTEXT = {"ignore_unknown_options": True}
 """`optagent research --enable-x` works without `--`: an unknown option is the flag to research."""
 
@@ -167,8 +179,7 @@ def research(
     """The verdict of a flag on this deployment, from the code of the running SGLang version."""
     from agent.cli.research_view import facts_of, print_verdict
     from tools.research.analysis import analyze_flag
-    from tools.research.flags import find_flag
-    from tools.research.index import load_index
+    from tools.research.flags import find_flag, flag_catalog
 
     name = normalize_flag(flag)
     tree, cfg = _tree(config, source, version)
@@ -185,9 +196,10 @@ def research(
         facts["gpu.name"] = gpu_name
     if tp is not None:
         facts["server.tp_size"] = tp
-    index = load_index(tree, rebuild=rebuild_index)
-    if find_flag(index.catalog, name) is None:
-        _unknown_flag(name, tree.version, [f.name for f in index.catalog], json_out=json_out)
+    catalog = flag_catalog(tree)  # a fraction of a second: a name that is no flag needs no index
+    if find_flag(catalog, name) is None:
+        _unknown_flag(name, tree.version, [f.name for f in catalog], json_out=json_out)
+    index = _index(tree, rebuild=rebuild_index)
     verdict = analyze_flag(index, name, facts, value=value)
     verdict.notes += notes
     if json_out:

@@ -43,7 +43,7 @@ from tools.research.gates import (
     set_anyway,
 )
 from tools.research.guard_eval import Env, evaluate, non_default
-from tools.research.index import FlagIndex, is_config_path
+from tools.research.index import MAX_FILE_BYTES, FlagIndex, is_config_path
 from tools.research.index_types import Func, Read
 from tools.research.reach import ExitPath, exits_of, locals_of, reach_exits
 from tools.research.stores import follow_store, store_of
@@ -211,6 +211,8 @@ def analyze_flag(
         verdict.notes.append(f"deprecated: researched through its replacement {verdict.researched_as}")
     elif info.deprecated:
         verdict.notes.append("deprecated; no replacement named")
+    if index.skipped:
+        verdict.notes.append(f"not read, over {MAX_FILE_BYTES >> 20} MB: {', '.join(index.skipped)}")
     # the alias keeps its own trial value: `if cfg.old_flag and cfg.new_flag is None` is about the trial
     flag_values = {info.dest: verdict.value, target.dest: trial}
     # the deployment without the flag: its dests at their declared defaults (unknown when None)

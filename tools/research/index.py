@@ -25,9 +25,11 @@ from pathlib import Path, PurePosixPath
 from tools.research.catalog import FlagInfo, flag_catalog
 from tools.research.index_types import Call, Func, ModuleFacts, Read
 from tools.research.index_walk import LOG, walk_file
-from tools.research.source import SourceTree, cache_root
+from tools.research.source import SourceTree, cache_lock, cache_root
 
-INDEX_FORMAT = 16
+INDEX_FORMAT = 17
+MAX_FILE_BYTES = 4 * 2**20
+"""A Python file larger than this is not indexed (the index notes it: `FlagIndex.skipped`)."""
 _OFF_PATH_DIRS = frozenset(
     {
         "test",
@@ -89,6 +91,11 @@ class FlagIndex:
     def catalog(self) -> list[FlagInfo]:
         """The flag catalog the index was built with."""
         return pickle.loads(self._meta["catalog"])
+
+    @cached_property
+    def skipped(self) -> list[str]:
+        """Files left out of the index for their size (`path (N MB)`)."""
+        return pickle.loads(self._meta["skipped"]) if "skipped" in self._meta else []
 
     @cached_property
     def modules(self) -> dict[str, ModuleFacts]:
@@ -232,13 +239,24 @@ def _files(tree: SourceTree) -> list[tuple[str, str, bool]]:
                 continue
             full = Path(dirpath) / name
             rel_pkg = full.relative_to(pkg).as_posix()
-            if off_path_reason(rel_pkg):
+            if off_path_reason(rel_pkg) or full.stat().st_size > MAX_FILE_BYTES:
                 continue
             parts = [pkg.name, *rel_pkg[:-3].split("/")]
             is_pkg = parts[-1] == "__init__"
             module = ".".join(parts[:-1] if is_pkg else parts)
             out.append((tree.rel(full), module, is_pkg))
     return out
+
+
+def too_big(tree: SourceTree) -> list[str]:
+    """Serving-path files left out of the index because they are over `MAX_FILE_BYTES` (generated
+    tables, vendored blobs: no flag handling reads like that, and one would cost minutes and GBs)."""
+    big = [p for p in tree.package_dir.rglob("*.py") if p.stat().st_size > MAX_FILE_BYTES]
+    return [
+        f"{tree.rel(p)} ({p.stat().st_size / 2**20:.0f} MB)"
+        for p in sorted(big)
+        if not off_path_reason(p.relative_to(tree.package_dir).as_posix())
+    ]
 
 
 def _digest(tree: SourceTree) -> str:
@@ -324,6 +342,7 @@ def _write(db: Path, tree: SourceTree, catalog: list[FlagInfo], facts: list[Modu
         "modules": {m.path: m for m in facts},
         "registries": registries,
         "overrides": overrides,
+        "skipped": too_big(tree),
     }
     con.executemany("INSERT INTO meta VALUES (?, ?)", [(k, _dump(v)) for k, v in meta.items()])
     con.commit()
@@ -366,7 +385,7 @@ def build_index(tree: SourceTree, db: Path, *, workers: int = 2) -> FlagIndex:
     _write(tmp, tree, catalog, [m for part in parts for m in part])
     os.replace(tmp, db)  # readers never see a half-written index
     prefix = db.name.rsplit("-", 1)[0] + "-"
-    for old in db.parent.glob(prefix + "*"):  # earlier builds of this version, their status caches
+    for old in db.parent.glob(prefix + "*"):  # earlier builds of this tree, their status caches
         if old != db and old.name.startswith(prefix) and not old.name.startswith(db.stem):
             old.unlink(missing_ok=True)
     return FlagIndex(db)
@@ -376,10 +395,13 @@ _LOADED: dict[tuple[str, str], FlagIndex] = {}
 
 
 def index_path(tree: SourceTree, cache_dir: Path | None = None) -> Path:
-    """Where the index of `tree` lives on disk (the name carries the version and the digest)."""
+    """Where the index of `tree` lives on disk: `<version>-<tree>-<digest>.sqlite`. The tree part
+    keeps two trees (or installs) of one version apart, so a rebuild replaces only its own tree's
+    older indexes (see `build_index`)."""
     digest = _digest(tree)
     safe = "".join(c if c.isalnum() or c in ".-_" else "_" for c in tree.version or "unknown")
-    return cache_root(cache_dir) / "flag-index" / f"{safe}-{digest}.sqlite"
+    where = hashlib.sha256(str(tree.root.resolve()).encode()).hexdigest()[:8]
+    return cache_root(cache_dir) / "flag-index" / f"{safe.replace('-', '_')}-{where}-{digest}.sqlite"
 
 
 def load_index(tree: SourceTree, *, cache_dir: Path | None = None, rebuild: bool = False) -> FlagIndex:
@@ -388,21 +410,21 @@ def load_index(tree: SourceTree, *, cache_dir: Path | None = None, rebuild: bool
     if not rebuild and key in _LOADED:
         return _LOADED[key]
     path = index_path(tree, cache_dir)
-    index: FlagIndex | None = None
-    if path.is_file() and not rebuild:
-        try:
-            index = FlagIndex(path)
-        except (sqlite3.Error, KeyError, pickle.UnpicklingError):
-            index = None  # a damaged file is rebuilt
-    if index is None:
-        index = build_index(tree, path)
+    with cache_lock(path):  # another process building this tree's index: wait for it, then read it
+        index: FlagIndex | None = None
+        if path.is_file() and not rebuild:
+            try:
+                index = FlagIndex(path)
+            except (sqlite3.Error, KeyError, pickle.UnpicklingError):
+                index = None  # a damaged file is rebuilt
+        if index is None:
+            index = build_index(tree, path)
     _LOADED[key] = index
     return index
 
 
-if (
-    __name__ == "__main__"
-):  # `python -m tools.research.index ROOT VERSION DB`: build one index (see build_index)
+# `python -m tools.research.index ROOT VERSION DB`: build one index (see build_index)
+if __name__ == "__main__":
     from tools.research.source import local_source
 
     build_index(local_source(Path(sys.argv[1]), version=sys.argv[2]), Path(sys.argv[3]))

@@ -8,6 +8,8 @@ the package index pip is configured for. `SourceTree.version` and `.origin` say 
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
@@ -72,6 +74,20 @@ def _check_version(version: str) -> str:
     return version
 
 
+@contextlib.contextmanager
+def cache_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `<path>.lock` while a cache entry is checked and filled, so that two
+    processes (two optagent commands, parallel test workers) never fetch or build the same entry at
+    once; the second waits and then finds it done."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def get_source(
     version: str | None,
     *,
@@ -88,13 +104,18 @@ def get_source(
         raise SourceError("no SGLang version given and no source directory")
     version = _check_version(version)
     dest = cache_root(cache_dir) / "sglang-src" / version
-    cached = _cached(dest)
-    if cached is not None:
-        return cached
-    try:
-        origin = _fetch_git(
-            version, dest, repo_url=repo_url, cache=cache_root(cache_dir), timeout=git_timeout
+    with cache_lock(dest):
+        return _cached(dest) or _fetch(
+            version, dest, repo_url, cache_root(cache_dir), git_timeout, pip_timeout
         )
+
+
+def _fetch(
+    version: str, dest: Path, repo_url: str, cache: Path, git_timeout: float, pip_timeout: float
+) -> SourceTree:
+    """Fetch `version` into `dest`: git first, else the package index."""
+    try:
+        origin = _fetch_git(version, dest, repo_url=repo_url, cache=cache, timeout=git_timeout)
     except SourceError as git_error:
         try:
             origin = _fetch_index(version, dest, timeout=pip_timeout)
@@ -127,12 +148,14 @@ def local_source(path: Path, *, version: str | None = None) -> SourceTree:
 
 
 def tree_version(package_dir: Path) -> str | None:
-    """The version a tree declares: `_version.py`, a `.dist-info` beside it, or `pyproject.toml`."""
-    version_file = package_dir / "_version.py"
-    if version_file.is_file():
-        m = re.search(r"__version__\s*=.*?['\"]([^'\"]+)['\"]", version_file.read_text())
-        if m:
-            return m.group(1)
+    """The version a tree declares: `_version.py` (0.5.x), `version.py` (0.4.x and older), a
+    `.dist-info` beside it, or `pyproject.toml`."""
+    for name in ("_version.py", "version.py"):
+        version_file = package_dir / name
+        if version_file.is_file():
+            m = re.search(r"__version__\s*=.*?['\"]([^'\"]+)['\"]", version_file.read_text())
+            if m:
+                return m.group(1)
     for info in sorted(package_dir.parent.glob("sglang-*.dist-info")):
         return info.name.removeprefix("sglang-").removesuffix(".dist-info")
     pyproject = package_dir.parent / "pyproject.toml"
