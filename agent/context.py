@@ -32,7 +32,7 @@ class DeploymentContext:
 
     @property
     def facts(self) -> dict[str, Any]:
-        """The flat fact mapping conditions are evaluated against (see agent/playbook.toml)."""
+        """The flat fact mapping conditions are evaluated against (see agent/policy/playbook.toml)."""
         facts: dict[str, Any] = {"bench.max_concurrency": self.max_concurrency}
         if self.kv_tokens_needed:
             facts["bench.kv_tokens_needed"] = self.kv_tokens_needed

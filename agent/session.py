@@ -35,7 +35,7 @@ class RunOptions:
     dry_run: bool = False
     allow_lossy: bool = False
     playbook: Path | None = None
-    """Another playbook file (default: agent/playbook.toml)."""
+    """Another playbook file (default: agent/policy/playbook.toml)."""
 
 
 @dataclass

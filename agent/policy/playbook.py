@@ -1,4 +1,4 @@
-"""The playbook: known SGLang levers (`agent/playbook.toml`) checked against this deployment's facts."""
+"""The playbook: known SGLang levers (`agent/policy/playbook.toml`) checked against this deployment's facts."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Flag-aware research over an SGLang tree: the catalog, a flag's definition, readers, guards, verdict.
 
-The catalog lives in `flag_catalog.py`; the code verdict (`analyze_flag`) in `flag_analysis.py` over
-the per-version index of `flag_index.py`; the older single-flag reader scan (`research_flag`) in
-`flag_readers.py`. This module is the one import the agent and the CLI use.
+The catalog lives in `catalog.py`; the code verdict (`analyze_flag`) in `analysis.py` over
+the per-version index of `index.py`; the older single-flag reader scan (`research_flag`) in
+`readers.py`. This module is the one import the agent and the CLI use.
 """
 
 from tools.research.analysis import CodeVerdict, analyze_flag

@@ -1,9 +1,10 @@
 """The per-version flag index: every flag's readers, guards, call edges and exits, built once.
 
-Building walks every serving-path file of an SGLang tree once (`flag_index_walk.walk_file`, two
-worker processes) and pickles the result under `<cache>/flag-index/`, keyed by the version, an index
-format number and a digest of the files' names, sizes and mtimes; a changed tree rebuilds. Later
-calls load the pickle (and keep it in memory for the process).
+Building walks every serving-path file of an SGLang tree once (`index_walk.walk_file`, two
+worker processes) and stores the result in an SQLite file of pickled records under
+`<cache>/flag-index/`, one per tree, keyed by the version, an index format number and a digest of
+the files' names, sizes and mtimes; a changed tree rebuilds. Later calls open that file (and keep
+it in memory for the process).
 
 Serving path (issue 10, item 4): `srt/**` plus the package's top-level modules, without tests,
 benchmarks, examples, `multimodal_gen/` (another product), the `lang/` frontend and `bench_*.py`.
