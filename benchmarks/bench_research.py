@@ -1,7 +1,13 @@
 """Research speed on the full SGLang trees: index build (cold), then one flag's verdict with a warm index.
 
 Usage: python benchmarks/bench_research.py [--source DIR ...] [--rebuild]
+       python benchmarks/bench_research.py --labels
 Without --source it uses the cached 0.5.23 and 0.5.9 trees (fetching them once from the index).
+
+`--labels` scores research against the hand-read truths instead: tests/data/research_labels.toml
+(the cases the tests check) and tests/data/research_labels_holdout.toml (held out: read the same
+way, never a test, so they measure without becoming targets). It prints the share right per kind of
+case and a calibration table (share right per certainty band) for each set.
 
 Three numbers per tree and flag, with the story's facts (SM120, 4 GPUs, TP 4, Qwen3.5-122B-A10B):
 - `fresh process`: `python -c` that opens the on-disk index and researches the flag (what one
@@ -72,11 +78,57 @@ def fresh(tree_root: Path, flag: str) -> tuple[float, str]:
     return float(seconds), verdict
 
 
+BANDS = ((0.9, 1.01), (0.7, 0.9), (0.5, 0.7), (0.0, 0.5))
+
+
+def score_labels(name: str) -> list[tuple[dict, str, float, bool]]:
+    """(case, verdict, certainty, right) for every case of one label file."""
+    from tests.research_profiles import load_cases, profile_facts
+
+    out = []
+    for case in load_cases(name):
+        index = load_index(get_source(case["version"]))
+        v = analyze_flag(index, case["flag"], profile_facts(case["profile"]), value=case.get("value"))
+        out.append((case, v.verdict, v.certainty, v.verdict == case["verdict"]))
+    return out
+
+
+def print_scores(title: str, scored: list[tuple[dict, str, float, bool]]) -> None:
+    """Share right per kind, per version, and per certainty band."""
+    right = sum(r for *_, r in scored)
+    print(f"\n{title}: {right}/{len(scored)} right ({100 * right / max(1, len(scored)):.0f}%)")
+    for key in ("kind", "version"):
+        groups: dict[str, list[bool]] = {}
+        for case, _, _, r in scored:
+            groups.setdefault(case.get(key) or f"taught: {case['verdict']}", []).append(r)
+        print(f"  {'by ' + key:28} right / cases")
+        for k, rs in sorted(groups.items()):
+            print(f"  {k:28} {sum(rs):5} / {len(rs)}")
+    print(f"  {'certainty':28} right / cases")
+    for low, high in BANDS:
+        rs = [r for _, _, c, r in scored if low <= c < high]
+        share = f"({100 * sum(rs) / len(rs):.0f}%)" if rs else ""
+        print(f"  {f'{low:.1f} to {min(high, 1.0):.1f}':28} {sum(rs):5} / {len(rs)} {share}")
+    wrong = [(c, v, k) for c, v, k, r in scored if not r]
+    if wrong and title.startswith("taught"):
+        print("  wrong:")
+        for c, v, k in wrong:
+            print(
+                f"    {c['version']} {c['profile']} {c['flag']} {c.get('value', '')}: {v} ({k:.2f}), truth {c['verdict']}"
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--source", type=Path, action="append", help="SGLang tree(s) instead of the cache.")
     parser.add_argument("--rebuild", action="store_true", help="Time a cold index build first.")
+    parser.add_argument("--labels", action="store_true", help="Score against the hand-read labels.")
     args = parser.parse_args()
+    if args.labels:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        print_scores("taught (research_labels.toml)", score_labels("research_labels.toml"))
+        print_scores("held out (research_labels_holdout.toml)", score_labels("research_labels_holdout.toml"))
+        return
     trees = (
         [local_source(p) for p in args.source]
         if args.source

@@ -1,79 +1,34 @@
-"""Research verdicts on the real SGLang 0.5.23, 0.5.9 and 0.4.9 wheels against hand-labelled truths.
+"""Research verdicts on the real SGLang 0.5.23, 0.5.15.post1, 0.5.9 and 0.4.9 wheels against hand-labelled
+truths.
 
 The truths, with the `path:line` each was read from, are in tests/data/research_labels.toml. The
-deployments are built from real model configs (tests/data/model-configs) and GPU facts; no playbook
+deployments (tests/data/research_profiles.toml) are built from real model configs
+(tests/data/model-configs) and GPU facts; no playbook
 is involved: every verdict here comes from the code index (`tools.research.analysis`).
 """
 
 from __future__ import annotations
 
-import tomllib
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agent.context import DeploymentContext
+from tests.research_profiles import PROFILES, load_cases, profile_facts
 from tools.research.analysis import analyze_flag
 from tools.research.index import load_index, off_path_reason
-from tools.research.modelcfg import load_model_config, model_facts
 
-DATA = Path(__file__).parent / "data"
-CASES = tomllib.loads((DATA / "research_labels.toml").read_text())["case"]
-PROFILES = {
-    "story": ("Qwen--Qwen3.5-122B-A10B_config.json", 120, 4, {"tp_size": 4, "attention_backend": "triton"}),
-    "h100-qwen3moe": ("Qwen--Qwen3-30B-A3B_config.json", 90, 8, {"tp_size": 8, "attention_backend": "fa3"}),
-    "h100-llama": (
-        "meta-llama--Meta-Llama-3.1-8B_config.json",
-        90,
-        1,
-        {"tp_size": 1, "attention_backend": "fa3"},
-    ),
-    "h100-llama-tp4": (
-        "meta-llama--Meta-Llama-3.1-8B_config.json",
-        90,
-        4,
-        {"tp_size": 4, "attention_backend": "fa3"},
-    ),
-    "a100-mixtral": (
-        "mistralai--Mixtral-8x7B-v0.1_config.json",
-        80,
-        2,
-        {"tp_size": 2, "attention_backend": "flashinfer"},
-    ),
-    "h100x2-qwen3moe-forced": (
-        "Qwen--Qwen3-30B-A3B_config.json",
-        90,
-        2,
-        {
-            "tp_size": 2,
-            "attention_backend": "triton",
-            "enforce_disable_flashinfer_allreduce_fusion": True,
-            "flashinfer_allreduce_fusion_backend": None,
-            "ep_join_mode": None,
-        },
-    ),
-}
-
-
-def profile_facts(name: str) -> dict[str, Any]:
-    """The flat facts of a labelled deployment, as the agent builds them."""
-    config, sm, count, server = PROFILES[name]
-    model = model_facts(load_model_config(DATA / "model-configs" / config))
-    # a live server reports the model it serves (not `--model-path dummy`): the hub id of the config
-    server = {"model_path": config.removesuffix("_config.json").replace("--", "/"), **server}
-    hardware = {"gpus": [{"name": f"sm{sm} GPU", "sm": sm}] * count}
-    return DeploymentContext(server_info=server, model=model, hardware=hardware).facts
+CASES = load_cases()
 
 
 @pytest.fixture(scope="module")
-def trees(sglang_0523, sglang_059, sglang_049):  # type: ignore[no-untyped-def]
-    return {"0.5.23": sglang_0523, "0.5.9": sglang_059, "0.4.9": sglang_049}
+def trees(sglang_0523, sglang_0515, sglang_059, sglang_049):  # type: ignore[no-untyped-def]
+    return {"0.5.23": sglang_0523, "0.5.15.post1": sglang_0515, "0.5.9": sglang_059, "0.4.9": sglang_049}
 
 
 def test_the_labelled_set_is_big_enough_and_covers_every_point() -> None:
-    assert len({(c["version"], c["flag"], c["profile"]) for c in CASES}) >= 15
-    covered = {item for c in CASES for item in c["covers"]}
+    assert len({(c["version"], c["flag"], c["profile"], c.get("value")) for c in CASES}) >= 60
+    assert len({c["profile"] for c in CASES}) >= 6
+    covered = {item for c in CASES for item in c.get("covers", [])}
     for item in (
         "reachability",
         "guards",
@@ -85,7 +40,8 @@ def test_the_labelled_set_is_big_enough_and_covers_every_point() -> None:
         "vocabulary",
     ):
         assert item in covered, item
-    assert {c["version"] for c in CASES} == {"0.5.23", "0.5.9", "0.4.9"}
+    assert {c["version"] for c in CASES} == {"0.5.23", "0.5.15.post1", "0.5.9", "0.4.9"}
+    assert {c["profile"] for c in CASES} <= set(PROFILES)
 
 
 def _case(c: dict[str, Any]) -> Any:

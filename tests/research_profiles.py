@@ -1,0 +1,36 @@
+"""The labelled deployments (tests/data/research_profiles.toml) as the facts the agent would build
+for them, and the labelled cases; shared by tests/test_research_labels.py and
+benchmarks/bench_research.py."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from agent.context import DeploymentContext
+from tools.research.modelcfg import load_model_config, model_facts
+
+DATA = Path(__file__).parent / "data"
+PROFILES: dict[str, dict[str, Any]] = tomllib.loads((DATA / "research_profiles.toml").read_text())
+NONE = "<none>"
+"""TOML has no null: a server argument the profile sets to None."""
+
+
+def load_cases(name: str = "research_labels.toml") -> list[dict[str, Any]]:
+    """The labelled cases of one file."""
+    return tomllib.loads((DATA / name).read_text())["case"]
+
+
+def profile_facts(name: str) -> dict[str, Any]:
+    """The flat facts of a labelled deployment, as the agent builds them."""
+    p = PROFILES[name]
+    model = model_facts(load_model_config(DATA / "model-configs" / p["config"]))
+    server = {k: None if v == NONE else v for k, v in p["server"].items()}
+    # a live server reports the model it serves (not `--model-path dummy`): the hub id of the config
+    server = {"model_path": p["config"].removesuffix("_config.json").replace("--", "/"), **server}
+    gpu: dict[str, Any] = {"name": p.get("gpu_name", f"sm{p['sm']} GPU"), "sm": p["sm"]}
+    if "memory_mib" in p:
+        gpu["memory_mib"] = p["memory_mib"]
+    hardware = {"gpus": [gpu] * p["count"]}
+    return DeploymentContext(server_info=server, model=model, hardware=hardware).facts
