@@ -115,3 +115,34 @@ def test_the_builtin_planner_takes_a_second_look_once_and_reports_both_trials():
         "- trial 2 --b",
         "- trial 3 --a",
     ]
+
+
+def test_a_doubtful_rejection_is_tried_after_the_sure_candidates_and_a_sure_one_never():
+    from agent.policy.builtin import trial_queue
+    from agent.policy.verdict import FlagVerdict
+
+    def code(verdict: str, certainty: float) -> dict:
+        return {"verdict": verdict, "decided_by": "code", "certainty": certainty, "summary": "s"}
+
+    doubtful = code("refuses-to-start", 0.55)  # rests on a guard research could not evaluate
+    verdicts = {
+        "--sure-refusal": code("refuses-to-start", 0.9),
+        "--doubtful-refusal": doubtful,
+        "--doubtful-noop": code("no-op", 0.55),
+        "--applies": code("applies", 0.9),
+        "--runtime-applies": code("applies", 0.55),
+    }
+    cands = [{**cand(f), "lossy": False, "helps": "h"} for f in verdicts]
+    queue = [c["flag"] for c, _ in trial_queue(cands, verdicts, {})]
+    assert queue == ["--applies", "--runtime-applies", "--doubtful-refusal", "--doubtful-noop"]
+    assert (
+        FlagVerdict(flag="--x", summary="s", **{k: v for k, v in doubtful.items() if k != "summary"}).rejected
+        is False
+    )
+    assert FlagVerdict(
+        flag="--x", verdict="refuses-to-start", decided_by="code", certainty=0.9, summary="s"
+    ).rejected
+    # a playbook's own rule is not a code guess: its refusal stands
+    assert FlagVerdict(
+        flag="--x", verdict="refuses-to-start", decided_by="playbook", certainty=0.5, summary="s"
+    ).rejected

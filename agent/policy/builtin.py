@@ -14,6 +14,7 @@ from typing import Any
 from agent.policy.builtin_conclusion import conclusion
 from agent.policy.builtin_research import decide_verdict
 from agent.policy.order import next_trials
+from agent.policy.verdict import doubtful_rejection, final_rejection
 
 _FLAG = re.compile(r"--[A-Za-z0-9][\w-]*(?:\.[\w-]+)*")
 _ORDER = {"high": 0, "medium": 1, "low": 2}
@@ -99,13 +100,7 @@ def _todo(
             items.append(
                 {"id": flag, "content": f"research {label}", "status": "in_progress", "priority": prio}
             )
-        elif v["verdict"] in (
-            "no-op",
-            "dead",
-            "incompatible",
-            "refuses-to-start",
-            "incompatible-with-version",
-        ):
+        elif final_rejection(v):
             items.append(
                 {
                     "id": flag,
@@ -244,7 +239,7 @@ def trial_queue(
 
 
 def _worth(v: dict[str, Any] | None) -> bool:
-    return v is not None and v["verdict"] in ("applies", "unknown")
+    return v is not None and (v["verdict"] in ("applies", "unknown") or doubtful_rejection(v))
 
 
 def _lossy_blocked(cand: dict[str, Any], v: dict[str, Any] | None) -> bool:

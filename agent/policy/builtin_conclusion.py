@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from agent.policy.verdict import final_rejection
+
 
 def _levels(t: dict[str, Any]) -> str:
     base, now = t.get("baseline_output_tok_s") or {}, t.get("output_tok_s") or {}
@@ -55,13 +57,7 @@ def conclusion(
         v = verdicts.get(c["flag"])
         if c["flag"] in trials or c["flag"] in (untried or {}):
             continue  # the code overruled a playbook rule: listed under Trials or Not tried
-        if v and v["verdict"] in (
-            "no-op",
-            "dead",
-            "incompatible",
-            "refuses-to-start",
-            "incompatible-with-version",
-        ):
+        if final_rejection(v):
             ev = v["evidence"][0]["location"] if v.get("evidence") else "no evidence"
             lines.append(f"- {c['flag']}: {v['verdict']} — {v['summary']} ({ev})")
             ruled += 1

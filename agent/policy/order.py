@@ -19,6 +19,8 @@ import math
 from statistics import NormalDist
 from typing import Any
 
+from agent.policy.verdict import REJECTED
+
 GAIN_BY_PRIORITY = {"high": 0.06, "medium": 0.04, "low": 0.02}
 CERTAINTY_BY_VERDICT = {"applies": 0.8, "unknown": 0.4}
 CERTAINTY_WORDS = {"high": 0.9, "medium": 0.6, "low": 0.3}
@@ -38,7 +40,9 @@ def certainty(verdict: Any) -> float:
     """0..1: how sure research is that the flag changes something here."""
     given = _get(verdict, "certainty")
     if isinstance(given, int | float) and not isinstance(given, bool):
-        return max(0.0, min(1.0, float(given)))
+        sure = max(0.0, min(1.0, float(given)))
+        # a doubtful no-op or refusal is still tried: the chance it acts is the chance research is wrong
+        return 1.0 - sure if _get(verdict, "verdict") in REJECTED else sure
     if isinstance(given, str) and given.lower() in CERTAINTY_WORDS:
         return CERTAINTY_WORDS[given.lower()]
     return CERTAINTY_BY_VERDICT.get(str(_get(verdict, "verdict", "unknown")), 0.0)

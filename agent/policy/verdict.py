@@ -6,6 +6,7 @@ One verdict vocabulary for the CLI, the agent, transcripts and reports (issue 10
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
@@ -21,6 +22,8 @@ VERDICTS: tuple[str, ...] = (
 )
 REJECTED: frozenset[str] = frozenset({"no-op", "dead", "refuses-to-start", "incompatible-with-version"})
 """Verdicts under which a trial would be wasted (no restart is spent on them)."""
+DOUBT = 0.6
+"""At or below this certainty a code verdict rests on something research could not settle."""
 _OLD_NAMES = {"incompatible": "incompatible-with-version", "live": "applies", "refuses": "refuses-to-start"}
 
 
@@ -73,5 +76,23 @@ class FlagVerdict(BaseModel):
     @property
     def rejected(self) -> bool:
         """True when research says a trial would be wasted (no-op, dead, refuses-to-start or
-        incompatible-with-version)."""
-        return self.verdict in REJECTED
+        incompatible-with-version) and is sure of it (see `final_rejection`)."""
+        return final_rejection(self.model_dump())
+
+
+def final_rejection(v: Mapping[str, Any] | None) -> bool:
+    """A rejecting verdict that rules the flag out. One the code reached at certainty <= 0.6 (it
+    rests on a guard or value research could not settle) is not final: the flag stays a candidate,
+    tried after the sure ones (`doubtful_rejection`)."""
+    if v is None:
+        return False
+    verdict = _OLD_NAMES.get(v.get("verdict"), v.get("verdict"))
+    return verdict in REJECTED and not doubtful_rejection(v)
+
+
+def doubtful_rejection(v: Mapping[str, Any] | None) -> bool:
+    """A code verdict of no-op, dead or refuses-to-start at certainty <= 0.6."""
+    if v is None or v.get("verdict") not in REJECTED or v.get("verdict") == "incompatible-with-version":
+        return False
+    certainty = v.get("certainty")
+    return v.get("decided_by") == "code" and isinstance(certainty, int | float) and certainty <= DOUBT

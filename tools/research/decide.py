@@ -18,6 +18,10 @@ _DEPLOYMENT = ("model.", "gpu.", "interconnect")
 """Facts of this model and these GPUs: a reader whose conditions hold on them is evidence that the
 flag acts *here*, more than one whose conditions hold on server defaults."""
 _VALIDATORS = ("check_", "_check_", "validate", "_validate", "verify", "_verify")
+UNSURE = 0.55
+"""The certainty of a verdict that rests on a guard research could not evaluate or a value it could
+not follow: at most 0.6, so the agent tries such a flag after the sure ones and never rules one out
+for good on it (`agent.policy.verdict.FlagVerdict.rejected`)."""
 
 
 def decide(v: Any, target: FlagInfo) -> None:
@@ -70,10 +74,12 @@ def decide(v: Any, target: FlagInfo) -> None:
             f"{c['condition']} with {c['fact']}" for c in best.conditions if c["outcome"] == "pass"
         )
         v.verdict = "applies"
-        v.certainty = 0.9 if best.state == "on" else 0.75
+        v.certainty = 0.9 if best.state == "on" else UNSURE
         v.summary = (
             f"read at {best.location} in {best.function}" + (f"; holds here: {held}" if held else "") + "."
         )
+        if best.state == "runtime":  # a guard or value research could not settle from the facts
+            v.summary += f" Not settled from the deployment's facts: {best.why}."
         if any(e.kind == "override" for e in best.exits):  # what it overrides, and to what
             v.summary += f" It {best.why}."
     elif unknown := [f for f in found if f.state == "unknown"]:

@@ -23,6 +23,7 @@ import ast
 from collections.abc import Iterator
 from typing import Any
 
+from tools.research.decide import UNSURE
 from tools.research.guard_eval import Env, Outcome, evaluate, evaluate_all
 from tools.research.index import FlagIndex
 from tools.research.index_types import Call, Func, Read
@@ -281,7 +282,7 @@ def set_anyway(
         why = f"sets {dest} = {trial!r} without the flag{held}"
         if rest.truth is True:
             return location, func.qual, why, 0.85
-        return location, func.qual, f"{why}; open at runtime: {', '.join(rest.runtime)}", 0.7
+        return location, func.qual, f"{why}; open at runtime: {', '.join(rest.runtime)}", UNSURE
     return None
 
 
