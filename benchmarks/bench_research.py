@@ -81,14 +81,21 @@ def fresh(tree_root: Path, flag: str) -> tuple[float, str]:
 BANDS = ((0.9, 1.01), (0.7, 0.9), (0.5, 0.7), (0.0, 0.5))
 
 
-def score_labels(name: str) -> list[tuple[dict, str, float, bool]]:
+def score_labels(name: str, *, use_startup: bool = True) -> list[tuple[dict, str, float, bool]]:
     """(case, verdict, certainty, right) for every case of one label file."""
-    from tests.research_profiles import load_cases, profile_facts
+    from tests.research_profiles import case_startup, load_cases, profile_facts
 
     out = []
     for case in load_cases(name):
-        index = load_index(get_source(case["version"]))
-        v = analyze_flag(index, case["flag"], profile_facts(case["profile"]), value=case.get("value"))
+        tree = get_source(case["version"])
+        startup = case_startup(tree, case) if use_startup else None
+        v = analyze_flag(
+            load_index(tree),
+            case["flag"],
+            profile_facts(case["profile"]),
+            value=case.get("value"),
+            startup=startup,
+        )
         out.append((case, v.verdict, v.certainty, v.verdict == case["verdict"]))
     return out
 
@@ -123,11 +130,16 @@ def main() -> None:
     parser.add_argument("--source", type=Path, action="append", help="SGLang tree(s) instead of the cache.")
     parser.add_argument("--rebuild", action="store_true", help="Time a cold index build first.")
     parser.add_argument("--labels", action="store_true", help="Score against the hand-read labels.")
+    parser.add_argument("--no-startup", action="store_true", help="Code index only (no SGLang start-up run).")
     args = parser.parse_args()
     if args.labels:
         sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-        print_scores("taught (research_labels.toml)", score_labels("research_labels.toml"))
-        print_scores("held out (research_labels_holdout.toml)", score_labels("research_labels_holdout.toml"))
+        use = not args.no_startup
+        print_scores("taught (research_labels.toml)", score_labels("research_labels.toml", use_startup=use))
+        print_scores(
+            "held out (research_labels_holdout.toml)",
+            score_labels("research_labels_holdout.toml", use_startup=use),
+        )
         return
     trees = (
         [local_source(p) for p in args.source]

@@ -34,3 +34,29 @@ def profile_facts(name: str) -> dict[str, Any]:
         gpu["memory_mib"] = p["memory_mib"]
     hardware = {"gpus": [gpu] * p["count"]}
     return DeploymentContext(server_info=server, model=model, hardware=hardware).facts
+
+
+def profile_argv(name: str) -> list[str]:
+    """The launch arguments a profile sets (besides the model), as a command line."""
+    argv: list[str] = []
+    for dest, value in PROFILES[name]["server"].items():
+        flag = "--" + dest.replace("_", "-")
+        if value is True:
+            argv.append(flag)
+        elif value not in (False, NONE, None):
+            argv += [flag, str(value)]
+    return argv
+
+
+def case_startup(tree: Any, case: dict[str, Any]) -> Any:
+    """What SGLang's own argument resolution says of a labelled case (unknown for a profile without
+    the GPU's memory and name)."""
+    from tools.research.startup.check import flag_argv, startup_answer
+
+    return startup_answer(
+        tree,
+        profile_facts(case["profile"]),
+        flag_argv(case["flag"], case.get("value")),
+        base_argv=profile_argv(case["profile"]),
+        model_config=DATA / "model-configs" / PROFILES[case["profile"]]["config"],
+    )

@@ -150,5 +150,8 @@ def test_bench_with_sglang_backend_from_config(tmp_path):
 def test_bench_bad_prompt_file_exits_2(tmp_path):
     bad = tmp_path / "p.jsonl"
     bad.write_text("{nope\n")
-    res = runner.invoke(app, ["bench", "--endpoint", "http://127.0.0.1:9", "--prompt-file", str(bad)])
+    # wide enough that the temporary path (longer under pytest-xdist) does not wrap inside "p.jsonl:1"
+    res = runner.invoke(
+        app, ["bench", "--endpoint", "http://127.0.0.1:9", "--prompt-file", str(bad)], env={"COLUMNS": "400"}
+    )
     assert res.exit_code == 2 and "p.jsonl:1" in flat(res)

@@ -15,6 +15,12 @@ import pytest
 
 from tests.fixtures.sim import free_port
 
+pytestmark = [
+    pytest.mark.xdist_group("chat-e2e"),
+    pytest.mark.slow(seconds=200),
+]  # its module-scoped fixture is shared: one worker
+
+
 CLI = "import sys; from agent.cli.main import app; app(sys.argv[1:])"
 
 

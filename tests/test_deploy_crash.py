@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.test_deploy import OPTAGENT, cli, healthy, leftovers, pid_of
 from tools.deploy.deployment import Deployment
@@ -66,6 +67,7 @@ def recover_twice(sim) -> str:  # type: ignore[no-untyped-def]
     return result.stdout
 
 
+@pytest.mark.slow(seconds=120)
 def test_killed_at_every_journal_step_and_at_random_moments(ssh_sim) -> None:  # type: ignore[no-untyped-def]
     sim = ssh_sim(time_scale=0.004, health_timeout_s=4.0)
     current = assert_settled(sim)

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
+
 from agent.policy.verdict import VERDICTS
 from tests.test_research_labels import profile_facts
 from tools.research.analysis import analyze_flag
 from tools.research.index import load_index, off_path_reason
 
 
+@pytest.mark.slow(seconds=55)
 def test_every_flag_gets_a_verdict_from_the_code(sglang_0523, sglang_059):
     facts = profile_facts("story")
     for tree in (sglang_0523, sglang_059):

@@ -138,6 +138,7 @@ def seed_host(tmp_path, sglang_0523):
     host.down(tmp_path / "sim")
 
 
+@pytest.mark.slow(seconds=380)
 def test_seed_run_keeps_the_winner_and_rolls_back_the_rest(seed_host, tmp_path):
     result, tx = _run(seed_host, tmp_path, SEED_PLAYBOOK, goal="maximize output throughput at concurrency 64")
     trials = {t.changes[0].flag: t for t in result.trials if t.kind == "single"}
@@ -241,6 +242,7 @@ replaced_by = { flag = "--flashinfer-allreduce-fusion-backend", value = "auto" }
 """
 
 
+@pytest.mark.slow(seconds=300)
 def test_dense_h100_run_reaches_other_conclusions(tmp_path, sglang_0523):
     config = _fast_host(tmp_path, "h100-llama8b", sglang_0523)
     try:

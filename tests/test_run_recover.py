@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from sim import host
 from sim.scenario import SCENARIO_DIR
 from tests.fixtures.sim import free_port
@@ -40,6 +42,7 @@ def _toml(config, source_dir: Path, transcripts: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+@pytest.mark.slow(seconds=60)
 def test_killed_mid_trial_then_rerun_recovers_the_target(tmp_path: Path, sglang_0523):
     scenario = tmp_path / "fast.toml"
     scenario.write_text(

@@ -46,6 +46,7 @@ from tools.research.guard_eval import Env, evaluate, non_default
 from tools.research.index import MAX_FILE_BYTES, FlagIndex, is_config_path
 from tools.research.index_types import Func, Read
 from tools.research.reach import ExitPath, exits_of, locals_of, reach_exits
+from tools.research.startup.check import StartupAnswer
 from tools.research.stores import follow_store, store_of
 
 MAX_REACHED_READERS = 120
@@ -179,9 +180,19 @@ def _foreign(index: FlagIndex, read: Read, definitions: set[str]) -> bool:
 
 
 def analyze_flag(
-    index: FlagIndex, flag: str, facts: dict[str, Any], *, value: str | None = None
+    index: FlagIndex,
+    flag: str,
+    facts: dict[str, Any],
+    *,
+    value: str | None = None,
+    startup: StartupAnswer | None = None,
 ) -> CodeVerdict:
-    """The verdict of `flag` (set to `value`, or on for a boolean) on the deployment `facts`."""
+    """The verdict of `flag` (set to `value`, or on for a boolean) on the deployment `facts`.
+
+    `startup` is what SGLang's own argument resolution said of the flag here
+    (`tools.research.startup.check`): its refusal, or an identical configuration, decides; a changed
+    configuration leaves the verdict to the readers, minus the refusals and resets in argument code
+    that the real resolution did not make."""
     name = "--" + flag.strip().lstrip("-").replace("_", "-")
     info = find_flag(index.catalog, name)
     if info is None:
@@ -194,7 +205,8 @@ def analyze_flag(
             1.0,
         )
     declared = default_facts(index.catalog)
-    facts = {**declared, **facts}
+    resolved = {f"server.{k}": v for k, v in (startup.baseline if startup else {}).items() if _scalar(v)}
+    facts = {**declared, **resolved, **facts}  # given facts (a live server's) win over both
     trial = False if negated(info, name) else _parse_value(value, info)
     verdict = CodeVerdict(info.name, info.dest, index.version, "unknown", "", 0.3, value=trial)
     verdict.definition = f"{info.path}:{info.line}" if info.path else None
@@ -219,8 +231,14 @@ def analyze_flag(
     without = {k: v for k, v in facts.items() if k.removeprefix("server.") not in flag_values}
     without.update({f"server.{d}": declared[f"server.{d}"] for d in flag_values if f"server.{d}" in declared})
     _findings(index, target.dest, facts, flag_values, verdict, without)
+    if startup is not None and startup.kind == "changed":
+        _drop_argument_refusals(verdict)
     decide(verdict, target)
-    if verdict.verdict in ("applies", "unknown") and (
+    if startup is not None and startup.kind in ("refused", "same"):
+        _startup_decides(verdict, startup)
+    elif startup is not None and startup.kind == "changed":
+        verdict.notes.append(f"SGLang's own argument resolution here changes: {_changes(startup)}")
+    elif verdict.verdict in ("applies", "unknown") and (
         over := overridden(index, target.dest, facts, flag_values)
     ):
         where, func, why = over
@@ -235,6 +253,50 @@ def analyze_flag(
         verdict.verdict, verdict.certainty = "no-op", certainty
         verdict.summary = f"set anyway: {func} at {where} {why}."
     return verdict
+
+
+def _scalar(value: Any) -> bool:
+    return value is None or isinstance(value, bool | int | float | str)
+
+
+def _drop_argument_refusals(v: CodeVerdict) -> None:
+    """SGLang's own resolution accepted the flag here: a `raise`/`assert` the code walk reached in
+    argument code did not fire."""
+    for f in v.findings:
+        f.exits = [e for e in f.exits if not (e.kind in ("raise", "assert") and is_config_path(e.location))]
+
+
+def _startup_decides(v: CodeVerdict, startup: StartupAnswer) -> None:
+    """The verdict from SGLang's own start-up: its refusal, or the same configuration either way."""
+    what = v.flag + ("" if v.value is True or v.value is None else f" {v.value}")
+    if startup.kind == "refused":
+        v.verdict, v.certainty = "refuses-to-start", 0.95
+        v.summary = (
+            f"SGLang {v.version}'s own argument resolution, run for this deployment, refuses {what}: "
+            f'"{startup.message}" at {startup.where}.'
+        )
+        for where in reversed(startup.lines[-3:]):
+            v.findings.insert(0, Finding(where, "", "start-up", "on", "ran while SGLang resolved the flag"))
+        if startup.where:
+            v.findings.insert(0, Finding(startup.where, startup.message, "start-up", "on", "raised here"))
+        return
+    if v.verdict != "dead":  # nothing reads it: dead says more than no-op
+        v.verdict = "no-op"
+        settled = f"; it last settles `{v.dest}` at {startup.lines[-1]}" if startup.lines else ""
+        v.summary = (
+            f"SGLang {v.version}'s own argument resolution, run for this deployment, gives the same "
+            f"configuration with and without {what} (reset, alias or a value it picks by itself)"
+            f"{settled}: nothing it starts differs."
+        )
+    v.certainty = 0.95
+    for where in reversed(startup.lines[-4:]):  # the lines that settled it, latest first
+        v.findings.insert(0, Finding(where, "", "start-up", "on", "ran while SGLang resolved the flag"))
+
+
+def _changes(startup: StartupAnswer, limit: int = 6) -> str:
+    items = [f"{k} {before!r} -> {after!r}" for k, (before, after) in list(startup.changed.items())[:limit]]
+    more = len(startup.changed) - limit
+    return ", ".join(items) + (f" and {more} more" if more > 0 else "")
 
 
 def _findings(

@@ -27,6 +27,9 @@ from typing import IO, Any
 DEFAULT_REPO_URL = "https://github.com/sgl-project/sglang.git"
 CACHE_ENV = "OPTAGENT_CACHE_DIR"
 _MARKER = "optagent-source.json"
+_LAYOUT = 2
+"""Trees unpacked by an older layout (Python files only) are fetched again."""
+_BINARIES = (".so", ".pyd", ".dylib", ".dll", ".a", ".o")
 _VERSION_RE = re.compile(r"^[0-9][0-9A-Za-z.+!-]*$")
 # Git must fail fast when the network is down, never hang or prompt for credentials.
 _GIT_ENV = {
@@ -123,7 +126,7 @@ def _fetch(
             raise SourceError(
                 f"cannot get the source of sglang {version}:\n  {git_error}\n  {index_error}"
             ) from index_error
-    (dest / _MARKER).write_text(json.dumps({"version": version, "origin": origin}))
+    (dest / _MARKER).write_text(json.dumps({"version": version, "origin": origin, "layout": _LAYOUT}))
     return SourceTree(dest, dest / "sglang", version, origin)
 
 
@@ -132,6 +135,8 @@ def _cached(dest: Path) -> SourceTree | None:
     if not marker.is_file() or not (dest / "sglang").is_dir():
         return None
     data = json.loads(marker.read_text())
+    if data.get("layout") != _LAYOUT:
+        return None
     return SourceTree(dest, dest / "sglang", data["version"], f"cache ({data['origin']})")
 
 
@@ -243,8 +248,20 @@ def _tar_members(source: Path | IO[bytes]) -> Iterator[tuple[str, Callable[[], b
                 yield member.name, lambda m=member: tf.extractfile(m).read()
 
 
+def _keep(rel: str) -> bool:
+    """What a tree keeps of an archive: the `sglang/` package without compiled binaries (the sources,
+    headers and data files its own code looks for at import: SGLang's start-up runs on this tree,
+    `tools.research.startup`) and the wheel's METADATA (its pinned dependencies)."""
+    parts = rel.split("/")
+    if ".." in parts or not parts[-1]:
+        return False
+    if len(parts) == 2 and parts[0].startswith("sglang-") and parts[0].endswith(".dist-info"):
+        return parts[1] == "METADATA"
+    return parts[0] == "sglang" and not rel.endswith(_BINARIES)
+
+
 def _unpack(members: Iterable[tuple[str, Callable[[], bytes]]], dest: Path, *, prefix: str | None) -> None:
-    """Write the `sglang/**.py` files of an archive into `dest/sglang`, atomically.
+    """Write the `sglang/` package of an archive (see `_keep`) into `dest`, atomically.
 
     `prefix` is stripped from member names; None finds `sglang/` at any depth (sdists).
     """
@@ -257,8 +274,7 @@ def _unpack(members: Iterable[tuple[str, Callable[[], bytes]]], dest: Path, *, p
             rel = name[idx + 1 :] if idx >= 0 else ""
         else:
             rel = name.removeprefix(prefix)
-        parts = rel.split("/")
-        if parts[0] != "sglang" or ".." in parts or not rel.endswith((".py", ".pyi")):
+        if not _keep(rel):
             continue
         target = tmp / rel
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,103 @@
+"""SGLang's own start-up decisions (tools/research/startup): the version's argument parsing and
+resolution run on the deployment's hardware facts in an isolated worker, against the real wheels.
+The three cases issue 25 names that argument resolution decides, each wrong before: a refusal on
+values a helper returns, a reset before an assert, an alias onto a value already in force."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.research_profiles import DATA, profile_argv, profile_facts
+from tools.research.analysis import analyze_flag
+from tools.research.index import load_index
+from tools.research.startup.check import flag_argv, hardware_of, startup_answer
+from tools.research.startup.resolver import Resolver
+
+MIXTRAL = DATA / "model-configs" / "mistralai--Mixtral-8x7B-v0.1_config.json"
+DEEPSEEK = DATA / "model-configs" / "deepseek-ai--DeepSeek-V3_config.json"
+LLAMA = DATA / "model-configs" / "meta-llama--Meta-Llama-3.1-8B_config.json"
+
+
+def _verdict(tree, profile: str, config: Path, flag: str, value: str | None = None):  # type: ignore[no-untyped-def]
+    facts = profile_facts(profile)
+    startup = startup_answer(
+        tree, facts, flag_argv(flag, value), base_argv=profile_argv(profile), model_config=config
+    )
+    return startup, analyze_flag(load_index(tree), flag, facts, value=value, startup=startup)
+
+
+def test_a_refusal_on_a_helpers_return_value_comes_with_sglangs_own_message(sglang_0523) -> None:  # type: ignore[no-untyped-def]
+    """0.5.23, Mixtral on 2 x A100 (SM80): trtllm_mha refuses at attention_hook.py ~200-206 on the
+    backends `attention_backends_of(...)` returns; on 2 x H100 the same flag starts."""
+    startup, v = _verdict(sglang_0523, "mixtral-a100x2", MIXTRAL, "--attention-backend", "trtllm_mha")
+    assert startup.kind == "refused", startup
+    assert v.verdict == "refuses-to-start" and v.certainty >= 0.9, v.summary
+    assert "requires Hopper (SM90), Blackwell (SM100), or SM120" in v.summary
+    assert startup.where and startup.where.startswith("sglang/srt/arg_groups/attention_hook.py:")
+    assert 200 <= int(startup.where.rsplit(":", 1)[1]) <= 206
+    hopper = {**profile_facts("mixtral-a100x2"), "gpu.sm": 90, "gpu.name": "NVIDIA H100 80GB HBM3"}
+    on_h100 = startup_answer(
+        sglang_0523,
+        hopper,
+        ["--attention-backend", "trtllm_mha"],
+        base_argv=["--tp-size", "2"],
+        model_config=MIXTRAL,
+    )
+    assert on_h100.kind == "changed" and on_h100.changed["attention_backend"][1] == "trtllm_mha"
+
+
+def test_an_assert_defused_by_an_earlier_reset_is_a_no_op(sglang_0515) -> None:  # type: ignore[no-untyped-def]
+    """0.5.15.post1, DeepSeek-V3 on 8 x H200, dp-size 1: --enable-dp-lm-head is reset at
+    arg_groups/overrides.py ~1779-1782 before the assert at ~1789-1792."""
+    startup, v = _verdict(sglang_0515, "deepseekv3-h200x8", DEEPSEEK, "--enable-dp-lm-head")
+    assert startup.kind == "same", startup
+    assert v.verdict == "no-op" and v.certainty >= 0.9, v.summary
+
+
+def test_an_alias_onto_a_value_already_in_force_is_a_no_op(sglang_0523) -> None:  # type: ignore[no-untyped-def]
+    """0.5.23: --enable-dp-attention becomes attn_dp_size := dp_size (parallel_hook.py ~50-61),
+    1 on a one-GPU Llama: nothing changes."""
+    startup, v = _verdict(sglang_0523, "llama8b-h100", LLAMA, "--enable-dp-attention")
+    assert startup.kind == "same", startup
+    assert v.verdict == "no-op" and v.certainty >= 0.9, v.summary
+
+
+def test_the_server_picks_a_size_from_gpu_memory_as_sglang_does(sglang_059) -> None:  # type: ignore[no-untyped-def]
+    """0.5.9 picks chunked_prefill_size from the GPU's memory: 8192 on an 80 GB H100 (no-op), 4096 on
+    a 46 GB L40S (so 8192 changes it)."""
+    facts = profile_facts("llama8b-h100")
+    flag = ["--chunked-prefill-size", "8192"]
+    h100 = startup_answer(sglang_059, facts, flag, base_argv=["--tp-size", "1"], model_config=LLAMA)
+    l40s = {**facts, "gpu.sm": 89, "gpu.memory_mib": 46068, "gpu.name": "NVIDIA L40S"}
+    small = startup_answer(sglang_059, l40s, flag, base_argv=["--tp-size", "1"], model_config=LLAMA)
+    assert h100.kind == "same", h100
+    assert small.kind == "changed" and small.changed["chunked_prefill_size"] == (4096, 8192), small
+
+
+def test_without_the_gpus_memory_and_name_the_start_up_is_not_guessed(sglang_0523) -> None:  # type: ignore[no-untyped-def]
+    facts = profile_facts("h100-llama")  # an older profile: SM and count only
+    assert hardware_of(facts) is None
+    answer = startup_answer(sglang_0523, facts, ["--enable-dp-attention"], base_argv=[], model_config=LLAMA)
+    assert answer.kind == "unknown" and "gpu.memory_mib" in answer.message
+
+
+def test_the_worker_cannot_reach_the_network_or_run_programs(sglang_0523) -> None:  # type: ignore[no-untyped-def]
+    """A model path the hub would have to answer is 'unknown', never a refusal: the worker is offline."""
+    hw = hardware_of(profile_facts("llama8b-h100"))
+    assert hw is not None
+    with Resolver(sglang_0523, hw) as r:
+        answer = r.resolve(["--model-path", "meta-llama/Some-Model-Not-Here"])
+    assert answer["ok"] is False and answer["kind"] == "unknown", answer
+
+
+@pytest.mark.parametrize("version_fixture", ["sglang_049", "sglang_059", "sglang_0515", "sglang_0523"])
+def test_every_version_resolves_the_deployment_itself(version_fixture, request) -> None:  # type: ignore[no-untyped-def]
+    tree = request.getfixturevalue(version_fixture)
+    hw = hardware_of(profile_facts("llama8b-h100"))
+    assert hw is not None
+    with Resolver(tree, hw) as r:
+        answer = r.resolve(["--tp-size", "1"], LLAMA)
+    assert answer["ok"], answer
+    assert answer["args"]["tp_size"] == 1 and answer["args"]["chunked_prefill_size"] == 8192

@@ -1,0 +1,109 @@
+"""One flag against SGLang's own start-up decisions on one deployment: the deployment's command
+line and the same line with the flag, each resolved by the version's own code (`resolver.py`).
+
+- `refused`: SGLang raised or asserted on the flag (its own message, its own `file:line`);
+- `same`: the resolved configuration is identical with and without the flag (a reset, an alias
+  onto a value already in force, a value the server picks by itself): nothing can change at run time;
+- `changed`: the configuration differs (`changed` names the settings): whether the change acts
+  is for the code's readers to say (`tools.research.analysis`);
+- `unknown`: the resolution could not be run or attributed (no hardware facts, a stand-in failed).
+"""
+
+from __future__ import annotations
+
+import atexit
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from tools.research.source import SourceTree
+from tools.research.startup.resolver import Resolver, ResolverError
+
+HW_FACTS = {"sm": "gpu.sm", "count": "gpu.count", "memory_mib": "gpu.memory_mib", "name": "gpu.name"}
+_RESOLVERS: dict[tuple[str, str], Resolver] = {}
+
+
+@dataclass
+class StartupAnswer:
+    """What SGLang's own argument resolution says of a flag here (see the module docstring)."""
+
+    kind: Literal["refused", "same", "changed", "unknown"]
+    message: str = ""
+    where: str | None = None
+    changed: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    baseline: dict[str, Any] = field(default_factory=dict)
+    """The deployment's own resolved arguments (without the flag): what the server really runs."""
+    lines: list[str] = field(default_factory=list)
+    """`path:line` of the tree that ran while the line with the flag resolved and name its setting,
+    in order: the last is where SGLang settled (or refused) it."""
+
+
+def hardware_of(facts: dict[str, Any]) -> dict[str, Any] | None:
+    """The resolver's hardware from the deployment's facts; None unless all four are known (a
+    guessed memory size would make SGLang pick other sizes than the real server does)."""
+    hw = {k: facts.get(f) for k, f in HW_FACTS.items()}
+    return hw if all(v is not None for v in hw.values()) else None
+
+
+def flag_argv(flag: str, value: Any) -> list[str]:
+    """`--flag` for a switch (value None or True), else `--flag VALUE`."""
+    if value is None or value is True:
+        return [flag]
+    return [flag, *str(value).split()] if isinstance(value, str) else [flag, str(value)]
+
+
+def settings_of(flag: str) -> list[str]:
+    """The setting names a flag writes, as SGLang's code spells them (`--no-x` also `x`)."""
+    name = flag.lstrip("-").replace("-", "_")
+    return [name, name.removeprefix("no_")] if name.startswith("no_") else [name]
+
+
+def resolver_for(tree: SourceTree, hw: dict[str, Any]) -> Resolver:
+    """One worker per tree and hardware for the life of the process."""
+    key = (str(tree.root.resolve()), repr(sorted(hw.items())))
+    if key not in _RESOLVERS:
+        _RESOLVERS[key] = Resolver(tree, hw)
+    return _RESOLVERS[key]
+
+
+@atexit.register
+def _close_all() -> None:
+    for resolver in _RESOLVERS.values():
+        resolver.close()
+    _RESOLVERS.clear()
+
+
+def startup_answer(
+    tree: SourceTree,
+    facts: dict[str, Any],
+    flag: list[str],
+    *,
+    base_argv: list[str],
+    model_config: Path | None,
+) -> StartupAnswer:
+    """Resolve `base_argv` and `base_argv + flag` with the deployment's hardware and model."""
+    hw = hardware_of(facts)
+    if hw is None:
+        missing = [f for f in HW_FACTS.values() if facts.get(f) is None]
+        return StartupAnswer("unknown", f"not run: {', '.join(missing)} unknown")
+    if model_config is None:
+        return StartupAnswer("unknown", "not run: no model config")
+    try:
+        resolver = resolver_for(tree, hw)
+        base = resolver.resolve(base_argv, model_config)
+        if not base["ok"]:
+            return StartupAnswer(
+                "unknown", f"the deployment itself does not resolve here: {base['error']}", base.get("where")
+            )
+        trial = resolver.resolve([*base_argv, *flag], model_config, watch=settings_of(flag[0]))
+    except ResolverError as e:
+        return StartupAnswer("unknown", f"not run: {e}")
+    before = base["args"]
+    if not trial["ok"]:
+        kind = "refused" if trial.get("kind") == "refused" else "unknown"
+        return StartupAnswer(
+            kind, trial["error"], trial.get("where"), baseline=before, lines=trial.get("lines", [])
+        )
+    changed = {k: (before.get(k), v) for k, v in trial["args"].items() if before.get(k) != v}
+    kind = "changed" if changed else "same"
+    return StartupAnswer(kind, changed=changed, baseline=before, lines=trial.get("lines", []))

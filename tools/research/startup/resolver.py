@@ -1,0 +1,163 @@
+"""Ask SGLang's own argument parsing and resolution what it decides at start-up.
+
+    with Resolver(tree, hw) as r:                      # one worker per tree and hardware
+        base = r.resolve(["--tp-size", "2"], model_config)
+        flag = r.resolve(["--tp-size", "2", "--enable-x"], model_config)
+
+Each answer is `{"ok": True, "args": {dest: value}}` (the resolved `ServerArgs`, JSON-safe) or
+`{"ok": False, "kind": "refused" | "unknown", "error": ..., "where": "sglang/...py:LINE"}`:
+"refused" when SGLang itself raised or asserted (or argparse rejected the command line), "unknown"
+when the failure came from the stand-ins or cannot be attributed to SGLang.
+
+The worker (`worker/`) runs in a venv of its own per SGLang version, holding the few real packages
+resolution depends on at the versions the wheel pins (transformers reads config.json into the real
+config classes; msgspec, packaging, pillow, dill are used at import). torch, triton and pynvml are
+fakes that answer from the hardware facts; every other missing module is a permissive stand-in;
+network and other programs are denied. The worker imports SGLang once and forks per request, so
+one resolution's global changes never leak into the next.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import selectors
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from tools.research.source import SourceTree, cache_lock, cache_root
+
+REAL_PACKAGES = ("transformers", "msgspec", "packaging", "pillow", "dill")
+_BOOT = "import sys; sys.path.insert(0, {here!r}); from worker.child import main; main()"
+_HERE = Path(__file__).resolve().parent
+
+
+class ResolverError(RuntimeError):
+    """The worker itself failed (not SGLang): no venv, a timeout, a crash, a broken protocol."""
+
+
+def pinned_requirements(tree: SourceTree) -> list[str]:
+    """REAL_PACKAGES with the version specifiers of the wheel's METADATA (unpinned without one)."""
+    requires = [
+        line.removeprefix("Requires-Dist:").strip()
+        for metadata in tree.root.glob("sglang-*.dist-info/METADATA")
+        for line in metadata.read_text().splitlines()
+        if line.startswith("Requires-Dist:")
+    ]
+    pyproject = tree.package_dir.parent / "pyproject.toml"  # a git checkout: python/pyproject.toml
+    if not requires and pyproject.is_file():
+        requires = tomllib.loads(pyproject.read_text()).get("project", {}).get("dependencies", [])
+    pins: dict[str, str] = {}
+    for spec in requires:
+        match = re.match(r"([A-Za-z0-9_.-]+)\s*([^;]*)", spec)
+        if match and match.group(1).lower() in REAL_PACKAGES:
+            pins.setdefault(match.group(1).lower(), match.group(2).strip())
+    return [f"{name}{pins.get(name, '')}" for name in REAL_PACKAGES]
+
+
+def worker_python(tree: SourceTree, *, cache_dir: Path | None = None) -> Path:
+    """The python of this tree's resolver venv, created once (~20 s, ~300 MB) under the cache."""
+    requirements = pinned_requirements(tree)
+    key = hashlib.sha256("\n".join(requirements).encode()).hexdigest()[:12]
+    env = cache_root(cache_dir) / "resolver-env" / key
+    python = env / "bin" / "python"
+    with cache_lock(env):
+        if (env / ".ready").is_file():
+            return python
+        shutil.rmtree(env, ignore_errors=True)
+        steps = (
+            [sys.executable, "-m", "venv", str(env)],
+            [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *requirements],
+        )
+        for argv in steps:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
+            if done.returncode != 0:
+                tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["failed"]
+                raise ResolverError(f"cannot set up the resolver venv ({' '.join(argv[:4])}): {tail[0]}")
+        (env / ".ready").write_text("\n".join(requirements) + "\n")
+    return python
+
+
+class Resolver:
+    """A long-lived resolver worker for one SGLang tree and one hardware (`hw`: sm, count,
+    memory_mib, name). Not thread-safe across processes; one request at a time on its pipe."""
+
+    def __init__(self, tree: SourceTree, hw: dict[str, Any], *, timeout: float = 120.0) -> None:
+        self.tree = tree
+        self.timeout = timeout
+        self._lock = threading.Lock()
+        self._scratch = Path(tempfile.mkdtemp(prefix="optagent-resolve-"))
+        python = worker_python(tree)
+        self._proc = subprocess.Popen(
+            [str(python), "-s", "-P", "-c", _BOOT.format(here=str(_HERE))],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"},
+            cwd=self._scratch,
+        )
+        self.ready = self._call({"tree_root": str(tree.root.resolve()), "hw": hw, "fork": True})
+        if not self.ready.get("ready"):
+            self.close()
+            raise ResolverError(f"SGLang {tree.version} does not import here: {self.ready.get('error')}")
+
+    def resolve(
+        self, argv: list[str], model_config: Path | None = None, *, watch: list[str] | None = None
+    ) -> dict[str, Any]:
+        """Resolve one command line; `model_config` (a config.json) is served as the model. With
+        `watch` (setting names), the answer's `lines` are the tree's executed lines naming them."""
+        if model_config is not None:
+            argv = ["--model-path", str(self._model_dir(Path(model_config))), *argv]
+        return self._call({"argv": list(argv), "watch": watch or []})
+
+    def _model_dir(self, config: Path) -> Path:
+        """A directory holding `config` as config.json, one path per content, so that answers of
+        different workers compare equal (`model_path` is a resolved field)."""
+        data = config.read_bytes()
+        model_dir = cache_root() / "resolver-models" / hashlib.sha256(data).hexdigest()[:16]
+        if not (model_dir / "config.json").is_file():
+            model_dir.mkdir(parents=True, exist_ok=True)
+            tmp = model_dir / f".config.{os.getpid()}.{threading.get_ident()}"
+            tmp.write_bytes(data)
+            tmp.replace(model_dir / "config.json")
+        return model_dir
+
+    def _call(self, message: dict[str, Any]) -> dict[str, Any]:
+        assert self._proc.stdin and self._proc.stdout
+        with self._lock:
+            try:
+                self._proc.stdin.write(json.dumps(message) + "\n")
+                self._proc.stdin.flush()
+            except BrokenPipeError as e:
+                raise ResolverError("the resolver worker exited") from e
+            with selectors.DefaultSelector() as sel:
+                sel.register(self._proc.stdout, selectors.EVENT_READ)
+                if not sel.select(self.timeout):
+                    self._proc.kill()
+                    raise ResolverError(f"the resolver worker gave no answer in {self.timeout:.0f} s")
+            line = self._proc.stdout.readline()
+        if not line:
+            raise ResolverError(f"the resolver worker exited (code {self._proc.wait()})")
+        return json.loads(line)
+
+    def close(self) -> None:
+        """Stop the worker (idempotent)."""
+        if self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait()
+        shutil.rmtree(self._scratch, ignore_errors=True)
+
+    def __enter__(self) -> Resolver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
