@@ -7,10 +7,15 @@ with the reason (conditions on it then evaluate to `unknown`, never to a guess).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 _SCALARS = (str, int, float, bool, type(None))
+_MODEL_FLAGS = ("--model-path", "--model")
 
 
 @dataclass
@@ -24,6 +29,8 @@ class DeploymentContext:
     hardware: Any = None
     tree: Any = None
     catalog: dict[str, Any] = field(default_factory=dict)
+    model_config: dict[str, Any] | None = None
+    """The model's config.json as read (SGLang's own start-up is run with it)."""
     max_concurrency: int = 64
     kv_tokens_needed: int | None = None
     """KV tokens the benchmark's highest level holds at once (concurrency x (input + output))."""
@@ -73,6 +80,23 @@ class DeploymentContext:
         from agent.trial.resolved import resolved_args
 
         return resolved_args(self.server_info, self.catalog)
+
+    def startup(self, flag: str, value: Any) -> Any:
+        """What SGLang's own start-up says of `flag` (set to `value`) on this deployment: the unit
+        file's command line resolved with and without it (`tools.research.startup.check`); None
+        without a source tree or a model config."""
+        if self.tree is None or self.model_config is None:
+            return None
+        from tools.research.startup.check import argv_of, flag_argv, startup_answer, takes_value
+
+        data = json.dumps(self.model_config, sort_keys=True).encode()
+        config = Path(tempfile.gettempdir()) / f"optagent-model-{hashlib.sha256(data).hexdigest()[:16]}.json"
+        if not config.is_file():
+            config.write_bytes(data)
+        settings = {f: True if v is None else v for f, v in self.unit_flags.items() if f not in _MODEL_FLAGS}
+        info = self.catalog.get(flag)
+        argv = flag_argv(flag, value, takes_value=takes_value(info))
+        return startup_answer(self.tree, self.facts, argv, base_argv=argv_of(settings), model_config=config)
 
     def summary(self) -> dict[str, Any]:
         """A JSON-able digest for prompts, the transcript and the report."""
@@ -149,11 +173,12 @@ async def _model(ctx: DeploymentContext, transport: Any) -> None:
     try:
         from tools.research.modelcfg import fetch_model_config, model_facts
 
-        model_path = ctx.unit_flags.get("--model-path") or ctx.unit_flags.get("--model")
+        model_path = next((ctx.unit_flags[f] for f in _MODEL_FLAGS if ctx.unit_flags.get(f)), None)
         model_path = model_path or (ctx.server_info.get("server_args") or ctx.server_info).get("model_path")
         if not model_path:
             raise ValueError("no --model-path in the unit file or the server args")
-        ctx.model = model_facts(await _resolve(fetch_model_config(model_path, transport)))
+        ctx.model_config = await _resolve(fetch_model_config(model_path, transport))
+        ctx.model = model_facts(ctx.model_config)
     except Exception as e:
         ctx.missing["model"] = str(e)
 

@@ -38,14 +38,16 @@ def profile_facts(name: str) -> dict[str, Any]:
 
 def profile_argv(name: str) -> list[str]:
     """The launch arguments a profile sets (besides the model), as a command line."""
-    argv: list[str] = []
-    for dest, value in PROFILES[name]["server"].items():
-        flag = "--" + dest.replace("_", "-")
-        if value is True:
-            argv.append(flag)
-        elif value not in (False, NONE, None):
-            argv += [flag, str(value)]
-    return argv
+    from tools.research.startup.check import argv_of
+
+    return argv_of({k: None if v == NONE else v for k, v in PROFILES[name]["server"].items()})
+
+
+def _takes_value(tree: Any, flag: str) -> bool:
+    from tools.research.flags import find_flag, flag_catalog
+    from tools.research.startup.check import takes_value
+
+    return takes_value(find_flag(flag_catalog(tree), flag))
 
 
 def case_startup(tree: Any, case: dict[str, Any]) -> Any:
@@ -56,7 +58,7 @@ def case_startup(tree: Any, case: dict[str, Any]) -> Any:
     return startup_answer(
         tree,
         profile_facts(case["profile"]),
-        flag_argv(case["flag"], case.get("value")),
+        flag_argv(case["flag"], case.get("value"), takes_value=_takes_value(tree, case["flag"])),
         base_argv=profile_argv(case["profile"]),
         model_config=DATA / "model-configs" / PROFILES[case["profile"]]["config"],
     )

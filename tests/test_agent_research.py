@@ -59,3 +59,36 @@ def test_model_choice():
         assert "--model" in str(e)
     else:
         raise AssertionError("builtin with a base URL must be refused")
+
+
+def test_the_agents_research_asks_sglangs_own_start_up(sglang_0523):
+    """Mixtral on 2 x A100 (SM80): the researcher's verdict on an alias that argument resolution
+    turns into nothing and on a backend SGLang refuses comes from SGLang's own start-up run on the
+    unit file's command line, the GPUs' facts and the model's config.json."""
+    import json
+    from pathlib import Path
+
+    from agent.policy.researcher import flag_usage
+
+    config = json.loads(
+        (Path(__file__).parent / "data/model-configs/mistralai--Mixtral-8x7B-v0.1_config.json").read_text()
+    )
+    gpu = {"name": "NVIDIA A100-SXM4-80GB", "sm": 80, "memory_mib": 81920}
+    ctx = DeploymentContext(
+        unit_flags={"--model-path": "mistralai/Mixtral-8x7B-v0.1", "--tp-size": "2"},
+        server_info={"tp_size": 2},
+        version="0.5.23",
+        model=None,
+        model_config=config,
+        hardware={"gpus": [gpu, gpu]},
+        tree=sglang_0523,
+        catalog={f.name: f for f in flag_catalog(sglang_0523)},
+    )
+    alias = flag_usage(ResearchDeps(ctx=ctx), "--enable-dp-attention")
+    assert alias["code_verdict"] == "no-op" and alias["certainty"] >= 0.9, alias["code_summary"]
+    assert "own argument resolution" in alias["code_summary"]
+    startup = ctx.startup("--attention-backend", "trtllm_mha")
+    assert startup.kind == "refused" and "requires Hopper" in startup.message
+    # without the GPU's memory nothing is guessed: the code index alone decides
+    ctx.hardware = {"gpus": [{"name": gpu["name"], "sm": 80}] * 2}
+    assert ctx.startup("--enable-dp-attention", None).kind == "unknown"

@@ -138,6 +138,46 @@ def _index(tree: Any, *, rebuild: bool) -> Any:
         return load_index(tree, rebuild=rebuild)
 
 
+def _startup(
+    tree: Any,
+    cfg: Any,
+    facts: dict[str, Any],
+    name: str,
+    value: str | None,
+    model_config: Path | None,
+    pairs: list[str],
+    tp: int | None,
+    info: Any,
+) -> Any:
+    """SGLang's own start-up with and without the flag: the deployment's command line is the unit
+    file's (with a config) or the --server-arg and --tp given; the first call sets up its venv."""
+    from tools.research.startup.check import argv_of, flag_argv, hardware_of, startup_answer, takes_value
+
+    settings: dict[str, Any] = {}
+    if cfg is not None:
+        from tools.deploy.unitfile import UnitFile
+
+        flags = UnitFile.load(cfg.target.local_unit).command.flags
+        settings = {
+            f: True if v is None else v for f, v in flags.items() if f not in ("--model-path", "--model")
+        }
+    settings.update({k.removeprefix("server."): v for k, v in _server_args(pairs).items()})
+    if tp is not None:
+        settings["tp_size"] = tp
+    config = model_config if model_config is None or model_config.is_file() else model_config / "config.json"
+
+    def ask() -> Any:
+        argv = flag_argv(name, value, takes_value=takes_value(info))
+        return startup_answer(tree, facts, argv, base_argv=argv_of(settings), model_config=config)
+
+    if hardware_of(facts) is None or config is None:
+        return ask()  # an `unknown` that says what is missing
+    with err_console.status(
+        "SGLang's own start-up, with and without the flag (a version's first run sets up a venv)..."
+    ):
+        return ask()
+
+
 CONTEXT = {"ignore_unknown_options": True}
 """`optagent research --enable-x` works without `--`: an unknown option is the flag to research."""
 
@@ -167,6 +207,9 @@ def research(
     gpu_name: str | None = typer.Option(
         None, "--gpu-name", help="GPU name as nvidia-smi says, e.g. 'NVIDIA H200'."
     ),
+    gpu_memory: int | None = typer.Option(
+        None, "--gpu-memory", help="GPU memory in MiB as nvidia-smi says, e.g. 81559 (H100 80GB)."
+    ),
     tp: int | None = typer.Option(None, "--tp", help="Tensor-parallel size (server.tp_size)."),
     server_arg: list[str] = typer.Option(
         [],
@@ -194,14 +237,19 @@ def research(
         facts["gpu.count"] = gpus
     if gpu_name is not None:
         facts["gpu.name"] = gpu_name
+    if gpu_memory is not None:
+        facts["gpu.memory_mib"] = gpu_memory
     if tp is not None:
         facts["server.tp_size"] = tp
     catalog = flag_catalog(tree)  # a fraction of a second: a name that is no flag needs no index
     if find_flag(catalog, name) is None:
         _unknown_flag(name, tree.version, [f.name for f in catalog], json_out=json_out)
     index = _index(tree, rebuild=rebuild_index)
-    verdict = analyze_flag(index, name, facts, value=value)
+    startup = _startup(tree, cfg, facts, name, value, model_config, server_arg, tp, find_flag(catalog, name))
+    verdict = analyze_flag(index, name, facts, value=value, startup=startup)
     verdict.notes += notes
+    if startup.kind == "unknown":
+        verdict.notes.append(f"SGLang's own start-up: {startup.message}")
     if json_out:
         data = {"version": tree.version, "origin": tree.origin, **verdict.to_dict(), "facts": facts}
         print(json.dumps(data, default=str))

@@ -82,7 +82,8 @@ def flag_usage(deps: ResearchDeps, flag: str) -> dict[str, Any]:
     try:
         with _AST_LOCK:
             index = load_index(deps.ctx.tree)
-            code = analyze_flag(index, flag, deps.ctx.facts, value=value)
+            startup = deps.ctx.startup(flag, value)  # SGLang's own start-up, with and without it
+            code = analyze_flag(index, flag, deps.ctx.facts, value=value, startup=startup)
     except (ValueError, OSError, sqlite3.Error) as e:  # a damaged index: say so, research goes on
         return {"flag": flag, "error": f"{type(e).__name__}: {e}"}
     readers = [

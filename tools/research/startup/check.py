@@ -45,11 +45,33 @@ def hardware_of(facts: dict[str, Any]) -> dict[str, Any] | None:
     return hw if all(v is not None for v in hw.values()) else None
 
 
-def flag_argv(flag: str, value: Any) -> list[str]:
-    """`--flag` for a switch (value None or True), else `--flag VALUE`."""
+def flag_argv(flag: str, value: Any, *, takes_value: bool = False) -> list[str] | None:
+    """`--flag` for a switch (value None or True), else `--flag VALUE`; None for a flag that takes a
+    value when none is given (there is nothing to try)."""
+    if value is None and takes_value:
+        return None
     if value is None or value is True:
         return [flag]
     return [flag, *str(value).split()] if isinstance(value, str) else [flag, str(value)]
+
+
+def takes_value(info: Any) -> bool:
+    """Whether a catalog entry (`FlagInfo`) is a flag that needs a value on the command line (not a
+    switch, nor a deprecated switch whose type the catalog leaves open)."""
+    return info is not None and info.type not in (None, "bool") and not isinstance(info.default, bool)
+
+
+def argv_of(settings: dict[str, Any]) -> list[str]:
+    """A command line from launch settings (`tp_size: 4` -> `--tp-size 4`, `True` -> the bare
+    switch; False and None are left out: they are the defaults a command line cannot spell)."""
+    argv: list[str] = []
+    for dest, value in settings.items():
+        flag = "--" + dest.lstrip("-").replace("_", "-")
+        if value is True:
+            argv.append(flag)
+        elif value is not None and value is not False:
+            argv += [flag, *str(value).split()]
+    return argv
 
 
 def settings_of(flag: str) -> list[str]:
@@ -76,12 +98,14 @@ def _close_all() -> None:
 def startup_answer(
     tree: SourceTree,
     facts: dict[str, Any],
-    flag: list[str],
+    flag: list[str] | None,
     *,
     base_argv: list[str],
     model_config: Path | None,
 ) -> StartupAnswer:
     """Resolve `base_argv` and `base_argv + flag` with the deployment's hardware and model."""
+    if not flag:
+        return StartupAnswer("unknown", "not run: the flag takes a value and none was given")
     hw = hardware_of(facts)
     if hw is None:
         missing = [f for f in HW_FACTS.values() if facts.get(f) is None]
