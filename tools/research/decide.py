@@ -80,6 +80,9 @@ def decide(v: Any, target: FlagInfo) -> None:
         )
         if best.state == "runtime":  # a guard or value research could not settle from the facts
             v.summary += f" Not settled from the deployment's facts: {best.why}."
+        elif best.config:  # only argument code reads it: where the value goes at run time is not followed
+            v.certainty = UNSURE
+            v.summary += " Only argument code reads it here; its use at run time was not followed."
         if any(e.kind == "override" for e in best.exits):  # what it overrides, and to what
             v.summary += f" It {best.why}."
     elif unknown := [f for f in found if f.state == "unknown"]:
