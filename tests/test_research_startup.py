@@ -101,3 +101,17 @@ def test_every_version_resolves_the_deployment_itself(version_fixture, request) 
         answer = r.resolve(["--tp-size", "1"], LLAMA)
     assert answer["ok"], answer
     assert answer["args"]["tp_size"] == 1 and answer["args"]["chunked_prefill_size"] == 8192
+
+
+def test_a_flag_the_deployment_already_sets_is_compared_without_it(sglang_0523) -> None:  # type: ignore[no-untyped-def]
+    """The unit already runs --disable-cuda-graph: the question is what the flag does, so the
+    deployment is resolved without it and then with it (not twice with it: 'same')."""
+    facts = profile_facts("llama8b-h100")
+    answer = startup_answer(
+        sglang_0523,
+        facts,
+        ["--disable-cuda-graph"],
+        base_argv=["--tp-size", "1", "--disable-cuda-graph", "--random-seed", "-1"],
+        model_config=LLAMA,
+    )
+    assert answer.kind == "changed" and answer.changed["disable_cuda_graph"] == (False, True), answer

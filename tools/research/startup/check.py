@@ -74,6 +74,38 @@ def argv_of(settings: dict[str, Any]) -> list[str]:
     return argv
 
 
+def without(argv: list[str], flag: str) -> list[str]:
+    """`argv` with every spelling of `flag` (`--x`, `--x=v`, `--no-x`, `--x` for `--no-x`) and the
+    values that follow it removed."""
+    name = flag.lstrip("-").removeprefix("no-")
+    spellings = {f"--{name}", f"--no-{name}"}
+    out: list[str] = []
+    skipping = False
+    for token in argv:
+        if token.startswith("--"):  # SGLang's options are long; "-1" is a value
+            skipping = token.split("=", 1)[0] in spellings
+            if not skipping:
+                out.append(token)
+        elif not skipping:
+            out.append(token)
+    return out
+
+
+def _spelled(argv: list[str], flag: str) -> list[str] | None:
+    """The values `argv` gives `flag` (the last time it names it), None when it does not."""
+    found: list[str] | None = None
+    for i, token in enumerate(argv):
+        if token == flag:
+            found = []
+            for value in argv[i + 1 :]:
+                if value.startswith("--"):
+                    break
+                found.append(value)
+        elif token.startswith(flag + "="):
+            found = [token.split("=", 1)[1]]
+    return found
+
+
 def settings_of(flag: str) -> list[str]:
     """The setting names a flag writes, as SGLang's code spells them (`--no-x` also `x`)."""
     name = flag.lstrip("-").replace("-", "_")
@@ -103,9 +135,14 @@ def startup_answer(
     base_argv: list[str],
     model_config: Path | None,
 ) -> StartupAnswer:
-    """Resolve `base_argv` and `base_argv + flag` with the deployment's hardware and model."""
+    """Resolve the deployment's command line as it is and with `flag` in place of its own setting
+    of it, with the deployment's hardware and model. A deployment that already runs with exactly
+    this setting is compared with itself without it (what the flag does there)."""
     if not flag:
         return StartupAnswer("unknown", "not run: the flag takes a value and none was given")
+    rest = without(base_argv, flag[0])
+    if _spelled(base_argv, flag[0]) == flag[1:]:
+        base_argv = rest  # it already runs with it: what it does is the difference to its default
     hw = hardware_of(facts)
     if hw is None:
         missing = [f for f in HW_FACTS.values() if facts.get(f) is None]
@@ -119,7 +156,7 @@ def startup_answer(
             return StartupAnswer(
                 "unknown", f"the deployment itself does not resolve here: {base['error']}", base.get("where")
             )
-        trial = resolver.resolve([*base_argv, *flag], model_config, watch=settings_of(flag[0]))
+        trial = resolver.resolve([*rest, *flag], model_config, watch=settings_of(flag[0]))
     except ResolverError as e:
         return StartupAnswer("unknown", f"not run: {e}")
     before = base["args"]
