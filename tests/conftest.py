@@ -17,8 +17,8 @@ import agent.cli.common  # noqa: E402, F401
 
 def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def]
     """The longest tests (marked `slow`, longest first) start first: with pyproject's
-    `--dist loadgroup --no-loadscope-reorder` each goes to a worker of its own as the run begins, and
-    the suite ends about when the longest does instead of waiting for it at the end."""
+    `--dist loadfile --no-loadscope-reorder` their files go to workers of their own as the run
+    begins, and the suite ends about when the longest does instead of waiting for it at the end."""
 
     def seconds(item):  # type: ignore[no-untyped-def]
         marker = item.get_closest_marker("slow")

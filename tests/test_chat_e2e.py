@@ -15,10 +15,7 @@ import pytest
 
 from tests.fixtures.sim import free_port
 
-pytestmark = [
-    pytest.mark.xdist_group("chat-e2e"),
-    pytest.mark.slow(seconds=200),
-]  # its module-scoped fixture is shared: one worker
+pytestmark = pytest.mark.slow(seconds=200)  # the whole file: one deployment its tests share
 
 
 CLI = "import sys; from agent.cli.main import app; app(sys.argv[1:])"
@@ -184,7 +181,17 @@ def test_ctrl_c_during_a_run_trial_rolls_back_before_the_command_returns(deploym
     d, unit = deployment, deployment / "sim" / "sglang.service"
     known_good = unit.read_text()
     before = {s["id"] for s in _transcripts(d)}
-    child = _on_a_terminal(d, "run", "--config", "optagent.toml", "--yes", "--max-trials", "1")
+    # a benchmark long enough that the Ctrl-C below lands inside the trial even when this process
+    # is slow to notice the deploy (a loaded machine): a futile candidate otherwise ends in ~6 s
+    slow = (
+        (d / "optagent.toml")
+        .read_text()
+        .replace("reps = 3", "reps = 6")
+        .replace("prompts_per_level = 12", "prompts_per_level = 48")
+    )
+    assert slow != (d / "optagent.toml").read_text()
+    (d / "optagent-slow.toml").write_text(slow)
+    child = _on_a_terminal(d, "run", "--config", "optagent-slow.toml", "--yes", "--max-trials", "1")
     try:
         deadline = time.monotonic() + 180
         while unit.read_text() == known_good:  # wait for the candidate's deploy

@@ -17,9 +17,6 @@ import pytest
 from tests.test_deploy import cli
 from tools.deploy.deployment import DeployError, Deployment
 
-pytestmark = pytest.mark.xdist_group("deploy-trust")  # its module-scoped fixture is shared: one worker
-
-
 OTHER_USER = "optagent-other"
 
 

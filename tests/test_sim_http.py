@@ -10,8 +10,6 @@ import pytest
 
 from tests.fixtures.sim import SimServer, start_sim_server
 
-pytestmark = pytest.mark.xdist_group("sim-http")  # its module-scoped fixture is shared: one worker
-
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[SimServer]:

@@ -17,9 +17,6 @@ from tests.transcript_sessions import write_session
 runner = CliRunner()
 
 
-pytestmark = pytest.mark.xdist_group("transcripts-cli")  # its module-scoped fixture is shared: one worker
-
-
 @pytest.fixture(scope="module")
 def sessions(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
     d = tmp_path_factory.mktemp("transcripts")
