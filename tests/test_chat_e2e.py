@@ -128,6 +128,17 @@ def _on_a_terminal(d: Path, *args: str) -> Any:
     )  # fmt: skip
 
 
+def _other_flags(unit: Path, known_good: str) -> bool:
+    """The unit on the host launches the server with other flags than `known_good` (a candidate is
+    deployed; a rewrite of the same launch line is not one)."""
+    from tools.deploy.unitfile import UnitFile, UnitFileError
+
+    try:
+        return UnitFile.parse(unit.read_text()).command.flags != UnitFile.parse(known_good).command.flags
+    except (UnitFileError, OSError):
+        return False  # mid-write
+
+
 def _healthy(d: Path) -> bool:
     import httpx
 
@@ -194,7 +205,7 @@ def test_ctrl_c_during_a_run_trial_rolls_back_before_the_command_returns(deploym
     child = _on_a_terminal(d, "run", "--config", "optagent-slow.toml", "--yes", "--max-trials", "1")
     try:
         deadline = time.monotonic() + 180
-        while unit.read_text() == known_good:  # wait for the candidate's deploy
+        while not _other_flags(unit, known_good):  # wait for the candidate's deploy
             assert time.monotonic() < deadline and child.isalive(), "no candidate was deployed"
             child.expect([pexpect.TIMEOUT, pexpect.EOF], timeout=0.05)
         child.sendintr()
