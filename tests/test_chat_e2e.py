@@ -124,8 +124,16 @@ def _on_a_terminal(d: Path, *args: str) -> Any:
     env = {**__import__("os").environ, "COLUMNS": "200"}
     return pexpect.spawn(
         sys.executable, ["-c", CLI, *args], cwd=str(d), env=env, encoding="utf-8", timeout=180,
-        dimensions=(50, 200),
+        dimensions=(50, 200), preexec_fn=_default_ctrl_c,
     )  # fmt: skip
+
+
+def _default_ctrl_c() -> None:
+    """A user's terminal delivers Ctrl-C to a process that has not chosen to ignore it; a test run
+    started in the background (a shell's `&`, some CI runners) ignores SIGINT and would pass that on."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _other_flags(unit: Path, known_good: str) -> bool:
