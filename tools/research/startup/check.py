@@ -32,7 +32,8 @@ class StartupAnswer:
     where: str | None = None
     changed: dict[str, tuple[Any, Any]] = field(default_factory=dict)
     baseline: dict[str, Any] = field(default_factory=dict)
-    """The deployment's own resolved arguments (without the flag): what the server really runs."""
+    """The deployment's own resolved arguments: what the server really runs (without the flag when
+    it already ran with exactly that setting)."""
     lines: list[str] = field(default_factory=list)
     """`path:line` of the tree that ran while the line with the flag resolved and name its setting,
     in order: the last is where SGLang settled (or refused) it."""
@@ -47,8 +48,8 @@ def hardware_of(facts: dict[str, Any]) -> dict[str, Any] | None:
 
 def flag_argv(flag: str, value: Any, *, takes_value: bool = False) -> list[str] | None:
     """`--flag` for a switch (value None or True), else `--flag VALUE`; None for a flag that takes a
-    value when none is given (there is nothing to try)."""
-    if value is None and takes_value:
+    value when none is given, or for False (there is nothing to try; `--no-x` spells a switch off)."""
+    if (value is None and takes_value) or value is False:
         return None
     if value is None or value is True:
         return [flag]
