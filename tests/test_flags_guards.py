@@ -217,3 +217,14 @@ def test_research_of_an_unknown_flag_exits_2_with_close_names(tmp_path, monkeypa
     out = runner.invoke(app, ["research", "zzzz-qqqq", "--source", str(root)])
     assert out.exit_code == 2 and "did you mean" not in out.output
     assert runner.invoke(app, ["research", "foo_mode", "--source", str(root)]).exit_code == 0
+
+
+def test_research_by_version_without_a_simulated_host_set_up(sglang_0523, tmp_path, monkeypatch):
+    """No optagent.toml and no `optagent sim up` yet: research still answers from the code (the
+    start-up check has no unit file to read and says what it lacks) instead of failing."""
+    monkeypatch.chdir(tmp_path)
+    out = CliRunner().invoke(app, ["research", "--enable-mixed-chunk", "--version", "0.5.23", "--json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.stdout)
+    assert data["verdict"] in ("applies", "unknown") and data["version"] == "0.5.23"
+    assert any("SGLang's own start-up: not run" in n for n in data["notes"]), data["notes"]

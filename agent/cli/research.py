@@ -155,9 +155,12 @@ def _startup(
 
     settings: dict[str, Any] = {}
     if cfg is not None:
-        from tools.deploy.unitfile import UnitFile
+        from tools.deploy.unitfile import UnitFile, UnitFileError
 
-        flags = UnitFile.load(cfg.target.local_unit).command.flags
+        try:
+            flags = UnitFile.load(cfg.target.local_unit).command.flags
+        except (UnitFileError, OSError):
+            flags = {}  # no unit file to read (the simulated host is not set up): the flags given
         settings = {
             f: True if v is None else v for f, v in flags.items() if f not in ("--model-path", "--model")
         }
