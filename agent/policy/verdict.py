@@ -49,8 +49,9 @@ class FlagVerdict(BaseModel):
     `decided_by` says where the verdict comes from: `code` (the SGLang source of the running
     version: readers, guards, exits), `playbook` (a playbook rule alone, no code evidence either
     way) or `unknown`. `certainty` (0..1) is how sure that source is: ~0.9-1.0 for a reader or exit
-    whose conditions were all decided from facts, ~0.75 when runtime state is left open, ~0.5 for a
-    playbook rule alone, ~0.3 or less for `unknown`. Trial ordering may try uncertain verdicts last.
+    whose conditions were all decided from facts, 0.55 (at most 0.6) when a guard or value research
+    could not settle is left open, ~0.5 for a playbook rule alone, ~0.3 or less for `unknown`. Trial
+    ordering tries uncertain verdicts last; an uncertain rejection never rules a flag out.
     """
 
     flag: str = Field(description="the flag, with leading dashes")
