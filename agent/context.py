@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tools.research.startup.check import MODEL_FLAGS
+
 _SCALARS = (str, int, float, bool, type(None))
-_MODEL_FLAGS = ("--model-path", "--model")
 
 
 @dataclass
@@ -87,16 +88,27 @@ class DeploymentContext:
         without a source tree or a model config."""
         if self.tree is None or self.model_config is None:
             return None
-        from tools.research.startup.check import argv_of, flag_argv, startup_answer, takes_value
+        from tools.research.startup.check import (
+            argv_of,
+            flag_argv,
+            startup_answer,
+            takes_value,
+            unit_settings,
+        )
 
         data = json.dumps(self.model_config, sort_keys=True).encode()
         config = Path(tempfile.gettempdir()) / f"optagent-model-{hashlib.sha256(data).hexdigest()[:16]}.json"
         if not config.is_file():
             config.write_bytes(data)
-        settings = {f: True if v is None else v for f, v in self.unit_flags.items() if f not in _MODEL_FLAGS}
         info = self.catalog.get(flag)
         argv = flag_argv(flag, value, takes_value=takes_value(info))
-        return startup_answer(self.tree, self.facts, argv, base_argv=argv_of(settings), model_config=config)
+        return startup_answer(
+            self.tree,
+            self.facts,
+            argv,
+            base_argv=argv_of(unit_settings(self.unit_flags)),
+            model_config=config,
+        )
 
     def summary(self) -> dict[str, Any]:
         """A JSON-able digest for prompts, the transcript and the report."""
@@ -173,7 +185,7 @@ async def _model(ctx: DeploymentContext, transport: Any) -> None:
     try:
         from tools.research.modelcfg import fetch_model_config, model_facts
 
-        model_path = next((ctx.unit_flags[f] for f in _MODEL_FLAGS if ctx.unit_flags.get(f)), None)
+        model_path = next((ctx.unit_flags[f] for f in MODEL_FLAGS if ctx.unit_flags.get(f)), None)
         model_path = model_path or (ctx.server_info.get("server_args") or ctx.server_info).get("model_path")
         if not model_path:
             raise ValueError("no --model-path in the unit file or the server args")

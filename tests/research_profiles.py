@@ -44,10 +44,12 @@ def profile_argv(name: str) -> list[str]:
 
 
 def _takes_value(tree: Any, flag: str) -> bool:
-    from tools.research.flags import find_flag, flag_catalog
+    """From the index's catalog (kept in memory), not a fresh catalog parse per case."""
+    from tools.research.flags import find_flag
+    from tools.research.index import load_index
     from tools.research.startup.check import takes_value
 
-    return takes_value(find_flag(flag_catalog(tree), flag))
+    return takes_value(find_flag(load_index(tree).catalog, flag))
 
 
 def case_startup(tree: Any, case: dict[str, Any]) -> Any:

@@ -151,7 +151,14 @@ def _startup(
 ) -> Any:
     """SGLang's own start-up with and without the flag: the deployment's command line is the unit
     file's (with a config) or the --server-arg and --tp given; the first call sets up its venv."""
-    from tools.research.startup.check import argv_of, flag_argv, hardware_of, startup_answer, takes_value
+    from tools.research.startup.check import (
+        argv_of,
+        flag_argv,
+        hardware_of,
+        startup_answer,
+        takes_value,
+        unit_settings,
+    )
 
     settings: dict[str, Any] = {}
     if cfg is not None:
@@ -161,9 +168,7 @@ def _startup(
             flags = UnitFile.load(cfg.target.local_unit).command.flags
         except (UnitFileError, OSError):
             flags = {}  # no unit file to read (the simulated host is not set up): the flags given
-        settings = {
-            f: True if v is None else v for f, v in flags.items() if f not in ("--model-path", "--model")
-        }
+        settings = unit_settings(flags)
     settings.update({k.removeprefix("server."): v for k, v in _server_args(pairs).items()})
     if tp is not None:
         settings["tp_size"] = tp

@@ -19,6 +19,8 @@ from typing import Any, Literal
 from tools.research.source import SourceTree
 from tools.research.startup.resolver import Resolver, ResolverError
 
+MODEL_FLAGS = ("--model-path", "--model")
+"""Left out of the command line the check resolves: it serves its own copy of the config.json."""
 HW_FACTS = {"sm": "gpu.sm", "count": "gpu.count", "memory_mib": "gpu.memory_mib", "name": "gpu.name"}
 _RESOLVERS: dict[tuple[str, str], Resolver] = {}
 
@@ -60,6 +62,12 @@ def takes_value(info: Any) -> bool:
     """Whether a catalog entry (`FlagInfo`) is a flag that needs a value on the command line (not a
     switch, nor a deprecated switch whose type the catalog leaves open)."""
     return info is not None and info.type not in (None, "bool") and not isinstance(info.default, bool)
+
+
+def unit_settings(flags: dict[str, str | None]) -> dict[str, Any]:
+    """A unit file's launch flags (`--flag` -> value, None for a switch) as settings for `argv_of`,
+    without the model."""
+    return {f: True if v is None else v for f, v in flags.items() if f not in MODEL_FLAGS}
 
 
 def argv_of(settings: dict[str, Any]) -> list[str]:
