@@ -36,6 +36,8 @@ class RunOptions:
     allow_lossy: bool = False
     playbook: Path | None = None
     """Another playbook file (default: agent/policy/playbook.toml)."""
+    max_tokens: int | None = None
+    """Model tokens the run may spend (None: no limit); spent, the run stops cleanly."""
 
 
 @dataclass
@@ -153,6 +155,8 @@ async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
             )
             ui.step("planning, research and trials")
             conclusion, status = await _plan(ui, deps, build_planner(models.planner), opts, objective)
+            ui.note(f"model usage: {deps.tokens.line()}")
+            ui.record("usage", {"agent": "run", "by_kind": deps.tokens.by_kind()})
             if runner is not None:
                 status = await _combine_if_needed(ui, runner, status)
                 await deployment.rollback()  # no-op unless something is still in flight
@@ -243,7 +247,10 @@ async def _plan(ui: RunUI, deps: Any, planner: Any, opts: RunOptions, objective:
     from pydantic_ai.usage import UsageLimits
     from rich.markup import escape
 
+    from pydantic_ai.exceptions import UsageLimitExceeded
+
     from agent.policy.agentrun import run_saving
+    from agent.policy.toolerrors import ToolErrorLimit
     from prompts import render
 
     instructions = render(
@@ -256,7 +263,9 @@ async def _plan(ui: RunUI, deps: Any, planner: Any, opts: RunOptions, objective:
         objective=str(getattr(objective, "describe", lambda: objective)()),
         baseline=deps.baseline_levels,
     )
-    deps.usage_limits = UsageLimits(request_limit=400, tool_calls_limit=600)
+    deps.usage_limits = UsageLimits(
+        request_limit=400, tool_calls_limit=600, total_tokens_limit=opts.max_tokens
+    )
 
     def on_response(msg: int) -> None:
         deps.current_msg = msg
@@ -271,8 +280,12 @@ async def _plan(ui: RunUI, deps: Any, planner: Any, opts: RunOptions, objective:
             usage_limits=deps.usage_limits,
             instructions=instructions,
             on_response=on_response,
+            on_usage=deps.tokens.add,
         )
         return str(result.output), "completed"
+    except (ToolErrorLimit, UsageLimitExceeded) as e:  # the run's own limits: a clean end
+        ui.note(f"[yellow]planning stopped on a limit:[/] {escape(str(e))}")
+        return f"Planning stopped on a limit: {e}", f"limit: {e}"
     except Exception as e:  # an LLM failure ends planning; the target stays on its best config
         ui.note(f"[red]planner stopped:[/] {type(e).__name__}: {escape(str(e))}")
         return f"The planner stopped early: {type(e).__name__}: {e}", f"planner failed: {type(e).__name__}"

@@ -107,6 +107,9 @@ class AgentConfig(_Strict):
     """Wall-time budget of `optagent run` in minutes (overrides max_wall_minutes when set;
     `--max-minutes` overrides both)."""
     max_parallel_research: int = Field(4, ge=1)
+    max_tokens: int | None = Field(None, gt=0)
+    """Model tokens (input and output, planner and researchers) a run may spend; the run stops
+    cleanly, on its best configuration, when they are spent (None: no limit)."""
     allow_lossy: bool = False
     transcripts_dir: Path = Path("transcripts")
 

@@ -77,6 +77,9 @@ def run(
     allow_lossy: bool = typer.Option(
         False, "--allow-lossy", help="Allow keeping changes that alter outputs."
     ),
+    max_tokens: int | None = typer.Option(
+        None, "--max-tokens", help="Model tokens the run may spend (default: agent.max_tokens; no limit)."
+    ),
 ) -> None:
     """Plan, research and trial server flags; keep only what is measurably better."""
     import asyncio
@@ -92,6 +95,8 @@ def run(
         fail("--max-restarts must be 0 or more", code=2)
     if max_minutes is not None and not max_minutes > 0:
         fail("--max-minutes must be more than 0", code=2)
+    if max_tokens is not None and max_tokens < 1:
+        fail("--max-tokens must be 1 or more", code=2)
     cfg = get_config(config)
     if cfg.simulated and config is None:
         cfg = _sim_config(config)
@@ -116,6 +121,7 @@ def run(
         max_wall_minutes=wall,
         dry_run=dry_run,
         allow_lossy=allow_lossy or cfg.agent.allow_lossy,
+        max_tokens=cfg.agent.max_tokens if max_tokens is None else max_tokens,
     )
     label = name if not url else f"{name} @ {url}"
     transcript = Transcript.create(

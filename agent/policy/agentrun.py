@@ -3,7 +3,51 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
+
+
+@dataclass
+class TokenCount:
+    """Requests and tokens per agent of a run (`planner`, `researcher:--flag`, ...), from the usage
+    each model response reports."""
+
+    agents: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def add(self, name: str, used: dict[str, int]) -> None:
+        """Add one agent run's `{"requests", "input_tokens", "output_tokens"}`."""
+        mine = self.agents.setdefault(name, {"requests": 0, "input_tokens": 0, "output_tokens": 0})
+        for k in mine:
+            mine[k] += used.get(k, 0)
+
+    def by_kind(self) -> dict[str, dict[str, int]]:
+        """Totals per kind of agent (`researcher:--x` counts as `researcher`), and `total`."""
+        out: dict[str, dict[str, int]] = {}
+        for name, used in self.agents.items():
+            for key in (name.split(":")[0], "total"):
+                mine = out.setdefault(key, {"requests": 0, "input_tokens": 0, "output_tokens": 0})
+                for k in mine:
+                    mine[k] += used[k]
+        return out
+
+    def line(self) -> str:
+        """`planner: 12 requests, 30,100 in / 2,000 out; researcher: ...; total: ...`."""
+        return "; ".join(
+            f"{k}: {u['requests']} requests, {u['input_tokens']:,} in / {u['output_tokens']:,} out"
+            for k, u in self.by_kind().items()
+        ) or "no model requests"
+
+
+def usage_of(messages: list[Any]) -> dict[str, int]:
+    """Requests and tokens of the model responses among `messages`."""
+    from pydantic_ai.messages import ModelResponse
+
+    responses = [m for m in messages if isinstance(m, ModelResponse)]
+    return {
+        "requests": len(responses),
+        "input_tokens": sum(m.usage.input_tokens or 0 for m in responses),
+        "output_tokens": sum(m.usage.output_tokens or 0 for m in responses),
+    }
 
 
 async def run_saving(
@@ -20,11 +64,13 @@ async def run_saving(
     message_history: list[Any] | None = None,
     on_response: Callable[[int], None] | None = None,
     capabilities: list[Any] | None = None,
+    on_usage: Callable[[str, dict[str, int]], None] | None = None,
 ) -> Any:
     """`agent.iter` to completion; after each node the new messages go to `transcript`.
 
     `on_response(msg)` is called with the transcript number of each model response before its tool
-    calls run, so subagents spawned by those calls can name it as their parent.
+    calls run, so subagents spawned by those calls can name it as their parent. However the run
+    ends, its requests and tokens are recorded (a `usage` event) and passed to `on_usage(name, ...)`.
     """
     from pydantic_ai.messages import ModelResponse
 
@@ -36,10 +82,18 @@ async def run_saving(
         kwargs["message_history"] = message_history
     if capabilities:
         kwargs["capabilities"] = capabilities
+    start = saved
     async with agent.iter(prompt, **kwargs) as run:
-        async for _node in run:
-            saved = _save(run, saved, transcript, name, parent, on_response, ModelResponse)
-        _save(run, saved, transcript, name, parent, on_response, ModelResponse)
+        try:
+            async for _node in run:
+                saved = _save(run, saved, transcript, name, parent, on_response, ModelResponse)
+            _save(run, saved, transcript, name, parent, on_response, ModelResponse)
+        finally:
+            used = usage_of(run.all_messages()[start:])
+            if transcript is not None:
+                transcript.event("usage", {"agent": name, **used}, msg=parent)
+            if on_usage is not None:
+                on_usage(name, used)
         return run.result
 
 

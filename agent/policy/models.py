@@ -39,6 +39,8 @@ def choose_model(
         raise ModelChoiceError(
             "--base-url needs an LLM: give --model NAME (the builtin policy uses no endpoint)"
         )
+    if base_url:  # the endpoint wants the name it serves: `openai:NAME` is pydantic-ai's spelling
+        name = name.removeprefix("openai:")
     return name, base_url
 
 
@@ -55,6 +57,7 @@ def make_models(name: str, base_url: str | None) -> ModelChoice:
             "builtin",
         )
     if base_url:
+        name = name.removeprefix("openai:")
         from openai import AsyncOpenAI
         from pydantic_ai.models.openai import OpenAIChatModel
         from pydantic_ai.providers.openai import OpenAIProvider

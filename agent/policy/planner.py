@@ -10,10 +10,13 @@ from pydantic_ai import Agent, RunContext
 from rich.markup import escape
 
 from agent.context import DeploymentContext
-from agent.policy.agentrun import run_saving
+from agent.policy.agentrun import TokenCount, run_saving
+from agent.policy.claims import check_claims
 from agent.policy.playbook import Candidate
-from agent.policy.researcher import ResearchDeps
+from agent.policy.proposal import check_changes
+from agent.policy.researcher import ResearchDeps, flag_usage, lookup_flag
 from agent.policy.todo import TodoItem, TodoList
+from agent.policy.toolerrors import ErrorBudget, ToolErrors, passes_through
 from agent.policy.verdict import FlagVerdict
 from agent.trial.record import BudgetExhausted, TrialChange, mean_throughput
 from agent.trial.resolved import same_as_running
@@ -40,6 +43,10 @@ class PlannerDeps:
     verdicts: dict[str, FlagVerdict] = field(default_factory=dict)
     current_msg: int | None = None
     """msg number of the planner response being executed (parent of its subagents)."""
+    code: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The code's analysis of each flag researched in this session (`usage` results)."""
+    errors: ErrorBudget = field(default_factory=ErrorBudget)
+    tokens: TokenCount = field(default_factory=lambda: TokenCount())
     _resolved: dict[str, Any] | None = None
     _sem: asyncio.Semaphore | None = None
     _trial_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -85,7 +92,10 @@ async def research(deps: PlannerDeps, flag: str, question: str, *, usage: Any = 
     """Run one research subagent under the concurrency bound; its messages link to the planner's."""
     flag = "--" + flag.strip().lstrip("-")
     parent = deps.current_msg
-    rdeps = ResearchDeps(ctx=deps.ctx, candidates={c.flag: c for c in deps.candidates})
+    rdeps = ResearchDeps(
+        ctx=deps.ctx, candidates={c.flag: c for c in deps.candidates}, flag=flag, code=deps.code,
+        errors=deps.errors,
+    )  # fmt: skip
     prompt = f"Research the flag {flag} for this deployment. {question}".strip()
     async with deps.semaphore:
         result = await run_saving(
@@ -97,14 +107,27 @@ async def research(deps: PlannerDeps, flag: str, question: str, *, usage: Any = 
             parent=parent,
             usage=usage,
             usage_limits=deps.usage_limits,
+            on_usage=deps.tokens.add,
         )
-    verdict = result.output
-    verdict.flag = flag
+    verdict = result.output.model_copy(update={"flag": flag})
+    if flag not in deps.code and deps.ctx.tree is not None:  # the code's view decides: have it
+        await asyncio.to_thread(flag_usage, rdeps, flag)
+    verdict = check_claims(verdict, deps.ctx, deps.code.get(flag), lookup_flag(rdeps, flag))
+    for line in verdict.checked:
+        deps.ui.note(f"[yellow]claim checked[/] {escape(flag)}: {escape(line)}")
     deps.verdicts[flag] = verdict
     if verdict.lossy and deps.runner is not None:  # the trial runner refuses it without --allow-lossy
         deps.runner.lossy.setdefault(flag, f"research: {verdict.risk or verdict.summary}")
     deps.ui.verdict(verdict, msg=parent)
     return verdict
+
+
+def refuse(deps: PlannerDeps, changes: list[TrialChange], why: str, *, check: str) -> dict[str, Any]:
+    """A proposed trial refused before any restart: shown, recorded, returned to the model."""
+    what = ", ".join(c.describe() for c in changes)
+    deps.ui.note(f"[yellow]refused[/] {escape(what)}: {escape(why)} (no restart)")
+    deps.ui.record("refusal", {"changes": what, "why": why, "check": check}, msg=deps.current_msg)
+    return {"error": f"refused, not deployed: {why}", "refused": True, "restarts": 0}
 
 
 def trial_result(deps: PlannerDeps, record: Any) -> dict[str, Any]:
@@ -130,19 +153,29 @@ def trial_result(deps: PlannerDeps, record: Any) -> dict[str, Any]:
 async def trial(
     deps: PlannerDeps, changes: list[TrialChange], reason: str, override: str | None
 ) -> dict[str, Any]:
-    """Gatekeeping before the trial runner: research first, rejected flags only with a reason."""
+    """Gatekeeping before the trial runner: the checks of `optagent deploy --set` (catalog name,
+    type, choices, value, unit file), research first, the resolved value, rejected flags only with
+    a reason. A refusal costs no restart and goes back to the model as the tool's result."""
     for ch in changes:
         ch.flag = "--" + ch.flag.strip().lstrip("-")
+    base = deps.runner.deployed_text if deps.runner is not None else None
+    problems = check_changes(deps.ctx, changes, base_text=base)
+    if problems:
+        return refuse(deps, changes, "; ".join(problems), check="catalog")
+    for ch in changes:
         v = deps.verdicts.get(ch.flag)
         if v is None:
-            return {"error": f"research {ch.flag} with research_flag before trialling it"}
+            return refuse(deps, changes, f"research {ch.flag} with research_flag before trialling it",
+                          check="research")  # fmt: skip
         if ch.action == "set" and (same := same_as_running(ch.flag, ch.value, deps.resolved)):
-            return {"error": f"{same}: trialling {ch.describe()} would restart for nothing. Not deployed."}
+            why = f"{same}: trialling {ch.describe()} would restart for nothing"
+            return refuse(deps, changes, why, check="resolved")
         if v.rejected and not override:
-            return {
-                "error": f"research called {ch.flag} {v.verdict}: {v.summary} Not deployed. "
+            why = (
+                f"research called {ch.flag} {v.verdict} ({v.decided_by}): {v.summary} "
                 "Pass override_reason to deploy it anyway (recorded)."
-            }
+            )
+            return refuse(deps, changes, why, check="verdict")
     from tools.deploy.deployment import DeployError
 
     if deps.runner is None:
@@ -166,7 +199,9 @@ async def trial(
 
 def build_planner(model: Any) -> Any:
     """The planner agent (pydantic-ai); its final output is the written conclusion."""
-    agent = Agent(model, name="planner", deps_type=PlannerDeps, output_type=str, retries=3)
+    agent = Agent(
+        model, name="planner", deps_type=PlannerDeps, output_type=str, retries=3, capabilities=[ToolErrors()]
+    )
 
     @agent.tool
     async def todo_write(ctx: RunContext[PlannerDeps], items: list[TodoItem]) -> str:
@@ -183,7 +218,14 @@ def build_planner(model: Any) -> Any:
     @agent.tool
     async def research_flag(ctx: RunContext[PlannerDeps], flag: str, question: str = "") -> dict[str, Any]:
         """Run a research subagent on one flag in the running version's source; returns its FlagVerdict."""
-        v = await research(ctx.deps, flag, question, usage=ctx.usage)
+        try:
+            v = await research(ctx.deps, flag, question, usage=ctx.usage)
+        except Exception as e:  # the subagent gave up (no valid verdict): the planner goes on
+            if passes_through(e):
+                raise
+            why = f"research of {flag} failed: {type(e).__name__}: {e}"
+            ctx.deps.ui.note(f"[yellow]{escape(why)}[/]")
+            return {"flag": flag, "error": why + "; the flag stays unresearched (no trial without research)"}
         return v.model_dump(mode="json")
 
     @agent.tool(sequential=True)

@@ -13,6 +13,7 @@ from pydantic_ai import Agent, RunContext
 
 from agent.context import DeploymentContext
 from agent.policy.playbook import Candidate
+from agent.policy.toolerrors import ErrorBudget, ToolErrors
 from agent.policy.verdict import FlagVerdict
 from prompts import render
 
@@ -28,6 +29,11 @@ class ResearchDeps:
 
     ctx: DeploymentContext
     candidates: dict[str, Candidate] = field(default_factory=dict)
+    flag: str | None = None
+    """The flag this researcher checks (its prompt carries the facts that bear on it)."""
+    code: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """`usage` results of this session by flag: the code's analysis, which alone decides `code`."""
+    errors: ErrorBudget = field(default_factory=ErrorBudget)
 
 
 def _dest(flag: str) -> str:
@@ -86,6 +92,12 @@ def flag_usage(deps: ResearchDeps, flag: str) -> dict[str, Any]:
             code = analyze_flag(index, flag, deps.ctx.facts, value=value, startup=startup)
     except (ValueError, OSError, sqlite3.Error) as e:  # a damaged index: say so, research goes on
         return {"flag": flag, "error": f"{type(e).__name__}: {e}"}
+    out = _usage_result(code)
+    deps.code[flag] = out
+    return out
+
+
+def _usage_result(code: Any) -> dict[str, Any]:
     readers = [
         {
             "location": f.location,
@@ -146,6 +158,24 @@ def read_source(deps: ResearchDeps, path: str, start: int, end: int) -> str:
     return read_range(deps.ctx.tree, path, start, min(end, start + 200))
 
 
+RETRIES = 3
+_COMMON = frozenset({"enable", "disable", "max", "min", "size", "mode", "num", "use", "server", "path"})
+
+
+def facts_for(facts: dict[str, Any], flag: str | None) -> dict[str, Any]:
+    """The facts that bear on `flag`: the model, GPUs, version and benchmark, and the resolved server
+    arguments that share a word with it (every other server argument is one `deployment_facts`
+    call away)."""
+    words = {w for w in _dest(flag or "").split("_") if len(w) > 2 and w not in _COMMON}
+    out = {}
+    for k, v in facts.items():
+        if not k.startswith(("server.", "flag.")):
+            out[k] = v
+        elif words & set(k.split(".", 1)[1].split("_")) or k.split(".", 1)[1] == _dest(flag or ""):
+            out[k] = v
+    return out
+
+
 def build_researcher(model: Any) -> Any:
     """The researcher agent (pydantic-ai), output type `FlagVerdict`."""
     agent = Agent(
@@ -154,9 +184,12 @@ def build_researcher(model: Any) -> Any:
         deps_type=ResearchDeps,
         output_type=FlagVerdict,
         instructions=lambda ctx: render(
-            "researcher.md.j2", facts=ctx.deps.ctx.facts, context=ctx.deps.ctx.summary()
+            "researcher.md.j2",
+            facts=facts_for(ctx.deps.ctx.facts, ctx.deps.flag),
+            context=ctx.deps.ctx.summary(),
         ),
-        retries=3,
+        retries=RETRIES,
+        capabilities=[ToolErrors()],
     )
 
     @agent.tool
@@ -181,8 +214,9 @@ def build_researcher(model: Any) -> Any:
         return await asyncio.to_thread(read_source, ctx.deps, path, start, end)
 
     @agent.tool
-    async def deployment_facts(ctx: RunContext[ResearchDeps]) -> dict[str, Any]:
-        """Model, GPU, interconnect and server-arg facts of this deployment."""
-        return ctx.deps.ctx.facts
+    async def deployment_facts(ctx: RunContext[ResearchDeps], prefix: str = "") -> dict[str, Any]:
+        """Model, GPU, interconnect and server-arg facts of this deployment; `prefix` keeps only the
+        keys that start with it (e.g. 'server.' for every resolved server argument)."""
+        return {k: v for k, v in ctx.deps.ctx.facts.items() if k.startswith(prefix)}
 
     return agent

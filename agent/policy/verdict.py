@@ -48,7 +48,10 @@ class FlagVerdict(BaseModel):
 
     `decided_by` says where the verdict comes from: `code` (the SGLang source of the running
     version: readers, guards, exits), `playbook` (a playbook rule alone, no code evidence either
-    way) or `unknown`. `certainty` (0..1) is how sure that source is: ~0.9-1.0 for a reader or exit
+    way), `model` (the researching model's own reading, which the code did not confirm) or
+    `unknown`. optagent checks the claims (`agent.policy.claims`): only the code's analysis in
+    this session can make a verdict `code`, and `checked` says what the check changed.
+    `certainty` (0..1) is how sure that source is: ~0.9-1.0 for a reader or exit
     whose conditions were all decided from facts, 0.55 (at most 0.6) when a guard or value research
     could not settle is left open, ~0.5 for a playbook rule alone, ~0.3 or less for `unknown`. Trial
     ordering tries uncertain verdicts last; an uncertain rejection never rules a flag out.
@@ -63,10 +66,14 @@ class FlagVerdict(BaseModel):
     risk: str = ""
     lossy: bool = False
     suggested_value: str | None = Field(None, description="the value to try, if the flag takes one")
-    decided_by: Literal["code", "playbook", "unknown"] = Field(
+    decided_by: Literal["code", "playbook", "model", "unknown"] = Field(
         "unknown", description="code: from the SGLang source; playbook: a playbook rule alone"
     )
     certainty: float = Field(0.5, ge=0.0, le=1.0, description="0..1, how sure the deciding source is")
+    checked: list[str] = Field(
+        default_factory=list,
+        description="set by optagent, not by the researcher: what checking the claims changed",
+    )
 
     @field_validator("verdict", mode="before")
     @classmethod
