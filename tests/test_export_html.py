@@ -124,25 +124,37 @@ def test_html_export_fits_1280px_and_stays_short(big, tmp_path: Path) -> None:  
     assert render(opened, tmp_path / "open.png")["h"] > 2 * m["h"]
 
 
-def test_plot_names_trials_and_shows_before_and_after(big, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_plot_names_trials_whole_fits_and_has_no_empty_legend_entries(big, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     import matplotlib.pyplot as plt
     from matplotlib.colors import to_hex
 
     review = build_review(big)
     fig = plot_figure(review)
     curves, bars = fig.axes
-    names = {t.get_text(): to_hex(t.get_color()) for t in curves.texts}
-    assert names["#1 flag-number-1 16"] == "#1a7f37" and names["#4 flag-number-4 64"] == "#1a7f37"  # better
-    assert names["#2 flag-number-2 32"] == "#cf222e" and names["#5 flag-number-5 80"] == "#cf222e"  # worse
-    assert names["#3 flag-number-3 48"] == "#8c959f"  # within ±1%
+    # the kept trial's candidate is drawn on the left; every legend entry names something drawn
     legend = [t.get_text() for t in curves.get_legend().get_texts()]
-    assert "before: baseline" in legend and "after: final" in legend
-    assert [t.get_text() for t in bars.get_xticklabels()][:2] == [
-        "#1 flag-number-1 16",
-        "#2 flag-number-2 32",
-    ]
+    assert legend == ["baseline (start of run)", "#4 kept candidate"], legend  # no intervals recorded
+    labels = [t.get_text().replace("\n", "") for t in bars.get_xticklabels()]
+    assert labels[:2] == ["#1 flag-number-1 16", "#2 flag-number-2 32"] and not any("…" in x for x in labels)
+    by_trial: dict[int, set[str]] = {}
+    for p in bars.patches:  # 8 trials x 3 levels, grouped around x = trial index
+        by_trial.setdefault(round(p.get_x() + p.get_width() / 2), set()).add(to_hex(p.get_facecolor()))
+    assert by_trial[0] == {"#1a7f37"} and by_trial[3] == {"#1a7f37"}  # better
+    assert by_trial[1] == {"#cf222e"} and by_trial[4] == {"#cf222e"}  # worse
+    assert by_trial[2] == {"#8c959f"}  # within ±1%
+    drawn = {to_hex(p.get_facecolor()) for p in bars.patches}
+    entries = {t.get_text(): to_hex(h.get_facecolor()) for t, h in
+               zip(bars.get_legend().get_texts(), bars.get_legend().legend_handles, strict=True)}  # fmt: skip
+    assert all(colour in drawn or name == "kept" for name, colour in entries.items()), entries
     kept = [p for p in bars.patches if p.get_linewidth() == 2]
     assert len(kept) == 3 and all(to_hex(p.get_edgecolor()) == "#000000" for p in kept)  # trial 4, 3 levels
+    # titles, axis labels and tick labels fit inside the figure
+    fig.canvas.draw()
+    box = fig.bbox
+    for ax in fig.axes:
+        for text in [ax.title, ax.xaxis.label, ax.yaxis.label, *ax.get_xticklabels()]:
+            ext = text.get_window_extent()
+            assert ext.x0 >= box.x0 - 1 and ext.x1 <= box.x1 + 1 and ext.y0 >= box.y0 - 1, text.get_text()
     plt.close(fig)
     png = plot_png(review)
     assert png is not None and png[:8] == b"\x89PNG\r\n\x1a\n"

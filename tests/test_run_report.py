@@ -38,8 +38,8 @@ def test_report_explains_the_rule_budget_and_untried_candidates_and_lists_trials
     assert text.count("trial 1 ") == 1 and "trial 1 again" not in text and "- dup" not in text
     assert "(on top of --enable-mixed-chunk)" in text
     assert "environment failure, not the flag" in text
-    assert "objective +1.2%" in text
-    assert "| 64 | 1,150.0 | 1,199.9 | +4.3% |" in text
+    # one kept change: its own decision is the number; no first-baseline-vs-final table beside it
+    assert "## What the kept change did" in text and "| 64 | 1,150.0 | 1,199.9 | +4.3% |" not in text
     assert "repetitions: before 3, candidate 6, after 6, confirm 3" in text
 
 

@@ -4,6 +4,7 @@ transcripts tests (the shapes of the event data follow the agent's models)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
@@ -162,3 +163,56 @@ def write_session(directory: Path, *, truncate: bool = False) -> Path:
         text = t.path.read_text()
         t.path.write_text(text[: text.rindex('{"type": "event", "kind": "trial"') + 40])
     return t.path
+
+
+def _reps(tp: dict[int, float], spread: list[float]) -> list:
+    """Repetitions of one block as `SweepResult`s: `tp` scaled by each factor of `spread`."""
+    from tools.bench.results import SweepResult
+
+    return [SweepResult.model_validate(sweep({c: v * f for c, v in tp.items()})) for f in spread]
+
+
+def paired_trial(number: int, flag: str, known_good: dict[int, float], gain: dict[int, float], *,
+                 kept: bool, on_top_of: list | None = None) -> Any:
+    """A `TrialRecord` judged by the real A/B/A comparison (`paired_compare`) on known-good blocks
+    around `known_good` and a candidate block `known_good * gain`, with its samples recorded."""
+    from agent.trial.record import TrialChange, TrialRecord, block_samples, comparison_dict, mean_throughput
+    from tools.bench.objective import objective_from_goal
+    from tools.bench.paired import paired_compare
+
+    before = _reps(known_good, [0.99, 1.0, 1.01])
+    after = _reps(known_good, [0.995, 1.005, 1.0])
+    cand = _reps({c: v * gain[c] for c, v in known_good.items()}, [0.99, 1.01, 1.0])
+    cmp = paired_compare(before, cand, after, objective_from_goal("improve throughput"))
+    record = TrialRecord(
+        number=number, changes=[TrialChange(flag=flag, value="64")], on_top_of=on_top_of or [],
+        reason="research: applies", decision="kept" if kept else "rolled_back", improved=kept,
+        why=cmp.summary, comparison=comparison_dict(cmp), levels=mean_throughput(cand), deployed=True,
+        restarts=1 if kept else 2, seconds=519.332900272, probe="identical",
+        blocks={"before": 3, "candidate": 3, "after": 3},
+        samples={n: block_samples(b, ["output_throughput"]) for n, b in
+                 (("before", before), ("candidate", cand), ("after", after))},
+    )  # fmt: skip
+    assert (cmp.verdict == "improved") == kept, cmp.summary
+    return record
+
+
+def write_paired_run(directory: Path) -> tuple[Path, list]:
+    """A saved run as the agent writes it: a baseline measured under other load (c=1 higher than
+    the trials later saw), one regressed trial, one kept trial decided by the real paired rule."""
+    from agent.trial.record import TrialChange
+
+    t = Transcript.create(directory, kind="run", goal="improve throughput", model="builtin", target="sim")
+    t.event("approval", {"yes": False, "dry_run": False, "allow_lossy": False, "simulated": True})
+    t.event("context", {"version": "0.5.23", "flags": {"--tp-size": "4"}})
+    t.event("baseline", {"reps": [sweep({1: 127.5, 8: 700.0, 64: 2300.0})] * 3})
+    known_good = {1: 120.0, 8: 690.0, 64: 2310.0}
+    lost = paired_trial(1, "--speculative-num-steps", known_good, {1: 0.8, 8: 0.9, 64: 0.86}, kept=False)
+    won = paired_trial(2, "--cuda-graph-max-bs-decode", known_good, {1: 1.0, 8: 0.995, 64: 1.05}, kept=True)
+    trials = [lost, won]
+    for record in trials:
+        t.event("trial", record.model_dump(mode="json"))
+    t.event("final", {"reps": [sweep({1: 120.2, 8: 685.0, 64: 2323.0})]})
+    t.close({"kept": [c.describe() for c in won.full_changes()], "status": "completed"})
+    assert won.changes == [TrialChange(flag="--cuda-graph-max-bs-decode", value="64")]
+    return t.path, trials

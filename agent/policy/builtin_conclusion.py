@@ -8,6 +8,10 @@ from agent.policy.verdict import final_rejection
 
 
 def _levels(t: dict[str, Any]) -> str:
+    """Per level what the decision compared (known-good vs candidate blocks, the change with its
+    95% interval); a trial without a decision: its tok/s against the run's first baseline."""
+    if t.get("decided"):
+        return ", ".join(f"c={c}: {v}" for c, v in t["decided"].items())
     base, now = t.get("baseline_output_tok_s") or {}, t.get("output_tok_s") or {}
     parts = []
     for c, v in now.items():
@@ -34,7 +38,15 @@ def conclusion(
     best = kept[-1] if kept else None
     lines = ["## Conclusion", ""]
     if best:
-        lines.append(f"Deployed: {', '.join(best['changes'])} (trial {best['trial']}): {_levels(best)}.")
+        lines.append(
+            f"Deployed: {', '.join(best['changes'])} (trial {best['trial']}): "
+            f"{best.get('headline') or best['decision']}; per level, over what was deployed before it: "
+            f"{_levels(best)}."
+        )
+        if len(kept) > 1:
+            earlier = "; ".join(f"{', '.join(t['changes'])} (trial {t['trial']}): {t.get('headline') or 'kept'}"
+                                for t in kept[:-1])  # fmt: skip
+            lines.append(f"Kept before it, each its own effect then: {earlier}.")
     elif any(t.get("dry_run") for t in all_trials):
         lines.append("Dry run: nothing was deployed; the trials below are what a real run would try.")
     else:

@@ -22,6 +22,7 @@ from agent.trial.record import BudgetExhausted, TrialChange, mean_throughput
 from agent.trial.resolved import same_as_running
 from agent.trial.runner import TrialRunner
 from agent.ui import RunUI
+from tools.bench.effect import decided_levels, headline
 
 
 @dataclass
@@ -143,6 +144,9 @@ def trial_result(deps: PlannerDeps, record: Any) -> dict[str, Any]:
         "output_tok_s": record.levels,
         "baseline_output_tok_s": deps.baseline_levels,
         "ratio": (record.comparison or {}).get("ratio"),
+        # what the decision compared: known-good vs candidate blocks, change with its 95% interval
+        "decided": decided_levels(record.model_dump(mode="json")),
+        "headline": headline(record.model_dump(mode="json")),
         "restarts": record.restarts,
         "environment": record.environment,
         "near_miss": record.near_miss,

@@ -5,15 +5,13 @@ from __future__ import annotations
 import base64
 import html
 import io
-import math
-import statistics
 from pathlib import Path
 from typing import Any
 
-from agent.transcripts.review import Review, TrialRecord, build_review, fmt_change
 from agent.transcripts.markdown import review_markdown, todo_evolution
-from agent.transcripts.verdicts import CONDITIONS_MARKER, TODO_MARKER, condition_outcome, condition_summary
+from agent.transcripts.review import Review, TrialRecord, build_review
 from agent.transcripts.transcript import LoadedTranscript
+from agent.transcripts.verdicts import CONDITIONS_MARKER, TODO_MARKER, condition_outcome, condition_summary
 
 KEPT_COLOR = "#1a7f37"
 ROLLED_COLOR = "#cf222e"
@@ -45,19 +43,17 @@ li.pass {{ color: {BETTER_COLOR}; }} li.fail {{ color: {WORSE_COLOR}; }} li.unkn
 """
 
 
-def _label(change: str, width: int = 26) -> str:
-    text = change.replace("--", "")
-    return text if len(text) <= width else text[: width - 1] + "…"
+def _label(change: str, width: int = 22) -> str:
+    """A flag name for a chart axis: whole, wrapped onto lines of about `width` characters."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(change.replace("--", ""), width, break_on_hyphens=True)) or "?"
 
 
-def _ratio(trial: TrialRecord) -> float | None:
-    """Geometric mean of candidate / baseline over the levels both measured."""
-    pairs = [(trial.baseline.get(c), v) for c, v in trial.candidate.items()]
-    logs = [math.log(v / b) for b, v in pairs if b and v]
-    return math.exp(statistics.fmean(logs)) if logs else None
-
-
-def _colour(ratio: float | None) -> str:
+def _colour(low: float | None, high: float | None, ratio: float | None) -> str:
+    """Green: the interval is above 1 (better); red: below 1 (worse); grey: it includes 1."""
+    if low is not None and high is not None:
+        return BETTER_COLOR if low > 1 else WORSE_COLOR if high < 1 else SAME_COLOR
     if ratio is None or abs(ratio - 1) <= NOISE:
         return SAME_COLOR
     return BETTER_COLOR if ratio > 1 else WORSE_COLOR
@@ -77,9 +73,10 @@ def plot_png(review: Review) -> bytes | None:
 
 
 def plot_figure(review: Review) -> Any:
-    """A matplotlib figure: output throughput per level before (baseline) and after (final), each
-    trial named by its flag and coloured by better/worse than the baseline; and each trial's change
-    per level as bars (kept ones outlined). None when nothing was measured."""
+    """A matplotlib figure of what the decisions measured: left, output tok/s per level of each kept
+    change's known-good and candidate blocks (the baseline when nothing was kept); right, each
+    trial's change per level with its 95% interval, kept ones outlined. None when nothing was
+    measured."""
     base = {c: v for c, v in review.baseline["output_throughput"].items() if v is not None}
     trials = [t for t in review.trials if any(v is not None for v in t.candidate.values())]
     if not base and not trials:
@@ -88,78 +85,77 @@ def plot_figure(review: Review) -> Any:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
 
-    fig, (ax, bars) = plt.subplots(1, 2, figsize=(12, 4.8), dpi=100)
-    for t in trials:
-        pts = sorted((c, v) for c, v in t.candidate.items() if v is not None)
-        colour = _colour(_ratio(t))
-        ax.plot(*zip(*pts, strict=True), "--", color=colour, alpha=0.7, linewidth=1.2, marker=".")
-        ax.annotate(f"#{t.number} {_label(t.change, 18)}", pts[-1], xytext=(4, 0), textcoords="offset points",
-                    fontsize=7, color=colour, va="center")  # fmt: skip
-    if base:
-        ax.plot(*zip(*sorted(base.items()), strict=True), "-o", color=BASELINE_COLOR, linewidth=2.5)
-    final = sorted((c, v) for c, v in review.final.items() if v is not None) or sorted(base.items())
-    if final:
-        ax.plot(*zip(*final, strict=True), "-s", color="black", linewidth=1.8, markersize=5)
+    fig, (ax, bars) = plt.subplots(1, 2, figsize=(12, 5), dpi=100, gridspec_kw={"width_ratios": [2, 3]})
+    levels = sorted(set(base) | {c for t in trials for c in t.candidate})
+    kept = [t for t in review.kept_trials if any(v is not None for v in t.candidate.values())]
+    for i, t in enumerate(kept):
+        kg = sorted((c, v) for c, v in t.baseline.items() if v is not None)
+        cand = sorted((c, v) for c, v in t.candidate.items() if v is not None)
+        shade = ["black", "#6e7781", "#8250df"][i % 3]
+        if kg:
+            ax.plot(*zip(*kg, strict=True), "--o", color=BASELINE_COLOR, linewidth=1.5,
+                    label=f"#{t.number} known-good" if t.effect else "baseline (start of run)")  # fmt: skip
+        ax.plot(*zip(*cand, strict=True), "-s", color=shade, linewidth=2, label=f"#{t.number} kept candidate")
+    if not kept and base:
+        ax.plot(*zip(*sorted(base.items()), strict=True), "-o", color=BASELINE_COLOR, linewidth=2,
+                label="baseline (nothing kept)")  # fmt: skip
     ax.set_xscale("log", base=2)
-    ticks = sorted(set(base) | {c for t in trials for c in t.candidate})
-    ax.set_xticks(ticks, [str(c) for c in ticks])
+    ax.set_xticks(levels, [str(c) for c in levels])
     ax.minorticks_off()
-    ax.set_xlim(min(ticks) / 1.3, max(ticks) * 2.2)  # room for the trial names
-    ax.set(xlabel="concurrency", ylabel="output tok/s", title="Before (baseline) and after (final)")
+    ax.set(xlabel="concurrency", ylabel="output tok/s")
+    ax.set_title("Kept change: paired blocks" if kept else "Baseline", fontsize=11)
     ax.grid(True, alpha=0.3)
-    ax.legend(
-        handles=[
-            Line2D([], [], color=BASELINE_COLOR, marker="o", linewidth=2.5, label="before: baseline"),
-            Line2D(
-                [],
-                [],
-                color="black",
-                marker="s",
-                label="after: final" if review.final else "after: = baseline",
-            ),
-            Line2D([], [], color=BETTER_COLOR, linestyle="--", label="trial better"),
-            Line2D([], [], color=WORSE_COLOR, linestyle="--", label="trial worse"),
-            Line2D([], [], color=SAME_COLOR, linestyle="--", label="trial within ±1%"),
-        ],
-        loc="upper left",
-        fontsize=8,
-    )
-    _change_bars(bars, review.trials, ticks)
-    bars.legend(handles=[Patch(color=BETTER_COLOR, label="better"), Patch(color=WORSE_COLOR, label="worse"),
-                         Patch(facecolor="white", edgecolor="black", linewidth=2, label="kept")],
-                fontsize=8, loc="best")  # fmt: skip
+    ax.legend(fontsize=8, loc="best")
+    _change_bars(bars, review.trials, levels)
     fig.tight_layout()
     return fig
 
 
 def _change_bars(ax: Any, trials: list[TrialRecord], levels: list[int]) -> None:
-    """Grouped bars: one group per trial (named by its flag), one bar per level, green/red by sign."""
+    """One group per trial, one bar per level: the decision's change with its 95% interval."""
+    from matplotlib.patches import Patch
+
     width = 0.8 / max(1, len(levels))
+    used: dict[str, Any] = {}
     for i, t in enumerate(trials):
-        if not any(t.baseline.get(c) and t.candidate.get(c) is not None for c in levels):
-            # e.g. a candidate that never started: marked, so every trial is on the chart
+        drawn = False
+        for j, c in enumerate(levels):
+            lv = t.effect.level(c) if t.effect else None
+            before, after = t.baseline.get(c), t.candidate.get(c)
+            ratio = lv.ratio if lv else (after / before if before and after is not None else None)
+            if ratio is None:
+                continue
+            low, high = (lv.ci_low, lv.ci_high) if lv else (None, None)
+            colour = _colour(low, high, ratio)
+            kept = t.decision == "kept"
+            x = i + (j - (len(levels) - 1) / 2) * width
+            err = None
+            if low is not None and high is not None:
+                err = [[(ratio - low) * 100], [(high - ratio) * 100]]
+            ax.bar(x, (ratio - 1) * 100, width * 0.92, color=colour, yerr=err, capsize=3, ecolor="black",
+                   edgecolor="black" if kept else colour, linewidth=2 if kept else 0.5)  # fmt: skip
+            ax.annotate(f"c={c}", (x, 0), xytext=(0, 3 if ratio < 1 else -10), textcoords="offset points",
+                        ha="center", fontsize=7)  # fmt: skip
+            name = {BETTER_COLOR: "better (interval above 0)", WORSE_COLOR: "worse (interval below 0)"}.get(
+                colour, "interval includes 0"
+            )
+            used.setdefault(name, Patch(color=colour, label=name))
+            if kept:
+                used.setdefault("kept", Patch(facecolor="white", edgecolor="black", linewidth=2, label="kept"))
+            drawn = True
+        if not drawn:  # e.g. a candidate that never started: marked, so every trial is on the chart
             ax.plot(i, 0, "x", color=WORSE_COLOR, markersize=11, markeredgewidth=2.5)
             ax.annotate("not measured", (i, 0), xytext=(0, 8), textcoords="offset points", ha="center",
                         fontsize=7, color=WORSE_COLOR)  # fmt: skip
-            continue
-        for j, c in enumerate(levels):
-            before, after = t.baseline.get(c), t.candidate.get(c)
-            if not before or after is None:
-                continue
-            change = (after / before - 1) * 100
-            colour = _colour(after / before)
-            edge = "black" if t.decision == "kept" else colour
-            ax.bar(i + (j - (len(levels) - 1) / 2) * width, change, width * 0.92, color=colour,
-                   edgecolor=edge, linewidth=2 if t.decision == "kept" else 0.5)  # fmt: skip
-    ax.set_xticks(range(len(trials)), [f"#{t.number} {_label(t.change)}" for t in trials], rotation=25,
-                  ha="right", fontsize=8)  # fmt: skip
+    ax.set_xticks(range(len(trials)), [f"#{t.number} {_label(t.change)}" for t in trials], fontsize=8)
     ax.set_xlim(-0.7, max(len(trials), 3) - 0.3)  # one trial does not fill the whole panel
     ax.axhline(0, color="black", linewidth=0.8)
-    ax.set_title(f"Change per trial vs baseline (%), bars: concurrency {', '.join(map(str, levels))}")
+    ax.set_ylabel("change vs known-good, % (95% interval)")
+    ax.set_title("Each trial's change per level (bars: concurrency)", fontsize=11)
     ax.grid(True, axis="y", alpha=0.3)
+    if used:
+        ax.legend(handles=list(used.values()), fontsize=8, loc="best")
 
 
 def save_plot(review: Review, path: Path) -> Path | None:
@@ -189,13 +185,14 @@ def _trial_table_html(review: Review) -> str:
     rows = []
     for t in review.trials:
         cls = {"kept": "kept", "rolled back": "rolled"}.get(t.decision, "")
-        change = fmt_change(t.baseline.get(top), t.candidate.get(top)) if top is not None else "missing"
+        change = html.escape(t.headline.split(": ", 1)[1] if t.effect and ": " in t.headline else
+                             (t.change_at(top) if top is not None else "missing"))  # fmt: skip
         rows.append(
             f"<tr><td>{t.number}</td><td><code>{html.escape(t.change)}</code></td>"
             f'<td><strong class="{cls}">{html.escape(t.decision)}</strong></td>'
             f"<td>{html.escape(t.verdict)}</td><td>{change}</td><td>{html.escape(t.reason)}</td></tr>"
         )
-    head = f"<tr><th>#</th><th>change</th><th>decision</th><th>benchmark</th><th>change @{top}</th><th>why</th></tr>"
+    head = "<tr><th>#</th><th>change</th><th>decision</th><th>benchmark</th><th>decided on (95% CI)</th><th>why</th></tr>"
     return f'<table class="trials">{head}{"".join(rows)}</table>' if rows else "<p>no trials</p>"
 
 

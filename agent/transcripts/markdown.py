@@ -72,7 +72,7 @@ _LABELS = {
     "override": "Override of research",
     "probe": "Correctness probe",
 }
-_LABELS |= {"restarts": "Restarts", "seconds": "Seconds", "ratio": "Throughput ratio", "notes": "Noticed"}
+_LABELS |= {"restarts": "Restarts", "seconds": "Seconds", "notes": "Noticed"}
 _STATUS_MARK = {"completed": "[x]", "in_progress": "[~]", "cancelled": "[-]", "pending": "[ ]"}
 
 
@@ -112,14 +112,44 @@ def todo_evolution(states: list[tuple[int | None, list[dict[str, Any]]]]) -> lis
 
 
 def trial_table(trial: TrialRecord) -> list[str]:
-    """Per-level output throughput of a trial against its baseline, as a Markdown table."""
+    """Per-level output throughput of a trial, as a Markdown table: the known-good and candidate
+    blocks the decision compared, and its change with the 95% interval (an older transcript without
+    them: the candidate against the run's baseline, labelled so)."""
     levels = sorted(set(trial.baseline) | set(trial.candidate))
     rows = [
-        [str(c), fmt_num(trial.baseline.get(c)), fmt_num(trial.candidate.get(c))]
-        + [fmt_change(trial.baseline.get(c), trial.candidate.get(c))]
+        [str(c), fmt_num(trial.baseline.get(c)), fmt_num(trial.candidate.get(c)), trial.change_at(c)]
         for c in levels
     ]
-    return _table(["concurrency", "baseline tok/s", "candidate tok/s", "change"], rows) if rows else []
+    if not rows:
+        return []
+    if trial.effect is not None:
+        head = ["concurrency", "known-good tok/s", "candidate tok/s", "change [95% CI]"]
+        return [*_table(head, rows), "", "(the paired blocks the decision used)"]
+    return _table(["concurrency", "run baseline tok/s", "candidate tok/s", "change"], rows)
+
+
+def final_gain_lines(review: Review) -> list[str]:
+    """What each kept change did (its own effect over what was deployed before it, as decided),
+    then, when several were kept, the cumulative before/after of the run, labelled as such."""
+    out = []
+    for t in review.kept_trials:
+        out += [f"Trial {t.number}, {t.change}: {t.headline} (its own effect, over the configuration "
+                "deployed before it)", ""]  # fmt: skip
+        out += [*trial_table(t), ""]
+    if review.kept_trials and len(review.kept_trials) < 2 and all(t.effect for t in review.kept_trials):
+        return out[:-1]
+    if not review.gain:
+        return out + [MISSING] if not out else out[:-1]
+    what = (
+        "Cumulative, all kept changes together"
+        if len(review.kept_trials) > 1
+        else "Before/after over the whole run"
+    )
+    out += [f"{what}: the baseline measured at the start vs the final configuration, measured at "
+            "different times under whatever load each saw (not a paired comparison; no decision used it):",
+            ""]  # fmt: skip
+    rows = [[str(c), fmt_num(b), fmt_num(a), fmt_change(b, a)] for c, (b, a) in review.gain.items()]
+    return out + _table(["concurrency", "first baseline tok/s", "final tok/s", "change"], rows)
 
 
 def approval_lines(approvals: list[dict[str, Any]]) -> list[str]:
@@ -196,6 +226,7 @@ def review_markdown(review: Review, *, conditions_marker: bool = False) -> str:
     for t in review.trials:
         where = f" (msg {t.msg})" if t.msg is not None else ""
         out += [f"### Trial {t.number}: {t.change} — **{t.decision}**{where}", ""]
+        out += [f"- Result: {t.headline}"] if t.effect is not None else []
         out += [f"- Benchmark verdict: {t.verdict}", f"- Decision: {t.reason or MISSING}"]
         out += [f"- {_LABELS.get(k, k)}: {v}" for k, v in t.extra.items() if not isinstance(v, dict | list)]
         out += ["", *trial_table(t), ""]
@@ -207,12 +238,7 @@ def review_markdown(review: Review, *, conditions_marker: bool = False) -> str:
     if review.approvals:
         out += ["", "## Approvals", "", *approval_lines(review.approvals)]
     out += ["", "## Kept", "", *([f"- {k}" for k in review.kept] or ["nothing"])]
-    out += ["", "## Final gain per concurrency level", ""]
-    if review.gain:
-        rows = [[str(c), fmt_num(b), fmt_num(a), fmt_change(b, a)] for c, (b, a) in review.gain.items()]
-        out += _table(["concurrency", "baseline tok/s", "final tok/s", "change"], rows)
-    else:
-        out.append(MISSING)
+    out += ["", "## Final gain per concurrency level", "", *final_gain_lines(review)]
     if review.conclusion:
         out += ["", "## Conclusion", "", review.conclusion]
     return "\n".join(out) + "\n"

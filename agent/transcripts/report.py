@@ -8,13 +8,40 @@ from typing import Any
 
 
 def _table(baseline: dict[int, float], final: dict[int, float]) -> list[str]:
-    lines = ["| concurrency | baseline tok/s | final tok/s | change |", "|---:|---:|---:|---:|"]
+    lines = ["| concurrency | first baseline tok/s | final tok/s | change |", "|---:|---:|---:|---:|"]
     for c in sorted(set(baseline) | set(final)):
         b, f = baseline.get(c), final.get(c)
         change = f"{(f / b - 1) * 100:+.1f}%" if b and f else "missing"
         show = lambda v: f"{v:,.1f}" if v is not None else "missing"  # noqa: E731
         lines.append(f"| {c} | {show(b)} | {show(f)} | {change} |")
     return lines
+
+
+def _review_trial(t: Any) -> Any:
+    """A trial as the review reads it back from the transcript (one rendering for both)."""
+    from agent.transcripts.review import trial_record
+
+    return trial_record(t.number, {"data": t.model_dump(mode="json")}, {})
+
+
+def kept_lines(result: Any) -> list[str]:
+    """Each kept trial's own effect over what was deployed before it (the paired blocks its
+    decision used, with intervals); with several kept, the run's cumulative before/after, labelled."""
+    from agent.transcripts.markdown import trial_table
+
+    kept = [_review_trial(t) for t in result.trials if t.decision == "kept"]
+    out = ["## What the kept change did" if len(kept) < 2 else "## What each kept change did", ""]
+    for t in kept:
+        out += [f"Trial {t.number}, {t.change}: {t.headline} (its own effect, over the configuration "
+                "deployed before it)", "", *trial_table(t), ""]  # fmt: skip
+    if not kept:
+        out += ["Nothing was kept: the baseline configuration stays deployed.", ""]
+    if len(kept) > 1:
+        out += ["Cumulative, all kept changes together: the baseline measured at the start vs the final "
+                "configuration measured at the end, at different times under whatever load each saw "
+                "(not a paired comparison; no decision used it):", "",
+                *_table(result.baseline, result.final), ""]  # fmt: skip
+    return out
 
 
 RULE = (
@@ -45,9 +72,9 @@ def _trial_line(t: Any) -> list[str]:
     on_top = ", ".join(c.describe() for c in getattr(t, "on_top_of", []) or [])
     decision = t.decision.replace("_", " ")
     line = f"- trial {t.number} `{what}`{f' (on top of {on_top})' if on_top else ''}: **{decision}**"
-    cmp = t.comparison or {}
-    if isinstance(cmp.get("ratio"), float):
-        line += f", objective {(cmp['ratio'] - 1) * 100:+.1f}%"
+    headline = _review_trial(t).headline
+    if t.comparison and headline.startswith(t.decision.replace("_", " ") + ": "):
+        line += ", " + headline.split(": ", 1)[1]
     line += f" — restarts {t.restarts}, {t.seconds:.0f} s"
     out = [line, f"  - {t.why}"]
     if getattr(t, "blocks", None):
@@ -78,9 +105,9 @@ def render_report(result: Any, *, plot_name: str | None) -> str:
     ]
     if budget:
         lines.append(f"- budget: {budget}")
-    lines += ["", "## Output throughput, baseline vs final", "", *_table(result.baseline, result.final), ""]
+    lines += ["", *kept_lines(result)]
     if plot_name:
-        lines += [f"![before/after]({plot_name})", ""]
+        lines += [f"![each trial's change per level, with its 95% interval]({plot_name})", ""]
     lines += ["## How a change was judged", "", getattr(result, "rule", "") or RULE_DEFAULT, ""]
     lines += ["## Trials", ""]
     for t in result.trials:
@@ -92,6 +119,47 @@ def render_report(result: Any, *, plot_name: str | None) -> str:
     lines += [f"- {flag}: {why}" for flag, why in untried.items()] or ["- none"]
     lines += ["", _without_trials(result.conclusion), ""]
     return "\n".join(lines)
+
+
+def run_summary(result: Any) -> dict[str, Any]:
+    """`optagent run --json`: kept changes with each level's change and 95% interval as the
+    decision measured them, trials, restarts, wall time and budget (JSON-safe, rounded)."""
+    from tools.bench.effect import effect_of, headline
+
+    def pct(v: float | None) -> float | None:
+        return None if v is None else round((v - 1) * 100, 2)
+
+    kept = []
+    for t in result.trials:
+        if t.decision != "kept":
+            continue
+        data = t.model_dump(mode="json")
+        effect = effect_of(data)
+        levels = {
+            str(lv.concurrency): {
+                "known_good_tok_s": None if lv.known_good is None else round(lv.known_good, 1),
+                "candidate_tok_s": None if lv.candidate is None else round(lv.candidate, 1),
+                "change_pct": pct(lv.ratio), "ci_low_pct": pct(lv.ci_low), "ci_high_pct": pct(lv.ci_high),
+            }  # fmt: skip
+            for lv in (effect.levels if effect else [])
+        }
+        kept.append({"trial": t.number, "changes": [c.describe() for c in t.changes],
+                     "on_top_of": [c.describe() for c in t.on_top_of], "headline": headline(data),
+                     "rule": effect.rule if effect else None, "levels": levels})  # fmt: skip
+    return {
+        "status": result.status,
+        "deployed": list(result.kept),
+        "kept": kept,
+        "trials": [{"trial": t.number, "changes": [c.describe() for c in t.changes],
+                    "headline": headline(t.model_dump(mode="json")), "seconds": round(t.seconds)}
+                   for t in result.trials],  # fmt: skip
+        "restarts": result.restarts,
+        "seconds": round(result.seconds),
+        "budget": getattr(result, "budget", "") or "",
+        "untried": dict(getattr(result, "untried", {}) or {}),
+        "transcript": str(result.transcript) if result.transcript else None,
+        "report": str(result.report) if result.report else None,
+    }
 
 
 RULE_DEFAULT = RULE.format(reps=3, cap=6, min_effect=0.02, tolerance=0.03)

@@ -11,6 +11,7 @@ import statistics
 from typing import Any
 
 from agent.transcripts.transcript import LoadedTranscript
+from tools.bench.effect import Effect, effect_of, headline
 
 MISSING = "missing"
 METRICS = ("output_throughput", "mean_ttft_ms", "p99_itl_ms")
@@ -97,8 +98,21 @@ class TrialRecord:
     verdict: str
     msg: int | None
     baseline: dict[int, float | None]
+    """Known-good output tok/s per level: the decision's paired blocks when recorded, else the
+    run's baseline (an older transcript)."""
     candidate: dict[int, float | None]
     extra: dict[str, Any]
+    effect: Effect | None = None
+    """What the decision judged, with intervals (None: nothing measured, or an older transcript)."""
+    headline: str = ""
+    """`kept: c=64 +4.0% [+1.2..+6.9], no level worse than 3%`."""
+
+    def change_at(self, c: int) -> str:
+        """The decision's change at level `c` with its interval, else the plain before/after change."""
+        lv = self.effect.level(c) if self.effect else None
+        if lv is not None and lv.ratio is not None:
+            return lv.pct()
+        return fmt_change(self.baseline.get(c), self.candidate.get(c))
 
 
 @dataclasses.dataclass
@@ -114,7 +128,10 @@ class Review:
     trials: list[TrialRecord]
     approvals: list[dict[str, Any]]
     kept: list[str]
+    kept_trials: list[TrialRecord]
+    """The kept trials up to the configuration left deployed, each with its own effect."""
     gain: dict[int, tuple[float | None, float | None]]
+    """First baseline vs final configuration per level: cumulative, not paired."""
     final: dict[int, float | None]
     """Output tok/s per level of the configuration left deployed (empty when never measured)."""
     baseline_sweeps: list[dict[str, Any]]
@@ -146,13 +163,17 @@ def trial_record(number: int, event: dict[str, Any], baseline: dict[int, float |
     base = levels_of(first_key(data, "baseline", "baseline_sweeps"))
     reason = first_key(data, "why", "error", "deploy_error") or first_key(comparison, "summary") or ""
     verdict = first_key(comparison, "verdict") or first_key(data, "verdict", "comparison_verdict") or MISSING
-    extra = {
-        k: data[k] for k in ("kind", "reason", "override", "probe", "restarts", "seconds") if data.get(k)
-    }
-    if isinstance(comparison.get("ratio"), int | float):
-        extra["ratio"] = round(comparison["ratio"], 4)
+    extra = {k: data[k] for k in ("kind", "reason", "override", "probe", "restarts") if data.get(k)}
+    if isinstance(data.get("seconds"), int | float) and data["seconds"]:
+        extra["seconds"] = f"{data['seconds']:.0f}"
     if isinstance(data.get("notes"), list) and data["notes"]:
         extra["notes"] = "; ".join(map(str, data["notes"]))
+    effect = effect_of(data)
+    own = effect is not None and effect.metric == "output_throughput"
+    if own and any(lv.known_good and lv.candidate for lv in effect.levels):
+        # the decision's own blocks, not the run's baseline
+        base = {lv.concurrency: lv.known_good for lv in effect.levels}
+        candidate = {lv.concurrency: lv.candidate for lv in effect.levels}
     return TrialRecord(
         number=int(data.get("number") or number),
         change=describe_change(first_key(data, "changes", "change", "flags", "flag", "name")),
@@ -163,6 +184,8 @@ def trial_record(number: int, event: dict[str, Any], baseline: dict[int, float |
         baseline=base or dict(baseline),
         candidate=candidate,
         extra=extra,
+        effect=effect,
+        headline=headline({**data, "decision": data.get("decision") or decision_of(data)}),
     )
 
 
@@ -239,6 +262,7 @@ def build_review(loaded: LoadedTranscript) -> Review:
         kept = [deployed.change] if deployed is not None else []
     if not final and deployed is not None:
         final = deployed.candidate
+    kept_trials = [t for t in trials if t.decision == "kept" and deployed and t.number <= deployed.number]
     ended_unchanged = loaded.end is not None and not kept
     levels = sorted(set(baseline_tp) | set(final))
     gain = {
@@ -263,6 +287,7 @@ def build_review(loaded: LoadedTranscript) -> Review:
         trials=trials,
         approvals=[e.get("data") or {} for e in loaded.events_of("approval")],
         kept=[describe_change(k) for k in kept],
+        kept_trials=kept_trials,
         gain=gain,
         final=final,
         baseline_sweeps=baseline_sweeps,
@@ -284,7 +309,14 @@ def fmt_change(before: float | None, after: float | None) -> str:
 
 
 def gain_summary(review: Review) -> str:
-    """A one-line throughput change per level for listings: `1: +2.0%  64: +15.1%`."""
+    """What the kept changes did, for listings: each kept trial's deciding level with its interval
+    (`c=64 +4.0% [+1.2..+6.9]`); for an older transcript without intervals, the run's before/after
+    per level (`1: +2.0%  64: +15.1%`)."""
+    decided = [t.effect.deciding for t in review.kept_trials if t.effect and t.effect.deciding]
+    if decided:
+        return "; ".join(
+            f"{'objective' if lv.concurrency < 0 else f'c={lv.concurrency}'} {lv.pct()}" for lv in decided
+        )
     if not review.gain:
         return ""
     return "  ".join(f"{c}: {fmt_change(b, a)}" for c, (b, a) in review.gain.items())

@@ -74,11 +74,12 @@ class TrialRecord(BaseModel):
         return [*self.on_top_of, *self.changes]
 
     def headline(self) -> str:
-        """One line for the terminal and the report."""
+        """One line for the terminal: the decision and the level that decided it, with its interval
+        (`trial 3 [--x 64]: kept: c=64 +4.0% [+1.2..+6.9], no level worse than 3%`)."""
+        from tools.bench.effect import headline
+
         what = ", ".join(c.describe() for c in self.changes)
-        ratio = (self.comparison or {}).get("ratio")
-        gain = f" ({(ratio - 1) * 100:+.1f}%)" if isinstance(ratio, float) else ""
-        return f"trial {self.number} [{what}]: {self.decision.replace('_', ' ')}{gain}: {self.why}"
+        return f"trial {self.number} [{what}]: {headline(self.model_dump(mode='json'))}"
 
 
 @dataclass

@@ -1,0 +1,117 @@
+"""One saved run, every output: the report, its conclusion, the review (Markdown, 80-column terminal,
+JSON), the list, the HTML export, the plot, the terminal headline and `run --json` show the numbers
+the kept change's decision used (its paired blocks, with the 95% interval), and no other number
+about that change."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+from typer.testing import CliRunner
+
+from agent.cli.main import app
+from agent.policy.builtin_conclusion import conclusion
+from agent.policy.planner import trial_result
+from agent.session import RunResult
+from agent.transcripts.export import export_html, plot_figure
+from agent.transcripts.markdown import review_markdown
+from agent.transcripts.report import run_summary, write_report
+from agent.transcripts.review import build_review
+from agent.transcripts.transcript import load_transcript
+from tests.transcript_sessions import write_paired_run
+from tools.bench.effect import effect_of
+
+PCT = re.compile(r"[+-]\d+\.\d%")
+
+
+def _section(text: str, start: str, end: str) -> str:
+    return text.split(start, 1)[1].split(end, 1)[0]
+
+
+def test_every_output_of_one_saved_run_shows_the_decisions_numbers(tmp_path: Path) -> None:
+    path, trials = write_paired_run(tmp_path)
+    won = trials[1]
+    effect = effect_of(won.model_dump(mode="json"))
+    assert effect is not None and effect.deciding is not None and effect.deciding.concurrency == 64
+    headline = "kept: c=64 " + effect.deciding.pct() + ", no level worse than 3%"
+    allowed = {p for lv in effect.levels for p in PCT.findall(lv.pct())}
+    cells = {lv.concurrency: (f"{lv.known_good:,.1f}", f"{lv.candidate:,.1f}", lv.pct()) for lv in effect.levels}
+    # the decision's numbers are its own blocks: candidate / known-good is the decision's ratio
+    for lv in effect.levels:
+        assert abs(lv.candidate / lv.known_good - lv.ratio) < 1e-9
+
+    # the terminal headline names the deciding level and its interval
+    assert won.headline().endswith(headline)
+
+    # the conclusion, written from the planner's tool results
+    deps = SimpleNamespace(baseline_levels={1: 127.5, 8: 700.0, 64: 2300.0}, runner=None)
+    results = {t.changes[0].flag: trial_result(deps, t) for t in trials}
+    text = conclusion([], {}, results, None, None)
+    deployed = text.split("Deployed: ", 1)[1].split("\n", 1)[0]
+    assert headline in deployed and set(PCT.findall(deployed)) <= allowed, deployed
+    assert f"c=64: {effect.level(64).known_good:,.0f} -> {effect.level(64).candidate:,.0f} tok/s" in deployed
+
+    # the report and its plot, written from the run's result
+    result = RunResult(
+        status="completed", transcript=path, trials=trials, kept=["--cuda-graph-max-bs-decode 64"],
+        baseline={1: 127.5, 8: 700.0, 64: 2300.0}, final={1: 120.2, 8: 685.0, 64: 2323.0},
+        restarts=3, seconds=600.0, conclusion=text,
+    )  # fmt: skip
+    report = write_report(result, baseline_reps=[], best_reps=None).read_text()
+    kept_part = _section(report, "## What the kept change did", "## How a change was judged")
+    assert headline in kept_part and set(PCT.findall(kept_part)) <= allowed, kept_part
+    for c, (kg, cand, change) in cells.items():
+        assert f"| {c} | {kg} | {cand} | {change} |" in kept_part
+    assert "-5.7%" not in report  # the first baseline (other load) vs final is no number about the change
+    assert "519.33" not in report and "trial 2 `--cuda-graph-max-bs-decode 64`: **kept**, c=64" in report
+
+    # the review, as Markdown and at 80 columns in a terminal
+    review = build_review(load_transcript(path))
+    md = review_markdown(review)
+    final = md.split("## Final gain per concurrency level", 1)[1]
+    assert headline in final and set(PCT.findall(final)) <= allowed, final
+    for c, (kg, cand, change) in cells.items():
+        assert f"| {c} | {kg} | {cand} | {change} |" in final
+    assert "Seconds: 519\n" in md and "519.33" not in md and "Throughput ratio" not in md
+    runner = CliRunner()
+    shown = runner.invoke(app, ["transcripts", "review", str(path)], env={"COLUMNS": "80"})
+    assert shown.exit_code == 0, shown.output
+    assert max(map(len, shown.stdout.splitlines())) <= 80
+    flat = " ".join(shown.stdout.split())
+    assert headline in flat and "…" not in shown.stdout
+
+    # the list and the review JSON
+    listed = runner.invoke(app, ["transcripts", "list", "--dir", str(tmp_path), "--json"])
+    row = json.loads(listed.stdout)[0]
+    assert row["throughput_change"] == f"c=64 {effect.deciding.pct()}"
+    data = json.loads(runner.invoke(app, ["transcripts", "review", str(path), "--json"]).stdout)
+    assert data["kept_trials"][0]["headline"] == headline
+
+    # the HTML export
+    page = export_html(load_transcript(path))
+    assert headline in page and all(change in page for _, _, change in cells.values())
+
+    # the plot: the kept trial's bars are the decision's changes, with its intervals as error bars
+    fig = plot_figure(review)
+    bars = fig.axes[1]
+    kept_bars = sorted((p for p in bars.patches if p.get_linewidth() == 2), key=lambda p: p.get_x())
+    assert [round(p.get_height(), 6) for p in kept_bars] == [
+        round((lv.ratio - 1) * 100, 6) for lv in effect.levels
+    ]
+    segments = [seg for coll in bars.collections for seg in coll.get_segments()]
+    for lv in effect.levels:
+        low, high = (lv.ci_low - 1) * 100, (lv.ci_high - 1) * 100
+        assert any(abs(s[0][1] - low) < 1e-6 and abs(s[1][1] - high) < 1e-6 for s in segments), lv
+
+    # optagent run --json
+    summary = run_summary(result)
+    level = summary["kept"][0]["levels"]["64"]
+    assert summary["kept"][0]["headline"] == headline and summary["deployed"] == ["--cuda-graph-max-bs-decode 64"]
+    assert f"{level['change_pct']:+.1f}%" == PCT.findall(effect.deciding.pct())[0]
+    assert (level["ci_low_pct"], level["ci_high_pct"]) == (
+        round((effect.deciding.ci_low - 1) * 100, 2),
+        round((effect.deciding.ci_high - 1) * 100, 2),
+    )
