@@ -168,3 +168,14 @@ def test_scripted_openai_endpoint_drives_a_dry_run(tmp_path: Path, sglang_0523, 
     assert verdict["verdict"] == "applies" and verdict["evidence"][0]["location"].startswith("sglang/")
     assert any(m["agent"].startswith("researcher:") and m["parent"] for m in tx.messages)
     assert "sk-test-secret" not in Path(transcript.path).read_text()
+
+
+def test_base_url_sends_the_bare_model_name() -> None:
+    """`--model openai:NAME --base-url URL` used to send "openai:NAME", which real endpoints reject,
+    and label the run `openai:openai:NAME`."""
+    from agent.policy.models import choose_model, make_models
+
+    assert choose_model("openai:qwen3", "http://127.0.0.1:30000/v1") == ("qwen3", "http://127.0.0.1:30000/v1")
+    choice = make_models("openai:qwen3", "http://127.0.0.1:30000/v1")
+    assert choice.planner.model_name == "qwen3" and choice.label == "qwen3 @ http://127.0.0.1:30000/v1"
+    assert choose_model("openai:gpt-4.1", None) == ("openai:gpt-4.1", None)  # a provider name stays

@@ -23,11 +23,13 @@ class TokenCount:
     def by_kind(self) -> dict[str, dict[str, int]]:
         """Totals per kind of agent (`researcher:--x` counts as `researcher`), and `total`."""
         out: dict[str, dict[str, int]] = {}
-        for name, used in self.agents.items():
+        for name, used in sorted(self.agents.items(), key=lambda kv: kv[0] != "planner"):
             for key in (name.split(":")[0], "total"):
                 mine = out.setdefault(key, {"requests": 0, "input_tokens": 0, "output_tokens": 0})
                 for k in mine:
                     mine[k] += used[k]
+        if "total" in out:  # last
+            out["total"] = out.pop("total")
         return out
 
     def line(self) -> str:
