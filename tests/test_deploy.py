@@ -38,7 +38,7 @@ def cli(*args: str, config: Path, env: dict[str, str] | None = None, timeout: fl
 
 
 def pid_of(sim_dir: Path) -> str:
-    return (sim_dir / "run" / "sglang.pid").read_text().strip()
+    return (sim_dir / "run" / "sglang.pid").read_text().split()[0]
 
 
 def healthy(endpoint: str) -> bool:

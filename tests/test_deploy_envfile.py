@@ -10,6 +10,8 @@ import pytest
 from tests.test_deploy import cli, healthy, pid_of
 from tools.deploy.deployment import DeployError, Deployment
 from tools.deploy.envfile import parse_env_file
+from tools.deploy.remote import LocalTransport
+from tools.deploy.service import ProcessManager
 
 
 def _environ(pid: str) -> dict[str, str]:
@@ -32,6 +34,9 @@ def test_variables_from_an_environment_file_reach_the_server(ssh_sim, tmp_path: 
     text = text.replace("--served-model-name qwen3.5-122b", "--served-model-name ${SERVED}")
     remote.write_text(text)
     local.write_text(text)
+    # known-good is only what runs: the operator restarts the service on the edited file first
+    pm = ProcessManager(LocalTransport(), unit_path=str(remote), run_dir=str(sim.sim_dir / "run"))
+    asyncio.run(pm.restart())
 
     result = cli("deploy", "--set", "mem-fraction-static=0.8", "--yes", config=sim.config_path)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -105,17 +105,18 @@ def test_a_shared_local_state_dir_is_refused(ssh_sim, tmp_path: Path) -> None:  
         asyncio.run(Deployment(sim.target).open())
 
 
-def test_a_parent_writable_only_by_the_users_private_group_is_accepted() -> None:
+def test_a_group_writable_parent_is_refused_as_strictmodes_does() -> None:
     from tools.deploy.dirtrust import DirEntry, UntrustedDirError, check_chain
 
     run = DirEntry("/home/u/proj/run", 1000, 0o40700, 1000)
-    private = DirEntry("/home/u/proj", 1000, 0o40775, 1000)  # umask 002 with a user-private group
     root = DirEntry("/", 0, 0o40755, 0)
-    check_chain("run directory", run.path, [run, private, root], me=1000, my_gid=1000)
-    shared = DirEntry("/home/u/proj", 1000, 0o40775, 100)  # group `users`: other people
-    with pytest.raises(UntrustedDirError, match="writable by group or others"):
-        check_chain("run directory", run.path, [run, shared, root], me=1000, my_gid=1000)
+    check_chain("run directory", run.path, [run, DirEntry("/home/u/proj", 1000, 0o40755, 100), root], me=1000)
+    # group `users` may be the user's own primary group: its other members could still rename the tree
+    for gid in (1000, 100):
+        shared = DirEntry("/home/u/proj", 1000, 0o40775, gid)
+        with pytest.raises(UntrustedDirError, match="/home/u/proj is writable by group or others"):
+            check_chain("run directory", run.path, [run, shared, root], me=1000)
     with pytest.raises(UntrustedDirError, match="writable by group or others"):  # the dir itself: never
-        check_chain(
-            "run directory", run.path, [DirEntry(run.path, 1000, 0o40770, 1000), root], me=1000, my_gid=1000
-        )
+        check_chain("run directory", run.path, [DirEntry(run.path, 1000, 0o40770, 1000), root], me=1000)
+    sticky = DirEntry("/tmp", 0, 0o41777, 0)  # a sticky ancestor like /tmp: only owners rename entries
+    check_chain("run directory", run.path, [run, sticky, root], me=1000)

@@ -64,7 +64,8 @@ def test_process_manager_starts_detached_and_stops(tmp_path: Path) -> None:
 
     async def scenario() -> None:
         pid = await pm.start()
-        assert (tmp_path / "run" / "sglang.pid").read_text().strip() == str(pid)
+        start = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19]
+        assert (tmp_path / "run" / "sglang.pid").read_text().split() == [str(pid), start]
         assert os.getpgid(pid) == pid and os.getsid(pid) == pid  # its own session and process group
         health = await wait_healthy(f"http://127.0.0.1:{port}", timeout=10, is_alive=pm.is_active)
         assert health.ok, health.reason

@@ -19,7 +19,17 @@ from tools.deploy.service import ProcessManager, SystemdManager
 if TYPE_CHECKING:
     from tools.deploy.service import ServiceManager
 
-__all__ = ["DeadmanSwitch"]
+__all__ = ["WATCHDOG_MARK", "DeadmanSwitch"]
+
+WATCHDOG_MARK = "optagent-deadman-watchdog"
+"""Begins the watchdog's script (`: MARK ARMED_PATH`): its command line says which switch it is."""
+
+
+def _put(path: str, value: str) -> str:
+    """Shell: write `value` (expanded by the shell) to a new file made by `mktemp` (O_EXCL: never through
+    a planted link, never into someone's file), then rename it over `path`."""
+    q = shlex.quote
+    return f't=$(mktemp {q(path + ".tmp.XXXXXX")}) && echo "{value}" > "$t" && mv -f "$t" {q(path)}'
 
 
 class DeadmanSwitch:
@@ -34,19 +44,21 @@ class DeadmanSwitch:
         self.watchdog_pid_path, self.timer_unit = f"{base}.deadman.pid", f"optagent-deadman-{service}"
         self.deadline_path = f"{base}.deadman-deadline"
 
-    def _restore_shell(self) -> str:
+    def _restore_shell(self, *, systemd: bool = False) -> str:
         q = shlex.quote
-        tmp = f"{self.unit_path}.optagent-deadman-tmp"
-        return (
-            f"mv -f {q(self.armed_path)} {q(self.armed_path)}.firing 2>/dev/null || exit 0; "
-            f"cp {q(self.known_good_path)} {q(tmp)} && mv -f {q(tmp)} {q(self.unit_path)}"
-        )
+        claim = f"mv -f {q(self.armed_path)} {q(self.armed_path)}.firing 2>/dev/null || exit 0; "
+        if systemd:  # no `$` in a command systemd-run starts (systemd would expand it); rm first: no planted link
+            tmp = q(f"{self.unit_path}.optagent-deadman-tmp")
+            return f"{claim}rm -f {tmp} && cp {q(self.known_good_path)} {tmp} && mv -f {tmp} {q(self.unit_path)}"
+        tmp = q(f"{self.unit_path}.optagent-deadman-tmp.XXXXXX")
+        copy = f't=$(mktemp {tmp}) && cat {q(self.known_good_path)} > "$t" && chmod 644 "$t"'
+        return f'{claim}{copy} && mv -f "$t" {q(self.unit_path)}'
 
     def _systemd_script(self) -> str:
         assert isinstance(self.manager, SystemdManager)
         q = shlex.quote
         return (
-            f"{self._restore_shell()} && systemctl daemon-reload && systemctl restart {q(self.manager.unit)}; "
+            f"{self._restore_shell(systemd=True)} && systemctl daemon-reload && systemctl restart {q(self.manager.unit)}; "
             f"mv -f {q(self.armed_path)}.firing {q(self.armed_path)}.fired"
         )
 
@@ -54,7 +66,7 @@ class DeadmanSwitch:
         """Copy known-good to the host and start the timer."""
         await self.transport.write_file_atomic(self.known_good_path, known_good)
         q = shlex.quote
-        arm = f"rm -f {q(self.armed_path)}.firing {q(self.armed_path)}.fired && echo armed > {q(self.armed_path)}"
+        arm = f"rm -f {q(self.armed_path)}.firing {q(self.armed_path)}.fired && {_put(self.armed_path, 'armed')}"
         secs = max(1, round(seconds))
         if isinstance(self.manager, SystemdManager):
             sudo = ["sudo", "-n"] if self.manager.sudo else []
@@ -75,14 +87,15 @@ class DeadmanSwitch:
             f'while :; do d=$(cat {deadline} 2>/dev/null || echo 0); n=$(date +%s); [ "$n" -ge "$d" ] && break; '
             f"sleep $((d - n)); done"
         )
-        script = (
-            f"echo $$ > {q(self.watchdog_pid_path)}; {wait}; {self._restore_shell()}; "
+        script = (  # the marker in its command line is how disarm() knows the PID is this watchdog
+            f": {WATCHDOG_MARK} {q(self.armed_path)}; {_put(self.watchdog_pid_path, '$$')}; {wait}; "
+            f"{self._restore_shell()}; "
             f"echo 'optagent dead-man switch: restoring the known-good configuration' >> {q(pm.log_path)}; "
             f"{pm.stop_shell()}; {pm.start_shell(argv, env, cwd)}; "
             f"mv -f {q(self.armed_path)}.firing {q(self.armed_path)}.fired; rm -f {q(self.watchdog_pid_path)}"
         )
         launch = (
-            f"{arm} && echo $(($(date +%s) + {secs})) > {deadline} && "
+            f"{arm} && {_put(self.deadline_path, f'$(($(date +%s) + {secs}))')} && "
             f"{{ setsid sh -c {q(script)} > /dev/null 2>&1 < /dev/null & }}"
         )
         await self.transport.run(["sh", "-c", launch], check=True)
@@ -98,8 +111,7 @@ class DeadmanSwitch:
             )  # fmt: skip
             move = f"{sudo}systemctl stop {q(self.timer_unit + '.timer')} >/dev/null 2>&1; {sudo}{timer} >/dev/null"
         else:
-            tmp = q(self.deadline_path + ".tmp")
-            move = f"echo $(($(date +%s) + {secs})) > {tmp} && mv -f {tmp} {q(self.deadline_path)}"
+            move = _put(self.deadline_path, f"$(($(date +%s) + {secs}))")
         script = f"[ -e {q(self.armed_path)} ] || exit 3; {move}"
         result = await self.transport.run(["sh", "-c", script])
         return result.ok
@@ -110,9 +122,11 @@ class DeadmanSwitch:
         if isinstance(self.manager, SystemdManager):
             sudo = "sudo -n " if self.manager.sudo else ""
             stop = f"{sudo}systemctl stop {q(self.timer_unit + '.timer')} >/dev/null 2>&1;"
-        else:  # only a watchdog that did not fire is stopped; a firing one must finish
+        else:  # only a watchdog that did not fire is stopped; a firing one must finish; and only ours
             stop = (
-                'p=$(cat "$2" 2>/dev/null) && [ -n "$p" ] && kill -s TERM -- "-$p" 2>/dev/null; rm -f "$2";'
+                'p=; { read -r p _ < "$2"; } 2>/dev/null; case "$p" in ""|*[!0-9]*) p=;; esac;'
+                f' [ -n "$p" ] && [ "$p" -gt 1 ] && grep -qF "{WATCHDOG_MARK} $1" "/proc/$p/cmdline" 2>/dev/null'
+                ' && [ "$(stat -c %u "/proc/$p")" = "$(id -u)" ] && kill -s TERM -- "-$p" 2>/dev/null; rm -f "$2";'
             )
         script = (
             f'if rm "$1" 2>/dev/null; then {stop} exit 0; fi; {stop if isinstance(self.manager, SystemdManager) else ""}'

@@ -146,16 +146,26 @@ class Deployment:
             return await self.transport.read_file(self.remote_unit)
         except FileNotFoundError as e:
             raise DeployError(f"{self.remote_unit}: no unit file on the host") from e
+        except UnicodeDecodeError as e:
+            raise UnitInvalidError(f"{self.remote_unit} on the host is not UTF-8 text ({e.reason}); fix it") from e
 
-    async def known_good(self) -> str:
-        """The known-good text: recorded in `state_dir`, else the local unit file, else the host's file."""
+    async def known_good(self, *, unproven_ok: bool = False) -> str:
+        """The known-good text: recorded in `state_dir`, else the local unit file, else the host's file.
+
+        A text is recorded only once the service is seen running it, healthy (`restore.check_running`);
+        `unproven_ok` (bringing a dead server back) returns the host's text unrecorded when the service
+        is not running: nothing runs that it could be compared with."""
         recorded = self.journal.known_good()
-        local = self.target.local_unit.read_text() if self.target.local_unit.exists() else None
+        try:
+            local = self.target.local_unit.read_text() if self.target.local_unit.exists() else None
+        except UnicodeDecodeError as e:
+            raise UnitInvalidError(f"{self.target.local_unit} is not UTF-8 text ({e.reason}); fix it") from e
         if recorded is None:
             recorded = local if local is not None else await self.remote_text()
             source = self.target.local_unit if local is not None else self.remote_unit
             self._check_parses(recorded, source)  # never record a file no restart could use
-            self.journal.set_known_good(recorded)
+            if await restore.check_running(self, recorded, source, unproven_ok=unproven_ok):
+                self.journal.set_known_good(recorded)  # never one that was not seen serving
         if local is None:
             write_local_atomic(self.target.local_unit, recorded)
         elif local != recorded:

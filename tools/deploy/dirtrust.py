@@ -2,18 +2,23 @@
 
 The host's run directory holds the PID file (optagent kills that process group), the log, the lock
 and the known-good unit the dead-man's switch installs as root. If another local user could create
-or write that directory first, they could plant any of those. So every directory on the resolved
-path must be owned by the user optagent runs as or by root, and none may be writable by group or
-others, except a sticky ancestor like `/tmp` (whose entries only their owner can rename); the
-directory itself must not be a symlink. New directories are created 0700.
+or write that directory first, they could plant any of those. So, as OpenSSH's StrictModes does,
+the path is resolved whole and every directory on it must be owned by the user optagent runs as or
+by root and writable by neither group nor others; the one exception is a sticky ancestor like
+`/tmp` (whose entries only their owner can rename). The directory itself must not be a symlink,
+however the path spells it, and a symlink on the way must belong to us or root, in a trusted
+directory. Every entry already inside the directory must be ours too: owned by us or root, a
+regular file (or directory) with one link, writable by nobody else; anything else is named and
+refused. New directories are created 0700.
 """
 
 from __future__ import annotations
 
 import os
+import posixpath
 import stat
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,8 +28,12 @@ if TYPE_CHECKING:
 __all__ = [
     "REMOTE_WRITABLE_SCRIPT",
     "DirEntry",
+    "FileEntry",
+    "Probe",
     "UntrustedDirError",
     "check_chain",
+    "check_entries",
+    "foreign_entries",
     "check_local_dir",
     "remote_probe_script",
     "trusted_dirs",
@@ -47,16 +56,17 @@ class DirEntry:
     gid: int = -1
 
 
-def check_chain(what: str, given: str, chain: list[DirEntry], *, me: int, my_gid: int = -2) -> None:
+def check_chain(what: str, given: str, chain: list[DirEntry], *, me: int, sticky_first: bool = False) -> None:
     """Raise `UntrustedDirError` unless `chain` (the directory first, then each parent up to `/`) is safe.
 
-    `me` is the uid optagent acts as on that machine; root (0) is always trusted. A parent writable
-    by `my_gid` only (a user-private group, as umask 002 makes them) is not shared with other users.
+    `me` is the uid optagent acts as on that machine; root (0) is always trusted. As with OpenSSH's
+    StrictModes a directory writable by its group is refused, even a group that seems private: who
+    else is in it is not visible from here. `sticky_first`: the first directory only holds something
+    checked on its own (a symlink), so it may be sticky like an ancestor.
     """
     for i, entry in enumerate(chain):
         owner_ok = entry.uid in (me, 0)
-        group_shared = entry.mode & stat.S_IWGRP and (i == 0 or entry.gid != my_gid)
-        shared = entry.mode & stat.S_IWOTH or group_shared
+        shared = entry.mode & (stat.S_IWOTH | stat.S_IWGRP)
         sticky = entry.mode & stat.S_ISVTX
         if not owner_ok:
             raise UntrustedDirError(
@@ -64,11 +74,63 @@ def check_chain(what: str, given: str, chain: list[DirEntry], *, me: int, my_gid
                 f"another user may have planted it. Remove it or choose a root-owned path"
             )
         # The directory itself may never be shared; an ancestor only when sticky (like /tmp).
-        if shared and (i == 0 or not sticky):
+        if shared and ((i == 0 and not sticky_first) or not sticky):
             raise UntrustedDirError(
                 f"{what} {given}: {entry.path} is writable by group or others (mode {entry.mode & 0o7777:o}); "
                 f"run `chmod go-w {entry.path}` or choose another path"
             )
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One entry inside a trusted directory: owner, mode (with the type bits) and link count."""
+
+    path: str
+    uid: int
+    mode: int
+    nlink: int = 1
+
+
+def foreign_entries(entries: list[FileEntry], *, me: int) -> list[str]:
+    """`name (why)` for each entry optagent cannot have made: a symlink, a device, fifo or socket,
+    another user's file, a file writable by group or others, or a file with other hard links (the
+    lock, made with `ln`, is the one file with two links for a moment)."""
+    bad = []
+    for e in entries:
+        name, kind = e.path.rsplit("/", 1)[-1], stat.S_IFMT(e.mode)
+        if kind == stat.S_IFLNK:
+            why = "a symlink"
+        elif e.uid not in (me, 0):
+            why = f"owned by uid {e.uid}"
+        elif kind not in (stat.S_IFREG, stat.S_IFDIR):
+            why = "not a regular file"
+        elif e.mode & (stat.S_IWGRP | stat.S_IWOTH):
+            why = f"writable by group or others (mode {e.mode & 0o7777:o})"
+        elif kind == stat.S_IFREG and e.nlink > 1 and ".lock" not in name:
+            why = f"{e.nlink} hard links"
+        else:
+            continue
+        bad.append(f"{e.path} ({why})")
+    return bad
+
+
+def check_entries(what: str, directory: str, entries: list[FileEntry], *, me: int) -> None:
+    """Raise `UntrustedDirError` naming every entry of `directory` that `foreign_entries` rejects."""
+    bad = foreign_entries(entries, me=me)
+    if bad:
+        raise UntrustedDirError(
+            f"{what} {directory} holds entries optagent did not make: {'; '.join(bad)}. Another user may "
+            "have planted them while the directory was writable; check and remove them, then retry "
+            "(nothing was changed)"
+        )
+
+
+def _local_entries(directory: Path) -> list[FileEntry]:
+    out = []
+    for entry in os.scandir(directory):
+        st = entry.stat(follow_symlinks=False)
+        out.append(FileEntry(entry.path, st.st_uid, st.st_mode, st.st_nlink))
+    return out
 
 
 def check_local_dir(path: Path, *, what: str = "state directory") -> None:
@@ -87,12 +149,16 @@ def check_local_dir(path: Path, *, what: str = "state directory") -> None:
     for p in [real, *real.parents]:
         st = os.lstat(p)
         chain.append(DirEntry(str(p), st.st_uid, st.st_mode, st.st_gid))
-    check_chain(what, str(path), chain, me=os.geteuid(), my_gid=os.getegid())
+    check_chain(what, str(path), chain, me=os.geteuid())
+    check_entries(what, str(path), _local_entries(real), me=os.geteuid())
 
 
 def remote_probe_script() -> str:
-    """A `sh -c` script: `$1` run dir (created 0700), `$2` unit path. Prints `uid=N gid=G`, then for the run dir
-    and the unit's directory a `dir <tag> <resolved path>` line followed by `uid gid mode path` lines up to `/`.
+    """A `sh -c` script: `$1` run dir (created 0700), `$2` unit path. Prints `uid=N gid=G`; for each symlink
+    on the way to the run dir a `link UID PATH` line and the chain of its directory (tag `link:PATH`); for
+    the run dir and the unit's directory a `dir <tag> <resolved path>` line followed by `uid gid mode path`
+    lines up to `/`; then `entries` and an `ent uid gid mode nlink path` line per entry of the run dir
+    and of its `backups` directory.
 
     Exit 3: the run dir is a symlink; 4: it cannot be created; 5: the unit's directory does not exist.
     """
@@ -102,25 +168,54 @@ def remote_probe_script() -> str:
         'if [ ! -d "$1" ]; then (umask 077 && mkdir -p "$1") || exit 4; fi; '
         'chain() { q=$2; echo "dir $1 $q"; while :; do stat -c \'%u %g %f %n\' "$q" || exit 6; '
         '[ "$q" = / ] && break; q=$(dirname "$q"); done; }; '
+        'set -f; case "$1" in /*) p=;; *) p=.;; esac; o=$IFS; IFS=/; for c in $1; do IFS=$o; '
+        '[ -n "$c" ] || continue; p="$p/$c"; if [ -L "$p" ]; then echo "link $(stat -c %u "$p") $p"; '
+        'd=$(cd "$(dirname "$p")" && pwd -P) || exit 6; chain "link:$p" "$d"; fi; done; IFS=$o; set +f; '
         'r=$(cd "$1" && pwd -P) || exit 4; chain run "$r"; '
-        'u=$(cd "$(dirname "$2")" 2>/dev/null && pwd -P) || exit 5; chain unit "$u"'
+        'u=$(cd "$(dirname "$2")" 2>/dev/null && pwd -P) || exit 5; chain unit "$u"; echo entries; '
+        'ents() { for f in "$1"/* "$1"/.[!.]* "$1"/..?*; do { [ -e "$f" ] || [ -L "$f" ]; } || continue; '
+        's=$(stat -c \'%u %g %f %h %n\' "$f") && echo "ent $s"; done; }; ents "$r"; '
+        '[ -d "$r/backups" ] && [ ! -L "$r/backups" ] && ents "$r/backups"; exit 0'
     )
 
 
-def parse_probe(output: str) -> tuple[int, int, dict[str, tuple[str, list[DirEntry]]]]:
-    """(remote uid, remote gid, {tag: (resolved path, chain)}) from `remote_probe_script` output."""
-    me, gid, chains, tag = -1, -2, {}, ""
+@dataclass
+class Probe:
+    """What `remote_probe_script` printed."""
+
+    me: int = -1
+    gid: int = -2
+    chains: dict[str, tuple[str, list[DirEntry]]] = field(default_factory=dict)
+    links: list[tuple[int, str]] = field(default_factory=list)
+    entries: list[FileEntry] = field(default_factory=list)
+    garbled: list[str] = field(default_factory=list)
+
+
+def parse_probe(output: str) -> Probe:
+    """The uid, chains, symlinks and run-dir entries in `remote_probe_script` output."""
+    probe, tag, in_entries = Probe(), "", False
     for line in output.splitlines():
-        if line.startswith("uid="):
-            ids = dict(part.split("=", 1) for part in line.split())
-            me, gid = int(ids["uid"]), int(ids.get("gid", -2))
-        elif line.startswith("dir "):
-            _, tag, path = line.split(" ", 2)
-            chains[tag] = (path, [])
-        elif line.strip() and tag:
-            uid, group, mode_hex, path = line.split(" ", 3)
-            chains[tag][1].append(DirEntry(path, int(uid), int(mode_hex, 16), int(group)))
-    return me, gid, chains
+        try:
+            if line.startswith("uid="):
+                ids = dict(part.split("=", 1) for part in line.split())
+                probe.me, probe.gid = int(ids["uid"]), int(ids.get("gid", -2))
+            elif line == "entries":
+                in_entries = True
+            elif in_entries:  # a name with a newline in it cannot be told apart: refused below
+                _, uid, group, mode_hex, nlink, path = line.split(" ", 5)
+                probe.entries.append(FileEntry(path, int(uid), int(mode_hex, 16), int(nlink)))
+            elif line.startswith("link "):
+                _, uid, path = line.split(" ", 2)
+                probe.links.append((int(uid), path))
+            elif line.startswith("dir "):
+                _, tag, path = line.split(" ", 2)
+                probe.chains[tag] = (path, [])
+            elif line.strip() and tag:
+                uid, group, mode_hex, path = line.split(" ", 3)
+                probe.chains[tag][1].append(DirEntry(path, int(uid), int(mode_hex, 16), int(group)))
+        except ValueError:
+            probe.garbled.append(line)
+    return probe
 
 
 def unwritable_local(dirs: list[Path]) -> list[str]:
@@ -155,7 +250,10 @@ async def trusted_dirs(
     """Check the local state dir, create the host's run dir 0700, and refuse any another user could
     plant or write; returns the resolved run dir and the resolved directory of the unit file."""
     check_local_dir(state_dir)
-    run_dir = run_dir.rstrip("/") or "/"  # `[ -L dir/ ]` would look through a symlink
+    if ".." in run_dir.split("/"):
+        raise UntrustedDirError(f"run directory {run_dir}: give a path without `..`")
+    # `[ -L dir/ ]` and `[ -L dir/. ]` would look through a symlink
+    run_dir = posixpath.normpath(run_dir) if run_dir.strip("/") else "/"
     result = await transport.run(["sh", "-c", remote_probe_script(), "sh", run_dir, remote_unit])
     why = {
         3: "is a symlink; refusing to follow it",
@@ -165,13 +263,28 @@ async def trusted_dirs(
         raise UntrustedDirError(f"run directory {run_dir} on the host {why[result.returncode]}")
     if result.returncode == 5:
         raise UntrustedDirError(f"the directory of {remote_unit} does not exist on the host")
-    me, gid, chains = parse_probe(result.stdout)
-    if not result.ok or me < 0 or set(chains) != {"run", "unit"}:
+    probe = parse_probe(result.stdout)
+    me, chains = probe.me, probe.chains
+    if not result.ok or me < 0 or not {"run", "unit"} <= set(chains):
         raise UntrustedDirError(
             f"cannot inspect {run_dir} or the directory of {remote_unit}: {result.stderr.strip()[-300:]}"
         )
-    check_chain("run directory", run_dir, chains["run"][1], me=me, my_gid=gid)
-    check_chain("unit directory of", remote_unit, chains["unit"][1], me=me, my_gid=gid)
+    for uid, link in probe.links:  # whoever may replace a symlink on the way decides where it leads
+        if uid not in (me, 0):
+            raise UntrustedDirError(
+                f"run directory {run_dir}: the symlink {link} on the way is owned by uid {uid}, not by uid "
+                f"{me} or root; another user may have planted it. Give the resolved path instead"
+            )
+        where = f"run directory {run_dir}: the directory of the symlink"
+        check_chain(where, link, chains[f"link:{link}"][1], me=me, sticky_first=True)
+    check_chain("run directory", run_dir, chains["run"][1], me=me)
+    check_chain("unit directory of", remote_unit, chains["unit"][1], me=me)
+    if probe.garbled:
+        raise UntrustedDirError(
+            f"run directory {run_dir} holds an entry whose name could not be read (a newline in it?): "
+            f"{probe.garbled[0][:200]!r}; remove it, then retry (nothing was changed)"
+        )
+    check_entries("run directory", chains["run"][0], probe.entries, me=me)
     return chains["run"][0], chains["unit"][0]
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from tools.deploy.remote import write_local_atomic
 
-__all__ = ["STEPS", "Journal", "JournalEntry", "sha"]
+__all__ = ["MAX_STATE_BYTES", "STEPS", "DamagedStateError", "Journal", "JournalEntry", "read_state", "sha"]
 
 STEPS = ("begin", "backup", "arm", "upload", "restart", "wait", "healthy", "commit", "rollback")
 """Each is journaled before it is taken; `healthy` means the candidate serves and awaits commit."""
@@ -27,9 +27,43 @@ FAULT_ENV = "OPTAGENT_FAULT_KILL_AT"
 """Fault injection for the crash tests: SIGKILL this process right after journaling that step."""
 
 
-def sha(text: str) -> str:
+MAX_STATE_BYTES = 1 << 20
+"""A state file larger than this was not written by optagent (unit files are a few kB)."""
+
+
+def sha(text: str | bytes) -> str:
     """Short content hash of a unit file text."""
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return hashlib.sha256(text.encode() if isinstance(text, str) else text).hexdigest()[:16]
+
+
+class DamagedStateError(Exception):
+    """A state file optagent cannot have written: too large, not UTF-8, unreadable."""
+
+    def __init__(self, why: str, data: bytes = b"") -> None:
+        super().__init__(why)
+        self.why, self.data = why, data
+
+
+def read_state(path: Path) -> str | None:
+    """The text of a state file, None if absent; `DamagedStateError` if it is oversized, not UTF-8
+    or cannot be read. Never reads more than `MAX_STATE_BYTES` (+1)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_STATE_BYTES + 1)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise DamagedStateError(f"cannot be read ({e.strerror or e})") from e
+    if len(data) > MAX_STATE_BYTES:
+        raise DamagedStateError(f"is larger than {MAX_STATE_BYTES} bytes", data)
+    try:
+        return data.decode()
+    except UnicodeDecodeError as e:
+        raise DamagedStateError(f"is not UTF-8 text ({e.reason} at byte {e.start})", data) from e
+
+
+def _finite(value: object, low: float, high: float) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and low <= value <= high
 
 
 @dataclass
@@ -57,11 +91,8 @@ def _entry(data: object) -> JournalEntry:
         raise ValueError(f"the journal's fields have the wrong types or an unknown step {entry.step!r}")
     if not isinstance(entry.history, list) or not all(isinstance(h, str) for h in entry.history):
         raise ValueError("the journal's history is not a list of steps")
-    if not all(
-        isinstance(v, int | float) and not isinstance(v, bool)
-        for v in (entry.pid, entry.started, entry.updated)
-    ):
-        raise ValueError("the journal's pid or times are not numbers")
+    if not _finite(entry.pid, 0, 2**31) or not all(_finite(t, 0, 1e11) for t in (entry.started, entry.updated)):
+        raise ValueError("the journal's pid or times are not numbers in range")
     return entry
 
 
@@ -83,24 +114,37 @@ class Journal:
         restores known-good), and a copy is kept beside it for a human to look at.
         """
         try:
-            text = self.path.read_text()
-        except FileNotFoundError:
-            return None
-        except (OSError, UnicodeDecodeError) as e:
-            return self._unreadable(None, f"{type(e).__name__}: {e}")
-        try:
-            entry = _entry(json.loads(text))
-        except (ValueError, TypeError) as e:
-            return self._unreadable(text, str(e))
+            text = read_state(self.path)
+            if text is None:
+                return None
+            return _entry(json.loads(text))
+        except DamagedStateError as e:
+            return self._unreadable(e.data, f"the journal {e.why}")
+        except (ValueError, TypeError, RecursionError) as e:  # RecursionError: deeply nested JSON
+            return self._unreadable(text.encode(), str(e)[:300] or type(e).__name__)
+
+    def _unreadable(self, data: bytes, why: str) -> JournalEntry:
+        """Keep the damaged journal as `journal.unreadable-<sha>.json` (a link, no copy) and put a small
+        one in its place that still says "in flight", so the caller restores known-good."""
+        entry = JournalEntry(id="unreadable", step="begin", candidate_sha="", known_good_sha="", reason=why)
+        with contextlib.suppress(OSError):  # a courtesy; recovery must not depend on it
+            aside = self.dir / f"journal.unreadable-{sha(data)}.json"
+            if not aside.exists():
+                os.link(self.path, aside)
+            write_local_atomic(self.path, json.dumps(asdict(entry), indent=1) + "\n")
         return entry
 
-    def _unreadable(self, text: str | None, why: str) -> JournalEntry:
-        if text is not None:  # named by content: every read of the same damage keeps one copy
-            copy = self.dir / f"journal.unreadable-{sha(text)}.json"
-            with contextlib.suppress(OSError):  # a courtesy; recovery must not depend on it
-                if not copy.exists():
-                    write_local_atomic(copy, text)
-        return JournalEntry(id="unreadable", step="begin", candidate_sha="", known_good_sha="", reason=why)
+    def _set_aside(self, path: Path, e: DamagedStateError) -> None:
+        """Rename a damaged state file to `<name>.unreadable-<sha><suffix>`; it is then recreated."""
+        with contextlib.suppress(OSError):
+            os.replace(path, path.with_name(f"{path.stem}.unreadable-{sha(e.data)}{path.suffix}"))
+
+    def _read_text(self, path: Path) -> str | None:
+        try:
+            return read_state(path)
+        except DamagedStateError as e:
+            self._set_aside(path, e)
+            return None
 
     def open(self, *, candidate: str, known_good: str, reason: str = "") -> JournalEntry:
         """Record the texts, then open an entry at step `begin`."""
@@ -141,18 +185,12 @@ class Journal:
             os.close(fd)
 
     def known_good(self) -> str | None:
-        """The last known-good unit text recorded here, if any."""
-        try:
-            return self.known_good_path.read_text()
-        except FileNotFoundError:
-            return None
+        """The last known-good unit text recorded here, if any (a damaged copy is set aside: none)."""
+        return self._read_text(self.known_good_path)
 
     def candidate(self) -> str | None:
-        """The in-flight candidate text, if any."""
-        try:
-            return self.candidate_path.read_text()
-        except FileNotFoundError:
-            return None
+        """The in-flight candidate text, if any (a damaged copy is set aside: none)."""
+        return self._read_text(self.candidate_path)
 
     def set_known_good(self, text: str) -> None:
         """Make `text` the known-good configuration."""
@@ -162,16 +200,22 @@ class Journal:
 
     def counters(self) -> dict[str, Any]:
         """`{"restarts": [unix times], "failures": [unix times of consecutive failed candidates]}`."""
+        text = ""
         try:
-            data = json.loads(self.counters_path.read_text())
-        except (OSError, ValueError):
+            text = read_state(self.counters_path) or "{}"
+            data = json.loads(text)
+        except DamagedStateError as e:
+            self._set_aside(self.counters_path, e)
+            data = {}
+        except (ValueError, RecursionError) as e:  # RecursionError: deeply nested JSON
+            self._set_aside(self.counters_path, DamagedStateError(str(e), text.encode()))
             data = {}
 
         def times(key: str) -> list[float]:  # a damaged file counts as empty, never as a crash
             value = data.get(key) if isinstance(data, dict) else None
             if not isinstance(value, list):
                 return []
-            return [float(t) for t in value if isinstance(t, int | float) and not isinstance(t, bool)]
+            return [float(t) for t in value if _finite(t, 0, 1e11)]
 
         return {"restarts": times("restarts"), "failures": times("failures")}
 

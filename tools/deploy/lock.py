@@ -74,6 +74,8 @@ class HostLock:
             text = await self.transport.read_file(self.path)
         except FileNotFoundError:
             return None
+        except UnicodeDecodeError:
+            text = ""  # damaged: held by an unknown process
         return _parse(text)
 
     async def acquire(self) -> LockOwner:
@@ -143,6 +145,6 @@ def _parse(text: str) -> LockOwner | None:
     try:
         data = json.loads(text)
         return LockOwner(**data)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, RecursionError):
         # Unreadable content: treat as held by an unknown process on an unknown host.
         return LockOwner("unknown", -1, None, "unreadable", 0.0)

@@ -8,16 +8,16 @@ from typing import Any, TypeAlias
 
 from tools.deploy.health import wait_healthy
 from tools.deploy.journal import JournalEntry, sha
-from tools.deploy.outcome import DeployError, DeployOutcome
+from tools.deploy.outcome import DeployError, DeployOutcome, DriftError
 from tools.deploy.remote import TransportError, write_local_atomic
 from tools.deploy.serverlog import error_line, readable_tail
 from tools.deploy.service import ServiceError, ServiceManager
-from tools.deploy.unitfile import UnitFileError
+from tools.deploy.unitfile import UnitFileError, unified_diff
 
 Deployment: TypeAlias = Any
 """A `tools.deploy.deployment.Deployment` (which imports this module, so it is not imported here)."""
 
-__all__ = ["recover", "restore_known_good", "status"]
+__all__ = ["check_running", "recover", "restore_known_good", "status"]
 
 _AFTER_RESTART = ("restart", "wait", "healthy")
 
@@ -26,6 +26,40 @@ async def config_matches(manager: ServiceManager) -> bool | None:
     """Whether the running server was started from its unit file as it is now (None: unknown)."""
     check = getattr(manager, "config_matches", None)
     return None if check is None else await check()
+
+
+async def check_running(d: Deployment, text: str, source: object, *, unproven_ok: bool = False) -> bool:
+    """Refuse to record `text` as known-good unless the host's unit file is `text`, the service runs
+    exactly that (its process's command line and environment) and it is healthy; nothing is changed.
+    True: record it. False (only with `unproven_ok`): the service is not running; do not record it yet."""
+    remote = await d.remote_text()
+    never = "optagent records as known-good only a configuration it has seen running and healthy"
+    if remote != text:
+        raise DriftError(
+            f"{source} differs from {d.remote_unit} on the host; nothing was recorded or changed. "
+            f"Differences:\n{unified_diff(remote, text, name=d.target.service)}"
+        )
+    if not await d.manager.is_active():
+        if unproven_ok:
+            return False
+        raise DeployError(
+            f"the service {d.target.service} is not running, so {d.remote_unit} was never seen serving; "
+            f"{never}. Start it and retry (nothing was changed)"
+        )
+    if await config_matches(d.manager) is False:
+        raise DeployError(
+            f"{d.remote_unit} on the host is not what the service runs: the file was edited after the "
+            f"service started; {never}. If the file is right, restart the service yourself; otherwise "
+            "put back the file it runs. Nothing was changed"
+        )
+    t = d.target
+    health = await wait_healthy(t.endpoint, timeout=min(30.0, t.health_timeout_s), api_key=t.api_key)
+    if not health.ok and not unproven_ok:
+        raise DeployError(
+            f"the service runs {d.remote_unit} but is not healthy ({health.reason}); {never}. "
+            "Nothing was changed"
+        )
+    return health.ok
 
 
 async def _wait_while_firing(d: Deployment, limit_s: float = 120.0) -> None:
@@ -39,7 +73,7 @@ async def restore_known_good(
 ) -> DeployOutcome:
     """Put the known-good file back, restart if the server may run anything else, verify, close the journal."""
     start = time.monotonic()
-    known_good = d.journal.known_good() or await d.known_good()
+    known_good = d.journal.known_good() or await d.known_good(unproven_ok=True)
     try:
         remote = await d.transport.read_file(d.remote_unit)
     except FileNotFoundError:
@@ -65,6 +99,8 @@ async def restore_known_good(
         await d._restart()
         health = await d._wait()
     raw_log = "" if health.ok else await d._log_tail()
+    if health.ok and d.journal.known_good() is None:  # brought back from the host's file and serving
+        d.journal.set_known_good(known_good)
     d.journal.close()
     said = error_line(raw_log)
     error = "" if health.ok else f"the known-good configuration is not healthy: {health.reason}"
@@ -80,8 +116,8 @@ async def remove_temp_files(d: Deployment) -> None:
     unit_dir, name = d.remote_unit.rsplit("/", 1)
     lock = d.lock.path
     script = (
-        'rm -f "$1"/."$2".*.optagent-tmp "$1/$2".optagent-deadman-tmp "$3"/.*.optagent-tmp '
-        '"$3"/backups/.*.optagent-tmp "$4".*.tmp "$4".stale-*'
+        'rm -f "$1"/."$2".*.optagent-tmp "$1/$2".optagent-deadman-tmp "$1/$2".optagent-deadman-tmp.* '
+        '"$3"/.*.optagent-tmp "$3"/*.tmp.?????? "$3"/backups/.*.optagent-tmp "$4".*.tmp "$4".stale-*'
     )
     await d.transport.run(["sh", "-c", script, "sh", unit_dir, name, d.run_dir, lock])
     for directory in {d.journal.dir, d.target.local_unit.parent}:

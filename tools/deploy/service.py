@@ -11,9 +11,8 @@ import shlex
 import time
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from tools.deploy.envfile import environment_files, parse_env_file
 from tools.deploy.remote import CommandResult, Transport, TransportError
-from tools.deploy.unitfile import UnitFile, UnitFileError
+from tools.deploy.running import ServiceError, running_matches, unit_command
 
 if TYPE_CHECKING:
     from tools.config import TargetConfig
@@ -21,10 +20,6 @@ if TYPE_CHECKING:
 __all__ = ["ProcessManager", "ServiceError", "ServiceManager", "SystemdManager", "make_service_manager"]
 
 START_MARKER = "--- optagent: starting "
-
-
-class ServiceError(Exception):
-    """The service manager could not do what was asked; the message says what failed."""
 
 
 @runtime_checkable
@@ -59,8 +54,17 @@ def _q(argv: list[str]) -> str:
 class SystemdManager:
     """systemd on the host: `systemctl` and `journalctl`, optionally through `sudo -n`."""
 
-    def __init__(self, transport: Transport, *, service: str, sudo: bool = False, timeout_s: float = 120.0):
+    def __init__(
+        self,
+        transport: Transport,
+        *,
+        service: str,
+        sudo: bool = False,
+        timeout_s: float = 120.0,
+        unit_path: str | None = None,
+    ):
         self.transport, self.service, self.sudo, self.timeout_s = transport, service, sudo, timeout_s
+        self.unit_path = unit_path
         self.unit = service if "." in service else f"{service}.service"
 
     async def _run(self, argv: list[str], *, check: bool = True) -> CommandResult:
@@ -95,11 +99,21 @@ class SystemdManager:
         )
 
     async def config_matches(self) -> bool | None:
-        """False when the unit file changed on disk since systemd loaded it (`NeedDaemonReload`)."""
+        """False when the unit file changed on disk since systemd loaded it (`NeedDaemonReload`) or, the
+        unit path known, when the main process's command line is not what the file asks for now
+        (reloaded but never restarted); None when unknown."""
         result = await self._run(
-            ["systemctl", "show", "-p", "NeedDaemonReload", "--value", self.unit], check=False
+            ["systemctl", "show", "-p", "NeedDaemonReload", "-p", "MainPID", self.unit], check=False
         )
-        return None if not result.ok else result.stdout.strip() != "yes"
+        if not result.ok:
+            return None
+        shown = dict(line.partition("=")[::2] for line in result.stdout.splitlines())
+        if shown.get("NeedDaemonReload") == "yes":
+            return False
+        pid = shown.get("MainPID", "0")
+        if self.unit_path is None or not pid.isdigit() or pid == "0":
+            return True if self.unit_path is None else None
+        return await running_matches(self.transport, int(pid), unit_path=self.unit_path, sudo=self.sudo)
 
     async def logs(self, lines: int = 50) -> str:
         """`journalctl -u UNIT -n LINES --no-pager -o cat`."""
@@ -115,9 +129,26 @@ _ALIVE_FN = (
     '\'{ s = $0; sub(/.*\\) /, "", s); split(s, f, " "); if (f[1] != "Z" && f[3] == g) n++ } END { exit n == 0 }\'; };'
 )
 
-# The launcher runs under `setsid`: it records its PID (= process group = session id), moves to the
+# The PID file holds "PID STARTTIME" (field 22 of /proc/PID/stat). A PID is signalled only while its
+# process is the one optagent started (same start time), or, once that leader has exited, while its
+# group still has members (the kernel gives no new process a PID that is still a group's id). A PID
+# file of an older optagent ("PID" alone) counts only for a session leader, as every server it started was.
+_OURS_FN = (
+    "ours() { s=$(sed 's/.*) //' \"/proc/$p/stat\" 2>/dev/null); if [ -z \"$s\" ]; then alive; return; fi;"
+    ' set -- $s; if [ -n "$st" ]; then [ "${20}" = "$st" ]; else [ "$4" = "$p" ]; fi; };'
+)
+_READ_PID = (
+    'p=; st=; { read -r p st < "$PIDF"; } 2>/dev/null; case "$p" in ""|*[!0-9]*) p=;; esac;'
+    ' case "$st" in *[!0-9]*) st=x;; esac;'
+)
+
+# The launcher runs under `setsid`: it writes its PID (= process group = session id) and start time to
+# a new file (mktemp: O_EXCL, never through a planted link) renamed over the PID file, moves to the
 # working directory and execs the server, so signals to the group reach every server process.
-_LAUNCHER = 'echo $$ > "$0.tmp" && mv -f "$0.tmp" "$0" && cd "$1" && shift && exec "$@"'
+_LAUNCHER = (
+    "st=$(sed 's/.*) //' /proc/$$/stat | cut -d ' ' -f 20) && t=$(mktemp \"$0.tmp.XXXXXX\") &&"
+    ' echo "$$ $st" > "$t" && mv -f "$t" "$0" && cd "$1" && shift && exec "$@"'
+)
 
 
 class ProcessManager:
@@ -145,29 +176,8 @@ class ProcessManager:
         """Nothing to do: the unit file is read at every start."""
 
     async def command_for(self, text: str) -> tuple[list[str], dict[str, str], str]:
-        """(argv, environment, working directory) that the unit text `text` asks for.
-
-        `EnvironmentFile=` files are read on the host and override `Environment=`, as systemd does.
-        """
-        unit = UnitFile.parse(text, kind="script" if self.unit_path.endswith(".sh") else None)
-        if unit.kind == "script":
-            return ["sh", self.unit_path], {}, "."
-        env = dict(unit.environment)
-        for ref in environment_files(unit.entries):
-            try:
-                env.update(parse_env_file(await self.transport.read_file(ref.path), name=ref.path))
-            except UnicodeDecodeError as e:
-                raise ServiceError(f"EnvironmentFile={ref.path} is not UTF-8 text: {e}") from e
-            except FileNotFoundError as e:
-                if not ref.optional:
-                    raise ServiceError(
-                        f"EnvironmentFile={ref.path} does not exist on the host (write it as "
-                        f"EnvironmentFile=-{ref.path} if it is optional)"
-                    ) from e
-        argv = unit.exec_argv(env)
-        if "=" in argv[0]:
-            raise ServiceError(f"executable {argv[0]!r} contains '='; refusing to run it")
-        return argv, env, unit.working_directory or "."
+        """(argv, environment, working directory) that the unit text `text` asks for (`unit_command`)."""
+        return await unit_command(self.transport, text, unit_path=self.unit_path)
 
     async def command(self) -> tuple[list[str], dict[str, str], str]:
         """(argv, environment, working directory) the unit file on the host asks for."""
@@ -182,21 +192,31 @@ class ProcessManager:
         q = shlex.quote
         marker = f"{START_MARKER}{time.strftime('%Y-%m-%dT%H:%M:%S')} ---"
         words = " ".join(q(w) for w in [*(f"{k}={v}" for k, v in env.items()), *argv])
+        log, refuse = q(self.log_path), q(f"{self.log_path} is a symlink; refusing to write through it")
         return (
-            f"mkdir -p {q(self.run_dir)} && rm -f {q(self.pid_path)} && printf '%s\\n' {q(marker)} >> {q(self.log_path)}"
+            f"mkdir -p {q(self.run_dir)} && rm -f {q(self.pid_path)} && {{ [ ! -L {log} ] || {{ echo {refuse} >&2;"
+            f" false; }}; }} && (umask 077 && printf '%s\\n' {q(marker)} >> {log})"
             f" && {{ setsid sh -c {q(_LAUNCHER)} {q(self.pid_path)} {q(cwd)} env {words}"
-            f" >> {q(self.log_path)} 2>&1 < /dev/null & }}"
+            f" >> {log} 2>&1 < /dev/null & }}"
         )
 
+    def pid_prelude(self) -> str:
+        """Shell that sets `$p` (empty unless a number) and `$st` from the PID file and defines `alive`
+        (the group has a live member) and `ours` (`$p` is the process optagent started)."""
+        return f"PIDF={shlex.quote(self.pid_path)}; {_READ_PID} {_ALIVE_FN} {_OURS_FN}"
+
     def stop_shell(self) -> str:
-        """A shell command line that stops the service: SIGTERM to its group, SIGKILL after the grace period."""
-        q, ticks = shlex.quote, max(1, int(self.grace_s * 20))
+        """A shell command line that stops the service: SIGTERM to its group, SIGKILL after the grace period.
+
+        A PID whose process is not the one optagent started is never signalled: the file is stale."""
+        ticks = max(1, int(self.grace_s * 20))
         return (
-            f"p=$(cat {q(self.pid_path)} 2>/dev/null); {_ALIVE_FN}"
-            f' if [ -n "$p" ] && [ "$p" -gt 1 ] && alive; then kill -s TERM -- "-$p" 2>/dev/null; i=0;'
+            f"{self.pid_prelude()}"
+            f' if [ -n "$p" ] && [ "$p" -gt 1 ] && alive; then if ours; then kill -s TERM -- "-$p" 2>/dev/null; i=0;'
             f" while alive && [ $i -lt {ticks} ]; do sleep 0.05; i=$((i+1)); done;"
             f' if alive; then kill -s KILL -- "-$p" 2>/dev/null; i=0; while alive && [ $i -lt 100 ]; do sleep 0.05;'
-            f" i=$((i+1)); done; fi; fi; rm -f {q(self.pid_path)}"
+            f' i=$((i+1)); done; fi; else echo "optagent: PID $p in $PIDF is not the process optagent started;'
+            f' not signalled" >&2; fi; fi; rm -f "$PIDF"'
         )
 
     async def start(self) -> int:
@@ -210,23 +230,22 @@ class ProcessManager:
         result = await self.transport.run(
             ["sh", "-c", self.start_shell(argv, env, cwd) + wait_pid], timeout=self.timeout_s
         )
-        text = result.stdout.strip()
-        if not result.ok or not text.isdigit():
+        words = result.stdout.split()
+        if not result.ok or not words or not words[0].isdigit():
             raise ServiceError(
                 f"could not start {self.service}: {(result.stderr or result.stdout).strip()[-400:]}"
             )
-        return int(text)
+        return int(words[0])
 
     async def pid(self) -> int | None:
-        """The PID in the PID file, or None."""
-        result = await self._sh('cat "$1" 2>/dev/null', self.pid_path)
+        """The PID of the server optagent started, or None (no PID file, or its process is another one)."""
+        result = await self._sh(f'{self.pid_prelude()} [ -n "$p" ] && alive && ours && echo "$p"')
         text = result.stdout.strip()
         return int(text) if result.ok and text.isdigit() else None
 
     async def is_active(self) -> bool:
-        """True while a non-zombie process of the service's process group runs (one round trip)."""
-        script = f'p=$(cat "$1" 2>/dev/null) && [ -n "$p" ] && {_ALIVE_FN} alive'
-        return (await self._sh(script, self.pid_path)).ok
+        """True while a non-zombie process of the group optagent started runs (one round trip)."""
+        return (await self._sh(f'{self.pid_prelude()} [ -n "$p" ] && alive && ours')).ok
 
     async def stop(self) -> None:
         """SIGTERM to the process group, SIGKILL after the grace period; remove the PID file."""
@@ -237,22 +256,7 @@ class ProcessManager:
     async def config_matches(self) -> bool | None:
         """Whether the running process was started from the unit file as it is now (None: not running)."""
         pid = await self.pid()
-        if pid is None:
-            return None
-        result = await self._sh(
-            'cat "/proc/$1/cmdline" && printf "\\001" && cat "/proc/$1/environ"', str(pid)
-        )
-        if not result.ok:
-            return None
-        cmdline, _, environ = result.stdout.partition("\x01")
-        running, env = cmdline.split("\0")[:-1], set(environ.split("\0"))
-        try:
-            argv, want_env, _ = await self.command()
-        except (ServiceError, UnitFileError):
-            return None  # unknown: a file that does not parse must never trigger a restart
-        args = argv[1:]
-        same_args = running[len(running) - len(args) :] == args if args else True
-        return same_args and all(f"{k}={v}" in env for k, v in want_env.items())
+        return None if pid is None else await running_matches(self.transport, pid, unit_path=self.unit_path)
 
     async def restart(self) -> None:
         """Stop, then start with the unit file as it is now; a file that does not parse stops nothing."""
@@ -276,7 +280,11 @@ def make_service_manager(target: TargetConfig, transport: Transport) -> ServiceM
     """The service manager a target's config asks for."""
     if target.service_manager == "systemd":
         return SystemdManager(
-            transport, service=target.service, sudo=target.sudo, timeout_s=target.command_timeout_s
+            transport,
+            service=target.service,
+            sudo=target.sudo,
+            timeout_s=target.command_timeout_s,
+            unit_path=target.remote_unit,
         )
     return ProcessManager(
         transport,

@@ -244,7 +244,8 @@ class SSHTransport:
         tmp = posixpath.join(directory, f".{name}.{uuid.uuid4().hex[:12]}.optagent-tmp")
         try:
             attrs = await sftp.stat(path) if await sftp.exists(path) else None
-            async with sftp.open(tmp, "wb") as f:
+            # "x": O_EXCL, so the temp file is new, never a planted link or someone else's file
+            async with sftp.open(tmp, "xb", asyncssh.SFTPAttrs(permissions=0o600)) as f:
                 await f.write(text.encode())
                 await f.fsync()
             if attrs is not None:

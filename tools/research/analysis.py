@@ -29,13 +29,13 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
+from tools.research.callers import caller_gate, construction_gate
 from tools.research.catalog import FlagInfo, find_flag, negated
 from tools.research.decide import decide
 from tools.research.dispatch import module_reason, module_status, registry_alternatives
 from tools.research.gates import (
     activation,
     always_called,
-    caller_gate,
     cond_change,
     idle_after,
     overridden,
@@ -433,7 +433,7 @@ def _gate(
     index: FlagIndex, read: Read, func: Func, facts: dict[str, Any], flag: dict[str, Any]
 ) -> ExitPath | None:
     """What keeps a running reader's effect from happening here (`tools.research.gates`), or None."""
-    gate = caller_gate(index, func, facts, flag)
+    gate = caller_gate(index, func, facts, flag) or construction_gate(index, func, facts, flag)
     if gate is None and read.effect == "controls a branch":
         gate = idle_after(index, func, read.line, facts, flag)
     return gate

@@ -49,6 +49,11 @@ def _registry_status(
     return out
 
 
+def registry_status(index: FlagIndex, facts: dict[str, Any]) -> dict[tuple[str, str], Status]:
+    """(decorator, key) -> whether that registered entry is the one selected here (True/False/None)."""
+    return _registry_status(index, facts, frozenset(f.dest for f in index.catalog))
+
+
 def registry_alternatives(index: FlagIndex, facts: dict[str, Any]) -> set[str]:
     """Modules that registry entries not selected here import, and no other entry does: the classes
     they define are built only when their key is selected (`dsa_backend.py` for `--attention-backend

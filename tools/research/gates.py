@@ -23,45 +23,13 @@ import ast
 from collections.abc import Iterator
 from typing import Any
 
+from tools.research.callers import MAX_SITES, env_of
 from tools.research.decide import UNSURE
 from tools.research.guard_eval import Env, Outcome, evaluate, evaluate_all
 from tools.research.index import FlagIndex
-from tools.research.index_types import Call, Func, Read
+from tools.research.index_types import Func, Read
 from tools.research.platform_facts import UNKNOWN
-from tools.research.reach import ExitPath, bind, locals_of
-
-MAX_SITES = 24
-"""A function whose name more functions than this call is not examined (each site is evaluated)."""
-
-
-def env_of(
-    index: FlagIndex, func: Func, facts: dict[str, Any], flag: dict[str, Any], params: dict[str, Any]
-) -> Env:
-    """The environment guards inside `func` are evaluated in."""
-    module = index.modules.get(func.path)
-    consts = module.consts if module else {}
-    dests = frozenset(f.dest for f in index.catalog)
-    where = f"{func.path}::{func.qual}"
-    return Env(facts, flag, dests, locals_of(func, module), params, consts, frozenset(), where, index.query)
-
-
-def caller_gate(
-    index: FlagIndex, func: Func, facts: dict[str, Any], flag: dict[str, Any], *, depth: int = 2
-) -> ExitPath | None:
-    """The gate that keeps every caller of `func` from calling it here, or None."""
-    sites = index.call_sites(func, limit=MAX_SITES)
-    if not sites:
-        return None
-    first = None
-    for caller, call in sites:
-        env = env_of(index, caller, facts, flag, {})
-        gate = _failing(caller, call, env)
-        if gate is None and depth > 1:
-            gate = caller_gate(index, caller, facts, flag, depth=depth - 1)
-        if gate is None:
-            return None
-        first = first or gate
-    return first
+from tools.research.reach import ExitPath, bind
 
 
 def always_called(
@@ -156,25 +124,6 @@ def activation(read: Read, env: Env, *, turns: bool = False) -> Outcome:
         else:
             conds.append(read.cond)
     return evaluate_all(conds, env)
-
-
-def _failing(caller: Func, call: Call, env: Env) -> ExitPath | None:
-    """The guard of `call` that fails here, as a gate (the early return's line when it is one)."""
-    if evaluate_all(call.guards, env).truth is not False:
-        return None
-    site = f"{caller.path}:{call.line} {caller.qual} -> {call.callee}()"
-    for guard in call.guards:
-        o = evaluate(guard, env)
-        if o.truth is not False:
-            continue
-        early = next((g for g in caller.gates if f"not ({g.guards[-1]})" == guard), None)
-        facts = ", ".join(o.used) or "constants"
-        if early is not None:
-            why = f"{caller.qual} returns early when {early.guards[-1]} ({facts}), before calling {call.callee}()"
-            return ExitPath("gate", caller.path, early.line, why, "", [site], True, o.used)
-        why = f"{caller.qual} calls {call.callee}() only when {guard} ({facts})"
-        return ExitPath("gate", caller.path, call.line, why, "", [site], True, o.used)
-    return None
 
 
 def override_effect(

@@ -28,7 +28,7 @@ from tools.research.index_types import Call, Func, ModuleFacts, Read
 from tools.research.index_walk import LOG, walk_file
 from tools.research.source import SourceTree, cache_lock, cache_root
 
-INDEX_FORMAT = 17
+INDEX_FORMAT = 18
 MAX_FILE_BYTES = 4 * 2**20
 """A Python file larger than this is not indexed (the index notes it: `FlagIndex.skipped`)."""
 _OFF_PATH_DIRS = frozenset(
@@ -166,10 +166,13 @@ class FlagIndex:
         }
         return self._imports_of[key] | own
 
-    def call_sites(self, func: Func, *, limit: int = 24) -> list[tuple[Func, Call]] | None:
+    def call_sites(
+        self, func: Func, *, limit: int = 24, uses: bool = False
+    ) -> list[tuple[Func, Call | None]] | None:
         """Where `func` is called on the serving path: (caller, call) pairs; None when some code
         uses it without calling it (a callback, a dispatch table), so its call sites are not all
-        known, or when more than `limit` functions call a function of that name."""
+        known, or when more than `limit` functions call a function of that name. `uses`: such a
+        use is a (caller, None) pair instead (whoever asks decides whether that caller runs)."""
         name = _class_of_init(func.qual) or func.qual.rsplit(".", 1)[-1]  # `Class(...)` calls its __init__
         query = "SELECT caller, called FROM callers WHERE callee = ? LIMIT ?"
         rows = self._con.execute(query, (name, limit + 1)).fetchall()
@@ -184,7 +187,10 @@ class FlagIndex:
                 return None  # a call (or use) whose target is not resolved may be this function
             if any(t.path == func.path and t.qual == func.qual for t in targets):
                 if not called:
-                    return None
+                    if not uses:
+                        return None
+                    sites.append((caller, None))
+                    continue
                 sites += [(caller, c) for c in caller.calls if c.callee == name]
         return sites
 

@@ -210,7 +210,11 @@ class _Walker:
                 f.locals[node.target.id] = None  # `x += 1`: not a single assignment
         if [p for p in params if p not in ("self", "cls")]:
             f.stores = _setter_stores(body, self.declared)
+        first = len(self.m.reads)
         self.body(st.body, [])
+        for read in self.m.reads[first:]:
+            if read.local and read.store is None and read.func == qual:
+                read.store = _local_store(st, read.local, self.declared)
         self.func, self.loaded, self.declared = outer, outer_loaded, outer_declared
 
     def assign(self, st: ast.stmt) -> None:
@@ -412,6 +416,8 @@ class _Walker:
                 return f"assigned to {', '.join(names)}", False, names[0]
             return f"assigned to {', '.join(src(t) for t in targets)}", False, None
         if isinstance(st, ast.If | ast.While):
+            if _only_logs([*st.body, *st.orelse]):
+                return "only logged", True, None  # `if not cfg.x: logger.info("x is on")`
             return "controls a branch", False, None
         calls = [c for c in chain[1:] if isinstance(c, ast.Call)]
         if calls:
@@ -422,6 +428,50 @@ class _Walker:
 def _stored(target: ast.expr, declared: set[str]) -> bool:
     """An assignment target that keeps the value for later: an attribute, a declared global."""
     return isinstance(target, ast.Attribute) or (isinstance(target, ast.Name) and target.id in declared)
+
+
+def _only_logs(stmts: list[ast.stmt]) -> bool:
+    """Whether a branch does nothing but log (or pass)."""
+    return bool(stmts) and all(
+        isinstance(st, ast.Pass)
+        or (isinstance(st, ast.Expr) and isinstance(st.value, ast.Call) and LOG.search(src(st.value.func)))
+        for st in stmts
+    )
+
+
+def _local_store(func: ast.AST, local: str, declared: set[str]) -> str | None:
+    """The module global a local only travels into (`backend = cfg.x; if backend == "auto": backend
+    = "cutlass"; X = Backend(backend)` with `global X`), or None when the local is used otherwise."""
+    allowed: set[ast.AST] = set()
+    target = None
+    for node in ast.walk(func):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            name = node.targets[0].id
+            if name == local or name in declared:
+                allowed |= set(ast.walk(node.value))
+                if name != local and any(
+                    isinstance(n, ast.Name) and n.id == local for n in ast.walk(node.value)
+                ):
+                    if target not in (None, name):
+                        return None
+                    target = name
+        elif isinstance(node, ast.If) and _picks(node, local):
+            allowed |= set(ast.walk(node.test))  # a test that only picks the local's value
+    loads = [
+        n for n in ast.walk(func) if isinstance(n, ast.Name) and n.id == local and isinstance(n.ctx, ast.Load)
+    ]
+    return target if target and all(n in allowed for n in loads) else None
+
+
+def _picks(node: ast.If, local: str) -> bool:
+    """Whether an `if`/`elif` chain only assigns `local` in each branch."""
+
+    def assigns(b: ast.stmt) -> bool:
+        return isinstance(b, ast.Assign) and [src(t) for t in b.targets] == [local]
+
+    orelse = node.orelse
+    tail = len(orelse) == 1 and isinstance(orelse[0], ast.If) and _picks(orelse[0], local)
+    return all(assigns(b) for b in node.body) and (tail or all(assigns(b) for b in orelse))
 
 
 def _setter_stores(body: list[ast.stmt], declared: set[str]) -> list[tuple[str, int]]:

@@ -19,7 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tools.research.gates import activation, caller_gate, idle_after
+from tools.research.callers import caller_gate
+from tools.research.gates import activation, idle_after
 from tools.research.guard_eval import Env
 from tools.research.index import FlagIndex, is_config_path
 from tools.research.index_types import Func, Read

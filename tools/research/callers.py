@@ -1,0 +1,139 @@
+"""Whether a function can run here: its call sites, the modules and registry entries they sit in,
+and the construction of the class a method belongs to (issue 25, item 2).
+
+A site is off here when its guard fails, when the calling function sits in a module this deployment
+does not load, when the caller is a registry entry that is not selected (`@register_attention_backend
+("triton")` with attention_backend fa3), or when the caller is a method of a class that is never
+built here. A method runs only where its class is built: every `Class(...)` of the tree must be
+off. Any site that is open keeps the function running; so does a class built in ways no call edge
+shows (a base of another class, passed on as a value, `cls(...)` in its own classmethods).
+All three-valued: an unknown condition is never a gate.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tools.research.dispatch import module_reason, module_status, registry_status
+from tools.research.guard_eval import Env, evaluate, evaluate_all
+from tools.research.index import FlagIndex
+from tools.research.index_types import Call, Func
+from tools.research.reach import ExitPath, locals_of
+
+MAX_SITES = 24
+"""A function whose name more functions than this call is not examined (each site is evaluated)."""
+
+
+def env_of(
+    index: FlagIndex, func: Func, facts: dict[str, Any], flag: dict[str, Any], params: dict[str, Any]
+) -> Env:
+    """The environment guards inside `func` are evaluated in."""
+    module = index.modules.get(func.path)
+    consts = module.consts if module else {}
+    dests = frozenset(f.dest for f in index.catalog)
+    where = f"{func.path}::{func.qual}"
+    return Env(facts, flag, dests, locals_of(func, module), params, consts, frozenset(), where, index.query)
+
+
+def caller_gate(
+    index: FlagIndex, func: Func, facts: dict[str, Any], flag: dict[str, Any], *, depth: int = 2
+) -> ExitPath | None:
+    """The gate that keeps every caller of `func` from calling it here, or None."""
+    sites = index.call_sites(func, limit=MAX_SITES, uses=True)
+    if not sites:
+        return None
+    first = None
+    for caller, call in sites:
+        if call is None:  # used without a call (`isinstance(x, Class)`, a table): runs if its user does
+            gate = _caller_off(index, caller, None, facts, flag, depth=depth)
+            if gate is None:
+                return None
+            first = first or gate
+            continue
+        env = env_of(index, caller, facts, flag, {})
+        gate = _failing(caller, call, env) or _caller_off(index, caller, call, facts, flag, depth=depth)
+        if gate is None and depth > 1:
+            gate = caller_gate(index, caller, facts, flag, depth=depth - 1)
+        if gate is None:
+            return None
+        first = first or gate
+    return first
+
+
+def construction_gate(
+    index: FlagIndex, func: Func, facts: dict[str, Any], flag: dict[str, Any], *, depth: int = 2
+) -> ExitPath | None:
+    """For a method: the gate that keeps its class from being built here, or None."""
+    cls = class_of(index, func)
+    if cls is None:
+        return None
+    init = index.func(func.path, f"{cls}.__init__")
+    if init is None or any(
+        c.callee == "cls" for f in index.funcs_in(func.path) if f.qual.startswith(cls + ".") for c in f.calls
+    ):
+        return None  # built in ways no `Class(...)` edge shows
+    gate = caller_gate(index, init, facts, flag, depth=depth)
+    if gate is not None:
+        gate.message = f"{cls} is not built here: {gate.message}"
+    return gate
+
+
+def class_of(index: FlagIndex, func: Func) -> str | None:
+    """The class `func` is a method of (its qualified name's first part, when that is a class)."""
+    head, dot, _ = func.qual.partition(".")
+    module = index.modules.get(func.path)
+    return head if dot and module is not None and head in module.classes else None
+
+
+def _caller_off(
+    index: FlagIndex,
+    caller: Func,
+    call: Call | None,
+    facts: dict[str, Any],
+    flag: dict[str, Any],
+    *,
+    depth: int,
+) -> ExitPath | None:
+    """Why `caller` itself does not run here: its module is not loaded, it is a registry entry not
+    selected, or it is a method of a class not built here; else None."""
+    site = (
+        f"{caller.path}:{call.line} {caller.qual} -> {call.callee}()"
+        if call
+        else f"{caller.path}::{caller.qual}"
+    )
+    status = module_status(index, facts)
+    if status.get(caller.path) is False:
+        why = f"{caller.qual} is in a module not loaded here: {module_reason(index, facts, caller.path, status)}"
+        return ExitPath("gate", caller.path, caller.line, why, "", [site], True)
+    if caller.keys:
+        selected = registry_status(index, facts)
+        states = [selected.get(k) for k in caller.keys]
+        if states and all(s is False for s in states):
+            deco, key = caller.keys[0]
+            why = f"{caller.qual} runs only when {deco.removeprefix('register_')} is {key!r}, not here"
+            return ExitPath("gate", caller.path, caller.line, why, "", [site], True)
+    if depth > 1 and class_of(index, caller) and not caller.qual.endswith(".__init__"):
+        gate = construction_gate(index, caller, facts, flag, depth=depth - 1)
+        if gate is not None:
+            gate.via.insert(0, site)
+            return gate
+    return None
+
+
+def _failing(caller: Func, call: Call, env: Env) -> ExitPath | None:
+    """The guard of `call` that fails here, as a gate (the early return's line when it is one)."""
+    if evaluate_all(call.guards, env).truth is not False:
+        return None
+    site = f"{caller.path}:{call.line} {caller.qual} -> {call.callee}()"
+    for guard in call.guards:
+        o = evaluate(guard, env)
+        if o.truth is not False:
+            continue
+        early = next((g for g in caller.gates if f"not ({g.guards[-1]})" == guard), None)
+        facts = ", ".join(o.used) or "constants"
+        if early is not None:
+            why = f"{caller.qual} returns early when {early.guards[-1]} ({facts}), before calling {call.callee}()"
+            return ExitPath("gate", caller.path, early.line, why, "", [site], True, o.used)
+        why = f"{caller.qual} calls {call.callee}() only when {guard} ({facts})"
+        return ExitPath("gate", caller.path, call.line, why, "", [site], True, o.used)
+    return None
