@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from agent.cli.common import ConfigOption, console, fail, get_config
+from agent.cli.common import ConfigOption, console, err_console, fail, get_config
 
 SIM_WALL_MINUTES = 10.0
 """Default wall-time budget against the simulated deployment (the README's main command)."""
@@ -28,12 +28,12 @@ def budget_minutes(cfg: object, option: float | None, *, simulated: bool) -> flo
     return SIM_WALL_MINUTES if simulated else cfg.agent.max_wall_minutes
 
 
-def _sim_config(config_path: Path | None):
+def _sim_config(config_path: Path | None, out: object = console):
     """The simulated deployment, started if needed (only when no config file is in use)."""
     from sim.host import ensure_up
     from tools.config import DEFAULT_SIM_DIR
 
-    console.print(
+    out.print(
         f"no optagent.toml: using the simulated deployment in {DEFAULT_SIM_DIR}/ (starting it if needed)"
     )
     from sim.host import SimHostError
@@ -80,6 +80,9 @@ def run(
     max_tokens: int | None = typer.Option(
         None, "--max-tokens", help="Model tokens the run may spend (default: agent.max_tokens; no limit)."
     ),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print a JSON summary on stdout (progress goes to stderr)."
+    ),
 ) -> None:
     """Plan, research and trial server flags; keep only what is measurably better."""
     import asyncio
@@ -99,7 +102,7 @@ def run(
         fail("--max-tokens must be 1 or more", code=2)
     cfg = get_config(config)
     if cfg.simulated and config is None:
-        cfg = _sim_config(config)
+        cfg = _sim_config(config, err_console if as_json else console)
     try:
         name, url = choose_model(model, base_url or cfg.agent.base_url, configured=cfg.agent.model)
     except ModelChoiceError as e:
@@ -127,12 +130,13 @@ def run(
     transcript = Transcript.create(
         cfg.agent.transcripts_dir, kind="run", goal=goal, model=label, target=cfg.target.endpoint, config=cfg
     )
-    ui = RunUI(console, transcript)
+    out = err_console if as_json else console  # stdout carries the JSON alone
+    ui = RunUI(out, transcript)
     ui.record(
         "approval",
         {"yes": yes, "dry_run": dry_run, "allow_lossy": opts.allow_lossy, "simulated": cfg.simulated},
     )
-    console.print(f"transcript: {transcript.path}")
+    out.print(f"transcript: {transcript.path}")
     try:
         result = asyncio.run(run_session(cfg, opts, ui))
     except ModelChoiceError as e:
@@ -151,9 +155,17 @@ def run(
     transcript.close(
         {"kept": result.kept, "gain": gain, "status": result.status, "restarts": result.restarts}
     )
-    console.print(
+    kept = "".join(f"\n  {t.headline()}" for t in result.trials if t.decision == "kept")
+    out.print(
         f"[bold]done[/] in {result.seconds:.0f} s: {len(result.trials)} trials, {result.restarts} restarts; "
-        f"deployed: {', '.join(result.kept) or 'baseline'}; report: {result.report}"
+        f"deployed: {', '.join(result.kept) or 'baseline'}{kept}\nreport: {result.report}",
+        highlight=False,
     )
+    if as_json:
+        import json
+
+        from agent.transcripts.report import run_summary
+
+        print(json.dumps(run_summary(result), indent=2, ensure_ascii=False))
     if result.failed:
         fail(f"the run did not complete: {result.status}")
