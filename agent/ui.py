@@ -14,6 +14,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from agent.policy.todo import TodoList
 from agent.policy.verdict import FlagVerdict
+from agent.transcripts.verdicts import plain_condition
 
 _VERDICT_STYLE = {
     "applies": "green",
@@ -74,7 +75,8 @@ class RunUI:
         for e in v.evidence[:3]:
             self.console.print(f"    {e.location}: [dim]{escape(e.quote)}[/]", highlight=False)
         for c in v.conditions[:4]:
-            self.console.print(escape(f"    check {c.condition} vs {c.fact}: {c.outcome}"), highlight=False)
+            check = plain_condition(c.condition, c.fact, c.outcome)
+            self.console.print(escape(f"    check {check}"), highlight=False)
         self.record("verdict", v.model_dump(mode="json"), msg=msg)
 
     def deploy_progress(self, phase: str, elapsed: float = 0.0, total: float | None = None) -> None:

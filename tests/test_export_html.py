@@ -167,7 +167,7 @@ def test_review_lists_evidence_paths_whole_and_no_false_decline(big) -> None:  #
     assert f"`{LONG_PATH}:100`" in text
     assert "declined" not in text and "Run: started with --yes; lossy changes not allowed" in text
     assert (
-        "40 checked: 1 fail, 1 pass, 38 unknown; fails: attention_backend == fa3 vs attention_backend = triton: fail"
+        "40 checked: 1 fail, 1 pass, 38 unknown; fails: attention_backend == fa3 (here triton): does not hold"
         in text
     )
     assert text.count("model.attribute_0 ==") == 0  # unknown conditions are counted, not dumped

@@ -176,7 +176,7 @@ def test_cli_flags_and_research(sglang_0523, tmp_path):
     assert out.exit_code == 0, out.output
     text = " ".join(out.stdout.split())
     assert "sglang/srt/arg_groups/fields/exec_.py:832" in text
-    assert "check topk > 2 vs model.experts_per_tok = 8: pass" in text
+    assert "check topk > 2 (here model.experts_per_tok = 8): holds" in text
     assert "verdict: applies (code" in text and "fused_moe.py:635" in text
 
     # dashes in any position, hardware facts on the command line, the shared vocabulary

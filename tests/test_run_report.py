@@ -62,7 +62,7 @@ def test_a_flag_the_code_sent_to_a_trial_is_not_listed_as_ruled_out():
     trials = {"--x": {"trial": 1, "changes": ["--x auto"], "decision": "rolled_back", "why": "no_change"}}
     text = conclusion(cands, verdicts, trials, None, None)
     ruled = text.split("### Ruled out without a restart")[1].split("###")[0]
-    assert "--x" not in ruled and "--y: skipped (already 64)" in ruled
+    assert "--x" not in ruled and "--y: ruled out (already 64)" in ruled
     assert "- trial 1 --x auto: rolled back" in text
     items = {i["id"]: i for i in _todo(cands, verdicts, trials, [])}
     assert items["--x"]["content"].startswith("trial --x auto: rolled_back")

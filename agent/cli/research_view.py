@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from agent.cli.common import console
+from agent.transcripts.verdicts import plain_condition
 
 
 def facts_of(cfg: Any, model: Any, hardware: Any) -> dict[str, Any]:
@@ -47,7 +48,8 @@ def print_verdict(v: Any, tree: Any, facts: dict[str, Any]) -> None:
     for f in v.findings:
         out(f"  [{f.state}] {f.location} in {f.function}: {f.why}", highlight=False, markup=False)
         for c in f.conditions[:6]:
-            out(f"      check {c['condition']} vs {c['fact']}: {c['outcome']}", highlight=False, markup=False)
+            check = plain_condition(str(c["condition"]), str(c["fact"]), str(c["outcome"]))
+            out(f"      check {check}", highlight=False, markup=False)
         for e in [e for e in f.exits if e.truth is not False][:3]:
             fires = {True: "fires here", None: "may fire"}[e.truth]
             out(f"      {e.kind} at {e.location} ({fires}): {e.message}", highlight=False, markup=False)

@@ -78,7 +78,7 @@ def _todo(
             items.append(
                 {
                     "id": flag,
-                    "content": f"{label}: ruled out ({c['status']}: {c['note']})",
+                    "content": f"{label}: ruled out ({c.get('ruled_out') or c['status'] + ': ' + c['note']})",
                     "status": "cancelled",
                     "priority": prio,
                 }

@@ -74,7 +74,7 @@ def conclusion(
             lines.append(f"- {c['flag']}: {v['verdict']} — {v['summary']} ({ev})")
             ruled += 1
         elif c["status"] != "candidate":
-            lines.append(f"- {c['flag']}: skipped ({c['note']})")
+            lines.append(f"- {c['flag']}: ruled out ({c.get('ruled_out') or c['note']})")
             ruled += 1
     if not ruled:
         lines.append("- none")

@@ -39,6 +39,12 @@ class ConditionResult:
         shown = "missing" if self.outcome == "unknown" else repr(self.actual)
         return f"{self.condition} (actual {shown}): {self.outcome}"
 
+    def plain(self) -> str:
+        """The condition and what this deployment has, without a pass/fail word a reader must
+        invert: `gpu.sm not in [80, 86, 89, 90] (here 120)`."""
+        shown = "not known" if self.outcome == "unknown" else repr(self.actual)
+        return f"{self.condition} (here {shown})"
+
 
 def _literal(text: str) -> Any:
     lowered = text.strip().lower()

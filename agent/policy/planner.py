@@ -76,6 +76,7 @@ def candidates_view(deps: PlannerDeps) -> list[dict[str, Any]]:
             "action": c.action,
             "status": c.status,
             "note": c.note,
+            "ruled_out": c.ruled_out,
             "priority": c.lever.priority,
             "lossy": c.lever.lossy,
             "lossy_allowed": deps.allow_lossy,

@@ -59,6 +59,20 @@ class Candidate(BaseModel):
     note: str = ""
 
     @property
+    def ruled_out(self) -> str:
+        """Why the playbook rules this candidate out, in words that mean one thing: `already set:
+        --x is already set to '64'`, `nothing to remove: --x is not set`, `pointless here: ...`,
+        `incompatible: not usable when ...`, `no effect here: needs ...` ('' for a candidate)."""
+        if self.status == "candidate":
+            return ""
+        if self.status == "already-set":
+            if self.note.startswith(("nothing to remove", "pointless")) or "already set" in self.note:
+                return self.note
+            return f"already set: {self.note}"
+        word = {"no-op": "no effect here", "not-in-version": "not in this version"}.get(self.status, self.status)
+        return f"{word}: {self.note}" if self.note else word
+
+    @property
     def change(self) -> str:
         """`--flag value`, `--flag` or `unset --flag`."""
         if self.action == "unset":
@@ -123,16 +137,18 @@ def evaluate(
         elif lever.action == "set" and current != "<unset>" and (value is None or str(current) == value):
             status, note = "already-set", f"{flag} is already set to {current!r}"
         elif lever.action == "unset" and current == "<unset>":
-            status, note = "already-set", f"{flag} is not set; nothing to remove"
+            status, note = "already-set", f"nothing to remove: {flag} is not set"
         elif off:
             status = "already-set"  # nothing to gain in this state: not researched, not trialled
-            note = "pointless on this server and load: " + "; ".join(r.describe() for r in off)
+            note = "pointless on this server and load: it helps only when " + "; ".join(
+                r.plain() for r in off
+            )
         elif any(r.outcome == "pass" for r in conflicts):
             status = "incompatible"
-            note = "; ".join(r.describe() for r in conflicts if r.outcome == "pass")
+            note = "not usable when " + "; ".join(r.plain() for r in conflicts if r.outcome == "pass")
         elif any(r.outcome == "fail" for r in needs):
             status = "no-op"
-            note = "; ".join(r.describe() for r in needs if r.outcome == "fail")
+            note = "needs " + "; ".join(r.plain() for r in needs if r.outcome == "fail")
         out.append(
             Candidate(
                 flag=flag,

@@ -88,8 +88,9 @@ def _trial_line(t: Any) -> list[str]:
 
 
 def _without_trials(conclusion: str) -> str:
-    """The conclusion without its own trial and untried lists (the report has both, above)."""
-    return re.sub(r"\n### (Trials|Not tried)\n.*?(?=\n### |\Z)", "\n", conclusion, flags=re.S)
+    """The conclusion without its own trial, ruled-out and untried lists (the report has them
+    above, one reason per candidate)."""
+    return re.sub(r"\n### (Trials|Not tried|Ruled out[^\n]*)\n.*?(?=\n### |\Z)", "\n", conclusion, flags=re.S)
 
 
 def render_report(result: Any, *, plot_name: str | None) -> str:
@@ -115,7 +116,7 @@ def render_report(result: Any, *, plot_name: str | None) -> str:
     if not result.trials:
         lines.append("- none")
     untried = getattr(result, "untried", None) or {}
-    lines += ["", "## Candidates not tried", ""]
+    lines += ["", "## Candidates not tried (one reason each)", ""]
     lines += [f"- {flag}: {why}" for flag, why in untried.items()] or ["- none"]
     lines += ["", _without_trials(result.conclusion), ""]
     return "\n".join(lines)
@@ -221,10 +222,11 @@ def explain_run(result: Any, deps: Any, runner: Any, opts: Any, config: Any) -> 
         if c.flag in tried:
             continue
         v = deps.verdicts.get(c.flag)
-        if c.status != "candidate":
-            result.untried[label] = f"playbook: {c.status} ({c.note})"
-        elif v is not None and v.rejected:
+        # one reason per candidate, in the conclusion's order: a sure research verdict, then the playbook
+        if v is not None and v.rejected:
             result.untried[label] = f"research: {v.verdict} — {v.summary}"
+        elif c.status != "candidate":
+            result.untried[label] = f"playbook: {getattr(c, 'ruled_out', '') or f'{c.status} ({c.note})'}"
         elif c.lever.lossy and not opts.allow_lossy:
             result.untried[label] = "lossy (changes outputs); --allow-lossy not given"
         elif runner is not None and runner.halted:

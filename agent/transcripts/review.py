@@ -11,6 +11,7 @@ import statistics
 from typing import Any
 
 from agent.transcripts.transcript import LoadedTranscript
+from agent.transcripts.verdicts import plain_condition
 from tools.bench.effect import Effect, effect_of, headline
 
 MISSING = "missing"
@@ -191,7 +192,7 @@ def trial_record(number: int, event: dict[str, Any], baseline: dict[int, float |
 
 def _condition(c: Any) -> str:
     if isinstance(c, dict) and "condition" in c:
-        return f"{c['condition']} vs {c.get('fact', '?')}: {c.get('outcome', '?')}"
+        return plain_condition(str(c["condition"]), str(c.get("fact", "?")), str(c.get("outcome", "?")))
     return c if isinstance(c, str) else describe_change(c)
 
 
