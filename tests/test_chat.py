@@ -80,7 +80,7 @@ def test_dry_chat_session_records_research_approvals_and_commands(tmp_path: Path
     assert (
         "declined: the target is not changed" in out and "dry run: would trial --cuda-graph-max-bs 128" in out
     )
-    assert "/rollback  undo the last kept change" in out and "I understand: 'research --FLAG'" in out
+    assert "/rollback  undo the last kept change" in out and "I understand: 'what would you try?'" in out
     assert "unknown command /bogus" in out
     assert asked.count("apply this change to the target? [y/N] ") == 2
 
@@ -104,4 +104,4 @@ def test_dry_chat_session_records_research_approvals_and_commands(tmp_path: Path
 def test_end_of_input_leaves_the_chat(tmp_path: Path) -> None:
     session, t, _ = _dry_session(tmp_path, ["", "status"])
     assert asyncio.run(session.loop()) == "end of input"
-    assert "dry_run" in session.console.export_text()
+    assert "dry run: nothing is deployed by this session" in session.console.export_text()

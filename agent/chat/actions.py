@@ -47,7 +47,14 @@ async def status_lines(deps: Any) -> list[str]:
     except Exception as e:
         lines.append(f"health: unreachable ({type(e).__name__})")
     best = runner.best
-    lines.append(f"deployed: {'baseline' if best is None else f'trial {best.number} ({best.headline()})'}")
+    if best is not None:
+        lines.append(f"deployed: trial {best.number} ({best.headline()})")
+    else:
+        earlier = [t for t in runner.trials if t.decision == "kept" and _deployed(t, flags)]
+        lines.append(
+            "deployed: the configuration at start"
+            + (f", which holds the kept {'; '.join(t.headline() for t in earlier)}" if earlier else "")
+        )
     of = "" if runner.max_restarts is None else f" of {runner.max_restarts}"
     lines.append(
         f"trials: {len(runner.trials)}, restarts: {runner.restarts}{of}, budget: {runner.budget_left() or 'available'}"
@@ -55,6 +62,16 @@ async def status_lines(deps: Any) -> list[str]:
     last = getattr(deps, "last_benchmark", None) or (best.levels if best else deps.baseline_levels)
     lines.append(f"last benchmark: {describe_levels(last)}")
     return lines
+
+
+def _deployed(trial: Any, flags: dict[str, str | None]) -> bool:
+    """Whether every change of `trial` is in the deployed `flags` (an earlier session's kept trial)."""
+    for c in trial.changes:
+        if c.action == "unset" and c.flag in flags:
+            return False
+        if c.action == "set" and (c.flag not in flags or flags[c.flag] != c.value):
+            return False
+    return True
 
 
 async def bench_now(deps: Any) -> str:
@@ -101,3 +118,22 @@ async def undo_last_kept(deps: Any) -> str:
     data["now"] = "baseline" if prev is None else f"trial {prev.number}"
     _record(deps, "deploy", data)
     return f"rolled back trial {undone.number} ({what}); deployed now: {data['now']}"
+
+
+def change_in_words(runner: Any, tool: str, args: dict[str, Any]) -> str:
+    """The approval question's subject: `trial: set --cuda-graph-max-bs 128 (on top of ...)`."""
+    if tool == "undo_last_kept":
+        best = getattr(runner, "best", None)
+        what = ", ".join(c.describe() for c in best.changes) if best is not None else "nothing"
+        return f"undo the last kept change ({what}), back to the configuration before it"
+    changes = []
+    for c in args.get("changes", []):
+        flag, value = c.get("flag", "?"), c.get("value")
+        if c.get("action") == "unset":
+            changes.append(f"remove {flag}")
+        else:
+            changes.append(f"set {flag}" + (f" to {value}" if value is not None else " (switch on)"))
+    kept = [c.describe() for c in runner.kept_changes] if runner is not None else []
+    on_top = f", on top of the kept {', '.join(kept)}" if kept else ""
+    return f"trial: {'; '.join(changes) or 'no change'}{on_top} (restart, benchmark, keep only if better)"
+

@@ -13,10 +13,16 @@ from typing import Any
 
 _FLAG = re.compile(r"(?<![\w-])-{0,2}([A-Za-z][\w-]*[A-Za-z0-9])(?:[= ]+([^\s-][^\s]*))?")
 HELP = (
-    "I understand: 'research --FLAG', 'try --FLAG [VALUE]' (add 'anyway' to override research), "
-    "'unset --FLAG', 'benchmark', 'roll back', 'show the todo list', 'status', "
+    "I understand: 'what would you try?' or 'list the candidates', 'research --FLAG', "
+    "'why not --FLAG?', 'try --FLAG [VALUE]' (add 'anyway' to override research), "
+    "'unset --FLAG', 'benchmark', 'undo' or 'roll back', 'show the todo list', 'status', "
     "'improve throughput' (the whole workflow), and the slash commands (/help)."
 )
+_CANDIDATES = re.compile(
+    r"\b(candidates?|what (would|should|could|can) (you|we|i) (try|do|change)|suggest|recommend|"
+    r"what (next|now)|options|levers|ideas)\b"
+)
+_WHY_NOT = re.compile(r"^why (not|didn'?t you|did you not|no)\b")
 
 
 def _text(content: Any) -> str:
@@ -85,17 +91,54 @@ def describe_levels(levels: Any) -> str:
     )
 
 
+def candidates_text(content: Any) -> str:
+    """The playbook's candidates, what each would change and whether it is still worth a trial."""
+    if not isinstance(content, list) or not content:
+        return "the playbook has no candidate for this deployment"
+    order = {"high": 0, "medium": 1, "low": 2}
+    open_ = [c for c in content if c.get("status") in ("candidate", "no-op", "incompatible")]
+    lines = [f"{len(open_)} of {len(content)} playbook candidates are worth researching here:"]
+    for c in sorted(content, key=lambda c: (c.get("status") != "candidate", order.get(c.get("priority"), 3))):
+        change = c["flag"] if c.get("value") is None else f"{c['flag']} {c['value']}"
+        if c.get("action") == "unset":
+            change = f"unset {c['flag']}"
+        lossy = ", lossy" if c.get("lossy") else ""
+        why = c.get("helps") if c.get("status") == "candidate" else f"{c.get('status')}: {c.get('note')}"
+        lines.append(f"  {change} ({c.get('priority')}{lossy}) — {why}")
+    lines.append("say 'research --FLAG' to check one in the code, 'try --FLAG VALUE' to trial it")
+    return "\n".join(lines)
+
+
+def status_text(content: Any) -> str:
+    """`show_status` in words: what is deployed, the trials, restarts and budget."""
+    if not isinstance(content, dict):
+        return _text(content)
+    if content.get("dry_run"):
+        return f"dry run: nothing is deployed by this session; verdicts: {content.get('verdicts') or 'none'}"
+    best = content.get("deployed_best")
+    lines = [f"deployed: {'the configuration at start' if best == 'baseline' else f'trial {best}'}"]
+    for t in content.get("trials", []):
+        ratio = t.get("ratio")
+        gain = f" ({(ratio - 1) * 100:+.1f}%)" if isinstance(ratio, int | float) else ""
+        decision = str(t.get("decision", "?")).replace("_", " ")
+        lines.append(f"  trial {t.get('trial')} {', '.join(t.get('changes', []))}: {decision}{gain}")
+    lines.append(f"restarts: {content.get('restarts', 0)}, budget: {content.get('budget')}")
+    return "\n".join(lines)
+
+
 def _summary(name: str, content: Any) -> str:
     """What the chat tells the user after a tool returned."""
     if isinstance(content, dict) and content.get("error"):
         return f"{name}: {content['error']}"
-    if name == "research_flag" and isinstance(content, dict):
-        ev = "; ".join(
-            f"{e.get('location')}: {str(e.get('quote', '')).strip()}" for e in content.get("evidence", [])[:2]
+    if name == "research_flag" and isinstance(content, dict):  # the verdict itself is shown above
+        return (
+            f"I researched {content.get('flag')} in the running version's source: {content.get('verdict')} "
+            f"({content.get('decided_by')}, certainty {content.get('certainty', 0):.2f})"
         )
-        return f"{content.get('flag')}: {content.get('verdict')} — {content.get('summary', '')}" + (
-            f"\nevidence: {ev}" if ev else ""
-        )
+    if name == "list_candidates":
+        return "I listed the playbook's candidates for this deployment.\n" + candidates_text(content)
+    if name == "show_status":
+        return status_text(content)
     if name == "run_trial" and isinstance(content, dict):
         if content.get("dry_run"):
             return f"dry run: would trial {content.get('would_trial')}"
@@ -132,6 +175,22 @@ def chat_policy(messages: list[Any], info: Any) -> Any:
         from agent.policy.builtin import planner_policy
 
         return planner_policy(messages, info)
+    if _WHY_NOT.match(low):
+        flag = _flag_of(re.sub(r"^why (not|didn'?t you|did you not|no)( try)?", "why", low))
+        if flag is None:
+            return say("why not which flag? e.g. 'why not --enable-torch-compile?'")
+        if "research_flag" not in done:
+            return call("research_flag", {"flag": flag})
+        v = returns[-1][1]
+        if not isinstance(v, dict) or v.get("error"):
+            return say(_summary("research_flag", v))
+        return say(_summary("research_flag", v) + f" — {v.get('summary', '')}" + (
+            "" if v.get("verdict") in ("applies", "unknown") else "; that is why it is not worth a trial"
+        ))
+    if _CANDIDATES.search(low):
+        if "list_candidates" not in done:
+            return call("list_candidates", {})
+        return say(_summary("list_candidates", returns[-1][1]))
     if low.startswith("research"):
         flag = _flag_of(text)
         if flag is None:
@@ -159,11 +218,11 @@ def chat_policy(messages: list[Any], info: Any) -> Any:
         return (
             call("benchmark", {}) if "benchmark" not in done else say(_summary("benchmark", returns[-1][1]))
         )
-    if re.match(r"^(roll ?back|undo|revert)", low):
+    if re.match(r"^(roll ?back|undo|revert|go back)", low):
         return call("undo_last_kept", {}) if "undo_last_kept" not in done else say(_text(returns[-1][1]))
     if "todo" in low or low.startswith(("plan", "list")):
         return call("show_todo", {}) if "show_todo" not in done else say(_text(returns[-1][1]))
-    if low.startswith("status"):
+    if re.match(r"^(status|how are we|where are we|what is deployed|what's deployed)", low):
         return (
             call("show_status", {})
             if "show_status" not in done

@@ -19,9 +19,10 @@ from typing import Any
 
 from pydantic_ai import RunContext
 from rich.console import Console
+from rich.markup import escape
 
 from agent.chat import actions
-from agent.chat.actions import previous_best
+from agent.chat.actions import change_in_words, previous_best
 
 CHANGING_TOOLS = frozenset({"run_trial", "undo_last_kept"})
 SLASH_HELP = """\
@@ -127,10 +128,8 @@ class ChatSession:
         new = target_text(self.runner, tool, args)
         old = self.runner.deployed_text if self.runner is not None else None
         diff = unified_diff(old, new, name="sglang.service") if old is not None and new is not None else ""
-        what = (
-            "undo the last kept change" if tool == "undo_last_kept" else f"{tool} {args.get('changes', '')}"
-        )
-        self.console.print(f"[bold yellow]approval needed:[/] {what}", highlight=False)
+        what = change_in_words(self.runner, tool, args)
+        self.console.print(f"[bold yellow]approval needed:[/] {escape(what)}", highlight=False)
         if diff:
             from rich.syntax import Syntax
 
@@ -146,6 +145,7 @@ class ChatSession:
             "approval",
             {
                 "tool": tool,
+                "what": what,
                 "change": args.get("changes") or tool,
                 "diff": diff,
                 "approved": approved,
@@ -164,12 +164,15 @@ class ChatSession:
             "message_history": self.history or None,
             "capabilities": self.capabilities,
         }
-        async with self.planner.iter(text, **kwargs) as run:
-            async for _node in run:
-                saved = self._save(run.all_messages(), saved, ModelResponse)
-            self._save(run.all_messages(), saved, ModelResponse)
-            self.history = run.all_messages()
-            return str(run.result.output) if run.result is not None else None
+        try:
+            async with self.planner.iter(text, **kwargs) as run:
+                async for _node in run:
+                    saved = self._save(run.all_messages(), saved, ModelResponse)
+                self._save(run.all_messages(), saved, ModelResponse)
+                self.history = run.all_messages()
+                return str(run.result.output) if run.result is not None else None
+        finally:
+            self._stop_bars()
 
     def _save(self, messages: list[Any], saved: int, response_type: type) -> int:
         new = messages[saved:]
@@ -213,6 +216,13 @@ class ChatSession:
                 "deploy", {"action": "interrupted", "rollback_ok": getattr(outcome, "ok", True)}
             )
             self.console.print("the target is on its known-good configuration")
+        self._stop_bars()
+
+    def _stop_bars(self) -> None:
+        """No progress bar of a cancelled step may keep redrawing over the prompt."""
+        ui = getattr(self.deps, "ui", None)
+        if ui is not None and hasattr(ui, "stop_wait"):
+            ui.stop_wait()
 
     async def slash(self, command: str) -> bool:
         """Run a slash command; False means leave the chat."""
@@ -285,10 +295,21 @@ def add_chat_tools(planner: Any) -> None:
 
 
 def _needs_approval(ctx: Any, tool_def: Any, args: dict[str, Any]) -> bool:
-    """Target-changing calls need approval, except an undo with nothing to undo (it changes nothing)."""
+    """Target-changing calls need approval, except those that change nothing: an undo with nothing
+    to undo, a trial the checks of `optagent deploy --set` refuse (the refusal goes back at once)."""
+    runner = getattr(ctx.deps, "runner", None)
     if tool_def.name == "undo_last_kept":
-        runner = getattr(ctx.deps, "runner", None)
         return runner is not None and runner.best is not None
+    if tool_def.name == "run_trial":
+        from agent.policy.proposal import check_changes
+        from agent.trial.record import TrialChange
+
+        try:
+            changes = [TrialChange.model_validate(c) for c in args.get("changes", [])]
+        except Exception:
+            return False  # the tool's own validation answers it; nothing is deployed
+        base = runner.deployed_text if runner is not None else None
+        return not check_changes(ctx.deps.ctx, changes, base_text=base)
     return tool_def.name in CHANGING_TOOLS
 
 

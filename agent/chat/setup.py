@@ -52,8 +52,11 @@ def restore_state(deps: Any, loaded: Any) -> list[str]:
         kept = [t.headline() for t in trials if t.decision == "kept"]
         notes.append(f"{len(trials)} earlier trials; kept: {'; '.join(kept) or 'none'}")
         if deps.runner is not None:
-            # Earlier trials count against the budget but the deployed config is the new baseline.
+            # Earlier trials and restarts count against the budget; the deployed config is the new baseline.
             deps.runner.trials = trials
+            undone = [e for e in loaded.events_of("deploy") if (e.get("data") or {}).get("action") == "undo"]
+            deps.runner.restarts = sum(t.restarts for t in trials) + len(undone)
+            notes.append(f"{deps.runner.restarts} restarts spent earlier count against the budget")
     return notes
 
 

@@ -11,12 +11,16 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 from agent.policy.builtin_research import decide_verdict
 from agent.policy.proposal import in_catalog
 from agent.policy.verdict import FlagVerdict
+
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]{4,}")
+"""A name or word of a quote, one of which must appear at (or within ten lines of) the cited line."""
 
 
 def cited_line_problem(tree: Any, location: str, quote: str) -> str | None:
@@ -32,8 +36,11 @@ def cited_line_problem(tree: Any, location: str, quote: str) -> str | None:
     n = int(line)
     if not 1 <= n <= len(lines):
         return f"{location}: the file has {len(lines)} lines"
-    want = " ".join(quote.split())
-    if want and want not in " ".join(lines[n - 1].split()) and " ".join(lines[n - 1].split()) not in want:
+    # a quote may be a help text, a call spread over the lines after the cited one, or the code's
+    # own wording of an exit ("f calls g("): one of its names must be there
+    words = set(_WORD.findall(quote))
+    near = "\n".join(lines[max(0, n - 3) : n + 10])
+    if words and not any(w in near for w in words):
         return f"{location}: the line does not say {quote.strip()[:60]!r}"
     return None
 

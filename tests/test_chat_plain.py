@@ -1,0 +1,82 @@
+"""`optagent chat` with the builtin policy: the plain first questions a user asks (issue 26 item 6),
+the approval in words, and a model's invalid trial refused without asking (issue 26 item 1).
+
+The real planner and researcher agents over the SGLang 0.5.23 source and its flag catalog; no
+trial runner (a dry chat: nothing deploys)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from pydantic_ai.models.function import FunctionModel
+from rich.console import Console
+
+from agent.chat.policy import chat_policy
+from agent.chat.session import ChatSession
+from agent.context import DeploymentContext
+from agent.policy.builtin import researcher_policy
+from agent.policy.planner import PlannerDeps, build_planner
+from agent.policy.playbook import evaluate, load_playbook
+from agent.policy.researcher import build_researcher
+from agent.transcripts.transcript import Transcript, load_transcript
+from agent.ui import RunUI
+
+APPROVE = "apply this change to the target? [y/N] "
+
+
+def _chat(tmp_path: Path, tree, lines: list[str]) -> tuple[str, list[str], Path]:
+    from tools.research.flags import flag_catalog
+
+    ctx = DeploymentContext(version=tree.version, tree=tree)
+    ctx.catalog = {"--" + f.name.lstrip("-").replace("_", "-"): f for f in flag_catalog(tree)}
+    feed, asked = iter(lines), []
+
+    async def ask(prompt: str) -> str | None:
+        asked.append(prompt)
+        return next(feed, None)
+
+    console = Console(width=200, record=True)
+    t = Transcript.create(tmp_path, kind="chat", goal="improve throughput", model="builtin", target="sim")
+    deps = PlannerDeps(
+        goal="improve throughput", ctx=ctx, candidates=evaluate(load_playbook(), ctx.facts, ctx.catalog),
+        ui=RunUI(console=console, transcript=t), researcher=build_researcher(FunctionModel(researcher_policy)),
+        runner=None,
+    )  # fmt: skip
+    session = ChatSession(build_planner(FunctionModel(chat_policy)), deps, t, console, ask)
+    asyncio.run(session.loop())
+    t.close({"status": "test"})
+    return console.export_text(), asked, t.path
+
+
+def test_plain_first_questions_map_to_the_tools(tmp_path: Path, sglang_0523) -> None:
+    out, asked, path = _chat(
+        tmp_path,
+        sglang_0523,
+        [
+            "what would you try on this server?",
+            "list the candidates",
+            "why not --enable-torch-compile?",
+            "status",
+            "undo",
+            "try --turbo-mode-xyz 1",
+            "try --cuda-graph-max-bs-decode 128",
+            "n",
+        ],
+    )
+    assert out.count("I listed the playbook's candidates for this deployment.") == 2, out
+    assert "--enable-torch-compile (" in out and "playbook candidates are worth researching here" in out
+    assert "(the todo list is empty)" not in out and "I understand:" not in out
+    assert "I researched --enable-torch-compile in the running version's source:" in out
+    assert "dry run: nothing is deployed by this session" in out and '"dry_run"' not in out
+    assert "dry run: nothing was deployed" in out  # undo
+    # the nonexistent flag: researched, then refused without an approval question, no restart
+    assert "--turbo-mode-xyz is not a flag of sglang 0.5.23" in out
+    # a valid change: the approval question says it in words (no Python repr)
+    assert "approval needed: trial: set --cuda-graph-max-bs-decode to 128" in out and "[{'flag'" not in out
+    assert asked.count(APPROVE) == 1
+    tx = load_transcript(path)
+    assert [e["data"]["check"] for e in tx.events_of("refusal")] == ["catalog"]
+    assert tx.events_of("approval")[0]["data"]["what"].startswith("trial: set --cuda-graph-max-bs-decode to 128")
+    # the research verdict is printed once (the reply says what was done, not the verdict again)
+    assert out.count("--enable-torch-compile: ") == 1
