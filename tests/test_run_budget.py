@@ -11,7 +11,7 @@ from tools.config import Config
 
 def test_budget_option_then_config_then_default():
     cfg = Config()
-    assert budget_minutes(cfg, None, simulated=True) == SIM_WALL_MINUTES == 10.0
+    assert budget_minutes(cfg, None, simulated=True) == SIM_WALL_MINUTES == 30.0
     assert budget_minutes(cfg, None, simulated=False) == cfg.agent.max_wall_minutes
     cfg.agent.max_minutes = 25.0
     assert budget_minutes(cfg, None, simulated=True) == 25.0
@@ -52,3 +52,29 @@ def test_restart_budget_given_else_half_a_one_at_a_time_grid():
     assert AgentConfig.model_validate(tomllib.loads("max_restarts = 9\n")).max_restarts == 9
     result = CliRunner().invoke(app, ["run", "--max-restarts", "-1"])
     assert result.exit_code == 2 and "--max-restarts must be 0 or more" in result.output
+
+
+def test_the_first_trial_starts_only_if_a_winner_fits_at_this_runs_measured_speed():
+    import time
+
+    from agent.trial.record import Baseline
+    from agent.trial.runner import TrialRunner
+    from tests.transcript_sessions import sweep
+    from tools.bench.objective import objective_from_goal
+    from tools.bench.results import SweepResult
+    from tools.config import BenchConfig
+
+    def rep(start: int) -> SweepResult:  # one repetition that took 29 s, as on the seed deployment
+        data = sweep({1: 124.0, 8: 410.0, 64: 1150.0})
+        data |= {"started_at": f"2026-12-03T14:24:{start:02d}+00:00",
+                 "finished_at": f"2026-12-03T14:{24 + (start + 29) // 60}:{(start + 29) % 60:02d}+00:00"}  # fmt: skip
+        return SweepResult.model_validate(data)
+
+    baseline = Baseline(reps=[rep(0), rep(29), rep(1)], probe=None, text="")
+    runner = TrialRunner(deployment=None, endpoint="http://127.0.0.1:1", bench=BenchConfig(reps=3),
+                         objective=objective_from_goal("improve throughput"), baseline=baseline)  # fmt: skip
+    assert runner.trial_estimate() == (4 * 3 + 2) * 29  # known-good, candidate, known-good, confirm + 2 restarts
+    runner.deadline = time.monotonic() + 300  # 5 minutes left: a winner could not finish
+    assert runner.budget_left() == "wall-time budget spent"
+    runner.deadline = time.monotonic() + 500
+    assert runner.budget_left() is None

@@ -211,8 +211,7 @@ def explain_run(result: Any, deps: Any, runner: Any, opts: Any, config: Any) -> 
         else ""
     )
     result.budget = (
-        f"{opts.max_wall_minutes:g} min wall-time budget (--max-minutes; the simulated deployment's "
-        f"default is 10), {result.seconds / 60:.1f} min used"
+        f"{opts.max_wall_minutes:g} min wall-time budget (--max-minutes), {result.seconds / 60:.1f} min used"
         + restarts
         + (f"; spent: {runner.exhausted}" if spent else "; not spent")
     )

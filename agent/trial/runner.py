@@ -87,10 +87,13 @@ class TrialRunner:
     def trial_estimate(self) -> float:
         """Seconds the next trial may take if it wins: the longest kept one (a kept trial includes
         deploying the winner again and checking it), else half as long again as the longest measured
-        one (0 before the first)."""
+        one; before the first, a winner's blocks (known-good, candidate, known-good, confirm) and two
+        restarts at the time one baseline repetition took in this run."""
         measured = [t for t in self.trials if t.deployed]
         longest = max((t.seconds for t in measured), default=0.0)
         kept = max((t.seconds for t in measured if t.decision == "kept"), default=0.0)
+        if not measured:
+            return (4 * self.bench.reps + 2) * rep_seconds(self.baseline.reps)
         return max(kept, longest) if kept else 1.5 * longest
 
     def budget_left(self, *, reserve: float = 0.0) -> str | None:
@@ -224,6 +227,21 @@ class TrialRunner:
         return await self.run(
             list(merged.values()), reason=f"check that the gains of {names} add up", kind="combined"
         )
+
+
+def rep_seconds(reps: list[Any]) -> float:
+    """Mean wall seconds of one repetition (a sweep) of `reps`, from their start and end times (0
+    when they carry none)."""
+    from datetime import datetime
+
+    spans = []
+    for sweep in reps:
+        try:
+            start, end = datetime.fromisoformat(sweep.started_at), datetime.fromisoformat(sweep.finished_at)
+        except (AttributeError, TypeError, ValueError):
+            continue
+        spans.append(max(0.0, (end - start).total_seconds()))
+    return sum(spans) / len(spans) if spans else 0.0
 
 
 async def _finish_before_cancelling(coro: Any) -> None:
