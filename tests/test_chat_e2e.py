@@ -109,7 +109,10 @@ def test_chat_research_keep_rollback_then_resume(deployment: Path) -> None:
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "1 research verdicts restored" in out.stdout and "1 earlier trials" in out.stdout
-    assert '"deployed_best": "baseline"' in out.stdout.replace("\n", "")
+    # status in words (no JSON); the restarts of the first session still count (they restarted at 0)
+    assert "deployed: the configuration at start" in out.stdout and '"deployed_best"' not in out.stdout
+    carried = int(re.search(r"(\d+) restarts spent earlier count against the budget", out.stdout).group(1))
+    assert carried >= 2 and re.search(rf"restarts: {carried}, budget:", out.stdout), out.stdout[-2000:]
     loaded = load_transcript(Path(session["path"]))
     assert loaded.error is None and any(e["data"].get("resumed") for e in loaded.events_of("note"))
     history = loaded.model_messages()
@@ -179,6 +182,8 @@ def test_ctrl_c_during_an_approved_trial_puts_the_target_back_on_known_good(depl
         child.expect("interrupted")
         child.expect("known-good configuration")
         child.expect("you>")
+        child.expect(pexpect.TIMEOUT, timeout=2)  # no progress bar of the cancelled trial redraws
+        assert "trial benchmark" not in child.before and "waiting for the server" not in child.before
         child.sendline("/exit")
         child.expect(pexpect.EOF)
     finally:
