@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rich.console import Console
@@ -42,11 +42,33 @@ class RunUI:
     _wait_task: Any = None
     _bench_bar: Any = None
     _bench_task: Any = None
+    _block_label: str = "trial benchmark"
+    _blocks: dict[Any, int] = field(default_factory=dict)
 
     def record(self, kind: str, data: Any, *, msg: int | None = None) -> None:
-        """Write an event to the transcript (never raises)."""
+        """Write an event to the transcript (never raises); a trial's `block` start or end is shown,
+        not recorded (the trial event holds every block's numbers)."""
+        if kind == "block":
+            return self.block(data)
         if self.transcript is not None:
             self.transcript.event(kind, data, msg=msg)
+
+    def block(self, data: dict[str, Any]) -> None:
+        """A trial's measurement block: its name and number on the live bar while it runs, a line
+        when it is done (`trial 2 · block 1, known-good before: 3 repetitions in 87 s`)."""
+        trial = data.get("trial")
+        if data.get("state") == "start":
+            self._blocks[trial] = self._blocks.get(trial, 0) + 1
+            self._stop_bench()
+            self._block_label = f"trial {trial} · block {self._blocks[trial]}, {data.get('label')}"
+            return
+        self._stop_bench()
+        seconds = float(data.get("seconds") or 0)
+        self.console.print(
+            f"  [dim]{escape(self._block_label)}: {data.get('reps')} repetitions in {seconds:.0f} s[/]",
+            highlight=False,
+        )
+        self._block_label = "trial benchmark"
 
     def step(self, text: str) -> None:
         """A headline for a phase of the run."""
@@ -125,7 +147,7 @@ class RunUI:
             self._wait_bar = None
         if self._bench_bar is None:
             self._bench_bar = Progress(
-                TextColumn("trial benchmark"),
+                TextColumn(escape(self._block_label)),
                 BarColumn(),
                 TextColumn("{task.fields[info]}"),
                 TimeElapsedColumn(),

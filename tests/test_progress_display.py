@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+from types import SimpleNamespace
 
 import pytest
 from rich.console import Console
@@ -40,3 +41,41 @@ def test_a_trial_benchmark_replaces_the_waiting_bar() -> None:
     assert ui._bench_bar is None and ui._wait_bar is not None
     ui.note("done")
     assert ui._wait_bar is None and ui._bench_bar is None
+
+
+def test_every_block_of_a_trial_is_named_with_its_number(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A near miss's six blocks (agent/trial/paired.py, on the scripted launches of
+    tests/test_paired_trial.py): each one named with its number on the screen when done."""
+    import agent.trial.paired as pt
+    from agent.trial.record import Baseline, TrialChange
+    from agent.trial.runner import TrialRunner
+    from tests.test_paired_trial import UNIT, Launches
+    from tools.bench.objective import objective_from_goal
+
+    launches = Launches(a=[1.0, 1.0, 0.998], b=[1.02, 1.016, 1.04])
+
+    async def measure(*args: object, **kw: object) -> list:
+        return launches.block()
+
+    async def nothing(*args: object) -> None:
+        return None
+
+    monkeypatch.setattr(pt, "measure", measure)
+    monkeypatch.setattr(pt, "_warm", nothing)
+    monkeypatch.setattr(pt, "_probe_ok", nothing)
+    out = io.StringIO()
+    recorded: list[str] = []
+    ui = RunUI(Console(file=out, width=100), SimpleNamespace(event=lambda kind, data, msg=None: recorded.append(kind)))
+    runner = TrialRunner(
+        deployment=launches, endpoint="http://127.0.0.1:9", bench=BenchConfig(),
+        objective=objective_from_goal("improve throughput"), baseline=Baseline(reps=[], probe=None, text=UNIT),
+        on_event=ui.record, on_progress=ui.bench_progress,
+    )  # fmt: skip
+    record = asyncio.run(runner.run([TrialChange(flag="--enable-mixed-chunk")], reason="test"))
+    assert record.decision == "kept"
+    lines = [line.strip() for line in out.getvalue().splitlines() if "· block" in line]
+    names = ["known-good before", "candidate", "known-good after", "known-good after",
+             "candidate, second launch", "known-good after the second launch",
+             "known-good after the second launch", "candidate, third launch"]  # fmt: skip
+    assert lines == [f"trial 1 · block {i}, {n}: 3 repetitions in 0 s" for i, n in enumerate(names, 1)], lines
+    assert "block" not in recorded and "trial" in recorded  # shown, not written to the transcript

@@ -89,6 +89,29 @@ def _looks_like_a_winner(cmp: Any, bench: Any) -> bool:
     return bool(cmp.promising) and near and not cmp.significantly_worse
 
 
+BLOCK_LABELS = {
+    "before": "known-good before",
+    "candidate": "candidate",
+    "after": "known-good after",
+    "confirm": "candidate, second launch",
+    "after_second": "known-good after the second launch",
+    "third": "candidate, third launch",
+}
+"""How each block of a trial is named on the screen (the keys are `TrialRecord.blocks`)."""
+
+
+async def _block(r: Any, record: TrialRecord | None, name: str, **kw: Any) -> list[Any]:
+    """`measure` one block, announced to the screen by name before and with its size after (the
+    runner's `on_event("block", ...)`; `RunUI` shows it, the transcript keeps the block's numbers)."""
+    info = {"trial": record.number if record is not None else None, "block": name,
+            "label": BLOCK_LABELS.get(name, name)}  # fmt: skip
+    r.on_event("block", {**info, "state": "start"})
+    started = time.monotonic()
+    reps = await measure(r.endpoint, r.bench, on_progress=r.on_progress, **kw)
+    r.on_event("block", {**info, "state": "done", "reps": len(reps), "seconds": time.monotonic() - started})
+    return reps
+
+
 def _record_blocks(r: Any, record: TrialRecord, **blocks: list[Any]) -> None:
     """How many repetitions each block took, and their numbers (a reviewer can recompute)."""
     metrics = getattr(r.objective, "metrics", ["output_throughput"])
@@ -109,7 +132,7 @@ async def known_good_block(r: Any, record: TrialRecord | None = None, name: str 
     earlier = r.reference
     if earlier is None:
         await _warm(r)
-    reps = await measure(r.endpoint, r.bench, max_reps=r.bench.reps, on_progress=r.on_progress)
+    reps = await _block(r, record, name, max_reps=r.bench.reps)
     if not reps or any(s.partial for s in reps):
         errors = "; ".join(e for s in reps for e in s.errors) or "no result"
         r.halted = f"the known-good configuration failed its benchmark ({errors})"
@@ -192,9 +215,9 @@ async def run_paired(r: Any, record: TrialRecord, new_text: str) -> None:
     if why := await _probe_ok(r, record):
         return await _reject(r, record, why)
     await r.deployment.keepalive()
-    cand = await measure(
-        r.endpoint, r.bench, more=lambda reps: _worth_more(_cmp(r, before, reps, None), r.bench),
-        max_reps=r.max_reps, on_progress=r.on_progress,
+    cand = await _block(
+        r, record, "candidate", more=lambda reps: _worth_more(_cmp(r, before, reps, None), r.bench),
+        max_reps=r.max_reps,
     )  # fmt: skip
     record.levels = mean_throughput(cand)
     _record_blocks(r, record, before=before, candidate=cand)
@@ -237,7 +260,9 @@ async def run_paired(r: Any, record: TrialRecord, new_text: str) -> None:
     await _second_launch(r, record, new_text, (before, cand, after), cmp)
 
 
-async def _known_good_again(r: Any, record: TrialRecord, judge: Any) -> list[Any] | None:
+async def _known_good_again(
+    r: Any, record: TrialRecord, judge: Any, name: str = "after"
+) -> list[Any] | None:
     """Roll back (a new known-good launch), warm it and measure a block (more repetitions while
     `judge(reps)` says they are worth it); it becomes the reference and joins the known-good history.
     None when the rollback or that block failed (trials stop on a failed block)."""
@@ -245,7 +270,7 @@ async def _known_good_again(r: Any, record: TrialRecord, judge: Any) -> list[Any
         return None
     await _warm(r)
     more = lambda reps: _worth_more(judge(reps), r.bench)  # noqa: E731
-    good = await measure(r.endpoint, r.bench, more=more, max_reps=r.max_reps, on_progress=r.on_progress)
+    good = await _block(r, record, name, more=more, max_reps=r.max_reps)
     if not good or any(s.partial for s in good):
         record.why = "the known-good configuration failed its benchmark after the rollback"
         r.halted = record.why
@@ -270,7 +295,8 @@ async def _launch_again(
         return None
     await r.deployment.keepalive()
     more = lambda reps: _worth_more(judge(reps), r.bench)  # noqa: E731
-    return await measure(r.endpoint, r.bench, more=more, max_reps=r.max_reps, on_progress=r.on_progress)
+    name = "confirm" if label == "second launch" else "third"
+    return await _block(r, record, name, more=more, max_reps=r.max_reps)
 
 
 def _near_miss(cmp: Any, bench: Any) -> bool:
@@ -364,7 +390,9 @@ async def _third_launch(r: Any, record: TrialRecord, new_text: str, blocks: tupl
     third; (the comparison of three launches a side, the candidate's block) or None when either
     side failed (the record says why; known-good is deployed)."""
     before, cand, after, confirm = blocks
-    good = await _known_good_again(r, record, lambda reps: _cmp(r, before, cand, after, confirm, (reps, [])))
+    good = await _known_good_again(
+        r, record, lambda reps: _cmp(r, before, cand, after, confirm, (reps, [])), "after_second"
+    )
     if good is None:
         return None
     good = await known_good_block(r, record, "after_second")
