@@ -180,3 +180,46 @@ def test_hostile_model_is_refused_at_zero_restarts_and_the_run_ends(tmp_path: Pa
     assert len(researcher_prompt.encode()) <= 6 * 1024
     print(f"\nhostile run: {len(refusals)} refusals + lossy, restarts {result.restarts}, "
           f"requests {len(llm.requests)}, input tokens {llm.prompt_tokens}, researcher prompt {len(researcher_prompt)} B")  # fmt: skip
+
+
+def _stubborn(body: dict) -> dict:
+    """A planner that researches one flag, then lists the candidates forever; a researcher that
+    reads outside the source tree forever."""
+    names = {t["function"]["name"] for t in body.get("tools", [])}
+    n = steps_done(body)
+    if "usage" in names:
+        return calls(tool_call("read_range", {"path": "../../../etc/passwd", "start": 1, "end": 3}, n))
+    if n == 0:
+        return calls(tool_call("research_flag", {"flag": DCG}, n))
+    return calls(tool_call("list_candidates", {}, n))
+
+
+@pytest.mark.parametrize("limit", ["tool errors", "tokens"])
+def test_a_run_ends_cleanly_on_its_own_limits(tmp_path: Path, seed_no_graphs, monkeypatch, limit: str):
+    """Tool errors past the run's bound, or the token budget spent: the run stops on that limit, its
+    report is written and the target is untouched (before: one refused path ended it as failed)."""
+    monkeypatch.setenv("OPENAI_API_KEY", "none")
+    transcript = Transcript.create(tmp_path / "tx", kind="run", goal="g", model="m", target="sim")
+    console = Console(width=160, record=True)
+    unit = Path(seed_no_graphs.target.remote_unit).read_text()
+    with ScriptedLLM(_stubborn) as llm:
+        opts = RunOptions(
+            goal="improve throughput", model="scripted", base_url=llm.base_url, dry_run=True,
+            max_tokens=None if limit == "tool errors" else 60_000,
+        )  # fmt: skip
+        try:
+            result = asyncio.run(run_session(seed_no_graphs, opts, RunUI(console, transcript)))
+        finally:
+            transcript.close({"status": "test"})
+    assert result.status.startswith("limit:") and not result.failed, result.status
+    assert ("tool errors in this run" if limit == "tool errors" else "token") in result.status
+    assert result.report is not None and Path(result.report).exists()
+    assert Path(seed_no_graphs.target.remote_unit).read_text() == unit
+    if limit == "tool errors":  # retried three times, then told to stop, until the run's bound
+        returned = [m["content"] for r in llm.requests for m in r["messages"] if m["role"] == "tool"]
+        assert any("do not repeat the call" in c for c in returned)
+        assert len([r for r in llm.requests if "usage" in {t["function"]["name"] for t in r["tools"]}]) > 30
+    else:
+        spent = sum(e["data"]["input_tokens"] + e["data"]["output_tokens"]
+                    for e in load_transcript(transcript.path).events_of("usage") if e["data"]["agent"] != "run")  # fmt: skip
+        assert 60_000 < spent < 60_000 + 20_000
