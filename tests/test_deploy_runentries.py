@@ -9,19 +9,43 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pwd
 import shutil
 import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.test_deploy import cli, healthy, pid_of
-from tests.test_deploy_trust import as_user, other_user, shared_dir  # noqa: F401 (fixtures)
+from tests.test_deploy_trust import OTHER_USER, as_user
 from tools.deploy.deadman import DeadmanSwitch
 from tools.deploy.deployment import DeployError, Deployment
 from tools.deploy.remote import LocalTransport
 from tools.deploy.service import ProcessManager
+
+
+@pytest.fixture(scope="module")
+def other_user() -> str:
+    """A second local account (created when absent; the tests run as root)."""
+    try:
+        pwd.getpwnam(OTHER_USER)
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--no-create-home", OTHER_USER], check=True)
+    return OTHER_USER
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A world-writable sticky directory like /var/tmp, reachable by every user."""
+    path = Path(tempfile.mkdtemp(prefix="optagent-shared-", dir="/tmp"))
+    path.chmod(0o1777)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _alive(pid: int) -> bool:
@@ -33,7 +57,9 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def test_entries_another_user_planted_are_named_and_refused(ssh_sim, other_user: str, shared_dir: Path) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+def test_entries_another_user_planted_are_named_and_refused(
+    ssh_sim, other_user: str, shared_dir: Path
+) -> None:  # type: ignore[no-untyped-def]
     sim = ssh_sim()
     run = sim.sim_dir / "run"
     run.chmod(0o777)  # an old umask
@@ -67,7 +93,9 @@ def test_entries_another_user_planted_are_named_and_refused(ssh_sim, other_user:
 
         for name in ("sglang.pid.tmp", "sglang.deadman.pid"):  # the admin removes what was planted
             (run / name).unlink()
-        result = cli("deploy", "--set", "mem-fraction-static=0.8", "--yes", config=sim.config_path, timeout=120)
+        result = cli(
+            "deploy", "--set", "mem-fraction-static=0.8", "--yes", config=sim.config_path, timeout=120
+        )
         assert result.returncode == 0, result.stdout + result.stderr
         assert pid_of(sim.sim_dir) != server_pid and healthy(sim.target.endpoint)
         assert precious.read_text() == "the SSH user's data\n" and _alive(victim.pid)
@@ -80,7 +108,9 @@ def test_entries_another_user_planted_are_named_and_refused(ssh_sim, other_user:
         victim.wait()
 
 
-def test_a_symlink_in_the_run_dir_path_is_refused_however_it_is_spelled(ssh_sim, other_user: str, shared_dir: Path) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+def test_a_symlink_in_the_run_dir_path_is_refused_however_it_is_spelled(
+    ssh_sim, other_user: str, shared_dir: Path
+) -> None:  # type: ignore[no-untyped-def]
     real = shared_dir / "real"
     real.mkdir(mode=0o700)
     mine = shared_dir / "mine"
@@ -131,7 +161,9 @@ def _session_sleep() -> subprocess.Popen:
 def test_a_pid_whose_process_is_another_one_is_never_signalled(tmp_path: Path) -> None:
     run = tmp_path / "run"
     run.mkdir()
-    pm = ProcessManager(LocalTransport(), unit_path=str(tmp_path / "sglang.service"), run_dir=str(run), grace_s=1)
+    pm = ProcessManager(
+        LocalTransport(), unit_path=str(tmp_path / "sglang.service"), run_dir=str(run), grace_s=1
+    )
     other = _session_sleep()  # a session leader, like a server: only its start time tells it apart
     try:
         (run / "sglang.pid").write_text(f"{other.pid} 12345\n")  # a stale file: PID reused since

@@ -17,7 +17,7 @@ def test_damaged_state_files_are_set_aside_and_commands_go_on(ssh_sim) -> None: 
     assert first.returncode == 0, first.stderr  # known-good and counters exist now
     damages = [
         ("journal.json", b"[" * 100_000 + b"]" * 100_000, "journal.unreadable-"),  # RecursionError
-        ("counters.json", b'{"restarts": [' + b"9" * 4000 + b"], \"failures\": []}", None),  # OverflowError
+        ("counters.json", b'{"restarts": [' + b"9" * 4000 + b'], "failures": []}', None),  # OverflowError
         ("counters.json", b"{" * 100_000, "counters.unreadable-"),
         ("known-good.service", b"[Service]\nExecStart=/bin/\xff\xfe sglang\n", "known-good.unreadable-"),
         ("known-good.service", b"#" * (MAX_STATE_BYTES + 10), "known-good.unreadable-"),
@@ -29,7 +29,9 @@ def test_damaged_state_files_are_set_aside_and_commands_go_on(ssh_sim) -> None: 
         output = status.stdout + status.stderr
         assert status.returncode == 0 and "Traceback" not in output, (name, output[-2000:])
         value = f"0.8{i}"
-        deploy = cli("deploy", "--set", f"mem-fraction-static={value}", "--yes", config=sim.config_path, timeout=120)
+        deploy = cli(
+            "deploy", "--set", f"mem-fraction-static={value}", "--yes", config=sim.config_path, timeout=120
+        )
         output = deploy.stdout + deploy.stderr
         assert deploy.returncode == 0 and "Traceback" not in output, (name, output[-2000:])
         assert f"--mem-fraction-static {value}" in " ".join(Path(sim.target.remote_unit).read_text().split())

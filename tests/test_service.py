@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import shlex
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -118,7 +119,7 @@ def recording_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
             "import json, os, sys\n"
             f"open({str(log)!r}, 'a').write(json.dumps([os.path.basename(sys.argv[0]), *sys.argv[1:]]) + '\\n')\n"
             "if sys.argv[1:3] == ['show', '-p'] and 'ActiveState' in sys.argv: print('active'); print('running')\n"
-            "if 'NeedDaemonReload' in sys.argv: print('no')\n"
+            "if 'MainPID' in sys.argv: print('NeedDaemonReload=no'); print('MainPID=' + os.environ.get('FAKE_MAINPID', '0'))\n"
             "if os.path.basename(sys.argv[0]) == 'journalctl': print('line 1'); print('line 2')\n"
         )
         script.chmod(0o755)
@@ -146,10 +147,30 @@ def test_systemd_manager_runs_exactly_these_commands(recording_path: Path) -> No
         ["systemctl", "daemon-reload"],
         ["systemctl", "restart", "sglang-qwen.service"],
         ["systemctl", "show", "-p", "ActiveState", "-p", "SubState", "--value", "sglang-qwen.service"],
-        ["systemctl", "show", "-p", "NeedDaemonReload", "--value", "sglang-qwen.service"],
+        ["systemctl", "show", "-p", "NeedDaemonReload", "-p", "MainPID", "sglang-qwen.service"],
         ["journalctl", "-u", "sglang-qwen.service", "-n", "5", "--no-pager", "-o", "cat"],
         ["systemctl", "stop", "sglang-qwen.service"],
     ]
+
+
+def test_systemd_config_matches_compares_the_main_process_with_the_unit_file(
+    recording_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reloaded but never restarted: systemd has no NeedDaemonReload, yet the process runs the old line."""
+    unit = tmp_path / "sglang.service"
+    unit.write_text("[Service]\nEnvironment=MARK=one\nExecStart=/bin/sleep 300\n")
+    main = subprocess.Popen(["sleep", "300"], env={**os.environ, "MARK": "one"})
+    try:
+        monkeypatch.setenv("FAKE_MAINPID", str(main.pid))
+        sm = SystemdManager(LocalTransport(), service="sglang", unit_path=str(unit))
+        assert run(sm.config_matches()) is True
+        unit.write_text("[Service]\nEnvironment=MARK=one\nExecStart=/bin/sleep 301\n")
+        assert run(sm.config_matches()) is False
+        unit.write_text("[Service]\nEnvironment=MARK=two\nExecStart=/bin/sleep 300\n")
+        assert run(sm.config_matches()) is False
+    finally:
+        main.kill()
+        main.wait()
 
 
 def test_systemd_manager_with_sudo_and_its_deadman_timer(recording_path: Path, tmp_path: Path) -> None:

@@ -42,9 +42,9 @@ def _run(coro: Awaitable[T]) -> T:
     try:
         return asyncio.run(coro)  # type: ignore[arg-type]
     except (UnitInvalidError, UnitFileError) as e:
-        fail(str(e), code=2)
-    except (DeployError, LockedError, TransportError, ServiceError) as e:
-        fail(str(e))
+        fail(_secret(str(e)), code=2)
+    except (DeployError, LockedError, TransportError, ServiceError) as e:  # a drift diff holds the unit
+        fail(_secret(str(e)))
     except OSError as e:  # a local file optagent must write (journal, unit copy) is not writable
         fail(f"{e.filename or ''}: {e.strerror or e}".lstrip(": "))
 
@@ -62,12 +62,16 @@ def _edits(set_: list[str], unset: list[str]) -> list[tuple[str, str, str | None
 
 def _check_flags(cfg: Config, edits: list[tuple[str, str, str | None]]) -> None:
     """Exit 2 when the running version's catalog says an edit would not start; before any restart."""
+    from tools.deploy.flagbounds import value_problems
     from tools.deploy.flagcheck import check_edits
     from tools.deploy.remote import TransportError, make_transport
     from tools.research.flags import flag_catalog
     from tools.research.source import SourceError, detect_version, get_source, local_source
 
     research = cfg.research
+    bounds = value_problems({flag: value for op, flag, value in edits if op == "set"})
+    if bounds:  # fixed ranges: no catalog needed
+        fail("\n".join(bounds), code=2)
 
     async def version() -> str:
         transport = make_transport(cfg.target)
@@ -120,7 +124,14 @@ def _progress_bar():  # type: ignore[no-untyped-def]
         yield update
 
 
-def _print_outcome(outcome: Any, what: str) -> None:
+def _secret(text: str, cfg: Config | None = None) -> str:
+    """`text` with the API key and secret-named values replaced (as transcripts have them)."""
+    from tools.deploy.redact import redact_text
+
+    return redact_text(text, secrets=[cfg.target.api_key if cfg else None])
+
+
+def _print_outcome(outcome: Any, what: str, cfg: Config | None = None) -> None:
     if outcome.ok:
         health = f" (healthy after {outcome.health.seconds:.1f}s)" if outcome.health else ""
         steps = ", ".join(f"{k} {v:.2f}s" for k, v in outcome.timings.items() if k != "total")
@@ -128,12 +139,16 @@ def _print_outcome(outcome: Any, what: str) -> None:
             f"[green]{what}[/] in {outcome.seconds:.1f}s{health}" + (f" [dim]({steps})[/]" if steps else "")
         )
         return
-    console.print(f"[red]{what} failed:[/] {outcome.error}", highlight=False)
-    if outcome.rolled_back:
+    console.print(f"[red]{what} failed:[/] {_secret(outcome.error, cfg)}", markup=False, highlight=False)
+    if outcome.rolled_back and outcome.restored:
         console.print("the known-good configuration was restored")
+    elif outcome.rolled_back:  # never together with "restored": it is not serving
+        console.print(
+            "[red bold]the known-good configuration was put back but is NOT serving: check the host[/]"
+        )
     if outcome.log_tail:
         console.print("[bold]last log lines:[/]")
-        console.print(outcome.log_tail, markup=False, highlight=False)
+        console.print(_secret(outcome.log_tail, cfg), markup=False, highlight=False)
 
 
 def deploy(
@@ -171,7 +186,8 @@ def deploy(
                 await d.transport.close()
 
         current = _run(read_known_good())
-        console.print(unified_diff(current, _apply(current, kind, edits), name=Path(target.remote_unit).name))
+        diff = unified_diff(current, _apply(current, kind, edits), name=Path(target.remote_unit).name)
+        console.print(_secret(diff, cfg), markup=False, highlight=False)
         console.print("[dim]dry run: nothing was changed[/]")
         return
 
@@ -179,12 +195,11 @@ def deploy(
         with _progress_bar() as update:
             async with Deployment(target, on_progress=update, command="optagent deploy") as d:
                 if d.recovered:
-                    console.print(f"[yellow]recovered:[/] {d.recovered}")
+                    console.print(f"[yellow]recovered:[/] {_secret(d.recovered, cfg)}", highlight=False)
                 current = await d.known_good()
                 candidate = _apply(current, kind, edits)
-                console.print(
-                    unified_diff(current, candidate, name=Path(d.remote_unit).name), highlight=False
-                )
+                diff = unified_diff(current, candidate, name=Path(d.remote_unit).name)
+                console.print(_secret(diff, cfg), markup=False, highlight=False)
                 if candidate == current:
                     console.print("nothing to change")
                     return None
@@ -197,7 +212,7 @@ def deploy(
 
     outcome = _run(go())
     if outcome is not None:
-        _print_outcome(outcome, "deployed and committed" if outcome.ok else "deploy")
+        _print_outcome(outcome, "deployed and committed" if outcome.ok else "deploy", cfg)
         if not outcome.ok:
             raise typer.Exit(1)
 
@@ -208,7 +223,7 @@ def _session(cfg: Config, body: Callable[[Any], Awaitable[T]], *, command: str) 
     async def go() -> T:
         async with Deployment(cfg.target, command=command) as d:
             if d.recovered:
-                console.print(f"[yellow]recovered:[/] {d.recovered}")
+                console.print(f"[yellow]recovered:[/] {_secret(d.recovered, cfg)}", highlight=False)
             return await body(d)
 
     return _run(go())
@@ -220,13 +235,14 @@ def rollback(config: Path | None = ConfigOption) -> None:
     async def body(d: Any) -> Any:
         return await d.rollback()
 
-    outcome = _session(_config(config), body, command="optagent rollback")
+    cfg = _config(config)
+    outcome = _session(cfg, body, command="optagent rollback")
     if not outcome.changed:
         console.print(
             "nothing in flight: the host already runs the known-good configuration, and it is healthy"
         )
         return
-    _print_outcome(outcome, "rolled back")
+    _print_outcome(outcome, "rolled back", cfg)
     if not outcome.ok:
         raise typer.Exit(1)
 
@@ -257,7 +273,7 @@ def status(
     info = _run(go())
     unhealthy = not info["health"]["ok"]
     if as_json:
-        print(json.dumps(info, indent=2, default=str))
+        print(_secret(json.dumps(info, indent=2, default=str), cfg))
         if unhealthy:
             raise typer.Exit(1)
         return
@@ -269,7 +285,7 @@ def status(
             value = "\n".join(f"{k} {v}" if v is not None else k for k, v in value.items())
         elif key == "health":
             value = "healthy" if value["ok"] else f"NOT healthy: {value['reason']}"
-        table.add_row(key.replace("_", " "), "-" if value is None else str(value))
+        table.add_row(key.replace("_", " "), "-" if value is None else _secret(str(value), cfg))
     console.print(table)
     if unhealthy:  # scripts and monitors read the exit status
         raise typer.Exit(1)

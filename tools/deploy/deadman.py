@@ -47,9 +47,13 @@ class DeadmanSwitch:
     def _restore_shell(self, *, systemd: bool = False) -> str:
         q = shlex.quote
         claim = f"mv -f {q(self.armed_path)} {q(self.armed_path)}.firing 2>/dev/null || exit 0; "
-        if systemd:  # no `$` in a command systemd-run starts (systemd would expand it); rm first: no planted link
+        if (
+            systemd
+        ):  # no `$` in a command systemd-run starts (systemd would expand it); rm first: no planted link
             tmp = q(f"{self.unit_path}.optagent-deadman-tmp")
-            return f"{claim}rm -f {tmp} && cp {q(self.known_good_path)} {tmp} && mv -f {tmp} {q(self.unit_path)}"
+            return (
+                f"{claim}rm -f {tmp} && cp {q(self.known_good_path)} {tmp} && mv -f {tmp} {q(self.unit_path)}"
+            )
         tmp = q(f"{self.unit_path}.optagent-deadman-tmp.XXXXXX")
         copy = f't=$(mktemp {tmp}) && cat {q(self.known_good_path)} > "$t" && chmod 644 "$t"'
         return f'{claim}{copy} && mv -f "$t" {q(self.unit_path)}'

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from tools.deploy import restore
 from tools.deploy.deadman import DeadmanSwitch
 from tools.deploy.dirtrust import UntrustedDirError, trusted_dirs, unwritable_dirs, unwritable_local
+from tools.deploy.flagbounds import value_problems
 from tools.deploy.health import HealthResult, wait_healthy
 from tools.deploy.journal import Journal, JournalEntry
 from tools.deploy.lock import HostLock, LockedError
@@ -147,7 +148,9 @@ class Deployment:
         except FileNotFoundError as e:
             raise DeployError(f"{self.remote_unit}: no unit file on the host") from e
         except UnicodeDecodeError as e:
-            raise UnitInvalidError(f"{self.remote_unit} on the host is not UTF-8 text ({e.reason}); fix it") from e
+            raise UnitInvalidError(
+                f"{self.remote_unit} on the host is not UTF-8 text ({e.reason}); fix it"
+            ) from e
 
     async def known_good(self, *, unproven_ok: bool = False) -> str:
         """The known-good text: recorded in `state_dir`, else the local unit file, else the host's file.
@@ -211,9 +214,11 @@ class Deployment:
         if self.journal.read() is not None:
             raise DeployError("a candidate is already in flight; commit() or rollback() it first")
         try:
-            self.parse(new_text)
+            flags = self.parse(new_text).command.flags
         except UnitFileError as e:
             raise DeployError(f"the candidate unit file is invalid: {e}") from e
+        if problems := value_problems(flags):  # e.g. --tp-size 0: two restarts for nothing
+            raise DeployError(f"the candidate cannot be started: {'; '.join(problems)} (nothing was changed)")
         resolve = getattr(self.manager, "command_for", None)
         if resolve is not None:  # e.g. a missing EnvironmentFile=: refuse before the host changes
             try:
@@ -274,6 +279,7 @@ class Deployment:
             rolled_back=True,
             health=health,
             timings=timings,
+            restored=rollback.ok,
         )
 
     @property

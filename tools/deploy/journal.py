@@ -91,7 +91,9 @@ def _entry(data: object) -> JournalEntry:
         raise ValueError(f"the journal's fields have the wrong types or an unknown step {entry.step!r}")
     if not isinstance(entry.history, list) or not all(isinstance(h, str) for h in entry.history):
         raise ValueError("the journal's history is not a list of steps")
-    if not _finite(entry.pid, 0, 2**31) or not all(_finite(t, 0, 1e11) for t in (entry.started, entry.updated)):
+    if not _finite(entry.pid, 0, 2**31) or not all(
+        _finite(t, 0, 1e11) for t in (entry.started, entry.updated)
+    ):
         raise ValueError("the journal's pid or times are not numbers in range")
     return entry
 

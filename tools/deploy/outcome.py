@@ -33,3 +33,5 @@ class DeployOutcome:
     rolled_back: bool = False
     health: HealthResult | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    restored: bool = True
+    """With `rolled_back`: whether known-good is serving again (False: ROLLBACK FAILED, check the host)."""

@@ -9,6 +9,7 @@ from typing import Any, TypeAlias
 from tools.deploy.health import wait_healthy
 from tools.deploy.journal import JournalEntry, sha
 from tools.deploy.outcome import DeployError, DeployOutcome, DriftError
+from tools.deploy.redact import redact_flags
 from tools.deploy.remote import TransportError, write_local_atomic
 from tools.deploy.serverlog import error_line, readable_tail
 from tools.deploy.service import ServiceError, ServiceManager
@@ -107,7 +108,14 @@ async def restore_known_good(
     error += f"; the server said: {said}" if said and not health.ok else ""
     log_tail = readable_tail(raw_log, lines=40)
     return DeployOutcome(
-        health.ok, error, log_tail, time.monotonic() - start, changed=True, rolled_back=True, health=health
+        health.ok,
+        error,
+        log_tail,
+        time.monotonic() - start,
+        changed=True,
+        rolled_back=True,
+        health=health,
+        restored=health.ok,
     )
 
 
@@ -172,7 +180,7 @@ async def status(d: Deployment) -> dict[str, Any]:
     known_good = d.journal.known_good()
     try:
         remote = await d.transport.read_file(d.remote_unit)
-        info["deployed_flags"] = d.parse(remote).command.flags
+        info["deployed_flags"] = redact_flags(d.parse(remote).command.flags, secrets=[t.api_key])
         info["deployed_sha"] = sha(remote)
     except FileNotFoundError:
         remote, info["deployed_flags"], info["deployed_sha"] = None, None, None

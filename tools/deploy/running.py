@@ -18,7 +18,9 @@ class ServiceError(Exception):
     """The service manager could not do what was asked; the message says what failed."""
 
 
-async def unit_command(transport: Transport, text: str, *, unit_path: str) -> tuple[list[str], dict[str, str], str]:
+async def unit_command(
+    transport: Transport, text: str, *, unit_path: str
+) -> tuple[list[str], dict[str, str], str]:
     """(argv, environment, working directory) that the unit text `text` (installed at `unit_path`) asks for.
 
     `EnvironmentFile=` files are read on the host and override `Environment=`, as systemd does.
@@ -51,14 +53,18 @@ async def running_matches(
     with the unit's and its environment holds the unit's. None when it cannot be told (the process
     is gone, its /proc is unreadable, or the file is missing or does not parse)."""
     script = 'cat "/proc/$1/cmdline" && printf "\\001" && cat "/proc/$1/environ"'
-    argv = ["sudo", "-n", "sh", "-c", script, "sh", str(pid)] if sudo else ["sh", "-c", script, "sh", str(pid)]
+    argv = (
+        ["sudo", "-n", "sh", "-c", script, "sh", str(pid)] if sudo else ["sh", "-c", script, "sh", str(pid)]
+    )
     result = await transport.run(argv)
     if not result.ok:
         return None
     cmdline, _, environ = result.stdout.partition("\x01")
     running, env = cmdline.split("\0")[:-1], set(environ.split("\0"))
     try:
-        want, want_env, _ = await unit_command(transport, await transport.read_file(unit_path), unit_path=unit_path)
+        want, want_env, _ = await unit_command(
+            transport, await transport.read_file(unit_path), unit_path=unit_path
+        )
     except (ServiceError, UnitFileError, FileNotFoundError, UnicodeDecodeError):
         return None  # unknown: a file that does not parse must never trigger a restart
     args = want[1:]

@@ -134,7 +134,7 @@ _ALIVE_FN = (
 # group still has members (the kernel gives no new process a PID that is still a group's id). A PID
 # file of an older optagent ("PID" alone) counts only for a session leader, as every server it started was.
 _OURS_FN = (
-    "ours() { s=$(sed 's/.*) //' \"/proc/$p/stat\" 2>/dev/null); if [ -z \"$s\" ]; then alive; return; fi;"
+    'ours() { s=$(sed \'s/.*) //\' "/proc/$p/stat" 2>/dev/null); if [ -z "$s" ]; then alive; return; fi;'
     ' set -- $s; if [ -n "$st" ]; then [ "${20}" = "$st" ]; else [ "$4" = "$p" ]; fi; };'
 )
 _READ_PID = (

@@ -220,7 +220,16 @@ class SSHTransport:
     async def _sftp_client(self) -> asyncssh.SFTPClient:
         if self._sftp is None:
             conn = await self.connection()
-            self._sftp = await asyncio.wait_for(conn.start_sftp_client(), self.command_timeout_s)
+            try:
+                self._sftp = await asyncio.wait_for(conn.start_sftp_client(), self.command_timeout_s)
+            except TimeoutError:
+                raise TransportError(f"{self.description}: the SFTP session did not start in time") from None
+            except (OSError, asyncssh.Error) as e:
+                self._drop()
+                raise TransportError(
+                    f"{self.description}: cannot start an SFTP session ({e}); optagent reads and writes the "
+                    "unit file over SFTP: enable sshd's `Subsystem sftp` (e.g. `Subsystem sftp internal-sftp`)"
+                ) from e
         return self._sftp
 
     async def read_file(self, path: str) -> str:
@@ -267,15 +276,24 @@ class SSHTransport:
 
     async def exists(self, path: str) -> bool:
         """True if `path` exists on the host."""
-        return await (await self._sftp_client()).exists(_sftp_path(path))
+        sftp = await self._sftp_client()
+        try:
+            return await sftp.exists(_sftp_path(path))
+        except (OSError, asyncssh.Error) as e:
+            self._drop()
+            raise TransportError(f"{self.description}: cannot look for {path}: {e}") from e
 
     async def close(self) -> None:
-        """Close the SFTP session and the connection."""
-        if self._sftp is not None:
-            self._sftp.exit()
-        if self._shell is not None:
-            self._shell.close()
-        if self._conn is not None:
-            self._conn.close()
-            await self._conn.wait_closed()
-        self._conn, self._sftp, self._shell = None, None, None
+        """Close the SFTP session and the connection (a connection already lost closes quietly)."""
+        try:
+            if self._sftp is not None:
+                self._sftp.exit()
+            if self._shell is not None:
+                self._shell.close()
+            if self._conn is not None:
+                self._conn.close()
+                await asyncio.wait_for(self._conn.wait_closed(), self.connect_timeout_s)
+        except (OSError, asyncssh.Error, TimeoutError) as e:
+            log.info("closing %s: %s", self.description, e)
+        finally:
+            self._conn, self._sftp, self._shell = None, None, None
