@@ -213,3 +213,18 @@ def test_transcripts_commands_do_not_import_the_agent_stack(sessions: tuple[Path
             [sys.executable, "-c", code, "transcripts", *cmd], capture_output=True, text=True, check=True
         )
         assert out.stdout.strip().endswith("[]"), cmd
+
+
+def test_list_and_review_keep_every_column_at_80_columns(sessions: tuple[Path, str, str]) -> None:
+    import re
+
+    d, good, cut = sessions
+    listed = runner.invoke(app, ["transcripts", "list", "--dir", str(d)], env={"COLUMNS": "80"})
+    assert listed.exit_code == 0 and max(map(len, listed.stdout.splitlines())) <= 80
+    flat = re.sub(r"\s+", "", listed.stdout)
+    for field in (good, cut, "improvethroughput", "builtin", "sim", "kept--cuda-graph-max-bs256", "msgs"):
+        assert field in flat, field
+    assert len(listed.stdout.splitlines()) <= 16  # two sessions; was one row over 12 lines, the outcome dropped
+    shown = runner.invoke(app, ["transcripts", "review", good, "--dir", str(d)], env={"COLUMNS": "80"})
+    assert shown.exit_code == 0 and "…" not in shown.stdout.split("Research verdicts")[1].split("Evidence")[0]
+    assert "--cuda-graph-max-bs" in re.sub(r"\s+", "", shown.stdout.split("Research verdicts")[1])

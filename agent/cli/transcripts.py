@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.markup import escape
 
 from agent.cli.common import ConfigOption, console, err_console, fail, get_config
 from agent.transcripts.transcript import (
@@ -88,26 +89,42 @@ def list_(
     if not rows:
         console.print("no transcripts")
         return
+    console.print(list_table(rows, console.width))
+
+
+def list_table(rows: list[dict[str, Any]], width: int) -> Any:
+    """The `transcripts list` table: every field of every row at any width. Below 140 columns a
+    session's id and start share a cell, as do its goal, model and target, so the outcome keeps
+    room to read (at 80 columns eight narrow columns left it one word a line, or dropped it)."""
+    from rich import box
     from rich.table import Table
 
-    table = Table(header_style="bold")
-    table.add_column("id", no_wrap=True)
-    table.add_column("started", no_wrap=True)
-    table.add_column("kind", no_wrap=True)
-    for name in ("goal", "model", "target", "outcome"):
-        table.add_column(name, min_width=10)
+    narrow = width < 140
+    table = Table(header_style="bold", box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD)
+    if narrow:
+        table.add_column("session", no_wrap=True)
+        table.add_column("goal (model · target)", ratio=2, overflow="fold")
+    else:
+        for name in ("id", "started", "kind"):
+            table.add_column(name, no_wrap=True)
+        for name in ("goal", "model", "target"):
+            table.add_column(name, min_width=10, overflow="fold")
+    table.add_column("outcome", ratio=3, overflow="fold")
     table.add_column("msgs", justify="right", no_wrap=True)
     for r in rows:
         outcome = r["status"]
         if r["kept"]:
             outcome += "; kept " + ", ".join(r["kept"])
         if r["throughput_change"]:
-            outcome += f"; {r['throughput_change']}"
+            outcome += f": {r['throughput_change']}"
         started = r["started_at"][5:16].replace("T", " ")  # MM-DD HH:MM: the id holds the year
-        table.add_row(
-            r["id"], started, r["kind"], r["goal"], r["model"], r["target"], outcome, str(r["messages"])
-        )
-    console.print(table)
+        if narrow:
+            where = f"{r['goal']}\n[dim]{escape(r['model'])} · {escape(r['target'])}[/]"
+            table.add_row(f"{r['id']}\n{started} {r['kind']}", where, outcome, str(r["messages"]))
+        else:
+            table.add_row(r["id"], started, r["kind"], r["goal"], r["model"], r["target"], outcome,
+                          str(r["messages"]))  # fmt: skip
+    return table
 
 
 @app.command("show")
@@ -199,9 +216,9 @@ def review(
     if as_markdown:
         print(text)
         return
-    from rich.markdown import Markdown
+    from agent.transcripts.view import terminal_markdown
 
-    console.print(Markdown(text))
+    console.print(terminal_markdown(text))
 
 
 @app.command("export")

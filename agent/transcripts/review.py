@@ -318,6 +318,6 @@ def gain_summary(review: Review) -> str:
         return "; ".join(
             f"{'objective' if lv.concurrency < 0 else f'c={lv.concurrency}'} {lv.pct()}" for lv in decided
         )
-    if not review.gain:
+    if not review.gain or not review.kept:  # nothing kept: no change to summarize
         return ""
     return "  ".join(f"{c}: {fmt_change(b, a)}" for c, (b, a) in review.gain.items())

@@ -164,3 +164,21 @@ def render_conversation(
         yield from block(m, 0)
     for e in events if focus is None else []:
         yield event_block(e, baseline=baseline, limit=limit)
+
+
+def terminal_markdown(text: str) -> Any:
+    """`text` as a rich Markdown renderable whose tables fold long cells (a flag name breaks onto
+    the next line) instead of cutting them with an ellipsis at 80 columns."""
+    from rich.markdown import Markdown, TableElement
+
+    class FoldingTable(TableElement):
+        def __rich_console__(self, console: Any, options: Any) -> Any:
+            for table in super().__rich_console__(console, options):
+                for column in table.columns:
+                    column.overflow = "fold"
+                yield table
+
+    class FoldingMarkdown(Markdown):
+        elements = {**Markdown.elements, "table_open": FoldingTable}
+
+    return FoldingMarkdown(text)
