@@ -5,6 +5,7 @@ refused before any restart. Over a real sshd, against the simulated server."""
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import subprocess
 import time
@@ -46,7 +47,7 @@ def test_a_failed_rollback_is_never_called_restored(ssh_sim) -> None:  # type: i
     before = pid_of(sim.sim_dir)
     deploy = subprocess.Popen(
         [OPTAGENT, "deploy", "--set", "mem-fraction-static=0.8", "--yes", "--config", str(sim.config_path)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "200"},
     )  # fmt: skip
     squatter = socket.socket()  # takes the port as soon as the old server lets it go: nothing starts
     deadline = time.monotonic() + 60
