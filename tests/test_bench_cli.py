@@ -81,7 +81,8 @@ def test_bench_unreachable_exits_1_and_saves_partial(tmp_path):
     out = tmp_path / "p.json"
     res = runner.invoke(app, ["bench", "--endpoint", endpoint, *SMALL, "--reps", "1", "--json", str(out)])
     assert res.exit_code == 1
-    assert "partial" in flat(res) and "cannot reach" in flat(res)
+    assert f"cannot reach {endpoint}: nothing was measured; is the server running?" in flat(res)
+    assert "partial result" not in flat(res) and len(res.stderr.strip().splitlines()) <= 2
     saved = json.loads(out.read_text())
     assert saved["partial"] and saved["levels"] == []
 

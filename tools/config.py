@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -136,11 +136,27 @@ class Config(_Strict):
     """True when this config points at the embedded simulated deployment."""
 
 
+def _known_keys(loc: tuple[Any, ...]) -> list[str]:
+    """The keys the table at `loc[:-1]` accepts (its model's fields)."""
+    model: Any = Config
+    for part in loc[:-1]:
+        field = getattr(model, "model_fields", {}).get(str(part))
+        if field is None or not isinstance(field.annotation, type):
+            return []
+        model = field.annotation
+    return [name for name in getattr(model, "model_fields", {}) if name != "simulated"]
+
+
 def _describe(err: ValidationError, path: Path) -> str:
+    import difflib
+
     lines = [f"{path}: invalid configuration"]
     for e in err.errors():
         key = ".".join(str(p) for p in e["loc"])
-        msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"]
+        msg = e["msg"]
+        if e["type"] == "extra_forbidden":
+            close = difflib.get_close_matches(str(e["loc"][-1]), _known_keys(e["loc"]), n=1, cutoff=0.6)
+            msg = "unknown key" + (f"; did you mean {close[0]!r}?" if close else "")
         lines.append(f"  {key}: {msg}")
     return "\n".join(lines)
 

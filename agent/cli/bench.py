@@ -98,6 +98,12 @@ def bench(
     if not endpoint.startswith(("http://", "https://")):
         fail(f"--endpoint must start with http:// or https://, got {endpoint!r}", code=2)
     sweeps = _run_with_progress(endpoint.rstrip("/"), settings, cfg, request_rate, prompt_file)
+    unreachable = any("cannot reach" in e for s in sweeps for e in s.errors)
+    if unreachable and not any(lv.completed for s in sweeps for lv in s.levels):
+        if json_file:
+            save_sweeps(sweeps, json_file)  # the errors, for the record
+        hint = "`optagent sim status`" if cfg.simulated and config is None else "`optagent status`"
+        fail(f"cannot reach {endpoint}: nothing was measured; is the server running? {hint}")
     _print_sweeps(sweeps)
     if json_file:
         save_sweeps(sweeps, json_file)

@@ -26,6 +26,21 @@ def fail(message: str, *, code: int = 1) -> NoReturn:
     raise typer.Exit(code)
 
 
+def one_line(message: str, *, simulated: bool = False) -> str:
+    """An error for a person: one line, no traceback text (its last line, the error, is kept), and
+    for the simulated target the command that shows whether its server runs."""
+    text = str(message)
+    if "Traceback (most recent call last)" in text:
+        head, _, trace = text.partition("Traceback (most recent call last)")
+        last = [line.strip() for line in trace.splitlines() if line.strip()][-1:]
+        text = " ".join([head.strip().rstrip(":"), *last]).strip()
+    text = " ".join(line.strip() for line in text.splitlines() if line.strip())
+    down = ("not healthy", "cannot reach", "ConnectError", "Connection refused", "connect call failed")
+    if simulated and any(w.lower() in text.lower() for w in down):
+        text += "; is the server running? `optagent sim status`"
+    return text
+
+
 def get_config(path: Path | None) -> Config:
     """Load the config or exit with status 2 naming the bad key."""
     try:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from agent.cli.common import ConfigOption, console, err_console, fail, get_config
+from agent.cli.common import ConfigOption, console, err_console, fail, get_config, one_line
 
 SIM_WALL_MINUTES = 30.0
 """Default wall-time budget against the simulated deployment (the README's main command): on a
@@ -146,13 +146,13 @@ def run(
         fail(str(e), code=2)
     except SessionError as e:
         transcript.close({"status": f"failed: {e}"})
-        fail(str(e))
+        fail(one_line(str(e), simulated=cfg.simulated))
     except KeyboardInterrupt:
         transcript.close({"status": "interrupted"})
         fail("interrupted; run `optagent recover` if a trial was in flight")
     except Exception as e:
         transcript.close({"status": f"error: {type(e).__name__}: {e}"})
-        fail(f"{type(e).__name__}: {e}")
+        fail(one_line(f"{type(e).__name__}: {e}", simulated=cfg.simulated))
     gain = {c: result.final[c] / b for c, b in result.baseline.items() if b and c in result.final}
     transcript.close(
         {"kept": result.kept, "gain": gain, "status": result.status, "restarts": result.restarts}

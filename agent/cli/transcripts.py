@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -234,6 +235,8 @@ def export(
 
     if fmt not in ("md", "html"):
         fail(f"unknown format {fmt!r}: use md or html", code=2)
+    if fmt == "html" and output is None and sys.stdout.isatty():
+        fail("HTML with its plots embedded (base64) is not for a terminal: give -o FILE.html", code=2)
     loaded = _open(session, directory, config)
     try:
         text = render(loaded, fmt, output)
