@@ -105,6 +105,8 @@ class _Walker:
         self.loaded: set[str] = set()
         self.declared: set[str] = set()
         """Module globals the current function declares `global` (assigning them stores)."""
+        self.twice: set[str] = set()
+        """Module names assigned in two places outside an `except` (no constant)."""
         self.follow: frozenset[str] = frozenset()
         """Module globals whose loads count as reads (of `path::name`): a flag's value stored there."""
 
@@ -170,7 +172,7 @@ class _Walker:
                 self.func.exits.append(
                     Exit("assert", st.lineno, msg, [*guards, neg(st.test)], "AssertionError")
                 )
-            self.assign(st)
+            self.assign(st, guards)
             self.self_set(st, guards)
             for child in ast.iter_child_nodes(st):
                 if isinstance(child, ast.expr) and not (
@@ -217,7 +219,7 @@ class _Walker:
                 read.store = _local_store(st, read.local, self.declared)
         self.func, self.loaded, self.declared = outer, outer_loaded, outer_declared
 
-    def assign(self, st: ast.stmt) -> None:
+    def assign(self, st: ast.stmt, guards: list[str]) -> None:
         if not isinstance(st, ast.Assign | ast.AnnAssign) or st.value is None:
             return
         targets = st.targets if isinstance(st, ast.Assign) else [st.target]
@@ -232,7 +234,12 @@ class _Walker:
                         seen = e.id in self.func.locals
                         self.func.locals[e.id] = None if seen else f"({src(st.value)})[{i}]"
             if isinstance(t, ast.Name):
-                if self.func is None:
+                if self.func is None and t.id in self.m.consts:
+                    # `try: import zmq; ok = True / except ImportError: ok = False`: the value
+                    # where the import worked; two values otherwise (if/else): no constant
+                    if _FAILED not in guards:
+                        self.twice.add(t.id)
+                elif self.func is None:
                     self.m.consts[t.id] = src(st.value)
                 else:
                     seen = t.id in self.func.locals
@@ -498,14 +505,17 @@ def walk_file(path: str, module: str, text: str, dests: frozenset[str], is_pkg: 
         tree = ast.parse(text)
     except (SyntaxError, ValueError):
         return facts
-    _Walker(facts, dests, is_pkg).body(tree.body, [])
+    walker = _Walker(facts, dests, is_pkg)
+    walker.body(tree.body, [])
+    for name in walker.twice:
+        facts.consts.pop(name, None)
     stored = {t for f in facts.funcs for t, _ in f.stores} | {r.store or "" for r in facts.reads}
     stored = {t for t in stored if t.isidentifier() and t in facts.rebound}
     if stored:  # where the module reads what a flag's value was stored in (`path::name` reads)
         scratch = ModuleFacts(path, module)
-        walker = _Walker(scratch, frozenset(), is_pkg)
-        walker.follow = frozenset(stored)
-        walker.body(tree.body, [])
+        follower = _Walker(scratch, frozenset(), is_pkg)
+        follower.follow = frozenset(stored)
+        follower.body(tree.body, [])
         facts.reads += scratch.reads
     for name in facts.rebound:
         facts.consts.pop(name, None)

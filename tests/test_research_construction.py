@@ -1,0 +1,241 @@
+"""Construction reach (tools.research.callers) on a small SGLang-shaped tree: a reader inside a class
+runs only where the class is built, and a value that travels through a local into a module global
+is followed as a store. Checked against the real 0.5.23 tree for a flag only DeepSeek attention
+reads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.sglang_src import synthetic_tree
+from tests.research_profiles import profile_facts
+from tools.research.analysis import analyze_flag
+from tools.research.index import load_index
+
+FILES = {
+    "srt/server_args.py": """
+        from dataclasses import dataclass
+
+        @dataclass
+        class ServerArgs:
+            attention_backend: str = None
+            kv_splits: int = 8
+            decode_steps: int = 1
+            page_hint: int = 0
+            trace_modules: str = None
+            gemm_backend: str = "auto"
+            quiet_mode: bool = False
+
+            @staticmethod
+            def add_cli_args(parser):
+                parser.add_argument("--attention-backend", default=ServerArgs.attention_backend)
+                parser.add_argument("--kv-splits", type=int, default=ServerArgs.kv_splits)
+                parser.add_argument("--decode-steps", type=int, default=ServerArgs.decode_steps)
+                parser.add_argument("--page-hint", type=int, default=ServerArgs.page_hint)
+                parser.add_argument("--trace-modules", default=ServerArgs.trace_modules)
+                parser.add_argument("--gemm-backend", default=ServerArgs.gemm_backend)
+                parser.add_argument("--quiet-mode", action="store_true")
+        """,
+    "srt/layers/attention/registry.py": """
+        ATTENTION_BACKENDS = {}
+
+        def register_attention_backend(name):
+            def deco(fn):
+                ATTENTION_BACKENDS[name] = fn
+                return fn
+            return deco
+
+        @register_attention_backend("triton")
+        def create_triton_backend(runner):
+            from sglang.srt.layers.attention.triton_backend import TritonBackend
+            return TritonBackend(runner)
+
+        @register_attention_backend("fa3")
+        def create_fa3_backend(runner):
+            from sglang.srt.layers.attention.fa3_backend import Fa3Backend
+            return Fa3Backend(runner)
+        """,
+    "srt/layers/attention/triton_backend.py": """
+        from sglang.srt.config import get_args
+
+        class TritonBackend:
+            def __init__(self, runner):
+                self.splits = get_args().kv_splits
+                self.runner = runner
+
+            def forward(self, q):
+                if get_args().decode_steps > 1:
+                    return launch_steps(q, self.splits)
+                return launch(q, self.splits)
+        """,
+    "srt/layers/attention/fa3_backend.py": """
+        from sglang.srt.config import get_args
+
+        class BaseBackend:
+            def __init__(self, runner):
+                self.page = get_args().page_hint
+                self.runner = runner
+
+        class Fa3Backend(BaseBackend):
+            def forward(self, q):
+                return flash(q, self.page)
+        """,
+    "srt/models/gemma_mm.py": """
+        from sglang.srt.layers.attention.triton_backend import TritonBackend
+
+        class GemmaForConditionalGeneration:
+            def prepare(self, backend):
+                if not isinstance(backend, TritonBackend):
+                    raise ValueError("bidirectional attention needs the triton backend")
+
+        EntryClass = GemmaForConditionalGeneration
+        """,
+    "srt/models/llama.py": """
+        class LlamaForCausalLM:
+            pass
+
+        EntryClass = LlamaForCausalLM
+        """,
+    "srt/observability/trace.py": """
+        from sglang.srt.config import get_args
+
+        try:
+            import zmq
+
+            _zmq_ok = True
+        except ImportError:
+            _zmq_ok = False
+
+        class Exporter:
+            def __init__(self):
+                self.modules = get_args().trace_modules
+                start_process(self.modules)
+
+        def start_exporter():
+            if not _zmq_ok:
+                return False
+            Exporter()
+            return True
+        """,
+    "srt/layers/gemm.py": """
+        from sglang.srt.config import get_args
+
+        GEMM_BACKEND = None
+
+        def init_gemm_config():
+            global GEMM_BACKEND
+            backend = get_args().gemm_backend
+            if backend == "auto":
+                backend = "cutlass"
+            GEMM_BACKEND = Backend(backend)
+
+        def get_gemm_backend():
+            return GEMM_BACKEND
+        """,
+    "srt/model_executor/runner.py": """
+        import logging
+
+        from sglang.srt.config import get_args
+        from sglang.srt.layers.attention.registry import ATTENTION_BACKENDS
+        from sglang.srt.layers.attention.triton_backend import TritonBackend
+        from sglang.srt.layers.gemm import init_gemm_config
+        from sglang.srt.observability.trace import start_exporter
+
+        logger = logging.getLogger(__name__)
+
+        class Runner:
+            def __init__(self):
+                init_gemm_config()
+                start_exporter()
+                self.backend = ATTENTION_BACKENDS[get_args().attention_backend](self)
+                if not get_args().quiet_mode:
+                    logger.info("runner ready")
+
+            def describe(self, backend: TritonBackend) -> str:
+                return "runner"
+        """,
+}
+
+
+@pytest.fixture
+def index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    return load_index(synthetic_tree(tmp_path, monkeypatch, FILES, "9.9.7"))
+
+
+def _facts(backend: str) -> dict[str, object]:
+    return {
+        "gpu.sm": 90,
+        "gpu.count": 1,
+        "server.tp_size": 1,
+        "server.attention_backend": backend,
+        "model.architecture": "LlamaForCausalLM",
+    }
+
+
+def test_a_backend_the_registry_does_not_select_is_never_built(index) -> None:  # type: ignore[no-untyped-def]
+    v = analyze_flag(index, "--kv-splits", _facts("fa3"), value="16")
+    assert v.verdict == "no-op", v.summary
+    [reader] = [f for f in v.findings if f.location.endswith("triton_backend.py:6")]
+    assert reader.state == "off"
+    assert "attention_backend is 'triton'" in reader.why and "registry.py" in reader.why, reader.why
+    # the isinstance check in another architecture's model file builds nothing
+    assert "runs only when" in v.summary
+
+
+def test_the_selected_backend_is_built(index) -> None:  # type: ignore[no-untyped-def]
+    v = analyze_flag(index, "--kv-splits", _facts("triton"), value="16")
+    assert v.verdict == "applies", v.summary
+
+
+def test_a_method_runs_only_where_its_class_is_built(index) -> None:  # type: ignore[no-untyped-def]
+    """`forward` has callers nobody can resolve (any backend's forward); its class decides."""
+    off = analyze_flag(index, "--decode-steps", _facts("fa3"), value="2")
+    assert off.verdict == "no-op", off.summary
+    assert "TritonBackend is not built here" in off.summary, off.summary
+    on = analyze_flag(index, "--decode-steps", _facts("triton"), value="2")
+    assert on.verdict == "applies", on.summary
+
+
+def test_a_base_class_runs_through_its_subclasses(index) -> None:  # type: ignore[no-untyped-def]
+    """Nobody calls `BaseBackend(...)`, but `Fa3Backend(...)` runs its `__init__`."""
+    v = analyze_flag(index, "--page-hint", _facts("fa3"), value="4")
+    assert v.verdict == "applies", v.summary
+
+
+def test_a_name_set_in_try_and_except_is_the_value_where_the_import_worked(index) -> None:  # type: ignore[no-untyped-def]
+    """`_zmq_ok` is True where zmq imports (a serving host); the early return does not fire."""
+    v = analyze_flag(index, "--trace-modules", _facts("fa3"), value="scheduler")
+    assert v.verdict == "applies", v.summary
+    assert "_zmq_ok" not in index.modules["sglang/srt/observability/trace.py"].consts or (
+        index.modules["sglang/srt/observability/trace.py"].consts["_zmq_ok"] == "True"
+    )
+
+
+def test_a_value_that_travels_through_a_local_into_a_global_is_a_store(index) -> None:  # type: ignore[no-untyped-def]
+    v = analyze_flag(index, "--gemm-backend", _facts("fa3"), value="triton")
+    [reader] = [f for f in v.findings if f.location.endswith("gemm.py:8")]
+    assert "stores the value" in reader.why and "GEMM_BACKEND" in reader.why, reader.why
+    assert v.certainty <= 0.6, (v.verdict, v.certainty, v.summary)  # its use is not settled here
+
+
+def test_a_branch_that_only_logs_is_no_effect(index) -> None:  # type: ignore[no-untyped-def]
+    v = analyze_flag(index, "--quiet-mode", _facts("fa3"))
+    assert v.verdict == "dead", v.summary
+    assert "only logged" in v.summary
+
+
+def test_dsa_indexer_flags_are_no_ops_on_llama(sglang_0523) -> None:  # type: ignore[no-untyped-def]
+    """0.5.23: `--dsa-paged-mqa-logits-backend` is read in `Indexer.__init__`
+    (layers/attention/dsa/dsa_indexer.py:419-421), built only by DeepSeek and dots3 attention:
+    on Llama-3.1-8B it is a no-op, not the 'applies' a loaded module suggests."""
+    v = analyze_flag(
+        load_index(sglang_0523),
+        "--dsa-paged-mqa-logits-backend",
+        profile_facts("llama8b-h100"),
+        value="tilelang",
+    )
+    assert v.verdict == "no-op", v.summary
+    assert "dsa_indexer.py:421" in v.summary and "deepseek_v2.py" in v.summary, v.summary
+    assert "not loaded here" in v.summary, v.summary
