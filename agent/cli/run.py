@@ -56,6 +56,28 @@ def _sim_config(config_path: Path | None, out: object = console):
     return config.model_copy(update={"bench": compact_bench(config.bench)})
 
 
+def _read_goal(goal: str, cfg: object) -> tuple[object, str]:
+    """The objective the goal names and the benchmark lengths it asks for, in words that say which
+    of the goal's words chose them; exits 2 with goals that work when it names none."""
+    from tools.bench.objective import GoalError, length_hints, read_goal
+
+    try:
+        objective = read_goal(goal)
+    except GoalError as e:
+        fail(str(e), code=2)
+    said = f"from {objective.words!r}" if objective.words else "the default"
+    chosen = f"objective: {objective.description} ({said})"
+    if objective.slo is not None:
+        where = f" at concurrency {objective.slo.level}" if objective.slo.level else ""
+        chosen += f"; limit: {objective.slo.metric} <= {objective.slo.max_ms:g} ms{where}"
+    hints, words = length_hints(goal)
+    if hints:
+        cfg = cfg.model_copy(update={"bench": cfg.bench.model_copy(update=hints)})
+        lengths = ", ".join(f"{k.replace('_len', '')} {v} tokens" for k, v in hints.items())
+        chosen += f"; benchmark {lengths} (from {words!r})"
+    return cfg, chosen
+
+
 def run(
     goal: str = typer.Option("improve throughput", "--goal", "-g", help="What to optimize, in plain words."),
     config: Path | None = ConfigOption,
@@ -105,6 +127,7 @@ def run(
     cfg = get_config(config)
     if cfg.simulated and config is None:
         cfg = _sim_config(config, err_console if as_json else console)
+    cfg, chosen = _read_goal(goal, cfg)
     try:
         name, url = choose_model(model, base_url or cfg.agent.base_url, configured=cfg.agent.model)
     except ModelChoiceError as e:
@@ -138,7 +161,8 @@ def run(
         "approval",
         {"yes": yes, "dry_run": dry_run, "allow_lossy": opts.allow_lossy, "simulated": cfg.simulated},
     )
-    out.print(f"transcript: {transcript.path}")
+    out.print(f"transcript: {transcript.path}\n{chosen}", highlight=False)
+    ui.record("goal", {"goal": goal, "chosen": chosen})
     try:
         result = asyncio.run(run_session(cfg, opts, ui))
     except ModelChoiceError as e:

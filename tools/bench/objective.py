@@ -55,6 +55,8 @@ class Objective(BaseModel):
     lowest_level: bool = False
     slo: Slo | None = None
     description: str = "geometric mean of output_throughput across levels"
+    words: str = ""
+    """The words of the goal the objective was read from ('' for the default: nothing matched)."""
 
     @property
     def higher_is_better(self) -> bool:
@@ -98,7 +100,8 @@ def objective_from_goal(goal: str | None) -> Objective:
         field = _latency_field(lat.group(1), lat.group(2))
         where = f"concurrency {level}" if level else "every level"
         return Objective(kind="metric", metrics=[field], levels=[level] if level else None, slo=slo,
-                         description=f"{field} at {where}")  # fmt: skip
+                         description=f"{field} at {where}",
+                         words=" ... ".join(w for w in (lat.group(0), level_m and level_m.group(0)) if w))  # fmt: skip
     tput = re.search(r"(request|total|input|output)?\s*(?:throughput|tok/s|tokens?/s|req/s)", text, re.I)
     if tput and (tput.group(1) or level):
         field = f"{(tput.group(1) or 'output').lower()}_throughput"
@@ -106,8 +109,57 @@ def objective_from_goal(goal: str | None) -> Objective:
             field = "request_throughput"
         where = f"concurrency {level}" if level else "across levels"
         return Objective(kind="metric", metrics=[field], levels=[level] if level else None, slo=slo,
-                         description=f"{field} at {where}" if level else f"geometric mean of {field} {where}")  # fmt: skip
-    if re.search(r"latenc|responsive|interactive|faster (?:first|response)", text, re.I) and not tput:
+                         description=f"{field} at {where}" if level else f"geometric mean of {field} {where}",
+                         words=" ... ".join(w for w in (tput.group(0).strip(), level_m and level_m.group(0)) if w))  # fmt: skip
+    latency = re.search(r"\w*latenc\w*|responsive\w*|interactive|faster (?:first|response)", text, re.I)
+    if latency and not tput:
         return Objective(kind="latency", metrics=["median_ttft_ms", "median_tpot_ms"], lowest_level=True,
-                         slo=slo, description="median TTFT and TPOT at the lowest concurrency")  # fmt: skip
-    return Objective(slo=slo)
+                         slo=slo, description="median TTFT and TPOT at the lowest concurrency",
+                         words=latency.group(0))  # fmt: skip
+    return Objective(slo=slo, words=tput.group(0).strip() if tput else "")
+
+
+GOAL_EXAMPLES = (
+    "improve throughput",
+    "maximize output throughput at concurrency 64",
+    "lower latency",
+    "p99 ttft at concurrency 8",
+    "improve throughput keeping p99 TTFT under 500 ms",
+)
+
+
+class GoalError(ValueError):
+    """A goal no objective can be read from; the message suggests goals that can."""
+
+
+_LENGTHS = re.compile(
+    r"\b(long|longer|short|shorter)\s+(prompts?|inputs?|contexts?|documents?|outputs?|answers?|"
+    r"responses?|generations?|completions?)\b",
+    re.I,
+)
+LONG_INPUT, SHORT_INPUT, LONG_OUTPUT, SHORT_OUTPUT = 4096, 128, 1024, 32
+
+
+def length_hints(goal: str | None) -> tuple[dict[str, int], str]:
+    """Benchmark lengths the goal asks for, and the words it asked with: "long prompts" ->
+    ({"input_len": 4096}, "long prompts"); "short answers" -> output_len 32. ({}, '') without."""
+    hints: dict[str, int] = {}
+    words = []
+    for m in _LENGTHS.finditer(goal or ""):
+        long = m.group(1).lower().startswith("long")
+        if m.group(2).lower().startswith(("prompt", "input", "context", "document")):
+            hints["input_len"] = LONG_INPUT if long else SHORT_INPUT
+        else:
+            hints["output_len"] = LONG_OUTPUT if long else SHORT_OUTPUT
+        words.append(m.group(0))
+    return hints, ", ".join(words)
+
+
+def read_goal(goal: str | None) -> Objective:
+    """`objective_from_goal`, refusing a goal whose words name no objective (the default is chosen
+    only for an empty goal): `GoalError` with goals that work, instead of silently throughput."""
+    objective = objective_from_goal(goal)
+    if objective.words or objective.slo is not None or not (goal or "").strip():
+        return objective
+    tries = "; ".join(f"'{g}'" for g in GOAL_EXAMPLES)
+    raise GoalError(f"cannot tell what to optimize from {goal!r}: name throughput or latency, e.g. {tries}")

@@ -1,0 +1,55 @@
+"""Goals: the objective is printed with the words that chose it, length hints set the benchmark,
+and a goal that names no objective is refused with goals that work (not silently throughput)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.test_run_json import _config_file
+from tools.bench.objective import GoalError, length_hints, read_goal
+
+ROOT = Path(__file__).parents[1]
+CLI = [sys.executable, "-c", "from agent.cli.main import app; app()"]
+
+
+def test_goal_words_choose_the_objective_and_the_lengths() -> None:
+    latency = read_goal("make latency better for long prompts")
+    assert latency.kind == "latency" and latency.words == "latency"
+    assert length_hints("make latency better for long prompts") == ({"input_len": 4096}, "long prompts")
+    assert length_hints("short answers, long context")[0] == {"output_len": 32, "input_len": 4096}
+    assert read_goal("p99 ttft at concurrency 8").words == "p99 ttft ... at concurrency 8"
+    assert read_goal("").words == "" and read_goal("").kind == "throughput"  # no goal: the default
+    for goal in ("reduce cost", "make it better", "x"):
+        with pytest.raises(GoalError, match="name throughput or latency, e.g. 'improve throughput'"):
+            read_goal(goal)
+
+
+def test_run_refuses_a_goal_it_cannot_map_before_touching_anything(sim_host, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    t = sim_host().target  # laid out, never started: the refusal comes first
+    config = tmp_path / "optagent.toml"
+    config.write_text(f"[target]\nlocal_unit = {json.dumps(str(t.local_unit))}\n"
+                      f"remote_unit = {json.dumps(str(t.remote_unit))}\nendpoint = {json.dumps(t.endpoint)}\n")  # fmt: skip
+    done = subprocess.run([*CLI, "run", "--goal", "reduce cost", "--config", str(config), "--yes"],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "cannot tell what to optimize from 'reduce cost'" in " ".join(done.stderr.split())
+
+
+def test_run_prints_the_objective_and_the_words_that_chose_it(sim_host, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    config = _config_file(sim_host, tmp_path)
+    done = subprocess.run(
+        [*CLI, "run", "--config", str(config), "--dry-run", "--json", "--goal", "make latency better for long prompts"],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = " ".join(done.stderr.split())
+    assert ("objective: median TTFT and TPOT at the lowest concurrency (from 'latency'); "
+            "benchmark input 4096 tokens (from 'long prompts')") in said  # fmt: skip
+    transcript = Path(json.loads(done.stdout)["transcript"])
+    baseline = next(json.loads(line) for line in transcript.read_text().splitlines() if '"kind": "baseline"' in line)
+    assert baseline["data"]["reps"][0]["settings"]["input_len"] == 4096
