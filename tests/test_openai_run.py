@@ -119,7 +119,9 @@ def seed_no_graphs(tmp_path: Path, sglang_0523):
     host.down(tmp_path / "sim")
 
 
-def test_hostile_model_is_refused_at_zero_restarts_and_the_run_ends(tmp_path: Path, seed_no_graphs, monkeypatch):
+def test_hostile_model_is_refused_at_zero_restarts_and_the_run_ends(
+    tmp_path: Path, seed_no_graphs, sglang_0523, monkeypatch
+):
     from tools.deploy.unitfile import UnitFile
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-secret")
@@ -174,10 +176,20 @@ def test_hostile_model_is_refused_at_zero_restarts_and_the_run_ends(tmp_path: Pa
     assert sum(u["requests"] for u in usage) == len(llm.requests)
     assert sum(u["input_tokens"] for u in usage) == llm.prompt_tokens
     assert re.search(r"model usage: .*planner: \d+ requests", out) and "researcher: " in out
-    researcher_prompt = next(
-        r["messages"][0]["content"] for r in llm.requests if "usage" in {t["function"]["name"] for t in r["tools"]}
-    )
-    assert len(researcher_prompt.encode()) <= 6 * 1024
+    prompts = [r["messages"][0]["content"] for r in llm.requests if "usage" in {t["function"]["name"] for t in r["tools"]}]
+    assert max(len(p.encode()) for p in prompts) <= 6 * 1024
+    researcher_prompt = max(prompts, key=len)
+    # and for every flag of the version, on this deployment's facts
+    from agent.policy.researcher import facts_for
+    from prompts import render
+    from tools.research.flags import flag_catalog
+
+    context = tx.events_of("context")[0]["data"]
+    sizes = {
+        f.name: len(render("researcher.md.j2", facts=facts_for(context["facts"], f.name), context=context).encode())
+        for f in flag_catalog(sglang_0523)
+    }
+    assert max(sizes.values()) <= 6 * 1024, sorted(sizes.items(), key=lambda kv: kv[1])[-3:]
     print(f"\nhostile run: {len(refusals)} refusals + lossy, restarts {result.restarts}, "
           f"requests {len(llm.requests)}, input tokens {llm.prompt_tokens}, researcher prompt {len(researcher_prompt)} B")  # fmt: skip
 

@@ -80,14 +80,15 @@ def check_claims(v: FlagVerdict, ctx: Any, code: dict[str, Any] | None, lookup: 
             v.checked.append(f"relabelled: the model said {said}; the code's analysis did not decide it")
             v.decided_by = "model"
         return v
-    if v.verdict == code_verdict:
-        if v.decided_by != "code":
-            v.checked.append(f"the code's analysis agrees: {code_verdict}")
-        return v.model_copy(update={"decided_by": "code", "certainty": float(code.get("certainty", 0.8))})
+    # the code's verdict, with the playbook's rules where the code's reach ends (builtin_research)
     ours = FlagVerdict.model_validate(decide_verdict(v.flag, lookup, code))
+    if v.verdict == ours.verdict:
+        if v.decided_by != ours.decided_by:
+            v.checked.append(f"relabelled: the model said {said}; the {ours.decided_by} decides it")
+        return v.model_copy(update={"decided_by": ours.decided_by, "certainty": ours.certainty})
     ours.checked = [
         *v.checked,
-        f"disagreement: the model said {said}; the code says {ours.verdict} and decides",
+        f"disagreement: the model said {said}; the {ours.decided_by} says {ours.verdict} and decides",
     ]
     ours.summary += f" (The model said {v.verdict}: {v.summary})"
     ours.lossy = ours.lossy or v.lossy

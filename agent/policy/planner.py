@@ -132,6 +132,20 @@ def refuse(deps: PlannerDeps, changes: list[TrialChange], why: str, *, check: st
     return {"error": f"refused, not deployed: {why}", "refused": True, "restarts": 0}
 
 
+PLANNER_EVIDENCE, PLANNER_CONDITIONS = 3, 6
+
+
+def verdict_for_planner(v: FlagVerdict) -> dict[str, Any]:
+    """The verdict as the planner reads it: the first pieces of evidence and conditions (the whole
+    verdict is in the transcript); every planner request carries it again, so it stays short."""
+    out = v.model_dump(mode="json")
+    for key, n in (("evidence", PLANNER_EVIDENCE), ("conditions", PLANNER_CONDITIONS)):
+        if len(out[key]) > n:
+            out[f"{key}_not_shown"] = len(out[key]) - n
+            out[key] = out[key][:n]
+    return out
+
+
 def trial_result(deps: PlannerDeps, record: Any) -> dict[str, Any]:
     """What the planner learns from a trial: decision, why, numbers against the baseline."""
     return {
@@ -231,7 +245,7 @@ def build_planner(model: Any) -> Any:
             why = f"research of {flag} failed: {type(e).__name__}: {e}"
             ctx.deps.ui.note(f"[yellow]{escape(why)}[/]")
             return {"flag": flag, "error": why + "; the flag stays unresearched (no trial without research)"}
-        return v.model_dump(mode="json")
+        return verdict_for_planner(v)
 
     @agent.tool(sequential=True)
     async def run_trial(

@@ -159,20 +159,28 @@ def read_source(deps: ResearchDeps, path: str, start: int, end: int) -> str:
 
 
 RETRIES = 3
+MAX_RELATED = 24
+"""Server arguments in a researcher's prompt: the flag's own, then those sharing most words with it."""
 _COMMON = frozenset({"enable", "disable", "max", "min", "size", "mode", "num", "use", "server", "path"})
 
 
 def facts_for(facts: dict[str, Any], flag: str | None) -> dict[str, Any]:
-    """The facts that bear on `flag`: the model, GPUs, version and benchmark, and the resolved server
-    arguments that share a word with it (every other server argument is one `deployment_facts`
-    call away)."""
-    words = {w for w in _dest(flag or "").split("_") if len(w) > 2 and w not in _COMMON}
-    out = {}
+    """The facts that bear on `flag`: the model, GPUs, version, benchmark and the unit's flags, and
+    the resolved server arguments that share most words with it (every other server argument is
+    one `deployment_facts` call away)."""
+    dest = _dest(flag or "")
+    words = {w for w in dest.split("_") if len(w) > 2 and w not in _COMMON}
+    out, related = {}, []
     for k, v in facts.items():
-        if not k.startswith(("server.", "flag.")):
+        if not k.startswith("server."):  # model, GPUs, version, benchmark, the unit's own flags
             out[k] = v
-        elif words & set(k.split(".", 1)[1].split("_")) or k.split(".", 1)[1] == _dest(flag or ""):
-            out[k] = v
+            continue
+        name = k.split(".", 1)[1]
+        shared = len(words & set(name.split("_")))
+        if name == dest or shared:
+            related.append((name != dest, -shared, k))
+    for _, _, k in sorted(related)[:MAX_RELATED]:
+        out[k] = facts[k]
     return out
 
 
