@@ -13,6 +13,7 @@ if optagent never runs again. Restoring and status live in `tools.deploy.restore
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
@@ -229,8 +230,8 @@ class Deployment:
             self._progress("rate-limit", 0.0, wait)
             await asyncio.sleep(wait + 0.5)  # the timer may fire a hair before the wall clock agrees
         self._check_limits()
-        await self._check_writable()
         known_good = await self.known_good()
+        await self._check_writable(need=3 * (len(new_text.encode()) + len(known_good.encode())) + 16384)
         remote = await self.remote_text()
         if remote != known_good:
             raise DriftError(
@@ -266,7 +267,8 @@ class Deployment:
         said = error_line(raw_log)  # the server's own reason, not its kilobytes of arguments
         error = f"{error}; the server said: {said}" if said else error
         log_tail = readable_tail(raw_log, lines=40)
-        self.journal.record(failure=True)
+        with contextlib.suppress(OSError):  # a full disk must not keep the host from known-good
+            self.journal.record(failure=True)
         rollback = await self.rollback()
         if not rollback.ok:
             error += f"; ROLLBACK FAILED: {rollback.error}"
@@ -333,11 +335,12 @@ class Deployment:
     def _local_dirs(self) -> list[Path]:
         return [Path(self.target.local_unit).expanduser().parent, Path(self.target.state_dir)]
 
-    async def _check_writable(self) -> None:
-        """Every directory a deploy and its commit write to, locally and on the host, takes a file;
-        checked before the host is touched, so a commit never fails halfway."""
+    async def _check_writable(self, *, need: int) -> None:
+        """Every directory a deploy and its commit write to, locally and on the host, takes `need` bytes
+        (what the deploy writes there, and a copy during each atomic replace); checked before the
+        host is touched, so a full disk stops the deploy before it starts, never halfway."""
         remote_dirs = [str(PurePosixPath(self.remote_unit).parent), self.run_dir, f"{self.run_dir}/backups"]
-        bad = await unwritable_dirs(self.transport, self._local_dirs(), remote_dirs)
+        bad = await unwritable_dirs(self.transport, self._local_dirs(), remote_dirs, need=need)
         if bad:
             raise DeployError(f"cannot write to {', '.join(bad)}; nothing was changed")
 
@@ -349,7 +352,8 @@ class Deployment:
         entry = self.journal.read()
         if entry is None or entry.step not in ("healthy", "commit"):
             raise DeployError("nothing healthy to commit (deploy a candidate first)")
-        bad = unwritable_local(self._local_dirs())
+        candidate = self.journal.candidate() or ""
+        bad = unwritable_local(self._local_dirs(), need=2 * len(candidate.encode()) + 8192)
         if bad:
             raise DeployError(
                 f"cannot commit: cannot write to {', '.join(bad)}; the candidate will be rolled back"
@@ -379,7 +383,8 @@ class Deployment:
                 return DeployOutcome(ok=True, changed=False, error="the change was already being committed")
             except DeployError:
                 pass  # it cannot be finished (a path became read-only): undo it instead
-        self.journal.step(entry, "rollback")
+        with contextlib.suppress(OSError):  # the state dir may be full: restore the host all the same
+            self.journal.step(entry, "rollback")
         self._progress("rollback")
         return await restore.restore_known_good(self, entry)
 

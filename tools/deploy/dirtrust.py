@@ -14,6 +14,7 @@ refused. New directories are created 0700.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
 import stat
@@ -218,30 +219,39 @@ def parse_probe(output: str) -> Probe:
     return probe
 
 
-def unwritable_local(dirs: list[Path]) -> list[str]:
-    """The directories among `dirs` where a file cannot be created and removed, with the reason.
+def unwritable_local(dirs: list[Path], *, need: int = 0) -> list[str]:
+    """The directories among `dirs` where a file of `need` bytes cannot be written and removed, with why.
 
     A real probe file rather than `os.access`: root passes `access()` on a read-only mount or an
-    immutable directory and then fails at the write.
+    immutable directory and then fails at the write; and real bytes, fsynced: an empty file is
+    created even on a full disk.
     """
     bad = []
     for d in dirs:
+        probe = None
         try:
             d.mkdir(parents=True, exist_ok=True)
             fd, probe = tempfile.mkstemp(dir=d, prefix=".optagent-probe-")
-            os.close(fd)
-            os.unlink(probe)
+            with os.fdopen(fd, "wb") as f:
+                f.write(b"\0" * need)
+                f.flush()
+                os.fsync(f.fileno())
         except OSError as e:
             bad.append(f"{d} ({e.strerror or e})")
+        finally:
+            if probe is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(probe)
     return bad
 
 
 REMOTE_WRITABLE_SCRIPT = (
-    'for d in "$@"; do [ -d "$d" ] || continue; t="$d/.optagent-probe.$$"; '
-    'if ( : > "$t" ) 2>/dev/null && rm -f "$t"; then :; else echo "$d"; fi; done'
+    'n=$1; shift; for d in "$@"; do [ -d "$d" ] || continue; t="$d/.optagent-probe.$$"; '
+    'if ( set -C; head -c "$n" /dev/zero > "$t" && { sync "$t" 2>/dev/null || :; } && [ "$(wc -c < "$t")" -eq "$n" ] ) '
+    '2>/dev/null; then rm -f "$t"; else rm -f "$t"; echo "$d"; fi; done'
 )
-"""`sh -c` script: prints each existing argument directory in which a file cannot be created and removed
-(a missing one is made later inside a directory this checks)."""
+"""`sh -c` script: `$1` a byte count, then directories; prints each existing one in which a file of that
+many bytes cannot be written and removed (a missing one is made later inside a directory this checks)."""
 
 
 async def trusted_dirs(
@@ -288,8 +298,10 @@ async def trusted_dirs(
     return chains["run"][0], chains["unit"][0]
 
 
-async def unwritable_dirs(transport: Transport, local: list[Path], remote: list[str]) -> list[str]:
-    """The local and host directories (of those given) where a file cannot be created, with why."""
-    bad = unwritable_local(local)
-    result = await transport.run(["sh", "-c", REMOTE_WRITABLE_SCRIPT, "sh", *remote])
+async def unwritable_dirs(
+    transport: Transport, local: list[Path], remote: list[str], *, need: int = 0
+) -> list[str]:
+    """The local and host directories (of those given) where `need` bytes cannot be written, with why."""
+    bad = unwritable_local(local, need=need)
+    result = await transport.run(["sh", "-c", REMOTE_WRITABLE_SCRIPT, "sh", str(need), *remote])
     return bad + [f"{d} on the host" for d in result.stdout.splitlines() if d]
