@@ -228,3 +228,18 @@ def test_list_and_review_keep_every_column_at_80_columns(sessions: tuple[Path, s
     shown = runner.invoke(app, ["transcripts", "review", good, "--dir", str(d)], env={"COLUMNS": "80"})
     assert shown.exit_code == 0 and "…" not in shown.stdout.split("Research verdicts")[1].split("Evidence")[0]
     assert "--cuda-graph-max-bs" in re.sub(r"\s+", "", shown.stdout.split("Research verdicts")[1])
+
+
+def test_show_rounds_the_numbers_people_read(tmp_path: Path) -> None:
+    import re
+
+    from tests.transcript_sessions import write_paired_run
+
+    path, _ = write_paired_run(tmp_path)
+    with path.open("a") as f:  # a tool's result as the model saw it, and an outcome, with raw floats
+        f.write(json.dumps({"type": "event", "kind": "note", "msg": None, "ts": "2026-12-03T14:00:00+00:00",
+                            "data": {"ratio": 1.0667476760695331, "tok_s": 2470.121002707761}}) + "\n")  # fmt: skip
+    shown = runner.invoke(app, ["transcripts", "show", str(path), "--fold", "4000"], env={"COLUMNS": "80"})
+    assert shown.exit_code == 0, shown.output
+    assert "1.067" in shown.stdout and "2470.1" in shown.stdout
+    assert not re.findall(r"\d\.\d{5,}", shown.stdout), re.findall(r"\d\.\d{5,}", shown.stdout)[:5]

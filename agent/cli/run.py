@@ -177,9 +177,9 @@ def run(
     except Exception as e:
         transcript.close({"status": f"error: {type(e).__name__}: {e}"})
         fail(one_line(f"{type(e).__name__}: {e}", simulated=cfg.simulated))
-    gain = {c: result.final[c] / b for c, b in result.baseline.items() if b and c in result.final}
+    decided = [t.headline() for t in result.trials if t.decision == "kept"]  # the decisions' own numbers
     transcript.close(
-        {"kept": result.kept, "gain": gain, "status": result.status, "restarts": result.restarts}
+        {"kept": result.kept, "decided": decided, "status": result.status, "restarts": result.restarts}
     )
     kept = "".join(f"\n  {t.headline()}" for t in result.trials if t.decision == "kept")
     out.print(

@@ -141,7 +141,7 @@ def show(
     config: Path | None = ConfigOption,
 ) -> None:
     """Show a session's conversation: numbered messages, tool calls, subagents, todo lists, trials."""
-    from agent.transcripts.view import render_conversation
+    from agent.transcripts.view import render_conversation, rounded
 
     loaded = _open(session, directory, config)
     if msg is not None and not any(m["msg"] == msg for m in loaded.messages):
@@ -169,7 +169,8 @@ def show(
         console.print(block, highlight=False)
     if msg is None and loaded.end:
         console.print(
-            f"[bold]end[/] {json.dumps(loaded.end.get('outcome'), ensure_ascii=False)}", highlight=False
+            f"[bold]end[/] {escape(json.dumps(rounded(loaded.end.get('outcome')), ensure_ascii=False))}",
+            highlight=False,
         )
 
 

@@ -26,8 +26,20 @@ def fold(text: str, limit: int) -> str:
     return f"{text[:keep]} … [{len(text) - 2 * keep} chars folded] … {text[-keep:]}"
 
 
+def rounded(value: Any) -> Any:
+    """`value` with every float rounded as a person reads it (four significant digits, at most
+    one decimal from 1000 up): `2470.121002707761` -> `2470.1`, `1.0667476760695331` -> `1.067`."""
+    if isinstance(value, float):
+        return round(value, 1) if abs(value) >= 1000 else float(f"{value:.4g}")
+    if isinstance(value, dict):
+        return {k: rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [rounded(v) for v in value]
+    return value
+
+
 def _compact(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    return value if isinstance(value, str) else json.dumps(rounded(value), ensure_ascii=False, default=str)
 
 
 def part_lines(part: dict[str, Any], *, limit: int) -> list[Text]:
