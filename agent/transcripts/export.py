@@ -86,7 +86,7 @@ def plot_figure(review: Review) -> Any:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax, bars) = plt.subplots(1, 2, figsize=(12, 5), dpi=100, gridspec_kw={"width_ratios": [2, 3]})
+    fig, (ax, bars) = plt.subplots(1, 2, figsize=(12, 4.8), dpi=100, gridspec_kw={"width_ratios": [2, 3]})
     levels = sorted(set(base) | {c for t in trials for c in t.candidate})
     kept = [t for t in review.kept_trials if any(v is not None for v in t.candidate.values())]
     for i, t in enumerate(kept):
