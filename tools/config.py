@@ -55,6 +55,9 @@ class TargetConfig(_Strict):
     deadman_s: float = Field(1800.0, gt=0)
     """Dead-man's switch: the host restores known-good unless optagent confirms within this time."""
     max_restarts_per_minute: int = Field(6, ge=1)
+    max_restarts_per_day: int = Field(200, ge=1)
+    """Restarts optagent may cause on this target in any 24 hours, all runs and commands together (a
+    deploy beyond it is refused; a rollback never is). A run's own budget is `[agent] max_restarts`."""
     max_consecutive_failures: int = Field(3, ge=1)
     state_dir: Path = Path(".optagent/state")
     """Local directory for the journal, the known-good copy and backups."""

@@ -24,7 +24,7 @@ from tools.deploy.deadman import DeadmanSwitch
 from tools.deploy.dirtrust import UntrustedDirError, trusted_dirs, unwritable_dirs, unwritable_local
 from tools.deploy.flagbounds import value_problems
 from tools.deploy.health import HealthResult, wait_healthy
-from tools.deploy.journal import Journal, JournalEntry
+from tools.deploy.journal import DAY_S, Journal, JournalEntry
 from tools.deploy.lock import HostLock, LockedError
 from tools.deploy.outcome import DeployError, DeployOutcome, DriftError, UnitInvalidError
 from tools.deploy.remote import Transport, TransportError, make_transport, write_local_atomic
@@ -201,6 +201,14 @@ class Deployment:
             raise DeployError(
                 f"restart rate limit: {len(recent)} restarts in the last minute (max {t.max_restarts_per_minute}); "
                 f"try again in {self.restart_wait():.0f}s"
+            )
+        day = sorted(x for x in counters["restarts"] if now - x < DAY_S)
+        if len(day) >= t.max_restarts_per_day:
+            again = DAY_S - (now - day[len(day) - t.max_restarts_per_day])
+            raise DeployError(
+                f"daily restart budget spent: {len(day)} restarts of this target in the last 24 hours "
+                f"(max_restarts_per_day = {t.max_restarts_per_day} in [target]); the next deploy is possible "
+                f"in {again / 3600:.1f} h. Nothing was changed"
             )
         failures = [x for x in counters["failures"] if now - x < FAILURE_WINDOW_S]
         if len(failures) >= t.max_consecutive_failures:

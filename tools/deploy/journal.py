@@ -27,6 +27,9 @@ FAULT_ENV = "OPTAGENT_FAULT_KILL_AT"
 """Fault injection for the crash tests: SIGKILL this process right after journaling that step."""
 
 
+DAY_S = 86400.0
+MAX_KEPT = 10000
+"""Restart times kept in counters.json: those of the last `DAY_S`, at most this many."""
 MAX_STATE_BYTES = 1 << 20
 """A state file larger than this was not written by optagent (unit files are a few kB)."""
 
@@ -224,8 +227,8 @@ class Journal:
     def record(self, *, restart: bool = False, failure: bool | None = None) -> None:
         """Count a restart; count a failed candidate (`failure=True`) or reset the count (`False`)."""
         data, now = self.counters(), time.time()
-        if restart:
-            data["restarts"] = [t for t in data["restarts"] if now - t < 60] + [now]
+        if restart:  # a day of them, for the daily budget (bounded: the budget stops far below this)
+            data["restarts"] = [t for t in data["restarts"] if now - t < DAY_S][-MAX_KEPT:] + [now]
         if failure is True:
             data["failures"].append(now)
         elif failure is False:

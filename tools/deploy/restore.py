@@ -7,7 +7,7 @@ import time
 from typing import Any, TypeAlias
 
 from tools.deploy.health import wait_healthy
-from tools.deploy.journal import JournalEntry, sha
+from tools.deploy.journal import DAY_S, JournalEntry, sha
 from tools.deploy.outcome import DeployError, DeployOutcome, DriftError
 from tools.deploy.redact import redact_flags
 from tools.deploy.remote import TransportError, write_local_atomic
@@ -205,6 +205,8 @@ async def status(d: Deployment) -> dict[str, Any]:
     )
     counters, now = d.journal.counters(), time.time()
     info["restarts_last_minute"] = len([x for x in counters["restarts"] if now - x < 60])
+    day = len([x for x in counters["restarts"] if now - x < DAY_S])
+    info["restarts_last_day"] = f"{day} (max {t.max_restarts_per_day})"
     info["consecutive_failures"] = len(counters["failures"])
     return info
 
