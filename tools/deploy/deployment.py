@@ -24,7 +24,8 @@ from tools.deploy.deadman import DeadmanSwitch
 from tools.deploy.dirtrust import UntrustedDirError, trusted_dirs, unwritable_dirs, unwritable_local
 from tools.deploy.flagbounds import value_problems
 from tools.deploy.health import HealthResult, wait_healthy
-from tools.deploy.journal import DAY_S, Journal, JournalEntry
+from tools.deploy.journal import Journal, JournalEntry
+from tools.deploy.limits import check_limits, restart_wait
 from tools.deploy.lock import HostLock, LockedError
 from tools.deploy.outcome import DeployError, DeployOutcome, DriftError, UnitInvalidError
 from tools.deploy.remote import Transport, TransportError, make_transport, write_local_atomic
@@ -39,8 +40,6 @@ __all__ = ["DeployError", "DeployOutcome", "Deployment", "DriftError", "LockedEr
 
 ProgressFn = Callable[[str, float, float | None], None]
 """on_progress(phase, elapsed_s, total_s or None)."""
-FAILURE_WINDOW_S = 900.0
-"""Consecutive failed candidates older than this no longer block new deploys."""
 KEEP_BACKUPS = 20
 DEADMAN_MIN_FACTOR = 1.5
 """The switch is armed for max(deadman_s, 1.5 x health_timeout_s), so a slow start never trips it;
@@ -190,32 +189,7 @@ class Deployment:
     def restart_wait(self) -> float:
         """Seconds until a deploy is within the restart rate limit (0: now). A caller that paces
         itself waits this long instead of being refused."""
-        now, most = time.time(), self.target.max_restarts_per_minute
-        recent = sorted((x for x in self.journal.counters()["restarts"] if now - x < 60), reverse=True)
-        return 0.0 if len(recent) < most else 60 - (now - recent[most - 1])
-
-    def _check_limits(self) -> None:
-        counters, now, t = self.journal.counters(), time.time(), self.target
-        recent = [x for x in counters["restarts"] if now - x < 60]
-        if len(recent) >= t.max_restarts_per_minute:
-            raise DeployError(
-                f"restart rate limit: {len(recent)} restarts in the last minute (max {t.max_restarts_per_minute}); "
-                f"try again in {self.restart_wait():.0f}s"
-            )
-        day = sorted(x for x in counters["restarts"] if now - x < DAY_S)
-        if len(day) >= t.max_restarts_per_day:
-            again = DAY_S - (now - day[len(day) - t.max_restarts_per_day])
-            raise DeployError(
-                f"daily restart budget spent: {len(day)} restarts of this target in the last 24 hours "
-                f"(max_restarts_per_day = {t.max_restarts_per_day} in [target]); the next deploy is possible "
-                f"in {again / 3600:.1f} h. Nothing was changed"
-            )
-        failures = [x for x in counters["failures"] if now - x < FAILURE_WINDOW_S]
-        if len(failures) >= t.max_consecutive_failures:
-            raise DeployError(
-                f"stopped after {len(failures)} consecutive failed candidates (max {t.max_consecutive_failures}); "
-                f"check the host, or wait {FAILURE_WINDOW_S / 60:.0f} minutes"
-            )
+        return restart_wait(self.journal, self.target)
 
     async def deploy(self, new_text: str, *, reason: str = "") -> DeployOutcome:
         """Upload `new_text`, restart, wait healthy; on failure roll back and say why (with log lines)."""
@@ -237,7 +211,7 @@ class Deployment:
         if self.pace and (wait := self.restart_wait()) > 0:
             self._progress("rate-limit", 0.0, wait)
             await asyncio.sleep(wait + 0.5)  # the timer may fire a hair before the wall clock agrees
-        self._check_limits()
+        check_limits(self.journal, self.target)
         known_good = await self.known_good()
         await self._check_writable(need=3 * (len(new_text.encode()) + len(known_good.encode())) + 16384)
         remote = await self.remote_text()
