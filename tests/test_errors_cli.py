@@ -41,7 +41,9 @@ def test_html_export_refuses_a_terminal_and_writes_a_file_or_a_pipe(tmp_path: Pa
 
 def test_a_config_key_typo_gets_a_did_you_mean(tmp_path: Path) -> None:
     bad = tmp_path / "optagent.toml"
-    bad.write_text('[target]\nendpiont = "http://127.0.0.1:1"\n[agnet]\nmodel = "builtin"\n[bench]\nzzz = 1\n')
+    bad.write_text(
+        '[target]\nendpiont = "http://127.0.0.1:1"\n[agnet]\nmodel = "builtin"\n[bench]\nzzz = 1\n'
+    )
     try:
         load_config(bad)
     except ConfigError as e:

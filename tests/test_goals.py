@@ -51,5 +51,7 @@ def test_run_prints_the_objective_and_the_words_that_chose_it(sim_host, tmp_path
     assert ("objective: median TTFT and TPOT at the lowest concurrency (from 'latency'); "
             "benchmark input 4096 tokens (from 'long prompts')") in said  # fmt: skip
     transcript = Path(json.loads(done.stdout)["transcript"])
-    baseline = next(json.loads(line) for line in transcript.read_text().splitlines() if '"kind": "baseline"' in line)
+    baseline = next(
+        json.loads(line) for line in transcript.read_text().splitlines() if '"kind": "baseline"' in line
+    )
     assert baseline["data"]["reps"][0]["settings"]["input_len"] == 4096

@@ -38,7 +38,9 @@ def test_every_output_of_one_saved_run_shows_the_decisions_numbers(tmp_path: Pat
     assert effect is not None and effect.deciding is not None and effect.deciding.concurrency == 64
     headline = "kept: c=64 " + effect.deciding.pct() + ", no level worse than 3%"
     allowed = {p for lv in effect.levels for p in PCT.findall(lv.pct())}
-    cells = {lv.concurrency: (f"{lv.known_good:,.1f}", f"{lv.candidate:,.1f}", lv.pct()) for lv in effect.levels}
+    cells = {
+        lv.concurrency: (f"{lv.known_good:,.1f}", f"{lv.candidate:,.1f}", lv.pct()) for lv in effect.levels
+    }
     # the decision's numbers are its own blocks: candidate / known-good is the decision's ratio
     for lv in effect.levels:
         assert abs(lv.candidate / lv.known_good - lv.ratio) < 1e-9
@@ -109,7 +111,9 @@ def test_every_output_of_one_saved_run_shows_the_decisions_numbers(tmp_path: Pat
     # optagent run --json
     summary = run_summary(result)
     level = summary["kept"][0]["levels"]["64"]
-    assert summary["kept"][0]["headline"] == headline and summary["deployed"] == ["--cuda-graph-max-bs-decode 64"]
+    assert summary["kept"][0]["headline"] == headline and summary["deployed"] == [
+        "--cuda-graph-max-bs-decode 64"
+    ]
     assert f"{level['change_pct']:+.1f}%" == PCT.findall(effect.deciding.pct())[0]
     assert (level["ci_low_pct"], level["ci_high_pct"]) == (
         round((effect.deciding.ci_low - 1) * 100, 2),

@@ -65,7 +65,10 @@ def test_every_block_of_a_trial_is_named_with_its_number(monkeypatch) -> None:  
     monkeypatch.setattr(pt, "_probe_ok", nothing)
     out = io.StringIO()
     recorded: list[str] = []
-    ui = RunUI(Console(file=out, width=100), SimpleNamespace(event=lambda kind, data, msg=None: recorded.append(kind)))
+    ui = RunUI(
+        Console(file=out, width=100),
+        SimpleNamespace(event=lambda kind, data, msg=None: recorded.append(kind)),
+    )
     runner = TrialRunner(
         deployment=launches, endpoint="http://127.0.0.1:9", bench=BenchConfig(),
         objective=objective_from_goal("improve throughput"), baseline=Baseline(reps=[], probe=None, text=UNIT),

@@ -73,7 +73,9 @@ def test_the_first_trial_starts_only_if_a_winner_fits_at_this_runs_measured_spee
     baseline = Baseline(reps=[rep(0), rep(29), rep(1)], probe=None, text="")
     runner = TrialRunner(deployment=None, endpoint="http://127.0.0.1:1", bench=BenchConfig(reps=3),
                          objective=objective_from_goal("improve throughput"), baseline=baseline)  # fmt: skip
-    assert runner.trial_estimate() == (4 * 3 + 2) * 29  # known-good, candidate, known-good, confirm + 2 restarts
+    assert (
+        runner.trial_estimate() == (4 * 3 + 2) * 29
+    )  # known-good, candidate, known-good, confirm + 2 restarts
     runner.deadline = time.monotonic() + 300  # 5 minutes left: a winner could not finish
     assert runner.budget_left() == "wall-time budget spent"
     runner.deadline = time.monotonic() + 500

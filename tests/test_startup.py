@@ -48,7 +48,9 @@ def test_no_logfire_banner_on_a_terminal() -> None:
         "print(Agent(TestModel(), name='planner').run_sync('x').output)\n"
     )
     env = {k: v for k, v in os.environ.items() if k not in ("CI", "PYTEST_VERSION", "PYDANTIC_AI_NO_BANNER")}
-    child = pexpect.spawn(sys.executable, ["-c", script], env=env, cwd=str(ROOT), encoding="utf-8", timeout=120)
+    child = pexpect.spawn(
+        sys.executable, ["-c", script], env=env, cwd=str(ROOT), encoding="utf-8", timeout=120
+    )
     out = child.read()
     child.close()
     assert "success (no tool calls)" in out and "Logfire" not in out and "logfire" not in out, out

@@ -17,9 +17,9 @@ def test_conditions_read_as_a_person_writes_them() -> None:
                            "server.prefill_only_disable_kv_cache = False", "fail") == (
         "server.prefill_only_disable_kv_cache is on (here False): does not hold"
     )  # fmt: skip
-    assert plain_condition("not cfg.kv_cache_dtype not in ('nvfp4',)", "server.kv_cache_dtype = 'auto'", "fail") == (
-        "server.kv_cache_dtype in ('nvfp4',) (here 'auto'): does not hold"
-    )
+    assert plain_condition(
+        "not cfg.kv_cache_dtype not in ('nvfp4',)", "server.kv_cache_dtype = 'auto'", "fail"
+    ) == ("server.kv_cache_dtype in ('nvfp4',) (here 'auto'): does not hold")
     assert plain_condition("topk > 2", "model.experts_per_tok = 8", "pass") == (
         "topk > 2 (here model.experts_per_tok = 8): holds"
     )

@@ -172,8 +172,15 @@ def _reps(tp: dict[int, float], spread: list[float]) -> list:
     return [SweepResult.model_validate(sweep({c: v * f for c, v in tp.items()})) for f in spread]
 
 
-def paired_trial(number: int, flag: str, known_good: dict[int, float], gain: dict[int, float], *,
-                 kept: bool, on_top_of: list | None = None) -> Any:
+def paired_trial(
+    number: int,
+    flag: str,
+    known_good: dict[int, float],
+    gain: dict[int, float],
+    *,
+    kept: bool,
+    on_top_of: list | None = None,
+) -> Any:
     """A `TrialRecord` judged by the real A/B/A comparison (`paired_compare`) on known-good blocks
     around `known_good` and a candidate block `known_good * gain`, with its samples recorded."""
     from agent.trial.record import TrialChange, TrialRecord, block_samples, comparison_dict, mean_throughput

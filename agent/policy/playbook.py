@@ -69,7 +69,9 @@ class Candidate(BaseModel):
             if self.note.startswith(("nothing to remove", "pointless")) or "already set" in self.note:
                 return self.note
             return f"already set: {self.note}"
-        word = {"no-op": "no effect here", "not-in-version": "not in this version"}.get(self.status, self.status)
+        word = {"no-op": "no effect here", "not-in-version": "not in this version"}.get(
+            self.status, self.status
+        )
         return f"{word}: {self.note}" if self.note else word
 
     @property

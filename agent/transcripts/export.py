@@ -142,7 +142,9 @@ def _change_bars(ax: Any, trials: list[TrialRecord], levels: list[int]) -> None:
             )
             used.setdefault(name, Patch(color=colour, label=name))
             if kept:
-                used.setdefault("kept", Patch(facecolor="white", edgecolor="black", linewidth=2, label="kept"))
+                used.setdefault(
+                    "kept", Patch(facecolor="white", edgecolor="black", linewidth=2, label="kept")
+                )
             drawn = True
         if not drawn:  # e.g. a candidate that never started: marked, so every trial is on the chart
             ax.plot(i, 0, "x", color=WORSE_COLOR, markersize=11, markeredgewidth=2.5)

@@ -140,7 +140,9 @@ def run_summary(result: Any) -> dict[str, Any]:
             str(lv.concurrency): {
                 "known_good_tok_s": None if lv.known_good is None else round(lv.known_good, 1),
                 "candidate_tok_s": None if lv.candidate is None else round(lv.candidate, 1),
-                "change_pct": pct(lv.ratio), "ci_low_pct": pct(lv.ci_low), "ci_high_pct": pct(lv.ci_high),
+                "change_pct": pct(lv.ratio),
+                "ci_low_pct": pct(lv.ci_low),
+                "ci_high_pct": pct(lv.ci_high),
             }  # fmt: skip
             for lv in (effect.levels if effect else [])
         }
@@ -151,9 +153,15 @@ def run_summary(result: Any) -> dict[str, Any]:
         "status": result.status,
         "deployed": list(result.kept),
         "kept": kept,
-        "trials": [{"trial": t.number, "changes": [c.describe() for c in t.changes],
-                    "headline": headline(t.model_dump(mode="json")), "seconds": round(t.seconds)}
-                   for t in result.trials],  # fmt: skip
+        "trials": [
+            {
+                "trial": t.number,
+                "changes": [c.describe() for c in t.changes],
+                "headline": headline(t.model_dump(mode="json")),
+                "seconds": round(t.seconds),
+            }
+            for t in result.trials
+        ],  # fmt: skip
         "restarts": result.restarts,
         "seconds": round(result.seconds),
         "budget": getattr(result, "budget", "") or "",

@@ -260,9 +260,7 @@ async def run_paired(r: Any, record: TrialRecord, new_text: str) -> None:
     await _second_launch(r, record, new_text, (before, cand, after), cmp)
 
 
-async def _known_good_again(
-    r: Any, record: TrialRecord, judge: Any, name: str = "after"
-) -> list[Any] | None:
+async def _known_good_again(r: Any, record: TrialRecord, judge: Any, name: str = "after") -> list[Any] | None:
     """Roll back (a new known-good launch), warm it and measure a block (more repetitions while
     `judge(reps)` says they are worth it); it becomes the reference and joins the known-good history.
     None when the rollback or that block failed (trials stop on a failed block)."""
