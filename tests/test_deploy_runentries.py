@@ -198,3 +198,16 @@ def test_a_planted_local_state_entry_is_refused(ssh_sim, tmp_path: Path) -> None
     with pytest.raises(DeployError, match=r"known-good.service \(a symlink\)"):
         asyncio.run(Deployment(sim.target).open())
     shutil.rmtree(state)
+
+
+def test_backups_of_a_group_writable_unit_are_not_foreign_entries(ssh_sim) -> None:  # type: ignore[no-untyped-def]
+    sim = ssh_sim()
+    Path(sim.target.remote_unit).chmod(0o664)  # made under umask 002 on the host
+    for value in ("0.81", "0.82"):  # the second deploy checks the backups the first one made
+        result = cli(
+            "deploy", "--set", f"mem-fraction-static={value}", "--yes", config=sim.config_path, timeout=120
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+    backups = list((sim.sim_dir / "run" / "backups").iterdir())
+    assert len(backups) == 2 and all(b.stat().st_mode & 0o022 == 0 for b in backups)
+    assert Path(sim.target.remote_unit).stat().st_mode & 0o777 == 0o664  # the unit keeps its own mode

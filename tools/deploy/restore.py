@@ -240,7 +240,8 @@ async def backup_unit(d: Deployment, *, keep: int) -> None:
     stamp = time.strftime("%Y%m%dT%H%M%S") + f"-{time.time_ns() % 10**6:06d}"
     name = d.remote_unit.rsplit("/", 1)[-1]
     script = (
-        'mkdir -p "$2" && cp -p "$1" "$2/.$3.optagent-tmp" && mv -f "$2/.$3.optagent-tmp" "$2/$3" && '
+        '(umask 077 && mkdir -p "$2") && rm -f "$2/.$3.optagent-tmp" && cp -p "$1" "$2/.$3.optagent-tmp" && '
+        'chmod go-w "$2/.$3.optagent-tmp" && mv -f "$2/.$3.optagent-tmp" "$2/$3" && '
         f'ls -1t "$2" | tail -n +{keep + 1} | while read -r f; do rm -f "$2/$f"; done'
     )
     await d.transport.run(
