@@ -171,10 +171,13 @@ def deploy(
     _check_flags(cfg, edits)
 
     if dry_run:  # read-only: no lock, no recovery, no writes anywhere
-        from tools.deploy.journal import Journal
+        from tools.deploy.journal import DamagedStateError, Journal, read_state
 
         async def read_known_good() -> str:
-            recorded = Journal(target.state_dir).known_good()
+            try:  # read only: a damaged copy is left where it is (the next real deploy sets it aside)
+                recorded = read_state(Journal(target.state_dir).known_good_path)
+            except DamagedStateError:
+                recorded = None
             if recorded is not None:
                 return recorded
             if target.local_unit.exists():
