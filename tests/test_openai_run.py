@@ -235,3 +235,55 @@ def test_a_run_ends_cleanly_on_its_own_limits(tmp_path: Path, seed_no_graphs, mo
         spent = sum(e["data"]["input_tokens"] + e["data"]["output_tokens"]
                     for e in load_transcript(transcript.path).events_of("usage") if e["data"]["agent"] != "run")  # fmt: skip
         assert 60_000 < spent < 60_000 + 20_000
+
+
+def _short_script(body: dict) -> dict:
+    names = {t["function"]["name"] for t in body.get("tools", [])}
+    n = steps_done(body)
+    if "usage" in names:  # the researcher: the code's verdict, as the model's own
+        if n == 0:
+            return calls(tool_call("usage", {"flag": DCG}, 1))
+        usage = next(json.loads(m["content"]) for m in body["messages"] if m["role"] == "tool")
+        return calls(tool_call("final_result", {"flag": DCG, "verdict": usage["code_verdict"],
+                                                "summary": "from the code", "decided_by": "model"}, 2))  # fmt: skip
+    if n == 0:
+        return calls(tool_call("research_flag", {"flag": DCG}, 3))
+    return say("Conclusion: would remove --disable-cuda-graph.")
+
+
+def test_optagent_run_with_model_and_base_url(tmp_path: Path, seed_no_graphs) -> None:
+    """`optagent run --model NAME --base-url URL`, the README's command, against a server that
+    serves NAME: the bare name goes over the wire, the transcript names `NAME @ URL`."""
+    import os
+    import subprocess
+    import sys
+
+    cfg = seed_no_graphs
+    toml = "\n".join(
+        [f"[{section}]\n" + "\n".join(f"{k} = {json.dumps(v)}" for k, v in data.items() if v is not None)
+         for section, data in (
+             ("target", cfg.target.model_dump(mode="json")),
+             ("bench", cfg.bench.model_dump(mode="json")),
+             ("research", {"source_dir": str(cfg.research.source_dir)}),
+             ("agent", {"transcripts_dir": str(tmp_path / "tx")}),
+         )]
+    )  # fmt: skip
+    (tmp_path / "optagent.toml").write_text(toml + "\n")
+    with ScriptedLLM(_short_script) as llm:
+        out = subprocess.run(
+            [sys.executable, "-c", "import sys; from agent.cli.main import app; app(sys.argv[1:])",
+             "run", "--config", "optagent.toml", "--model", "openai:scripted", "--base-url", llm.base_url,
+             "--dry-run", "--max-tokens", "500000"],
+            cwd=tmp_path, capture_output=True, text=True, timeout=300,
+            env={**os.environ, "COLUMNS": "200", "OPENAI_API_KEY": "none"},
+        )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert {r["model"] for r in llm.requests} == {"scripted"}
+    path = Path(re.search(r"transcript: (\S+)", out.stdout).group(1))
+    assert path.parent == tmp_path / "tx", path
+    tx = load_transcript(path)
+    assert tx.header["model"] == f"scripted @ {llm.base_url}"
+    assert "openai:" not in out.stdout and re.search(r"model usage: planner: \d+ requests", out.stdout)
+    assert "Conclusion: would remove --disable-cuda-graph." in out.stdout
+    [verdict] = tx.events_of("verdict")
+    assert verdict["data"]["decided_by"] == "code"  # the model's reading agreed with the code's analysis
