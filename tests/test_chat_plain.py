@@ -25,7 +25,9 @@ from agent.ui import RunUI
 APPROVE = "apply this change to the target? [y/N] "
 
 
-def _chat(tmp_path: Path, tree, lines: list[str]) -> tuple[str, list[str], Path]:
+def _chat(
+    tmp_path: Path, tree, lines: list[str], planner_model=None, researcher_model=None
+) -> tuple[str, list[str], Path]:
     from tools.research.flags import flag_catalog
 
     ctx = DeploymentContext(version=tree.version, tree=tree)
@@ -40,10 +42,11 @@ def _chat(tmp_path: Path, tree, lines: list[str]) -> tuple[str, list[str], Path]
     t = Transcript.create(tmp_path, kind="chat", goal="improve throughput", model="builtin", target="sim")
     deps = PlannerDeps(
         goal="improve throughput", ctx=ctx, candidates=evaluate(load_playbook(), ctx.facts, ctx.catalog),
-        ui=RunUI(console=console, transcript=t), researcher=build_researcher(FunctionModel(researcher_policy)),
+        ui=RunUI(console=console, transcript=t),
+        researcher=build_researcher(researcher_model or FunctionModel(researcher_policy)),
         runner=None,
     )  # fmt: skip
-    session = ChatSession(build_planner(FunctionModel(chat_policy)), deps, t, console, ask)
+    session = ChatSession(build_planner(planner_model or FunctionModel(chat_policy)), deps, t, console, ask)
     asyncio.run(session.loop())
     t.close({"status": "test"})
     return console.export_text(), asked, t.path
@@ -80,3 +83,64 @@ def test_plain_first_questions_map_to_the_tools(tmp_path: Path, sglang_0523) -> 
     assert tx.events_of("approval")[0]["data"]["what"].startswith("trial: set --cuda-graph-max-bs-decode to 128")
     # the research verdict is printed once (the reply says what was done, not the verdict again)
     assert out.count("--enable-torch-compile: ") == 1
+
+
+def _scripted_chat(body: dict) -> dict:
+    """The scripted model of a chat: one request per user line, some of them hostile."""
+    import json
+
+    from tests.fixtures.openai_script import calls, say, tool_call
+
+    names = {t["function"]["name"] for t in body.get("tools", [])}
+    msgs = body["messages"]
+    if "usage" in names:  # the researcher: a path traversal and an unknown tool first
+        if not any(m["role"] == "tool" for m in msgs):
+            return calls(
+                tool_call("read_range", {"path": "../../../etc/passwd", "start": 1, "end": 2}, "r"),
+                tool_call("shell", {"cmd": "id"}, "s"),
+                tool_call("usage", {"flag": FLAG}, "u"),
+            )
+        usage = next(json.loads(m["content"]) for m in msgs if m["role"] == "tool" and "code_verdict" in m["content"])
+        verdict = {"flag": FLAG, "verdict": usage["code_verdict"], "summary": "the code", "decided_by": "code"}
+        return calls(tool_call("final_result", verdict, "f"))
+    last = max(i for i, m in enumerate(msgs) if m["role"] == "user")
+    user, after = msgs[last]["content"], msgs[last + 1 :]
+    if after:  # a tool answered: say what came back
+        return say("done: " + str(after[-1].get("content"))[:300])
+    if user.startswith("what"):
+        return calls(tool_call("list_candidates", {}, "c"))
+    if user.startswith("research"):
+        return calls(tool_call("research_flag", {"flag": FLAG}, "q"))
+    if user == "try turbo":
+        return calls(tool_call("run_trial", {"changes": [{"flag": "--turbo-mode-xyz"}], "reason": "fast"}, "t"))
+    if user == "try it":
+        change = {"flag": FLAG, "value": "128"}
+        return calls(tool_call("run_trial", {"changes": [change], "reason": "research says it applies"}, "t"))
+    return calls(tool_call("run_trial", {"changes": [], "reason": "x", "sudo": True}, "x"))  # extra argument
+
+
+FLAG = "--cuda-graph-max-bs-decode"
+
+
+def test_a_scripted_llm_chat_is_held_to_the_same_checks(tmp_path: Path, sglang_0523, monkeypatch) -> None:
+    """Chat through the real openai client and HTTP: the unknown flag is refused without an approval
+    question, the researcher's path traversal and unknown tool go back as retries, a valid trial is
+    asked about once, extra arguments are a retry; the chat reaches its end."""
+    from agent.policy.models import make_models
+    from tests.fixtures.openai_script import ScriptedLLM
+
+    monkeypatch.setenv("OPENAI_API_KEY", "none")
+    with ScriptedLLM(_scripted_chat) as llm:
+        models = make_models("openai:scripted", llm.base_url)
+        lines = ["what would you try?", "try turbo", "research it", "try it", "y", "sudo it", "/exit"]
+        out, asked, path = _chat(tmp_path, sglang_0523, lines, models.planner, models.researcher)
+    assert asked.count(APPROVE) == 1 and "approval needed: trial: set --cuda-graph-max-bs-decode to 128" in out
+    assert "dry run: would trial --cuda-graph-max-bs-decode 128" in out
+    tx = load_transcript(path)
+    assert [e["data"]["check"] for e in tx.events_of("refusal")] == ["catalog"]
+    assert "--turbo-mode-xyz is not a flag of sglang" in tx.events_of("refusal")[0]["data"]["why"]
+    returned = " ".join(str(m.get("content")) for r in llm.requests for m in r["messages"] if m["role"] == "tool")
+    assert "no such file in the source tree" in returned and "Unknown tool name: 'shell'" in returned
+    assert "extra_forbidden" in returned
+    assert tx.events_of("verdict")[0]["data"]["decided_by"] == "code"
+    assert out.count("optagent> done: ") == 5  # every line answered; no error ended the chat

@@ -296,20 +296,20 @@ def add_chat_tools(planner: Any) -> None:
 
 def _needs_approval(ctx: Any, tool_def: Any, args: dict[str, Any]) -> bool:
     """Target-changing calls need approval, except those that change nothing: an undo with nothing
-    to undo, a trial the checks of `optagent deploy --set` refuse (the refusal goes back at once)."""
+    to undo, a trial the planner's checks refuse (`agent.policy.planner.refusal`: the checks of
+    `optagent deploy --set`, research first, ...); the refusal goes back at once."""
     runner = getattr(ctx.deps, "runner", None)
     if tool_def.name == "undo_last_kept":
         return runner is not None and runner.best is not None
     if tool_def.name == "run_trial":
-        from agent.policy.proposal import check_changes
+        from agent.policy.planner import refusal
         from agent.trial.record import TrialChange
 
         try:
             changes = [TrialChange.model_validate(c) for c in args.get("changes", [])]
         except Exception:
             return False  # the tool's own validation answers it; nothing is deployed
-        base = runner.deployed_text if runner is not None else None
-        return not check_changes(ctx.deps.ctx, changes, base_text=base)
+        return refusal(ctx.deps, changes, args.get("override_reason")) is None
     return tool_def.name in CHANGING_TOOLS
 
 

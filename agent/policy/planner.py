@@ -169,32 +169,41 @@ def trial_result(deps: PlannerDeps, record: Any) -> dict[str, Any]:
     }
 
 
+def refusal(deps: PlannerDeps, changes: list[TrialChange], override: str | None) -> tuple[str, str] | None:
+    """Why a proposed trial is refused before any restart, and by which check (None: it may run).
+
+    The checks of `optagent deploy --set` (catalog name, type, choices, value, unit file), research
+    first, the resolved value, a rejected flag only with `override`. Normalizes the flag names."""
+    for ch in changes:
+        ch.flag = "--" + ch.flag.strip().lstrip("-")
+    base = deps.runner.deployed_text if deps.runner is not None else None
+    problems = check_changes(deps.ctx, changes, base_text=base)
+    if problems:
+        return "; ".join(problems), "catalog"
+    for ch in changes:
+        v = deps.verdicts.get(ch.flag)
+        if v is None:
+            return f"research {ch.flag} with research_flag before trialling it", "research"
+        if ch.action == "set" and (same := same_as_running(ch.flag, ch.value, deps.resolved)):
+            return f"{same}: trialling {ch.describe()} would restart for nothing", "resolved"
+        if v.rejected and not override:
+            why = (
+                f"research called {ch.flag} {v.verdict} ({v.decided_by}): {v.summary} "
+                "Pass override_reason to deploy it anyway (recorded)."
+            )
+            return why, "verdict"
+    return None
+
+
 async def trial(
     deps: PlannerDeps, changes: list[TrialChange], reason: str, override: str | None
 ) -> dict[str, Any]:
     """Gatekeeping before the trial runner: the checks of `optagent deploy --set` (catalog name,
     type, choices, value, unit file), research first, the resolved value, rejected flags only with
     a reason. A refusal costs no restart and goes back to the model as the tool's result."""
-    for ch in changes:
-        ch.flag = "--" + ch.flag.strip().lstrip("-")
-    base = deps.runner.deployed_text if deps.runner is not None else None
-    problems = check_changes(deps.ctx, changes, base_text=base)
-    if problems:
-        return refuse(deps, changes, "; ".join(problems), check="catalog")
-    for ch in changes:
-        v = deps.verdicts.get(ch.flag)
-        if v is None:
-            return refuse(deps, changes, f"research {ch.flag} with research_flag before trialling it",
-                          check="research")  # fmt: skip
-        if ch.action == "set" and (same := same_as_running(ch.flag, ch.value, deps.resolved)):
-            why = f"{same}: trialling {ch.describe()} would restart for nothing"
-            return refuse(deps, changes, why, check="resolved")
-        if v.rejected and not override:
-            why = (
-                f"research called {ch.flag} {v.verdict} ({v.decided_by}): {v.summary} "
-                "Pass override_reason to deploy it anyway (recorded)."
-            )
-            return refuse(deps, changes, why, check="verdict")
+    why = refusal(deps, changes, override)
+    if why is not None:
+        return refuse(deps, changes, why[0], check=why[1])
     from tools.deploy.deployment import DeployError
 
     if deps.runner is None:
