@@ -144,3 +144,28 @@ def test_a_scripted_llm_chat_is_held_to_the_same_checks(tmp_path: Path, sglang_0
     assert "extra_forbidden" in returned
     assert tx.events_of("verdict")[0]["data"]["decided_by"] == "code"
     assert out.count("optagent> done: ") == 5  # every line answered; no error ended the chat
+
+
+def test_status_names_an_earlier_kept_change_that_is_still_deployed() -> None:
+    """After a run (or a resumed chat) kept a change, `/status` said `deployed: baseline`."""
+    from agent.chat.actions import status_lines
+    from agent.trial.record import Baseline, TrialChange, TrialRecord
+    from agent.trial.runner import TrialRunner
+    from tools.config import BenchConfig
+
+    unit = "[Service]\nExecStart=/usr/bin/python -m sglang.launch_server --model-path /m --tp-size 4\n"
+    kept = TrialRecord(number=1, changes=[TrialChange(flag="--disable-cuda-graph", action="unset")], decision="kept")
+    undone = TrialRecord(number=2, changes=[TrialChange(flag="--tp-size", value="2")], decision="kept")
+    runner = TrialRunner(deployment=None, endpoint="http://127.0.0.1:9", bench=BenchConfig(), objective=None,
+                         baseline=Baseline(reps=[], probe=None, text=unit))  # fmt: skip
+    runner.trials = [kept, undone]
+
+    class Deps:
+        verdicts: dict = {}
+        baseline_levels = {1: 100.0}
+
+    Deps.runner = runner
+    lines = asyncio.run(status_lines(Deps()))
+    deployed = next(line for line in lines if line.startswith("deployed:"))
+    assert deployed.startswith("deployed: the configuration at start, which holds the kept trial 1")
+    assert "trial 2" not in deployed and "baseline" not in deployed
