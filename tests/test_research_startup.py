@@ -115,3 +115,34 @@ def test_a_flag_the_deployment_already_sets_is_compared_without_it(sglang_0523) 
         model_config=LLAMA,
     )
     assert answer.kind == "changed" and answer.changed["disable_cuda_graph"] == (False, True), answer
+
+
+def test_sglangs_own_model_config_decides_what_the_model_runner_builds(sglang_059, sglang_0515) -> None:  # type: ignore[no-untyped-def]
+    """The worker builds the version's ModelConfig from config.json and the resolved arguments:
+    Mixtral is MHA and not hybrid sliding-window, so 0.5.9's SWA pool split (the only reader of
+    --swa-full-tokens-ratio, model_runner_kv_cache_mixin.py:273) is called only under
+    `if self.is_hybrid_swa:` (:407-408) and never runs: a no-op, citing that call and the fact."""
+    startup, v = _verdict(sglang_059, "mixtral-a100x2", MIXTRAL, "--swa-full-tokens-ratio", "0.5")
+    assert startup.model["is_hybrid_swa"] is False and startup.model["attention_arch"] == "AttentionArch.MHA"
+    assert v.verdict == "no-op", v.summary
+    assert (
+        "model_runner_kv_cache_mixin.py:408" in v.summary
+        and "model_config.is_hybrid_swa = False" in v.summary
+    )
+    deepseek, _ = _verdict(sglang_0515, "deepseekv3-h200x8", DEEPSEEK, "--enable-dp-lm-head")
+    assert deepseek.model["attention_arch"] == "AttentionArch.MLA"
+
+
+def test_a_flag_that_changes_the_model_config_changes_the_start_up(sglang_0515) -> None:  # type: ignore[no-untyped-def]
+    """0.5.15.post1, gpt-oss-120b: --disable-hybrid-swa-memory turns the model's hybrid SWA off in
+    ModelConfig itself (what the pools are built from), not only in the server arguments."""
+    config = DATA / "model-configs" / "openai--gpt-oss-120b_config.json"
+    startup = startup_answer(
+        sglang_0515,
+        profile_facts("gptoss-b200"),
+        ["--disable-hybrid-swa-memory"],
+        base_argv=profile_argv("gptoss-b200"),
+        model_config=config,
+    )
+    assert startup.kind == "changed"
+    assert startup.changed["model_config.is_hybrid_swa"] == (True, False), startup.changed

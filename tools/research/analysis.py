@@ -42,11 +42,11 @@ from tools.research.gates import (
     override_effect,
     set_anyway,
 )
-from tools.research.guard_eval import Env, evaluate, non_default
+from tools.research.guard_eval import MODEL_ATTRS, MODEL_ENUMS, Env, evaluate, non_default
 from tools.research.index import MAX_FILE_BYTES, FlagIndex, is_config_path
 from tools.research.index_types import Func, Read
 from tools.research.reach import ExitPath, exits_of, locals_of, reach_exits
-from tools.research.startup.check import StartupAnswer
+from tools.research.startup.check import ENUM_MEMBERS, StartupAnswer
 from tools.research.stores import follow_store, store_of
 
 MAX_REACHED_READERS = 120
@@ -206,7 +206,7 @@ def analyze_flag(
         )
     declared = default_facts(index.catalog)
     resolved = {f"server.{k}": v for k, v in (startup.baseline if startup else {}).items() if _scalar(v)}
-    facts = {**declared, **resolved, **facts}  # given facts (a live server's) win over both
+    facts = {**declared, **resolved, **model_config_facts(index, startup), **facts}  # given facts win
     trial = False if negated(info, name) else _parse_value(value, info)
     verdict = CodeVerdict(info.name, info.dest, index.version, "unknown", "", 0.3, value=trial)
     verdict.definition = f"{info.path}:{info.line}" if info.path else None
@@ -253,6 +253,20 @@ def analyze_flag(
         verdict.verdict, verdict.certainty = "no-op", certainty
         verdict.summary = f"set anyway: {func} at {where} {why}."
     return verdict
+
+
+def model_config_facts(index: FlagIndex, startup: StartupAnswer | None) -> dict[str, Any]:
+    """SGLang's own ModelConfig for this deployment as facts (`model_config.is_hybrid_swa`), with
+    the enum members its attributes compare against and the `self.<attr>` copies of it in the tree
+    (`tools.research.guard_eval`); empty when the start-up check did not build it."""
+    model = dict(startup.model) if startup is not None else {}
+    if not model:
+        return {}
+    members = model.pop(ENUM_MEMBERS, [])
+    facts = {f"model_config.{k}": v for k, v in model.items() if _scalar(v)}
+    facts[MODEL_ENUMS] = frozenset(members)
+    facts[MODEL_ATTRS] = index.config_attrs
+    return facts
 
 
 def _scalar(value: Any) -> bool:

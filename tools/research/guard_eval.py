@@ -64,6 +64,11 @@ _CONFIG_FACTS = {
     "hidden_size": "model.hidden_size",
 }
 """Model facts read as attributes of a model config only (a bare `hidden_size` is often a local)."""
+MODEL_ENUMS = "model_config.enum_members"
+MODEL_ATTRS = "model_config.self_attrs"
+"""Facts beside SGLang's own ModelConfig (`model_config.<attr>`): the enum members it compares
+against (`AttentionArch.MLA`) and `self.<attr>` -> the model-config expression every `self` in the
+tree sets it from (`tools.research.index.FlagIndex.config_attrs`)."""
 _SERVER_ARGS = re.compile(r"(^|\.)(server_args|args|view|cfg)$")
 """The one argument of a query function that is the server args (`attn_dp_enabled_of(view)`)."""
 _CONFIG_RECEIVERS = re.compile(r"(^|\.)(config|hf_config|text_config|hf_text_config|model_config)$")
@@ -182,6 +187,25 @@ class _Eval:
         self.out.missing.append(key)
         return UNKNOWN
 
+    def model_config(self, node: ast.Attribute, depth: int) -> Any:
+        """`model_config.x` / `self.model_config.x` from SGLang's own ModelConfig, `self.x` where the
+        tree sets it from one (`self.use_mla_backend`), an enum member it compares with; else UNKNOWN."""
+        facts = self.env.facts
+        if MODEL_ATTRS not in facts:
+            return UNKNOWN  # the ModelConfig was not built for this deployment
+        receiver = _dotted(node.value)
+        key = f"model_config.{node.attr}"
+        if key in facts and (receiver == "model_config" or receiver.endswith(".model_config")):
+            return self.fact(key)
+        if receiver == "self" and (entry := facts[MODEL_ATTRS].get(node.attr)) and depth < 5:
+            text, own = entry
+            cls = self.env.where.partition("::")[2].partition(".")[0]
+            sub = _parse(text) if cls not in own else None  # a class that sets it its own way
+            return UNKNOWN if sub is None else self.ev(sub, depth + 1)
+        if f"{receiver}.{node.attr}" in facts.get(MODEL_ENUMS, ()):
+            return f"{receiver}.{node.attr}"
+        return UNKNOWN
+
     def dest(self, name: str) -> Any:
         if name in self.env.flag:
             self.out.flag_dependent = True
@@ -241,6 +265,8 @@ class _Eval:
             if node.attr in _CONFIG_FACTS and _CONFIG_RECEIVERS.search(_dotted(node.value)):
                 value = self.fact(_CONFIG_FACTS[node.attr])
                 return (value,) if node.attr == "architectures" and value is not UNKNOWN else value
+            if (model := self.model_config(node, depth)) is not UNKNOWN:
+                return model
             if node.attr.endswith(("world_size", "tp_size")):
                 receiver = " ".join(ast.unparse(node.value).split())
                 if (size := topology(node.attr, self.env.facts, self.out, receiver=receiver)) is not None:

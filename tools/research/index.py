@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
+import re
 import sqlite3
 import subprocess
 import sys
@@ -28,7 +29,7 @@ from tools.research.index_types import Call, Func, ModuleFacts, Read
 from tools.research.index_walk import LOG, walk_file
 from tools.research.source import SourceTree, cache_lock, cache_root
 
-INDEX_FORMAT = 19
+INDEX_FORMAT = 21
 MAX_FILE_BYTES = 4 * 2**20
 """A Python file larger than this is not indexed (the index notes it: `FlagIndex.skipped`)."""
 _OFF_PATH_DIRS = frozenset(
@@ -92,6 +93,12 @@ class FlagIndex:
     def catalog(self) -> list[FlagInfo]:
         """The flag catalog the index was built with."""
         return pickle.loads(self._meta["catalog"])
+
+    @cached_property
+    def config_attrs(self) -> dict[str, tuple[str, frozenset[str]]]:
+        """`self.<attr>` -> (the model-config expression it is set from, the classes that set it
+        otherwise) (`_config_attrs`)."""
+        return pickle.loads(self._meta["config_attrs"]) if "config_attrs" in self._meta else {}
 
     @cached_property
     def skipped(self) -> list[str]:
@@ -334,6 +341,7 @@ def _write(db: Path, tree: SourceTree, catalog: list[FlagInfo], facts: list[Modu
         [(d, _dump(sorted(rs, key=lambda r: (r.path, r.line)))) for d, rs in reads.items()],
     )
     mod_path = {m.module: m.path for m in facts}
+    config_attrs = _config_attrs(facts)
     graph = []
     for m in facts:
         for name, guards, keys in m.edges:
@@ -350,10 +358,34 @@ def _write(db: Path, tree: SourceTree, catalog: list[FlagInfo], facts: list[Modu
         "registries": registries,
         "overrides": overrides,
         "skipped": too_big(tree),
+        "config_attrs": config_attrs,
     }
     con.executemany("INSERT INTO meta VALUES (?, ?)", [(k, _dump(v)) for k, v in meta.items()])
     con.commit()
     con.close()
+
+
+def _config_attrs(facts: list[ModuleFacts]) -> dict[str, tuple[str, frozenset[str]]]:
+    """Attributes that hold a model config's fact: `self.x = <expr>` set from a model config in one
+    way across the tree (`self.is_hybrid_swa = model_config.is_hybrid_swa`, `self.use_mla_backend =
+    self.model_config.attention_arch == AttentionArch.MLA`), or copied from another object's `x`
+    (`self.is_hybrid_swa = model_runner.is_hybrid_swa`). attr -> (expr, classes that set it
+    otherwise: their `self.x` is their own). ModelConfig's own assignments are the facts themselves."""
+    exprs: dict[str, dict[str, set[str]]] = {}
+    for m in facts:
+        for cls, attr, expr in m.attrs:
+            if cls != "ModelConfig":
+                exprs.setdefault(attr, {}).setdefault(expr, set()).add(cls)
+        m.attrs = []
+    out: dict[str, tuple[str, frozenset[str]]] = {}
+    for attr, by_expr in exprs.items():
+        sources = [e for e in by_expr if "model_config." in e and "(" not in e]
+        if len(sources) != 1:
+            continue
+        copies = {e for e in by_expr if re.fullmatch(rf"[\w.]+\.{re.escape(attr)}", e)} - set(sources)
+        others = {c for e, classes in by_expr.items() if e not in copies and e != sources[0] for c in classes}
+        out[attr] = (sources[0], frozenset(others))
+    return out
 
 
 def _class_of_init(qual: str) -> str | None:

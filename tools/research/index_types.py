@@ -112,5 +112,8 @@ class ModuleFacts:
     """Names module-level code uses without calling them (dispatch tables)."""
     rebound: set[str] = field(default_factory=set)
     """Module names some function rebinds with `global` (not constants)."""
+    attrs: list[tuple[str, str, str]] = field(default_factory=list)
+    """`self.<attr> = <expr>` in a class: (class, attr, expr source); folded into the index's
+    `config_attrs` and emptied when the index is written."""
     edges: list[tuple[str, tuple[str, ...], tuple[tuple[str, str], ...]]] = field(default_factory=list)
     """Every import, module- or function-level: (dotted name, guards, registry keys of the function)."""

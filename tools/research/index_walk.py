@@ -233,6 +233,13 @@ class _Walker:
                     if isinstance(e, ast.Name):
                         seen = e.id in self.func.locals
                         self.func.locals[e.id] = None if seen else f"({src(st.value)})[{i}]"
+            if (
+                isinstance(t, ast.Attribute)
+                and isinstance(t.value, ast.Name)
+                and t.value.id == "self"
+                and self.cls is not None
+            ):
+                self.m.attrs.append((self.cls, t.attr, src(st.value)))
             if isinstance(t, ast.Name):
                 if self.func is None and t.id in self.m.consts:
                     # `try: import zmq; ok = True / except ImportError: ok = False`: the value

@@ -39,6 +39,21 @@ class StartupAnswer:
     lines: list[str] = field(default_factory=list)
     """`path:line` of the tree that ran while the line with the flag resolved and name its setting,
     in order: the last is where SGLang settled (or refused) it."""
+    model: dict[str, Any] = field(default_factory=dict)
+    """The scalar attributes of SGLang's own ModelConfig for the deployment (`is_hybrid_swa`,
+    `attention_arch` as `AttentionArch.MHA`, `quantization`, ...); empty when it was not built."""
+
+
+_MODEL_KEY = "__model_config__"
+"""Where the worker puts the ModelConfig's attributes among the resolved arguments."""
+ENUM_MEMBERS = "__enum_members__"
+"""Among those attributes: every member (`AttentionArch.MLA`) of the enums they hold."""
+
+
+def _split(args: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(resolved arguments, ModelConfig attributes) of one worker answer."""
+    rest = dict(args)
+    return rest, rest.pop(_MODEL_KEY, None) or {}
 
 
 def hardware_of(facts: dict[str, Any]) -> dict[str, Any] | None:
@@ -168,12 +183,24 @@ def startup_answer(
         trial = resolver.resolve([*rest, *flag], model_config, watch=settings_of(flag[0]))
     except ResolverError as e:
         return StartupAnswer("unknown", f"not run: {e}")
-    before = base["args"]
+    before, model = _split(base["args"])
     if not trial["ok"]:
         kind = "refused" if trial.get("kind") == "refused" else "unknown"
         return StartupAnswer(
-            kind, trial["error"], trial.get("where"), baseline=before, lines=trial.get("lines", [])
+            kind,
+            trial["error"],
+            trial.get("where"),
+            baseline=before,
+            lines=trial.get("lines", []),
+            model=model,
         )
-    changed = {k: (before.get(k), v) for k, v in trial["args"].items() if before.get(k) != v}
+    after, model_after = _split(trial["args"])
+    changed = {k: (before.get(k), v) for k, v in after.items() if before.get(k) != v}
+    if model and model_after:  # a flag that changes what the model runner is built from changes something
+        changed |= {
+            f"model_config.{k}": (model.get(k), v)
+            for k, v in model_after.items()
+            if model.get(k) != v and k != ENUM_MEMBERS
+        }
     kind = "changed" if changed else "same"
-    return StartupAnswer(kind, changed=changed, baseline=before, lines=trial.get("lines", []))
+    return StartupAnswer(kind, changed=changed, baseline=before, lines=trial.get("lines", []), model=model)

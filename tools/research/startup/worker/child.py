@@ -173,7 +173,40 @@ def resolve_argv(server_args_mod: types.ModuleType, argv: list[str]) -> dict[str
         values = server_args.resolved_dict()
     else:
         values = {f.name: getattr(server_args, f.name) for f in dataclasses.fields(server_args)}
-    return {key: to_json(value) for key, value in values.items()}
+    out = {key: to_json(value) for key, value in values.items()}
+    out[MODEL_CONFIG_KEY] = model_config_facts(server_args)
+    return out
+
+
+MODEL_CONFIG_KEY = "__model_config__"
+
+
+def model_config_facts(server_args: Any) -> dict[str, Any]:
+    """The scalar attributes of SGLang's own ModelConfig for this model and these arguments (what
+    the model runner decides from: `is_hybrid_swa`, `attention_arch`, `quantization`, ...), or {}
+    when it cannot be built here."""
+    try:
+        from sglang.srt.configs.model_config import ModelConfig
+
+        config = ModelConfig.from_server_args(server_args)
+    except Exception:  # noqa: BLE001 - model facts are extra: the resolution stands without them
+        return {}
+    facts: dict[str, Any] = {}
+    members: set[str] = set()
+    for name, value in vars(config).items():
+        if name.startswith("_"):
+            continue
+        if isinstance(value, enum.Enum):  # `AttentionArch.MLA`, as the code compares it
+            kind = type(value).__name__
+            facts[name] = f"{kind}.{value.name}"
+            members |= {f"{kind}.{m.name}" for m in type(value)}
+        elif value is None or isinstance(value, (bool, int, float, str)):
+            facts[name] = value
+    facts[ENUM_MEMBERS] = sorted(members)
+    return facts
+
+
+ENUM_MEMBERS = "__enum_members__"
 
 
 def to_json(value: Any) -> Any:
