@@ -80,7 +80,9 @@ def test_plain_first_questions_map_to_the_tools(tmp_path: Path, sglang_0523) -> 
     assert asked.count(APPROVE) == 1
     tx = load_transcript(path)
     assert [e["data"]["check"] for e in tx.events_of("refusal")] == ["catalog"]
-    assert tx.events_of("approval")[0]["data"]["what"].startswith("trial: set --cuda-graph-max-bs-decode to 128")
+    assert tx.events_of("approval")[0]["data"]["what"].startswith(
+        "trial: set --cuda-graph-max-bs-decode to 128"
+    )
     # the research verdict is printed once (the reply says what was done, not the verdict again)
     assert out.count("--enable-torch-compile: ") == 1
 
@@ -100,8 +102,15 @@ def _scripted_chat(body: dict) -> dict:
                 tool_call("shell", {"cmd": "id"}, "s"),
                 tool_call("usage", {"flag": FLAG}, "u"),
             )
-        usage = next(json.loads(m["content"]) for m in msgs if m["role"] == "tool" and "code_verdict" in m["content"])
-        verdict = {"flag": FLAG, "verdict": usage["code_verdict"], "summary": "the code", "decided_by": "code"}
+        usage = next(
+            json.loads(m["content"]) for m in msgs if m["role"] == "tool" and "code_verdict" in m["content"]
+        )
+        verdict = {
+            "flag": FLAG,
+            "verdict": usage["code_verdict"],
+            "summary": "the code",
+            "decided_by": "code",
+        }
         return calls(tool_call("final_result", verdict, "f"))
     last = max(i for i, m in enumerate(msgs) if m["role"] == "user")
     user, after = msgs[last]["content"], msgs[last + 1 :]
@@ -112,7 +121,9 @@ def _scripted_chat(body: dict) -> dict:
     if user.startswith("research"):
         return calls(tool_call("research_flag", {"flag": FLAG}, "q"))
     if user == "try turbo":
-        return calls(tool_call("run_trial", {"changes": [{"flag": "--turbo-mode-xyz"}], "reason": "fast"}, "t"))
+        return calls(
+            tool_call("run_trial", {"changes": [{"flag": "--turbo-mode-xyz"}], "reason": "fast"}, "t")
+        )
     if user == "try it":
         change = {"flag": FLAG, "value": "128"}
         return calls(tool_call("run_trial", {"changes": [change], "reason": "research says it applies"}, "t"))
@@ -134,12 +145,16 @@ def test_a_scripted_llm_chat_is_held_to_the_same_checks(tmp_path: Path, sglang_0
         models = make_models("openai:scripted", llm.base_url)
         lines = ["what would you try?", "try turbo", "research it", "try it", "y", "sudo it", "/exit"]
         out, asked, path = _chat(tmp_path, sglang_0523, lines, models.planner, models.researcher)
-    assert asked.count(APPROVE) == 1 and "approval needed: trial: set --cuda-graph-max-bs-decode to 128" in out
+    assert (
+        asked.count(APPROVE) == 1 and "approval needed: trial: set --cuda-graph-max-bs-decode to 128" in out
+    )
     assert "dry run: would trial --cuda-graph-max-bs-decode 128" in out
     tx = load_transcript(path)
     assert [e["data"]["check"] for e in tx.events_of("refusal")] == ["catalog"]
     assert "--turbo-mode-xyz is not a flag of sglang" in tx.events_of("refusal")[0]["data"]["why"]
-    returned = " ".join(str(m.get("content")) for r in llm.requests for m in r["messages"] if m["role"] == "tool")
+    returned = " ".join(
+        str(m.get("content")) for r in llm.requests for m in r["messages"] if m["role"] == "tool"
+    )
     assert "no such file in the source tree" in returned and "Unknown tool name: 'shell'" in returned
     assert "extra_forbidden" in returned
     assert tx.events_of("verdict")[0]["data"]["decided_by"] == "code"
@@ -154,7 +169,9 @@ def test_status_names_an_earlier_kept_change_that_is_still_deployed() -> None:
     from tools.config import BenchConfig
 
     unit = "[Service]\nExecStart=/usr/bin/python -m sglang.launch_server --model-path /m --tp-size 4\n"
-    kept = TrialRecord(number=1, changes=[TrialChange(flag="--disable-cuda-graph", action="unset")], decision="kept")
+    kept = TrialRecord(
+        number=1, changes=[TrialChange(flag="--disable-cuda-graph", action="unset")], decision="kept"
+    )
     undone = TrialRecord(number=2, changes=[TrialChange(flag="--tp-size", value="2")], decision="kept")
     runner = TrialRunner(deployment=None, endpoint="http://127.0.0.1:9", bench=BenchConfig(), objective=None,
                          baseline=Baseline(reps=[], probe=None, text=unit))  # fmt: skip
@@ -169,3 +186,19 @@ def test_status_names_an_earlier_kept_change_that_is_still_deployed() -> None:
     deployed = next(line for line in lines if line.startswith("deployed:"))
     assert deployed.startswith("deployed: the configuration at start, which holds the kept trial 1")
     assert "trial 2" not in deployed and "baseline" not in deployed
+
+
+def test_a_failed_step_does_not_end_the_chat(tmp_path: Path, sglang_0523) -> None:
+    """A model that only calls a tool that does not exist exhausts its retries: that step fails,
+    the chat says so and reads the next line (it used to end the chat with a traceback)."""
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+
+    def stuck(messages: list, info: object) -> ModelResponse:
+        last = messages[-1].parts[-1]
+        if getattr(last, "content", "") == "status":
+            return ModelResponse(parts=[TextPart("all quiet")])
+        return ModelResponse(parts=[ToolCallPart("nope", {})])
+
+    out, asked, path = _chat(tmp_path, sglang_0523, ["do something", "status", "/exit"], FunctionModel(stuck))
+    assert "that step failed: UnexpectedModelBehavior" in out and "optagent> all quiet" in out
+    assert asked.count("you> ") == 3

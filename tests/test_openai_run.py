@@ -27,7 +27,12 @@ from tests.fixtures.sim import free_port
 
 pytestmark = pytest.mark.slow(seconds=150)
 
-DCG, SPEC, KV, TURBO = "--disable-cuda-graph", "--speculative-num-steps", "--kv-cache-dtype", "--turbo-mode-xyz"
+DCG, SPEC, KV, TURBO = (
+    "--disable-cuda-graph",
+    "--speculative-num-steps",
+    "--kv-cache-dtype",
+    "--turbo-mode-xyz",
+)
 
 
 def _researcher(body: dict, flag: str) -> dict:
@@ -47,7 +52,9 @@ def _researcher(body: dict, flag: str) -> dict:
             tool_call("read_range", {"path": "../../../../etc/passwd", "start": 1, "end": 5}, "r"),
         )
     usage = next(
-        json.loads(m["content"]) for m in body["messages"] if m["role"] == "tool" and "code_verdict" in m["content"]
+        json.loads(m["content"])
+        for m in body["messages"]
+        if m["role"] == "tool" and "code_verdict" in m["content"]
     )
     evidence = [{"location": r["location"], "quote": r["text"]} for r in usage["readers"][:1]]
     # on the lossy flag the model contradicts the code, on purpose
@@ -67,7 +74,9 @@ def _planner(body: dict, marker: Path) -> dict:
     script = [
         calls(tool_call("list_candidates", {}, 0)),
         calls(
-            tool_call("todo_write", {"items": [{"id": "all", "content": "research", "status": "in_progress"}]}, 1),
+            tool_call(
+                "todo_write", {"items": [{"id": "all", "content": "research", "status": "in_progress"}]}, 1
+            ),
             *[tool_call("research_flag", {"flag": f}, f"r{i}") for i, f in enumerate((DCG, SPEC, KV, TURBO))],
         ),
         calls(_trial(2, "--cuda-graph-max-bs-decode", "64")),  # skipping research
@@ -108,7 +117,14 @@ def seed_no_graphs(tmp_path: Path, sglang_0523):
     for unit in (tmp_path / "sim" / "sglang.service", tmp_path / "sim" / "local" / "sglang.service"):
         unit.write_text(UnitFile.load(unit).set_flag(DCG).render())
     cfg = host.ensure_up(tmp_path / "sim")
-    bench = {"concurrency": [1, 2], "input_len": 256, "output_len": 64, "prompts_per_level": 12, "warmup": 1, "reps": 3}
+    bench = {
+        "concurrency": [1, 2],
+        "input_len": 256,
+        "output_len": 64,
+        "prompts_per_level": 12,
+        "warmup": 1,
+        "reps": 3,
+    }
     cfg = cfg.model_copy(
         update={
             "research": cfg.research.model_copy(update={"source_dir": sglang_0523.root}),
@@ -126,10 +142,14 @@ def test_hostile_model_is_refused_at_zero_restarts_and_the_run_ends(
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-secret")
     cfg, marker = seed_no_graphs, tmp_path / "pwned"
-    transcript = Transcript.create(tmp_path / "tx", kind="run", goal="improve throughput", model="m", target="sim")
+    transcript = Transcript.create(
+        tmp_path / "tx", kind="run", goal="improve throughput", model="m", target="sim"
+    )
     console = Console(width=160, record=True)
     with ScriptedLLM(_answer(marker), key="sk-test-secret") as llm:
-        opts = RunOptions(goal="improve throughput", model="openai:scripted", base_url=llm.base_url, max_trials=8)
+        opts = RunOptions(
+            goal="improve throughput", model="openai:scripted", base_url=llm.base_url, max_trials=8
+        )
         try:
             result = asyncio.run(run_session(cfg, opts, RunUI(console, transcript)))
         finally:
@@ -145,7 +165,14 @@ def test_hostile_model_is_refused_at_zero_restarts_and_the_run_ends(
 
     # every bad request refused before any restart; only the two real trials restarted the server
     refusals = [e["data"] for e in tx.events_of("refusal")]
-    assert [r["check"] for r in refusals] == ["research", "catalog", "catalog", "catalog", "catalog", "catalog"], refusals
+    assert [r["check"] for r in refusals] == [
+        "research",
+        "catalog",
+        "catalog",
+        "catalog",
+        "catalog",
+        "catalog",
+    ], refusals
     assert "did you mean --speculative-num-steps" in refusals[4]["why"]
     assert "expects an integer" in refusals[3]["why"] and "not a flag of sglang" in refusals[5]["why"]
     trials = [e["data"] for e in tx.events_of("trial")]
@@ -159,8 +186,14 @@ def test_hostile_model_is_refused_at_zero_restarts_and_the_run_ends(
     assert DCG not in flags and flags.get(SPEC) == "3"  # the kept change stays, the worse one went
 
     # the unknown tool, the extra argument and the path traversal went back to the model as retries
-    returned = " ".join(json.dumps(m["content"]) for r in llm.requests for m in r["messages"] if m["role"] == "tool")
-    assert "shell_exec" in returned and "extra_forbidden" in returned and "no such file in the source tree" in returned
+    returned = " ".join(
+        json.dumps(m["content"]) for r in llm.requests for m in r["messages"] if m["role"] == "tool"
+    )
+    assert (
+        "shell_exec" in returned
+        and "extra_forbidden" in returned
+        and "no such file in the source tree" in returned
+    )
 
     # claims: the invented verdict is relabelled; the lossy flag's contradiction is decided by the code
     verdicts = {e["data"]["flag"]: e["data"] for e in tx.events_of("verdict")}
@@ -176,7 +209,11 @@ def test_hostile_model_is_refused_at_zero_restarts_and_the_run_ends(
     assert sum(u["requests"] for u in usage) == len(llm.requests)
     assert sum(u["input_tokens"] for u in usage) == llm.prompt_tokens
     assert re.search(r"model usage: .*planner: \d+ requests", out) and "researcher: " in out
-    prompts = [r["messages"][0]["content"] for r in llm.requests if "usage" in {t["function"]["name"] for t in r["tools"]}]
+    prompts = [
+        r["messages"][0]["content"]
+        for r in llm.requests
+        if "usage" in {t["function"]["name"] for t in r["tools"]}
+    ]
     assert max(len(p.encode()) for p in prompts) <= 6 * 1024
     researcher_prompt = max(prompts, key=len)
     # and for every flag of the version, on this deployment's facts
@@ -186,7 +223,9 @@ def test_hostile_model_is_refused_at_zero_restarts_and_the_run_ends(
 
     context = tx.events_of("context")[0]["data"]
     sizes = {
-        f.name: len(render("researcher.md.j2", facts=facts_for(context["facts"], f.name), context=context).encode())
+        f.name: len(
+            render("researcher.md.j2", facts=facts_for(context["facts"], f.name), context=context).encode()
+        )
         for f in flag_catalog(sglang_0523)
     }
     assert max(sizes.values()) <= 6 * 1024, sorted(sizes.items(), key=lambda kv: kv[1])[-3:]

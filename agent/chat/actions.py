@@ -136,4 +136,3 @@ def change_in_words(runner: Any, tool: str, args: dict[str, Any]) -> str:
     kept = [c.describe() for c in runner.kept_changes] if runner is not None else []
     on_top = f", on top of the kept {', '.join(kept)}" if kept else ""
     return f"trial: {'; '.join(changes) or 'no change'}{on_top} (restart, benchmark, keep only if better)"
-

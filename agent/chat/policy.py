@@ -184,9 +184,11 @@ def chat_policy(messages: list[Any], info: Any) -> Any:
         v = returns[-1][1]
         if not isinstance(v, dict) or v.get("error"):
             return say(_summary("research_flag", v))
-        return say(_summary("research_flag", v) + f" — {v.get('summary', '')}" + (
-            "" if v.get("verdict") in ("applies", "unknown") else "; that is why it is not worth a trial"
-        ))
+        return say(
+            _summary("research_flag", v)
+            + f" — {v.get('summary', '')}"
+            + ("" if v.get("verdict") in ("applies", "unknown") else "; that is why it is not worth a trial")
+        )
     if _CANDIDATES.search(low):
         if "list_candidates" not in done:
             return call("list_candidates", {})

@@ -159,6 +159,10 @@ class ChatSession:
         from pydantic_ai.messages import ModelResponse
 
         saved = len(self.history)
+        if hasattr(self.deps, "errors"):  # a turn is a run: its own budget of tool errors
+            from agent.policy.toolerrors import ErrorBudget
+
+            self.deps.errors = ErrorBudget()
         kwargs = {
             "deps": self.deps,
             "message_history": self.history or None,
@@ -272,7 +276,12 @@ class ChatSession:
                 if not await self.slash(line):
                     return "exit"
                 continue
-            reply = await self.interruptible(self.turn(line))
+            try:
+                reply = await self.interruptible(self.turn(line))
+            except Exception as e:  # a model that gives up, a limit: the chat goes on
+                reply = None
+                self.console.print(f"[red]that step failed:[/] {escape(f'{type(e).__name__}: {e}')}")
+                self.transcript.event("note", {"text": f"step failed: {type(e).__name__}: {e}"})
             if reply:
                 self.console.print(f"[bold cyan]optagent>[/] {reply}", highlight=False)
 

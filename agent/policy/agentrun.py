@@ -34,10 +34,13 @@ class TokenCount:
 
     def line(self) -> str:
         """`planner: 12 requests, 30,100 in / 2,000 out; researcher: ...; total: ...`."""
-        return "; ".join(
-            f"{k}: {u['requests']} requests, {u['input_tokens']:,} in / {u['output_tokens']:,} out"
-            for k, u in self.by_kind().items()
-        ) or "no model requests"
+        return (
+            "; ".join(
+                f"{k}: {u['requests']} requests, {u['input_tokens']:,} in / {u['output_tokens']:,} out"
+                for k, u in self.by_kind().items()
+            )
+            or "no model requests"
+        )
 
 
 def usage_of(messages: list[Any]) -> dict[str, int]:

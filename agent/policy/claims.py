@@ -45,7 +45,9 @@ def cited_line_problem(tree: Any, location: str, quote: str) -> str | None:
     return None
 
 
-def check_claims(v: FlagVerdict, ctx: Any, code: dict[str, Any] | None, lookup: dict[str, Any]) -> FlagVerdict:
+def check_claims(
+    v: FlagVerdict, ctx: Any, code: dict[str, Any] | None, lookup: dict[str, Any]
+) -> FlagVerdict:
     """`v` with its claims checked against the catalog, the tree and the code's analysis `code`
     (a `usage` result of this session, or None); `checked` lists what changed. `lookup` is the
     flag's `lookup` result (playbook prior) for a verdict the code has to replace."""
