@@ -202,3 +202,19 @@ def test_a_failed_step_does_not_end_the_chat(tmp_path: Path, sglang_0523) -> Non
     out, asked, path = _chat(tmp_path, sglang_0523, ["do something", "status", "/exit"], FunctionModel(stuck))
     assert "that step failed: UnexpectedModelBehavior" in out and "optagent> all quiet" in out
     assert asked.count("you> ") == 3
+
+
+def test_a_researcher_that_never_answers_validly_is_a_tool_result(tmp_path: Path, sglang_0523) -> None:
+    """A research subagent out of output retries (its verdict never validates) is reported to the
+    planner as research_flag's result; the planner's run goes on (it used to fail the whole run)."""
+    from pydantic_ai.messages import ModelResponse, ToolCallPart
+
+    def invalid(messages: list, info) -> ModelResponse:  # noqa: ANN001
+        bad = {"flag": "--enable-torch-compile", "verdict": "great", "summary": "trust me"}
+        return ModelResponse(parts=[ToolCallPart(info.output_tools[0].name, bad)])
+
+    lines = ["research --enable-torch-compile", "status", "/exit"]
+    out, _, path = _chat(tmp_path, sglang_0523, lines, researcher_model=FunctionModel(invalid))
+    assert "research_flag: research of --enable-torch-compile failed: UnexpectedModelBehavior" in out
+    assert "no trial without research" in out and "dry run: nothing is deployed by this session" in out
+    assert load_transcript(path).events_of("verdict") == []
