@@ -56,7 +56,8 @@ class LockOwner:
         return f"pid {self.pid} on {self.host} since {when}" + (f" ({self.command})" if self.command else "")
 
 
-_CREATE = 'printf "%s" "$1" > "$2" && ln "$2" "$3"; rc=$?; rm -f "$2"; exit $rc'
+_CREATE = 'set -C; (umask 077 && printf "%s" "$1" > "$2") && ln "$2" "$3"; rc=$?; rm -f "$2"; exit $rc'
+"""`set -C`: the temp file is created with O_EXCL, never written through a link planted at its name."""
 _BREAK = 'mv -f "$1" "$2" && cat "$2"'
 _RESTORE = 'ln "$1" "$2" 2>/dev/null; rm -f "$1"'
 _READ = '[ -e "$1" ] || exit 3; head -c 65536 "$1"'
