@@ -71,6 +71,8 @@ class Finding:
     alternative: bool = False
     """In a module only a registry entry not selected here builds (another attention backend): its
     module may be loaded, but it is the weakest evidence that the flag acts here."""
+    sure: bool = False
+    """Its function surely runs here (`always_called`): the best evidence that the flag acts here."""
 
 
 @dataclass
@@ -263,7 +265,7 @@ def model_config_facts(index: FlagIndex, startup: StartupAnswer | None) -> dict[
     if not model:
         return {}
     members = model.pop(ENUM_MEMBERS, [])
-    facts = {f"model_config.{k}": v for k, v in model.items() if _scalar(v)}
+    facts = {f"model_config.{k}": tuple(v) if isinstance(v, list) else v for k, v in model.items()}
     facts[MODEL_ENUMS] = frozenset(members)
     facts[MODEL_ATTRS] = index.config_attrs
     return facts
@@ -399,6 +401,8 @@ def _findings(
         if finding.state in ("on", "runtime") and (store := store_of(index, read, func)):
             finding.state, finding.why, gate = follow_store(index, store, facts, flag_values)
             finding.exits = [gate] if gate else []
+        if finding.state == "on" and not finding.config and func is not None and budget > 0:
+            finding.sure = always_called(index, func, facts, flag_values)
         if finding.state != "off" and budget > 0:
             budget -= 1
             finding.exits = reach_exits(index, read, facts, flag_values, seen=seen)

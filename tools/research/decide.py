@@ -5,7 +5,7 @@ Order: a refusal that fires from a running reader; a fallback that switches the 
 only compatibility checks read it, or every reader is off (no-op; a reader that runs but whose
 effect a caller or callee gates off here is cited first). An `applies` verdict cites the running
 reader that best shows the flag acting here: not in another registry entry's module, not argument
-code, in a function, with conditions that hold on model or GPU facts.
+code, in a function that surely runs here, with conditions that hold on model or GPU facts.
 """
 
 from __future__ import annotations
@@ -17,6 +17,9 @@ from tools.research.catalog import FlagInfo
 _DEPLOYMENT = ("model.", "gpu.", "interconnect")
 """Facts of this model and these GPUs: a reader whose conditions hold on them is evidence that the
 flag acts *here*, more than one whose conditions hold on server defaults."""
+_CONVERSIONS = tuple(
+    f"passed to {b}()" for b in ("bool", "int", "float", "str", "list", "dict", "tuple", "repr")
+)
 _VALIDATORS = ("check_", "_check_", "validate", "_validate", "verify", "_verify")
 UNSURE = 0.55
 """The certainty of a verdict that rests on a guard research could not evaluate or a value it could
@@ -65,6 +68,8 @@ def decide(v: Any, target: FlagInfo) -> None:
                 f.state == "on",
                 not f.alternative,
                 not f.config,
+                f.sure,  # code that surely runs here: the reason, not a reader of another mode
+                not f.why.startswith(_CONVERSIONS),  # `"x": bool(cfg.x)` in a report is no effect yet
                 f.function != "<module>",  # a function that runs beats a module-level table entry
                 sum(c["outcome"] == "pass" and c["fact"].startswith(_DEPLOYMENT) for c in f.conditions),
                 sum(c["outcome"] == "pass" for c in f.conditions),

@@ -197,10 +197,12 @@ class _Eval:
         key = f"model_config.{node.attr}"
         if key in facts and (receiver == "model_config" or receiver.endswith(".model_config")):
             return self.fact(key)
-        if receiver == "self" and (entry := facts[MODEL_ATTRS].get(node.attr)) and depth < 5:
+        if receiver and (entry := facts[MODEL_ATTRS].get(node.attr)) and depth < 5:
             text, own = entry
-            cls = self.env.where.partition("::")[2].partition(".")[0]
-            sub = _parse(text) if cls not in own else None  # a class that sets it its own way
+            if receiver == "self":  # unless this class sets it its own way
+                sub = _parse(text) if self.env.where.partition("::")[2].partition(".")[0] not in own else None
+            else:  # another object's copy: only of the model config's own attribute (`kvc.is_hybrid_swa`)
+                sub = _parse(text) if text.endswith(f"model_config.{node.attr}") else None
             return UNKNOWN if sub is None else self.ev(sub, depth + 1)
         if f"{receiver}.{node.attr}" in facts.get(MODEL_ENUMS, ()):
             return f"{receiver}.{node.attr}"
@@ -321,6 +323,8 @@ class _Eval:
                 return self.dest(key.value)
             if known and name == "getattr" and key.value in _CONFIG_FACTS:  # getattr(hf_config, "x", d)
                 return self.ev(ast.Attribute(node.args[0], key.value, ast.Load()), depth)
+            if known and name == "getattr" and f"model_config.{key.value}" in self.env.facts:
+                return self.model_config(ast.Attribute(node.args[0], key.value, ast.Load()), depth)
         if name == "get_device_capability":
             sm = self.fact("gpu.sm")
             return UNKNOWN if sm is UNKNOWN else (sm // 10, sm % 10)

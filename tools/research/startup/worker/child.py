@@ -202,6 +202,12 @@ def model_config_facts(server_args: Any) -> dict[str, Any]:
             members |= {f"{kind}.{m.name}" for m in type(value)}
         elif value is None or isinstance(value, (bool, int, float, str)):
             facts[name] = value
+        elif isinstance(value, (list, tuple)) and all(
+            v is None or isinstance(v, (bool, int, float, str)) for v in value
+        ):
+            facts[name] = list(value)
+        elif not callable(value) and not isinstance(value, (list, tuple, dict, set)):
+            facts[name] = f"<{type(value).__name__} object>"  # only that it is there is a fact
     facts[ENUM_MEMBERS] = sorted(members)
     return facts
 
