@@ -117,10 +117,13 @@ def test_a_symlink_in_the_run_dir_path_is_refused_however_it_is_spelled(
     mine.symlink_to(real)
     theirs = shared_dir / "theirs"
     assert as_user(other_user, f"ln -s {real} {theirs}").returncode == 0
+    through = shared_dir / "through"  # ours, but it leads through theirs
+    through.symlink_to(theirs)
     for run_dir, why in [
         (f"{mine}/.", "is a symlink"),  # the last component, spelled `DIR/.`
         (f"{mine}/", "is a symlink"),
         (f"{theirs}/run", f"the symlink {theirs} on the way is owned by uid"),
+        (f"{through}/run", f"the symlink {theirs} on the way is owned by uid"),
         (f"{real}/../real/run", "without `..`"),
     ]:
         sim = ssh_sim(run_dir=run_dir, name=f"sim{abs(hash(run_dir)) % 10**6}")

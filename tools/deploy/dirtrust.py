@@ -156,7 +156,7 @@ def check_local_dir(path: Path, *, what: str = "state directory") -> None:
 
 def remote_probe_script() -> str:
     """A `sh -c` script: `$1` run dir (created 0700), `$2` unit path. Prints `uid=N gid=G`; for each symlink
-    on the way to the run dir a `link UID PATH` line and the chain of its directory (tag `link:PATH`); for
+    met resolving the run dir a `link N UID PATH` line and the chain of its directory (tag `link:N`); for
     the run dir and the unit's directory a `dir <tag> <resolved path>` line followed by `uid gid mode path`
     lines up to `/`; then `entries` and an `ent uid gid mode nlink path` line per entry of the run dir
     and of its `backups` directory.
@@ -169,9 +169,14 @@ def remote_probe_script() -> str:
         'if [ ! -d "$1" ]; then (umask 077 && mkdir -p "$1") || exit 4; fi; '
         'chain() { q=$2; echo "dir $1 $q"; while :; do stat -c \'%u %g %f %n\' "$q" || exit 6; '
         '[ "$q" = / ] && break; q=$(dirname "$q"); done; }; '
-        'set -f; case "$1" in /*) p=;; *) p=.;; esac; o=$IFS; IFS=/; for c in $1; do IFS=$o; '
-        '[ -n "$c" ] || continue; p="$p/$c"; if [ -L "$p" ]; then echo "link $(stat -c %u "$p") $p"; '
-        'd=$(cd "$(dirname "$p")" && pwd -P) || exit 6; chain "link:$p" "$d"; fi; done; IFS=$o; set +f; '
+        # resolve $1 one component at a time, as the kernel does: every symlink met, also inside the
+        # target of another, is printed with the chain of the (physical) directory that holds it
+        'rest=$1; n=0; case "$rest" in /*) cur=/;; *) cur=$(pwd -P);; esac; '
+        'while [ -n "$rest" ]; do c=${rest%%/*}; if [ "$c" = "$rest" ]; then rest=; else rest=${rest#*/}; fi; '
+        'case "$c" in ""|.) continue;; ..) cur=$(dirname "$cur"); continue;; esac; p="${cur%/}/$c"; '
+        'if [ -L "$p" ]; then n=$((n+1)); [ $n -le 40 ] || exit 6; echo "link $n $(stat -c %u "$p") $p"; '
+        'chain "link:$n" "$cur"; t=$(readlink "$p"); case "$t" in /*) cur=/;; esac; rest="$t${rest:+/$rest}"; '
+        'else cur=$p; fi; done; '
         'r=$(cd "$1" && pwd -P) || exit 4; chain run "$r"; '
         'u=$(cd "$(dirname "$2")" 2>/dev/null && pwd -P) || exit 5; chain unit "$u"; echo entries; '
         'ents() { for f in "$1"/* "$1"/.[!.]* "$1"/..?*; do { [ -e "$f" ] || [ -L "$f" ]; } || continue; '
@@ -187,7 +192,8 @@ class Probe:
     me: int = -1
     gid: int = -2
     chains: dict[str, tuple[str, list[DirEntry]]] = field(default_factory=dict)
-    links: list[tuple[int, str]] = field(default_factory=list)
+    links: list[tuple[str, int, str]] = field(default_factory=list)
+    """(tag of its directory's chain, owner uid, path) of each symlink met resolving the run dir."""
     entries: list[FileEntry] = field(default_factory=list)
     garbled: list[str] = field(default_factory=list)
 
@@ -206,8 +212,8 @@ def parse_probe(output: str) -> Probe:
                 _, uid, group, mode_hex, nlink, path = line.split(" ", 5)
                 probe.entries.append(FileEntry(path, int(uid), int(mode_hex, 16), int(nlink)))
             elif line.startswith("link "):
-                _, uid, path = line.split(" ", 2)
-                probe.links.append((int(uid), path))
+                _, n, uid, path = line.split(" ", 3)
+                probe.links.append((f"link:{n}", int(uid), path))
             elif line.startswith("dir "):
                 _, tag, path = line.split(" ", 2)
                 probe.chains[tag] = (path, [])
@@ -279,14 +285,14 @@ async def trusted_dirs(
         raise UntrustedDirError(
             f"cannot inspect {run_dir} or the directory of {remote_unit}: {result.stderr.strip()[-300:]}"
         )
-    for uid, link in probe.links:  # whoever may replace a symlink on the way decides where it leads
+    for tag, uid, link in probe.links:  # whoever may replace a symlink on the way decides where it leads
         if uid not in (me, 0):
             raise UntrustedDirError(
                 f"run directory {run_dir}: the symlink {link} on the way is owned by uid {uid}, not by uid "
                 f"{me} or root; another user may have planted it. Give the resolved path instead"
             )
         where = f"run directory {run_dir}: the directory of the symlink"
-        check_chain(where, link, chains[f"link:{link}"][1], me=me, sticky_first=True)
+        check_chain(where, link, chains[tag][1], me=me, sticky_first=True)
     check_chain("run directory", run_dir, chains["run"][1], me=me)
     check_chain("unit directory of", remote_unit, chains["unit"][1], me=me)
     if probe.garbled:
