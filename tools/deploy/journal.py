@@ -218,11 +218,17 @@ class Journal:
 
         def times(key: str) -> list[float]:  # a damaged file counts as empty, never as a crash
             value = data.get(key) if isinstance(data, dict) else None
-            if not isinstance(value, list):
-                return []
-            return [float(t) for t in value if _finite(t, 0, 1e11)]
+            return [float(t) for t in value if _finite(t, 0, 1e11)] if isinstance(value, list) else []
 
-        return {"restarts": times("restarts"), "failures": times("failures")}
+        out = {"restarts": times("restarts"), "failures": times("failures")}
+        if (
+            text
+            and data != {}
+            and (not isinstance(data, dict) or any(data.get(k) != v for k, v in out.items()))
+        ):
+            # wrong shape or out-of-range numbers (a huge integer, a negative time): kept aside, not used
+            self._set_aside(self.counters_path, DamagedStateError("out of range", text.encode()))
+        return out
 
     def record(self, *, restart: bool = False, failure: bool | None = None) -> None:
         """Count a restart; count a failed candidate (`failure=True`) or reset the count (`False`)."""
