@@ -51,7 +51,10 @@ async def running_matches(
 ) -> bool | None:
     """Whether process `pid` runs what the unit file at `unit_path` asks for now: its arguments end
     with the unit's and its environment holds the unit's. None when it cannot be told (the process
-    is gone, its /proc is unreadable, or the file is missing or does not parse)."""
+    is gone, its /proc is unreadable, or the file is missing or does not parse), and for a launch
+    script: what it ends up running (after its variables, an `exec` or a child) is not in the file."""
+    if unit_path.endswith(".sh"):
+        return None
     script = 'cat "/proc/$1/cmdline" && printf "\\001" && cat "/proc/$1/environ"'
     argv = (
         ["sudo", "-n", "sh", "-c", script, "sh", str(pid)] if sudo else ["sh", "-c", script, "sh", str(pid)]
