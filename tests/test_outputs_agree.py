@@ -119,3 +119,38 @@ def test_every_output_of_one_saved_run_shows_the_decisions_numbers(tmp_path: Pat
         round((effect.deciding.ci_low - 1) * 100, 2),
         round((effect.deciding.ci_high - 1) * 100, 2),
     )
+
+
+def test_two_kept_changes_each_show_their_own_effect_and_one_cumulative_table(tmp_path: Path) -> None:
+    import io
+
+    from rich.console import Console
+
+    from agent.ui import RunUI
+    from tests.transcript_sessions import sweep
+    from tools.bench.results import SweepResult
+
+    transcript, trials = write_paired_run(tmp_path, open_end=True)
+    best = [SweepResult.model_validate(sweep({1: 120.1, 8: 686.0, 64: 2522.0}))] * 3
+    result = RunResult(
+        status="completed", transcript=transcript.path, trials=trials,
+        kept=["--cuda-graph-max-bs-decode 64", "--enable-mixed-chunk 64"],
+        baseline={1: 127.5, 8: 700.0, 64: 2300.0}, final={1: 120.1, 8: 686.0, 64: 2522.0}, restarts=5,
+    )  # fmt: skip
+    ui = RunUI(Console(file=io.StringIO()), transcript)
+    report = write_report(result, baseline_reps=[], best_reps=best, ui=ui).read_text()
+    transcript.close({"kept": result.kept, "status": "completed"})
+    md = review_markdown(build_review(load_transcript(transcript.path)))
+    for t in trials[1:]:  # each kept change: its own decision, in both
+        effect = effect_of(t.model_dump(mode="json"))
+        assert t.headline().split("]: ", 1)[1] in report and t.headline().split("]: ", 1)[1] in md
+        assert effect.level(64).pct() in report and effect.level(64).pct() in md
+    # the cumulative table, labelled, with the same numbers in the report and the review
+    rows = [
+        "| 1 | 127.5 | 120.1 | -5.8% |",
+        "| 8 | 700.0 | 686.0 | -2.0% |",
+        "| 64 | 2,300.0 | 2,522.0 | +9.7% |",
+    ]
+    cumulative = md.split("Cumulative, all kept changes together", 1)[1]
+    assert "Cumulative, all kept changes together" in report
+    assert all(r in cumulative and r in report for r in rows), cumulative

@@ -204,9 +204,11 @@ def paired_trial(
     return record
 
 
-def write_paired_run(directory: Path) -> tuple[Path, list]:
+def write_paired_run(directory: Path, *, open_end: bool = False) -> tuple[Any, list]:
     """A saved run as the agent writes it: a baseline measured under other load (c=1 higher than
-    the trials later saw), one regressed trial, one kept trial decided by the real paired rule."""
+    the trials later saw), one regressed trial, one kept trial decided by the real paired rule.
+    `open_end`: a second kept trial on top of the first, no final event and no end yet (the
+    `Transcript` is returned, as the run has it when it writes its report)."""
     from agent.trial.record import TrialChange
 
     t = Transcript.create(directory, kind="run", goal="improve throughput", model="builtin", target="sim")
@@ -217,9 +219,15 @@ def write_paired_run(directory: Path) -> tuple[Path, list]:
     lost = paired_trial(1, "--speculative-num-steps", known_good, {1: 0.8, 8: 0.9, 64: 0.86}, kept=False)
     won = paired_trial(2, "--cuda-graph-max-bs-decode", known_good, {1: 1.0, 8: 0.995, 64: 1.05}, kept=True)
     trials = [lost, won]
+    if open_end:
+        on_top = {1: 120.0, 8: 687.0, 64: 2425.0}
+        trials.append(paired_trial(3, "--enable-mixed-chunk", on_top, {1: 1.0, 8: 1.0, 64: 1.04}, kept=True,
+                                   on_top_of=won.changes))  # fmt: skip
     for record in trials:
         t.event("trial", record.model_dump(mode="json"))
+    assert won.changes == [TrialChange(flag="--cuda-graph-max-bs-decode", value="64")]
+    if open_end:
+        return t, trials
     t.event("final", {"reps": [sweep({1: 120.2, 8: 685.0, 64: 2323.0})]})
     t.close({"kept": [c.describe() for c in won.full_changes()], "status": "completed"})
-    assert won.changes == [TrialChange(flag="--cuda-graph-max-bs-decode", value="64")]
     return t.path, trials

@@ -183,6 +183,8 @@ def write_report(
     base = Path(result.transcript).with_suffix("")
     plot = base.with_name(base.name + ".png")
     plot_name: str | None = plot.name
+    if ui is not None and best_reps:  # the final configuration's numbers, for the review to read back
+        ui.record("final", {"reps": [s.model_dump(mode="json") for s in best_reps]})
     try:
         from agent.transcripts.export import save_plot
         from agent.transcripts.review import build_review
