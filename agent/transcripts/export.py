@@ -92,9 +92,9 @@ def plot_figure(review: Review) -> Any:
     for i, t in enumerate(kept):
         kg = sorted((c, v) for c, v in t.baseline.items() if v is not None)
         cand = sorted((c, v) for c, v in t.candidate.items() if v is not None)
-        shade = ["black", "#6e7781", "#8250df"][i % 3]
-        if kg:
-            ax.plot(*zip(*kg, strict=True), "--o", color=BASELINE_COLOR, linewidth=1.5,
+        shade = ["black", "#8250df", "#bf8700"][i % 3]
+        if kg:  # one colour per kept trial: its known-good dashed, its candidate solid
+            ax.plot(*zip(*kg, strict=True), "--o", color=shade if len(kept) > 1 else BASELINE_COLOR, linewidth=1.5,
                     label=f"#{t.number} known-good" if t.effect else "baseline (start of run)")  # fmt: skip
         ax.plot(*zip(*cand, strict=True), "-s", color=shade, linewidth=2, label=f"#{t.number} kept candidate")
     if not kept and base:
