@@ -27,6 +27,8 @@ FILES = {
             trace_modules: str = None
             gemm_backend: str = "auto"
             quiet_mode: bool = False
+            disagg_mode: str = "null"
+            prealloc_reserve: int = 0
 
             @staticmethod
             def add_cli_args(parser):
@@ -37,6 +39,8 @@ FILES = {
                 parser.add_argument("--trace-modules", default=ServerArgs.trace_modules)
                 parser.add_argument("--gemm-backend", default=ServerArgs.gemm_backend)
                 parser.add_argument("--quiet-mode", action="store_true")
+                parser.add_argument("--disagg-mode", default=ServerArgs.disagg_mode)
+                parser.add_argument("--prealloc-reserve", type=int, default=ServerArgs.prealloc_reserve)
         """,
     "srt/layers/attention/registry.py": """
         ATTENTION_BACKENDS = {}
@@ -91,6 +95,26 @@ FILES = {
                     raise ValueError("bidirectional attention needs the triton backend")
 
         EntryClass = GemmaForConditionalGeneration
+        """,
+    "srt/disagg/decode.py": """
+        from enum import Enum
+
+        from sglang.srt.config import get_args
+
+        class DisaggMode(Enum):
+            NULL = "null"
+            PREFILL = "prefill"
+            DECODE = "decode"
+
+        class DecodeQueue:
+            def __init__(self):
+                self.reserve = get_args().prealloc_reserve
+
+        class Scheduler:
+            def init_disagg(self):
+                self.mode = DisaggMode(get_args().disagg_mode)
+                if self.mode == DisaggMode.DECODE:
+                    self.queue = DecodeQueue()
         """,
     "srt/models/llama.py": """
         class LlamaForCausalLM:
@@ -224,6 +248,17 @@ def test_a_branch_that_only_logs_is_no_effect(index) -> None:  # type: ignore[no
     v = analyze_flag(index, "--quiet-mode", _facts("fa3"))
     assert v.verdict == "dead", v.summary
     assert "only logged" in v.summary
+
+
+def test_a_mode_held_as_an_enum_member_decides_what_is_built(index) -> None:  # type: ignore[no-untyped-def]
+    """`self.mode = DisaggMode(cfg.disagg_mode)` then `if self.mode == DisaggMode.DECODE:` builds
+    the queue that reads the flag: off unless the server runs in decode mode."""
+    facts = _facts("fa3")
+    off = analyze_flag(index, "--prealloc-reserve", {**facts, "server.disagg_mode": "null"}, value="64")
+    assert off.verdict == "no-op", off.summary
+    assert "DisaggMode.DECODE" in off.summary, off.summary
+    on = analyze_flag(index, "--prealloc-reserve", {**facts, "server.disagg_mode": "decode"}, value="64")
+    assert on.verdict == "applies", on.summary
 
 
 def test_dsa_indexer_flags_are_no_ops_on_llama(sglang_0523) -> None:  # type: ignore[no-untyped-def]

@@ -42,7 +42,7 @@ from tools.research.gates import (
     override_effect,
     set_anyway,
 )
-from tools.research.guard_eval import MODEL_ATTRS, MODEL_ENUMS, Env, evaluate, non_default
+from tools.research.guard_eval import CODE_ENUMS, MODEL_ATTRS, MODEL_ENUMS, Env, evaluate, non_default
 from tools.research.index import MAX_FILE_BYTES, FlagIndex, is_config_path
 from tools.research.index_types import Func, Read
 from tools.research.reach import ExitPath, exits_of, locals_of, reach_exits
@@ -208,7 +208,8 @@ def analyze_flag(
         )
     declared = default_facts(index.catalog)
     resolved = {f"server.{k}": v for k, v in (startup.baseline if startup else {}).items() if _scalar(v)}
-    facts = {**declared, **resolved, **model_config_facts(index, startup), **facts}  # given facts win
+    code = {CODE_ENUMS: index.enums}
+    facts = {**declared, **resolved, **model_config_facts(index, startup), **code, **facts}  # given facts win
     trial = False if negated(info, name) else _parse_value(value, info)
     verdict = CodeVerdict(info.name, info.dest, index.version, "unknown", "", 0.3, value=trial)
     verdict.definition = f"{info.path}:{info.line}" if info.path else None

@@ -10,6 +10,7 @@ code, in a function that surely runs here, with conditions that hold on model or
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from tools.research.catalog import FlagInfo
@@ -70,6 +71,7 @@ def decide(v: Any, target: FlagInfo) -> None:
                 not f.config,
                 f.sure,  # code that surely runs here: the reason, not a reader of another mode
                 not f.why.startswith(_CONVERSIONS),  # `"x": bool(cfg.x)` in a report is no effect yet
+                "the flag turns" in f.why,  # its test changes value here: a shown effect
                 f.function != "<module>",  # a function that runs beats a module-level table entry
                 sum(c["outcome"] == "pass" and c["fact"].startswith(_DEPLOYMENT) for c in f.conditions),
                 sum(c["outcome"] == "pass" for c in f.conditions),
@@ -105,6 +107,8 @@ def decide(v: Any, target: FlagInfo) -> None:
         first = next((f for f in found if any(c["outcome"] == "fail" for c in f.conditions)), found[0])
         failing = next((c for c in first.conditions if c["outcome"] == "fail"), None)
         why = f"{failing['condition']} with {failing['fact']}" if failing else first.why
+        if failing and re.search(r"model\.(experts_per_tok|num_experts) = (0|None)\b", failing["fact"]):
+            why = f"the model has no MoE layers ({failing['fact']}), so {failing['condition']} never holds"
         v.verdict, v.certainty = "no-op", 0.85
         v.summary = f"every reader is off here, e.g. {first.location}: {why}."
 

@@ -33,6 +33,12 @@ class _NonDefault:
         return f"<not {self.default!r}>"
 
 
+class Member(str):
+    """A member of one of the tree's enums (`DisaggregationMode.DECODE`): equal to the same member
+    only; against a raw value (`LoadFormat.AUTO == "auto"`) it is unknown, since that depends on
+    the enum's mixin."""
+
+
 def non_default(default: Any) -> Any:
     """The trial value of a flag whose value is not known, only that it differs from `default`."""
     return _NonDefault(default)
@@ -64,6 +70,8 @@ _CONFIG_FACTS = {
     "hidden_size": "model.hidden_size",
 }
 """Model facts read as attributes of a model config only (a bare `hidden_size` is often a local)."""
+CODE_ENUMS = "code.enums"
+"""The tree's enum classes and their members' values (`FlagIndex.enums`), beside the facts."""
 MODEL_ENUMS = "model_config.enum_members"
 MODEL_ATTRS = "model_config.self_attrs"
 """Facts beside SGLang's own ModelConfig (`model_config.<attr>`): the enum members it compares
@@ -269,6 +277,13 @@ class _Eval:
                 return (value,) if node.attr == "architectures" and value is not UNKNOWN else value
             if (model := self.model_config(node, depth)) is not UNKNOWN:
                 return model
+            receiver = _dotted(node.value)
+            if receiver == "self" and (text := self.env.locals.get(f"self.{node.attr}")) and depth < 5:
+                sub = _parse(text)  # `self.mode = Mode(cfg.x)` earlier in this function
+                if sub is not None and not _container(sub):
+                    return self.ev(sub, depth + 1)
+            if node.attr in self.env.facts.get(CODE_ENUMS, {}).get(receiver, {}):
+                return Member(f"{receiver}.{node.attr}")  # `DisaggregationMode.DECODE`
             if node.attr.endswith(("world_size", "tp_size")):
                 receiver = " ".join(ast.unparse(node.value).split())
                 if (size := topology(node.attr, self.env.facts, self.out, receiver=receiver)) is not None:
@@ -325,6 +340,11 @@ class _Eval:
                 return self.ev(ast.Attribute(node.args[0], key.value, ast.Load()), depth)
             if known and name == "getattr" and f"model_config.{key.value}" in self.env.facts:
                 return self.model_config(ast.Attribute(node.args[0], key.value, ast.Load()), depth)
+        members = self.env.facts.get(CODE_ENUMS, {}).get(_dotted(func))
+        if members and len(node.args) == 1 and not node.keywords:  # `Mode(cfg.x)`: the member of that value
+            value = self.ev(node.args[0], depth)
+            found = [k for k, v in members.items() if v == value and value is not UNKNOWN]
+            return Member(f"{_dotted(func)}.{found[0]}") if found else UNKNOWN
         if name == "get_device_capability":
             sm = self.fact("gpu.sm")
             return UNKNOWN if sm is UNKNOWN else (sm // 10, sm % 10)
@@ -402,6 +422,8 @@ def _compare(left: Any, op: ast.cmpop, right: Any) -> Any:
         return same if isinstance(op, ast.Is) else not same
     if left is UNKNOWN or right is UNKNOWN:
         return UNKNOWN
+    if isinstance(left, Member) != isinstance(right, Member):
+        return UNKNOWN  # a member against a raw value: equal only for some enum mixins
     if isinstance(left, _NonDefault) or isinstance(right, _NonDefault):
         nd, other = (left, right) if isinstance(left, _NonDefault) else (right, left)
         if isinstance(op, ast.Eq | ast.NotEq) and other == nd.default:

@@ -29,7 +29,7 @@ from tools.research.index_types import Call, Func, ModuleFacts, Read
 from tools.research.index_walk import LOG, walk_file
 from tools.research.source import SourceTree, cache_lock, cache_root
 
-INDEX_FORMAT = 21
+INDEX_FORMAT = 22
 MAX_FILE_BYTES = 4 * 2**20
 """A Python file larger than this is not indexed (the index notes it: `FlagIndex.skipped`)."""
 _OFF_PATH_DIRS = frozenset(
@@ -99,6 +99,11 @@ class FlagIndex:
         """`self.<attr>` -> (the model-config expression it is set from, the classes that set it
         otherwise) (`_config_attrs`)."""
         return pickle.loads(self._meta["config_attrs"]) if "config_attrs" in self._meta else {}
+
+    @cached_property
+    def enums(self) -> dict[str, dict[str, object]]:
+        """Enum class -> members and their values (`_enums`)."""
+        return pickle.loads(self._meta["enums"]) if "enums" in self._meta else {}
 
     @cached_property
     def skipped(self) -> list[str]:
@@ -359,6 +364,7 @@ def _write(db: Path, tree: SourceTree, catalog: list[FlagInfo], facts: list[Modu
         "overrides": overrides,
         "skipped": too_big(tree),
         "config_attrs": config_attrs,
+        "enums": _enums(facts),
     }
     con.executemany("INSERT INTO meta VALUES (?, ?)", [(k, _dump(v)) for k, v in meta.items()])
     con.commit()
@@ -386,6 +392,16 @@ def _config_attrs(facts: list[ModuleFacts]) -> dict[str, tuple[str, frozenset[st
         others = {c for e, classes in by_expr.items() if e not in copies and e != sources[0] for c in classes}
         out[attr] = (sources[0], frozenset(others))
     return out
+
+
+def _enums(facts: list[ModuleFacts]) -> dict[str, dict[str, object]]:
+    """Enum class name -> members, for names defined once in the tree with constant values."""
+    seen: dict[str, list[dict[str, object]]] = {}
+    for m in facts:
+        for name, members in m.enums.items():
+            seen.setdefault(name, []).append(members)
+        m.enums = {}
+    return {name: found[0] for name, found in seen.items() if len(found) == 1 and found[0]}
 
 
 def _class_of_init(qual: str) -> str | None:

@@ -112,6 +112,8 @@ class ModuleFacts:
     """Names module-level code uses without calling them (dispatch tables)."""
     rebound: set[str] = field(default_factory=set)
     """Module names some function rebinds with `global` (not constants)."""
+    enums: dict[str, dict[str, object]] = field(default_factory=dict)
+    """Enum classes -> their members with constant values (`DisaggregationMode.DECODE = "decode"`)."""
     attrs: list[tuple[str, str, str]] = field(default_factory=list)
     """`self.<attr> = <expr>` in a class: (class, attr, expr source); folded into the index's
     `config_attrs` and emptied when the index is written."""

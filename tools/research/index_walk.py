@@ -137,6 +137,14 @@ class _Walker:
             for s in st.body:
                 if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name):
                     fields.append(s.target.id)
+            if any("Enum" in src(b) for b in st.bases):  # `class Mode(Enum): DECODE = "decode"`
+                self.m.enums[st.name] = {
+                    t.id: s.value.value
+                    for s in st.body
+                    if isinstance(s, ast.Assign) and isinstance(s.value, ast.Constant)
+                    for t in s.targets
+                    if isinstance(t, ast.Name)
+                }
             for d in st.decorator_list:
                 self.expr(d, guards, st)
             # a subclass may run the base's __init__: the base is used without a call edge showing it
@@ -240,6 +248,9 @@ class _Walker:
                 and self.cls is not None
             ):
                 self.m.attrs.append((self.cls, t.attr, src(st.value)))
+                if self.func is not None:  # `self.mode = Mode(cfg.x)` then `if self.mode == ...:`
+                    seen = f"self.{t.attr}" in self.func.locals
+                    self.func.locals[f"self.{t.attr}"] = None if seen else src(st.value)
             if isinstance(t, ast.Name):
                 if self.func is None and t.id in self.m.consts:
                     # `try: import zmq; ok = True / except ImportError: ok = False`: the value
