@@ -29,6 +29,8 @@ FILES = {
             quiet_mode: bool = False
             disagg_mode: str = "null"
             prealloc_reserve: int = 0
+            load_format: str = "auto"
+            verify_weights: bool = False
 
             @staticmethod
             def add_cli_args(parser):
@@ -41,6 +43,8 @@ FILES = {
                 parser.add_argument("--quiet-mode", action="store_true")
                 parser.add_argument("--disagg-mode", default=ServerArgs.disagg_mode)
                 parser.add_argument("--prealloc-reserve", type=int, default=ServerArgs.prealloc_reserve)
+                parser.add_argument("--load-format", default=ServerArgs.load_format)
+                parser.add_argument("--verify-weights", action="store_true")
         """,
     "srt/layers/attention/registry.py": """
         ATTENTION_BACKENDS = {}
@@ -115,6 +119,32 @@ FILES = {
                 self.mode = DisaggMode(get_args().disagg_mode)
                 if self.mode == DisaggMode.DECODE:
                     self.queue = DecodeQueue()
+        """,
+    "srt/model_loader/loader.py": """
+        from sglang.srt.config import get_args
+
+        class DiskLoader:
+            def __init__(self):
+                self.path = "/weights"
+
+            def load_model(self, verify):
+                return read_weights(self.path, verify)
+
+        class RemoteLoader:
+            def __init__(self):
+                self.peer = "peer"
+
+            def load_model(self, verify):
+                assert not verify, "remote loading cannot verify weights"
+                return fetch_weights(self.peer)
+
+        def get_loader():
+            if get_args().load_format == "remote":
+                return RemoteLoader()
+            return DiskLoader()
+
+        def load(loader):
+            return loader.load_model(get_args().verify_weights)
         """,
     "srt/models/llama.py": """
         class LlamaForCausalLM:
@@ -259,6 +289,17 @@ def test_a_mode_held_as_an_enum_member_decides_what_is_built(index) -> None:  # 
     assert "DisaggMode.DECODE" in off.summary, off.summary
     on = analyze_flag(index, "--prealloc-reserve", {**facts, "server.disagg_mode": "decode"}, value="64")
     assert on.verdict == "applies", on.summary
+
+
+def test_a_refusal_in_a_class_not_built_here_cannot_fire(index) -> None:  # type: ignore[no-untyped-def]
+    """`loader.load_model(...)` names both loaders' methods; the remote one, which refuses the
+    flag, is built only for `--load-format remote`."""
+    facts = _facts("fa3")
+    disk = analyze_flag(index, "--verify-weights", {**facts, "server.load_format": "auto"})
+    assert disk.verdict == "applies", disk.summary
+    remote = analyze_flag(index, "--verify-weights", {**facts, "server.load_format": "remote"})
+    assert remote.verdict == "refuses-to-start", remote.summary
+    assert "remote loading cannot verify weights" in remote.summary
 
 
 def test_dsa_indexer_flags_are_no_ops_on_llama(sglang_0523) -> None:  # type: ignore[no-untyped-def]

@@ -407,6 +407,7 @@ def _findings(
         if finding.state != "off" and budget > 0:
             budget -= 1
             finding.exits = reach_exits(index, read, facts, flag_values, seen=seen)
+            _drop_unbuilt(index, finding.exits, facts, flag_values)
             fired = {e.kind: e for e in reversed(finding.exits) if e.truth is True}
             if fb := fired.get("fallback"):
                 finding.state, finding.why = "off", f"falls back at {fb.location}: {fb.message}"
@@ -418,6 +419,20 @@ def _findings(
         v.notes.append(f"exits followed from the first {MAX_REACHED_READERS} of {running} running readers")
     v.findings.sort(key=lambda f: f.location)
     _registry_findings(index, dest, facts, flag_values, v, seen)
+
+
+def _drop_unbuilt(
+    index: FlagIndex, exits: list[ExitPath], facts: dict[str, Any], flag: dict[str, Any]
+) -> None:
+    """A refusal reached through a call by name in a method of a class not built here cannot fire
+    (`load_model()` resolved to the remote-instance loader on a server that loads from disk)."""
+    for e in exits:
+        if e.truth is not True or e.kind not in ("raise", "assert") or not e.via:
+            continue
+        funcs = [f for f in index.funcs_in(e.path) if f.line <= e.line <= f.end]
+        if funcs and (gate := construction_gate(index, max(funcs, key=lambda f: f.line), facts, flag)):
+            e.truth = False
+            e.message += f" (cannot run here: {gate.message})"
 
 
 def _sure_to_act(
