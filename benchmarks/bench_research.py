@@ -14,12 +14,15 @@ Three numbers per tree and flag, with the story's facts (SM120, 4 GPUs, TP 4, Qw
   `optagent research` call pays for research, without the CLI's own imports);
 - `in-process, first`: the first call in a process that already opened the index;
 - `in-process, again`: a repeat (what the agent pays for its second and later flags).
-Targets (issue 10): one flag < 0.3 s, `--tp-size` < 1 s with a warm index.
+Targets (issue 10): one flag < 0.3 s, `--tp-size` < 1 s with a warm index. Each figure is also
+stated as a ratio to `rg` over the same tree in the same run (issue 25 item 6), so a loaded
+machine shows as such.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import subprocess
 import sys
@@ -63,6 +66,17 @@ tree = local_source(Path(sys.argv[1]))
 v = analyze_flag(load_index(tree), sys.argv[2], eval(sys.argv[3]))
 print(f"{time.perf_counter() - t0:.4f} {v.verdict}")
 """
+
+
+def rg_seconds(tree_root: Path, pattern: str) -> float | None:
+    """Seconds `rg -c PATTERN TREE` takes (the baseline the issue asks speed to be stated against:
+    a plain text search of the same tree, on the same machine, in the same run); None without rg."""
+    rg = shutil.which("rg")
+    if rg is None:
+        return None
+    t0 = time.perf_counter()
+    subprocess.run([rg, "-c", "--no-messages", pattern, str(tree_root)], capture_output=True, check=False)
+    return time.perf_counter() - t0
 
 
 def fresh(tree_root: Path, flag: str) -> tuple[float, str]:
@@ -152,7 +166,10 @@ def main() -> None:
         built = time.perf_counter() - t0
         label = "built (cold)" if args.rebuild else "opened (warm; --rebuild to time a build)"
         print(f"sglang {tree.version}: index {label} in {built:.2f} s, {len(index.catalog)} flags")
-        firsts, agains, freshes = [], [], []
+        scan = rg_seconds(tree.root, r"def |class ")
+        if scan is not None:
+            print(f"  rg over the tree (every def/class): {scan:.3f} s; index / rg = {built / scan:.0f}x")
+        firsts, agains, freshes, rgs = [], [], [], []
         for flag in FLAGS:
             t0 = time.perf_counter()
             verdict = analyze_flag(index, flag, FACTS)
@@ -162,6 +179,7 @@ def main() -> None:
             agains.append(time.perf_counter() - t0)
             seconds, _ = fresh(tree.root, flag)
             freshes.append(seconds)
+            rgs.append(rg_seconds(tree.root, flag.lstrip("-").replace("-", "_")) or float("nan"))
             print(
                 f"  {flag:40} fresh process {freshes[-1]:.3f} s, in-process first {firsts[-1]:.3f} s, "
                 f"again {agains[-1]:.3f} s  -> {verdict.verdict}"
@@ -170,6 +188,12 @@ def main() -> None:
             f"  median: fresh process {statistics.median(freshes):.3f} s (max {max(freshes):.3f} s), "
             f"in-process first {statistics.median(firsts):.3f} s, again {statistics.median(agains):.3f} s"
         )
+        ratios = [f / r for f, r in zip(freshes, rgs, strict=True) if r == r and r > 0]
+        if ratios:
+            print(
+                f"  rg for the flag's name: median {statistics.median(rgs):.3f} s; one flag in a fresh process / "
+                f"rg = median {statistics.median(ratios):.1f}x (max {max(ratios):.1f}x)"
+            )
 
 
 if __name__ == "__main__":

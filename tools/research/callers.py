@@ -68,14 +68,25 @@ def construction_gate(
     if cls is None:
         return None
     init = index.func(func.path, f"{cls}.__init__")
-    if init is None or any(
-        c.callee == "cls" for f in index.funcs_in(func.path) if f.qual.startswith(cls + ".") for c in f.calls
-    ):
+    if init is None or cls in _self_building(index, func.path):
         return None  # built in ways no `Class(...)` edge shows
     gate = caller_gate(index, init, facts, flag, depth=depth)
     if gate is not None:
         gate.message = f"{cls} is not built here: {gate.message}"
     return gate
+
+
+_BUILDERS: dict[tuple[int, str], set[str]] = {}
+
+
+def _self_building(index: FlagIndex, path: str) -> set[str]:
+    """Classes of `path` whose own methods build them (`cls(...)` in a classmethod); per file."""
+    key = (id(index), path)
+    if key not in _BUILDERS:
+        _BUILDERS[key] = {
+            f.qual.partition(".")[0] for f in index.funcs_in(path) if any(c.callee == "cls" for c in f.calls)
+        }
+    return _BUILDERS[key]
 
 
 def class_of(index: FlagIndex, func: Func) -> str | None:

@@ -118,16 +118,21 @@ def _model_status(index: FlagIndex, facts: dict[str, Any]) -> dict[str, Status]:
 _STATUS_FORMAT = 2
 """Bumped when the rules change, so status files cached on disk are not reused."""
 _STATUS_CACHE: dict[tuple[int, tuple], dict[str, Status]] = {}
+_LAST: dict[int, tuple[dict[str, Any], dict[str, Status]]] = {}
 
 
 def module_status(index: FlagIndex, facts: dict[str, Any]) -> dict[str, Status]:
     """Every module's status for these facts (True/False/None); see the module docstring.
 
     Kept in memory and next to the index on disk, keyed by the facts (a warm CLI call skips it)."""
+    last = _LAST.get(id(index))
+    if last is not None and last[0] is facts:  # why: asked per call site; the key's repr is not free
+        return last[1]
     text = repr((_STATUS_FORMAT, sorted((k, repr(v)) for k, v in facts.items())))
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     key = (id(index), digest)
     if key in _STATUS_CACHE:
+        _LAST[id(index)] = (facts, _STATUS_CACHE[key])
         return _STATUS_CACHE[key]
     path = index.db.with_name(index.db.stem + f".status-{digest}.pickle")
     status: dict[str, Status] | None = None
@@ -147,6 +152,7 @@ def module_status(index: FlagIndex, facts: dict[str, Any]) -> dict[str, Status]:
         except OSError:
             tmp.unlink(missing_ok=True)  # a read-only cache only costs the recomputation
     _STATUS_CACHE[key] = status
+    _LAST[id(index)] = (facts, status)  # holds `facts`, so its id is not reused while cached
     return status
 
 
