@@ -148,7 +148,7 @@ def _as_dict(obj: Any) -> dict[str, Any]:
 
 async def gather_context(config: Any, transport: Any, *, on_step: Any = None) -> DeploymentContext:
     """Read every piece of context for `config`'s target through `transport`."""
-    from tools.deploy.unitfile import UnitFile
+    from tools.deploy.units.file import UnitFile
 
     b = config.bench
     ctx = DeploymentContext(

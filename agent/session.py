@@ -244,10 +244,9 @@ def _show_context(ui: RunUI, ctx: Any) -> None:
 
 
 async def _plan(ui: RunUI, deps: Any, planner: Any, opts: RunOptions, objective: Any) -> tuple[str, str]:
+    from pydantic_ai.exceptions import UsageLimitExceeded
     from pydantic_ai.usage import UsageLimits
     from rich.markup import escape
-
-    from pydantic_ai.exceptions import UsageLimitExceeded
 
     from agent.policy.agentrun import run_saving
     from agent.policy.toolerrors import ToolErrorLimit

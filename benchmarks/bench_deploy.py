@@ -30,7 +30,7 @@ from sim import host  # noqa: E402
 from tests.fixtures.sim import free_port  # noqa: E402
 from tests.fixtures.sshd import start_sshd  # noqa: E402
 from tools.deploy.deployment import Deployment  # noqa: E402
-from tools.deploy.unitfile import UnitFile  # noqa: E402
+from tools.deploy.units.file import UnitFile  # noqa: E402
 
 
 def server_startup(unit: UnitFile, endpoint: str) -> float:

@@ -30,7 +30,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory):
     """A simulated seed host whose baseline runs without CUDA graphs (so removing
     `--disable-cuda-graph` is a large, measurable gain), and an optagent.toml for it."""
     from sim import host
-    from tools.deploy.unitfile import UnitFile
+    from tools.deploy.units.file import UnitFile
 
     d = tmp_path_factory.mktemp("chat-e2e")
     cfg = host.create(d / "sim", scenario="seed", port=free_port(), time_scale=0.03)
@@ -142,7 +142,7 @@ def _default_ctrl_c() -> None:
 def _other_flags(unit: Path, known_good: str) -> bool:
     """The unit on the host launches the server with other flags than `known_good` (a candidate is
     deployed; a rewrite of the same launch line is not one)."""
-    from tools.deploy.unitfile import UnitFile, UnitFileError
+    from tools.deploy.units.file import UnitFile, UnitFileError
 
     try:
         return UnitFile.parse(unit.read_text()).command.flags != UnitFile.parse(known_good).command.flags

@@ -18,7 +18,7 @@ import pytest
 
 from tools.deploy.deployment import DeployError, Deployment, DriftError
 from tools.deploy.lock import LockedError
-from tools.deploy.unitfile import UnitFile
+from tools.deploy.units.file import UnitFile
 
 OPTAGENT = shutil.which("optagent") or str(Path(sys.executable).with_name("optagent"))
 

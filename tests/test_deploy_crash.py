@@ -19,7 +19,7 @@ from tools.deploy.deployment import Deployment
 from tools.deploy.journal import STEPS
 from tools.deploy.remote import LocalTransport
 from tools.deploy.service import ProcessManager
-from tools.deploy.unitfile import UnitFile
+from tools.deploy.units.file import UnitFile
 
 
 def served_config_matches(sim_dir: Path) -> bool | None:

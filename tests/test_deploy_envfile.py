@@ -9,9 +9,9 @@ import pytest
 
 from tests.test_deploy import cli, healthy, pid_of
 from tools.deploy.deployment import DeployError, Deployment
-from tools.deploy.envfile import parse_env_file
 from tools.deploy.remote import LocalTransport
 from tools.deploy.service import ProcessManager
+from tools.deploy.units.envfile import parse_env_file
 
 
 def _environ(pid: str) -> dict[str, str]:

@@ -15,7 +15,7 @@ from tests.test_deploy import OPTAGENT, cli, healthy, pid_of
 from tests.test_deploy_readonly import immutable
 from tools.deploy.deployment import Deployment
 from tools.deploy.lock import LockedError
-from tools.deploy.unitfile import UnitFile
+from tools.deploy.units.file import UnitFile
 
 
 @pytest.mark.parametrize(

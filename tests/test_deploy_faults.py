@@ -18,7 +18,7 @@ import pytest
 
 from tests.test_deploy import OPTAGENT, cli, healthy, pid_of
 from tools.deploy.deployment import Deployment
-from tools.deploy.unitfile import UnitFile
+from tools.deploy.units.file import UnitFile
 
 
 @pytest.fixture

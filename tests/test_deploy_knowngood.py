@@ -9,7 +9,7 @@ from pathlib import Path
 from tests.test_deploy import cli, healthy, pid_of
 from tools.deploy.remote import LocalTransport
 from tools.deploy.service import ProcessManager
-from tools.deploy.unitfile import UnitFile
+from tools.deploy.units.file import UnitFile
 
 
 def test_a_unit_edited_but_never_restarted_is_not_recorded_as_known_good(ssh_sim) -> None:  # type: ignore[no-untyped-def]

@@ -15,7 +15,7 @@ import pytest
 
 from tests.test_deploy import OPTAGENT, cli, healthy, pid_of
 from tools.deploy.deployment import DeployError, Deployment
-from tools.deploy.unitfile import UnitFile
+from tools.deploy.units.file import UnitFile
 
 KEY = "sk-test-redact-0123456789"
 

@@ -16,7 +16,7 @@ import pytest
 
 from tests.fixtures.sshd import SSHD, SSHServer, _wait_for_banner, start_sshd
 from tests.test_deploy import OPTAGENT, cli, healthy
-from tools.deploy.unitfile import UnitFile
+from tools.deploy.units.file import UnitFile
 
 
 class OwnSSHD:

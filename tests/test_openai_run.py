@@ -111,7 +111,7 @@ def _answer(marker: Path):  # noqa: ANN202
 def seed_no_graphs(tmp_path: Path, sglang_0523):
     """A fast simulated seed host whose baseline runs without CUDA graphs (a large, sure gain)."""
     from sim import host
-    from tools.deploy.unitfile import UnitFile
+    from tools.deploy.units.file import UnitFile
 
     cfg = host.create(tmp_path / "sim", scenario="seed", port=free_port(), time_scale=0.03)
     for unit in (tmp_path / "sim" / "sglang.service", tmp_path / "sim" / "local" / "sglang.service"):
@@ -138,7 +138,7 @@ def seed_no_graphs(tmp_path: Path, sglang_0523):
 def test_hostile_model_is_refused_at_zero_restarts_and_the_run_ends(
     tmp_path: Path, seed_no_graphs, sglang_0523, monkeypatch
 ):
-    from tools.deploy.unitfile import UnitFile
+    from tools.deploy.units.file import UnitFile
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-secret")
     cfg, marker = seed_no_graphs, tmp_path / "pwned"

@@ -17,7 +17,7 @@ from sim import host
 from sim.scenario import SCENARIO_DIR
 from tests.fixtures.sim import free_port
 from tools.deploy.health import wait_healthy
-from tools.deploy.unitfile import UnitFile
+from tools.deploy.units.file import UnitFile
 
 # A short playbook for the tests: one lever that helps the seed (CUDA graphs up to batch 64), one the hardware
 # refuses (flashinfer fusion on SM120), one that cannot start (memory), one that regresses at low

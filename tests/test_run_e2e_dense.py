@@ -8,7 +8,7 @@ import pytest
 
 from sim import host
 from tests.test_run_e2e import _fast_host, _run
-from tools.deploy.unitfile import UnitFile
+from tools.deploy.units.file import UnitFile
 
 DENSE_PLAYBOOK = """
 [[lever]]

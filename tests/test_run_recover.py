@@ -16,7 +16,7 @@ import pytest
 from sim import host
 from sim.scenario import SCENARIO_DIR
 from tests.fixtures.sim import free_port
-from tools.deploy.unitfile import UnitFile
+from tools.deploy.units.file import UnitFile
 
 
 def _toml(config, source_dir: Path, transcripts: Path) -> str:

@@ -10,7 +10,7 @@ import httpx
 
 from sim import host
 from tests.fixtures.sim import free_port
-from tools.deploy.unitfile import UnitFile
+from tools.deploy.units.file import UnitFile
 
 
 def test_layout_is_a_host(sim_host, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

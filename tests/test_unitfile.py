@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from tools.deploy.unitfile import UnitFile, UnitFileError, unified_diff
+from tools.deploy.units.file import UnitFile, UnitFileError, unified_diff
 
 UNIT = textwrap.dedent(
     """\

@@ -34,7 +34,7 @@ async def status_lines(deps: Any) -> list[str]:
     runner = deps.runner
     if runner is None:
         return ["dry run: nothing is deployed by this session", f"verdicts: {len(deps.verdicts)}"]
-    from tools.deploy.unitfile import UnitFile
+    from tools.deploy.units.file import UnitFile
 
     flags = UnitFile.parse(runner.deployed_text).command.flags
     lines = ["deployed flags: " + " ".join(f"{k} {v}" if v is not None else k for k, v in flags.items())]

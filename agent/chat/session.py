@@ -123,7 +123,7 @@ class ChatSession:
 
     async def confirm(self, tool: str, args: dict[str, Any]) -> bool:
         """Show the diff of what `tool` would deploy and ask; recorded as an `approval` event."""
-        from tools.deploy.unitfile import unified_diff
+        from tools.deploy.units.file import unified_diff
 
         new = target_text(self.runner, tool, args)
         old = self.runner.deployed_text if self.runner is not None else None

@@ -37,7 +37,7 @@ def _run(coro: Awaitable[T]) -> T:
     from tools.deploy.lock import LockedError
     from tools.deploy.remote import TransportError
     from tools.deploy.service import ServiceError
-    from tools.deploy.unitfile import UnitFileError
+    from tools.deploy.units.file import UnitFileError
 
     try:
         return asyncio.run(coro)  # type: ignore[arg-type]
@@ -97,7 +97,7 @@ def _check_flags(cfg: Config, edits: list[tuple[str, str, str | None]]) -> None:
 
 def _apply(text: str, kind: str, edits: list[tuple[str, str, str | None]]) -> str:
     """The candidate text; a bad flag or value exits with status 2 before anything reaches the host."""
-    from tools.deploy.unitfile import UnitFile, UnitFileError
+    from tools.deploy.units.file import UnitFile, UnitFileError
 
     try:
         unit = UnitFile.parse(text, kind=kind)  # type: ignore[arg-type]
@@ -160,7 +160,7 @@ def deploy(
 ) -> None:
     """Change server flags: edit, upload, restart, wait healthy, or roll back."""
     from tools.deploy.deployment import Deployment
-    from tools.deploy.unitfile import unified_diff
+    from tools.deploy.units.file import unified_diff
 
     edits = _edits(set_, unset)
     if not dry_run and not yes and not sys.stdin.isatty():  # bad usage: before the lock or the host

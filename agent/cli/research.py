@@ -93,7 +93,7 @@ def _facts(cfg: Any, model_config: Path | None) -> tuple[Any, Any, list[str]]:
 
     async def from_host() -> tuple[Any, Any]:
         from tools.deploy.remote import make_transport
-        from tools.deploy.unitfile import UnitFile
+        from tools.deploy.units.file import UnitFile
 
         transport = make_transport(cfg.target)
         found_model, found_hw = model, None
@@ -162,7 +162,7 @@ def _startup(
 
     settings: dict[str, Any] = {}
     if cfg is not None:
-        from tools.deploy.unitfile import UnitFile, UnitFileError
+        from tools.deploy.units.file import UnitFile, UnitFileError
 
         try:
             flags = UnitFile.load(cfg.target.local_unit).command.flags

@@ -16,7 +16,7 @@ def facts_of(cfg: Any, model: Any, hardware: Any) -> dict[str, Any]:
     unit_flags: dict[str, str | None] = {}
     if cfg is not None:
         try:
-            from tools.deploy.unitfile import UnitFile
+            from tools.deploy.units.file import UnitFile
 
             unit_flags = dict(UnitFile.load(cfg.target.local_unit).command.flags)
         except (OSError, ValueError):

@@ -132,8 +132,8 @@ def lossy_flags(candidates: list[Any]) -> dict[str, str]:
 
 
 def apply_changes(text: str, changes: list[TrialChange]) -> str:
-    """The unit file text with every change applied (validated and quoted by `tools.deploy.unitfile`)."""
-    from tools.deploy.unitfile import UnitFile
+    """The unit file text with every change applied (validated and quoted by `tools.deploy.units.file`)."""
+    from tools.deploy.units.file import UnitFile
 
     unit = UnitFile.parse(text)
     for ch in changes:

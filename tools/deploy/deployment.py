@@ -31,7 +31,7 @@ from tools.deploy.outcome import DeployError, DeployOutcome, DriftError, UnitInv
 from tools.deploy.remote import Transport, TransportError, make_transport, write_local_atomic
 from tools.deploy.serverlog import error_line, readable_tail
 from tools.deploy.service import ServiceError, ServiceManager, make_service_manager
-from tools.deploy.unitfile import UnitFile, UnitFileError, unified_diff
+from tools.deploy.units.file import UnitFile, UnitFileError, unified_diff
 
 if TYPE_CHECKING:
     from tools.config import TargetConfig

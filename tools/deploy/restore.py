@@ -13,7 +13,7 @@ from tools.deploy.redact import redact_flags
 from tools.deploy.remote import TransportError, write_local_atomic
 from tools.deploy.serverlog import error_line, readable_tail
 from tools.deploy.service import ServiceError, ServiceManager
-from tools.deploy.unitfile import UnitFileError, unified_diff
+from tools.deploy.units.file import UnitFileError, unified_diff
 
 Deployment: TypeAlias = Any
 """A `tools.deploy.deployment.Deployment` (which imports this module, so it is not imported here)."""

@@ -7,9 +7,9 @@ what really runs. Both service managers compare them with the unit file through 
 
 from __future__ import annotations
 
-from tools.deploy.envfile import environment_files, parse_env_file
 from tools.deploy.transport import Transport
-from tools.deploy.unitfile import UnitFile, UnitFileError
+from tools.deploy.units.envfile import environment_files, parse_env_file
+from tools.deploy.units.file import UnitFile, UnitFileError
 
 __all__ = ["ServiceError", "running_matches", "unit_command"]
 

@@ -1,4 +1,4 @@
-"""Lexers for `tools.deploy.unitfile`: systemd unit lines and words, and POSIX shell launch scripts.
+"""Lexers for `tools.deploy.units.file`: systemd unit lines and words, and POSIX shell launch scripts.
 
 Every word records the byte span it came from in the original text, which is what lets
 `UnitFile` edit one flag and leave every other byte as it was.

@@ -11,7 +11,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tools.deploy.unitlex import Entry, UnitFileError
+from tools.deploy.units.lex import Entry, UnitFileError
 
 __all__ = ["EnvFileRef", "environment_files", "parse_env_file"]
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
-from tools.deploy import unitlex
-from tools.deploy.unitlex import UnitFileError, Word
+from tools.deploy.units import lex as unitlex
+from tools.deploy.units.lex import UnitFileError, Word
 
 __all__ = ["ServerCommand", "UnitFile", "UnitFileError", "unified_diff", "check_value", "check_flag"]
 
