@@ -31,6 +31,10 @@ FILES = {
             prealloc_reserve: int = 0
             load_format: str = "auto"
             verify_weights: bool = False
+            disable_custom_ar: bool = False
+            tp_size: int = 1
+            pp_size: int = 1
+            dp_size: int = 1
 
             @staticmethod
             def add_cli_args(parser):
@@ -45,6 +49,10 @@ FILES = {
                 parser.add_argument("--prealloc-reserve", type=int, default=ServerArgs.prealloc_reserve)
                 parser.add_argument("--load-format", default=ServerArgs.load_format)
                 parser.add_argument("--verify-weights", action="store_true")
+                parser.add_argument("--disable-custom-ar", action="store_true")
+                parser.add_argument("--tp-size", type=int, default=ServerArgs.tp_size)
+                parser.add_argument("--pp-size", type=int, default=ServerArgs.pp_size)
+                parser.add_argument("--dp-size", type=int, default=ServerArgs.dp_size)
         """,
     "srt/layers/attention/registry.py": """
         ATTENTION_BACKENDS = {}
@@ -145,6 +153,31 @@ FILES = {
 
         def load(loader):
             return loader.load_model(get_args().verify_weights)
+        """,
+    "srt/distributed/groups.py": """
+        from sglang.srt.config import get_args
+
+        _ENABLE_CUSTOM_AR = True
+
+        def set_custom_ar(enable):
+            global _ENABLE_CUSTOM_AR
+            _ENABLE_CUSTOM_AR = enable
+
+        class Group:
+            def __init__(self, ranks, use_custom_ar):
+                self.world_size = len(ranks)
+                self.use_custom_ar = use_custom_ar
+                if use_custom_ar and self.world_size > 1:
+                    self.comm = build_comm(ranks)
+
+        def init_group(ranks, use_custom_ar=None):
+            if use_custom_ar is None:
+                use_custom_ar = _ENABLE_CUSTOM_AR
+            return Group(ranks, use_custom_ar=use_custom_ar)
+
+        def init_distributed():
+            set_custom_ar(not get_args().disable_custom_ar)
+            return init_group([0])
         """,
     "srt/models/llama.py": """
         class LlamaForCausalLM:
@@ -300,6 +333,19 @@ def test_a_refusal_in_a_class_not_built_here_cannot_fire(index) -> None:  # type
     remote = analyze_flag(index, "--verify-weights", {**facts, "server.load_format": "remote"})
     assert remote.verdict == "refuses-to-start", remote.summary
     assert "remote loading cannot verify weights" in remote.summary
+
+
+def test_a_value_passed_to_a_constructor_that_uses_it_only_for_several_ranks(index) -> None:  # type: ignore[no-untyped-def]
+    """The switch goes into a module global, back out into a local, into `Group(...)`, whose
+    `__init__` uses it only under `world_size > 1` (and stores it in an attribute nothing reads):
+    a no-op on one rank, open on four."""
+    one = analyze_flag(index, "--disable-custom-ar", _facts("fa3"))
+    assert one.verdict == "no-op", one.summary
+    assert "use_custom_ar and self.world_size > 1" in one.summary or any(
+        "self.world_size > 1" in f.why for f in one.findings
+    ), (one.summary, [f.why for f in one.findings])
+    four = analyze_flag(index, "--disable-custom-ar", {**_facts("fa3"), "server.tp_size": 4, "gpu.count": 4})
+    assert four.verdict == "applies", four.summary
 
 
 def test_dsa_indexer_flags_are_no_ops_on_llama(sglang_0523) -> None:  # type: ignore[no-untyped-def]

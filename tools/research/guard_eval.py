@@ -277,6 +277,10 @@ class _Eval:
                 return (value,) if node.attr == "architectures" and value is not UNKNOWN else value
             if (model := self.model_config(node, depth)) is not UNKNOWN:
                 return model
+            if node.attr.endswith(("world_size", "tp_size")):
+                receiver = " ".join(ast.unparse(node.value).split())
+                if (size := topology(node.attr, self.env.facts, self.out, receiver=receiver)) is not None:
+                    return size
             receiver = _dotted(node.value)
             if receiver == "self" and (text := self.env.locals.get(f"self.{node.attr}")) and depth < 5:
                 sub = _parse(text)  # `self.mode = Mode(cfg.x)` earlier in this function
@@ -284,10 +288,6 @@ class _Eval:
                     return self.ev(sub, depth + 1)
             if node.attr in self.env.facts.get(CODE_ENUMS, {}).get(receiver, {}):
                 return Member(f"{receiver}.{node.attr}")  # `DisaggregationMode.DECODE`
-            if node.attr.endswith(("world_size", "tp_size")):
-                receiver = " ".join(ast.unparse(node.value).split())
-                if (size := topology(node.attr, self.env.facts, self.out, receiver=receiver)) is not None:
-                    return size
             self.out.runtime.append("." + node.attr)  # why: ast.unparse here dominated the cost
             return UNKNOWN
         if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):

@@ -29,7 +29,7 @@ from tools.research.index_types import Call, Func, ModuleFacts, Read
 from tools.research.index_walk import LOG, walk_file
 from tools.research.source import SourceTree, cache_lock, cache_root
 
-INDEX_FORMAT = 22
+INDEX_FORMAT = 23
 MAX_FILE_BYTES = 4 * 2**20
 """A Python file larger than this is not indexed (the index notes it: `FlagIndex.skipped`)."""
 _OFF_PATH_DIRS = frozenset(
@@ -104,6 +104,11 @@ class FlagIndex:
     def enums(self) -> dict[str, dict[str, object]]:
         """Enum class -> members and their values (`_enums`)."""
         return pickle.loads(self._meta["enums"]) if "enums" in self._meta else {}
+
+    @cached_property
+    def loads(self) -> frozenset[str]:
+        """Attribute names read anywhere in the tree (`_loads`)."""
+        return pickle.loads(self._meta["loads"]) if "loads" in self._meta else frozenset()
 
     @cached_property
     def skipped(self) -> list[str]:
@@ -365,6 +370,7 @@ def _write(db: Path, tree: SourceTree, catalog: list[FlagInfo], facts: list[Modu
         "skipped": too_big(tree),
         "config_attrs": config_attrs,
         "enums": _enums(facts),
+        "loads": _loads(facts),
     }
     con.executemany("INSERT INTO meta VALUES (?, ?)", [(k, _dump(v)) for k, v in meta.items()])
     con.commit()
@@ -392,6 +398,15 @@ def _config_attrs(facts: list[ModuleFacts]) -> dict[str, tuple[str, frozenset[st
         others = {c for e, classes in by_expr.items() if e not in copies and e != sources[0] for c in classes}
         out[attr] = (sources[0], frozenset(others))
     return out
+
+
+def _loads(facts: list[ModuleFacts]) -> frozenset[str]:
+    """Every attribute name some module of the tree reads."""
+    out: set[str] = set()
+    for m in facts:
+        out |= m.loads
+        m.loads = set()
+    return frozenset(out)
 
 
 def _enums(facts: list[ModuleFacts]) -> dict[str, dict[str, object]]:

@@ -91,6 +91,9 @@ class Func:
     stores: list[tuple[str, int]] = field(default_factory=list)
     """A setter's targets and lines: the whole body only stores (`global X; X = enable`, `self.x =
     x`), without calls or branches. Empty for any other function."""
+    uses: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    """Parameter -> how the body uses it: ("test", the `if`/`while` test holding it), ("store",
+    attr) for `self.attr = param`, ("other", "") for anything else (a call, a return, ...)."""
     sets: list[Exit] = field(default_factory=list)
     """`self.<dest> = <constant>` (kind "assign", under the statement's guards): in argument
     resolution code, what the server sets a flag to by itself (kept for those paths only)."""
@@ -114,6 +117,8 @@ class ModuleFacts:
     """Module names some function rebinds with `global` (not constants)."""
     enums: dict[str, dict[str, object]] = field(default_factory=dict)
     """Enum classes -> their members with constant values (`DisaggregationMode.DECODE = "decode"`)."""
+    loads: set[str] = field(default_factory=set)
+    """Attribute names the module reads (`x.attr` loads): a stored attribute nobody reads is dead."""
     attrs: list[tuple[str, str, str]] = field(default_factory=list)
     """`self.<attr> = <expr>` in a class: (class, attr, expr source); folded into the index's
     `config_attrs` and emptied when the index is written."""

@@ -220,6 +220,7 @@ class _Walker:
                 f.locals[node.target.id] = None  # `x += 1`: not a single assignment
         if [p for p in params if p not in ("self", "cls")]:
             f.stores = _setter_stores(body, self.declared)
+        f.uses = _param_uses(st, [q for q in params if q not in ("self", "cls")])
         first = len(self.m.reads)
         self.body(st.body, [])
         for read in self.m.reads[first:]:
@@ -455,6 +456,41 @@ def _stored(target: ast.expr, declared: set[str]) -> bool:
     return isinstance(target, ast.Attribute) or (isinstance(target, ast.Name) and target.id in declared)
 
 
+def _param_uses(func: ast.AST, params: list[str]) -> dict[str, list[tuple[str, str]]]:
+    """How the body of `func` uses each of `params` (see `Func.uses`); up to 16 parameters."""
+    if not params or len(params) > 16:
+        return {}
+    wanted = set(params)
+    parents: dict[ast.AST, ast.AST] = {}
+    for node in ast.walk(func):
+        for child in ast.iter_child_nodes(node):
+            parents[child] = node
+    uses: dict[str, list[tuple[str, str]]] = {}
+    for node in ast.walk(func):
+        if not (isinstance(node, ast.Name) and node.id in wanted and isinstance(node.ctx, ast.Load)):
+            continue
+        use, cur = ("other", ""), node
+        while cur in parents:
+            parent = parents[cur]
+            if isinstance(parent, ast.If | ast.While | ast.IfExp) and cur is parent.test:
+                use = ("test", src(parent.test))
+                break
+            if isinstance(parent, ast.Assign) and cur is parent.value:
+                targets = parent.targets
+                if (
+                    len(targets) == 1
+                    and isinstance(targets[0], ast.Attribute)
+                    and src(targets[0].value) == "self"
+                ):
+                    use = ("store", targets[0].attr)
+                break
+            if isinstance(parent, ast.stmt | ast.Call | ast.Lambda | ast.comprehension):
+                break
+            cur = parent
+        uses.setdefault(node.id, []).append(use)
+    return uses
+
+
 def _only_logs(stmts: list[ast.stmt]) -> bool:
     """Whether a branch does nothing but log (or pass)."""
     return bool(stmts) and all(
@@ -525,6 +561,9 @@ def walk_file(path: str, module: str, text: str, dests: frozenset[str], is_pkg: 
         return facts
     walker = _Walker(facts, dests, is_pkg)
     walker.body(tree.body, [])
+    facts.loads = {
+        n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load)
+    }
     for name in walker.twice:
         facts.consts.pop(name, None)
     stored = {t for f in facts.funcs for t, _ in f.stores} | {r.store or "" for r in facts.reads}

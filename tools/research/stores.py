@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tools.research.callers import caller_gate
+from tools.research.callers import caller_gate, env_of
 from tools.research.gates import activation, idle_after
-from tools.research.guard_eval import Env
+from tools.research.guard_eval import Env, evaluate
 from tools.research.index import FlagIndex, is_config_path
 from tools.research.index_types import Func, Read
 from tools.research.reach import ExitPath, locals_of
@@ -84,6 +84,8 @@ def follow_store(
             offs.append((r, f"gated at {gate.location}: {gate.message}", gate))
         elif r.effect == "controls a branch" and not _works_after(func, r.line):
             continue  # steers only assignments: stored again, not followed further
+        elif why := passed_on_off(index, func, r.local, facts, flag):
+            offs.append((r, why, None))
         else:
             return (
                 "runtime",
@@ -102,6 +104,47 @@ def follow_store(
         f"stores the value at {store.where} (not followed: read back only to store it again)",
         None,
     )
+
+
+def passed_on_off(
+    index: FlagIndex, func: Func, local: str | None, facts: dict[str, Any], flag: dict[str, Any]
+) -> str | None:
+    """Why a local that holds the value acts nowhere here, or None: it is passed to calls only
+    (`GroupCoordinator(..., use_custom_allreduce=use_custom_allreduce)`), and in each callee the
+    parameter is used only in tests that fail here whatever its value (`if use_custom_allreduce
+    and self.world_size > 1:` on one rank) or stored in an attribute nothing in the tree reads."""
+    if not local:
+        return None
+    sites = [
+        (c, i, k)
+        for c in func.calls
+        for i, k in [
+            *((i, None) for i, a in enumerate(c.args) if a == local),
+            *((None, k) for k, a in c.kwargs.items() if a == local),
+        ]
+    ]
+    if not sites or any(local in a for c in func.outside for a in [*c.args, *c.kwargs.values()]):
+        return None
+    reasons = []
+    for call, pos, key in sites:
+        targets = index.resolve_call(func, call.callee)
+        if not targets:
+            return None
+        for target in targets:
+            params = [p for p in target.params if p not in ("self", "cls")]
+            name = (
+                key if key is not None else (params[pos] if pos is not None and pos < len(params) else None)
+            )
+            if name is None or name not in target.params:
+                return None
+            env = env_of(index, target, facts, flag, {})
+            for kind, text in target.uses.get(name, []):
+                if kind == "store" and text not in index.loads:
+                    continue  # `self.x = param`, and nothing in the tree reads `.x`
+                if kind != "test" or evaluate(text, env).truth is not False:
+                    return None
+                reasons.append(f"{target.qual} uses {name} only where `{text}` fails here")
+    return f"passes {local} on: {'; '.join(dict.fromkeys(reasons))}" if reasons else None
 
 
 def _works_after(func: Func, line: int) -> bool:
