@@ -252,3 +252,15 @@ def test_a_file_over_the_size_limit_is_skipped_with_a_note(tmp_path, monkeypatch
     assert not any(r.path.endswith("table.py") for r in index.reads("enable_foo"))
     verdict = analyze_flag(index, "--enable-foo", _facts(90))
     assert any("not read, over 4 MB: sglang/srt/layers/table.py" in n for n in verdict.notes)
+
+
+def test_flashinfer_is_installed_where_the_versions_server_requirements_say_so(sglang_049, sglang_0523) -> None:  # type: ignore[no-untyped-def]
+    """0.4.9 requires flashinfer_python for its `srt` extra (every server installs it), 0.5.23 for
+    every install: on an NVIDIA GPU `software.flashinfer` is a fact, not a missing one."""
+    from tools.research.analysis import installed
+
+    for tree in (sglang_049, sglang_0523):
+        index = load_index(tree)
+        assert "flashinfer_python" in index.requires, sorted(index.requires)[:20]
+        assert installed(index, {"gpu.sm": 90}) == {"software.flashinfer": True}
+        assert installed(index, {"gpu.vendor": "amd"}) == {}

@@ -208,7 +208,7 @@ def analyze_flag(
         )
     declared = default_facts(index.catalog)
     resolved = {f"server.{k}": v for k, v in (startup.baseline if startup else {}).items() if _scalar(v)}
-    code = {CODE_ENUMS: index.enums}
+    code = {CODE_ENUMS: index.enums, **installed(index, facts)}
     facts = {**declared, **resolved, **model_config_facts(index, startup), **code, **facts}  # given facts win
     trial = False if negated(info, name) else _parse_value(value, info)
     verdict = CodeVerdict(info.name, info.dest, index.version, "unknown", "", 0.3, value=trial)
@@ -256,6 +256,15 @@ def analyze_flag(
         verdict.verdict, verdict.certainty = "no-op", certainty
         verdict.summary = f"set anyway: {func} at {where} {why}."
     return verdict
+
+
+def installed(index: FlagIndex, facts: dict[str, Any]) -> dict[str, Any]:
+    """`software.flashinfer` where the version's server requirements install it on this GPU (a
+    requirement of the wheel, or of its `srt` extra, on an NVIDIA GPU); a given fact wins."""
+    nvidia = facts.get("gpu.vendor", "nvidia" if facts.get("gpu.sm") is not None else None) == "nvidia"
+    if nvidia and any(r.startswith("flashinfer") for r in index.requires):
+        return {"software.flashinfer": True}
+    return {}
 
 
 def model_config_facts(index: FlagIndex, startup: StartupAnswer | None) -> dict[str, Any]:

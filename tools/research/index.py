@@ -29,7 +29,7 @@ from tools.research.index_types import Call, Func, ModuleFacts, Read
 from tools.research.index_walk import LOG, walk_file
 from tools.research.source import SourceTree, cache_lock, cache_root
 
-INDEX_FORMAT = 23
+INDEX_FORMAT = 24
 MAX_FILE_BYTES = 4 * 2**20
 """A Python file larger than this is not indexed (the index notes it: `FlagIndex.skipped`)."""
 _OFF_PATH_DIRS = frozenset(
@@ -109,6 +109,11 @@ class FlagIndex:
     def loads(self) -> frozenset[str]:
         """Attribute names read anywhere in the tree (`_loads`)."""
         return pickle.loads(self._meta["loads"]) if "loads" in self._meta else frozenset()
+
+    @cached_property
+    def requires(self) -> frozenset[str]:
+        """Packages every server of this version installs (`server_requirements`)."""
+        return pickle.loads(self._meta["requires"]) if "requires" in self._meta else frozenset()
 
     @cached_property
     def skipped(self) -> list[str]:
@@ -368,6 +373,7 @@ def _write(db: Path, tree: SourceTree, catalog: list[FlagInfo], facts: list[Modu
         "registries": registries,
         "overrides": overrides,
         "skipped": too_big(tree),
+        "requires": server_requirements(tree),
         "config_attrs": config_attrs,
         "enums": _enums(facts),
         "loads": _loads(facts),
@@ -398,6 +404,22 @@ def _config_attrs(facts: list[ModuleFacts]) -> dict[str, tuple[str, frozenset[st
         others = {c for e, classes in by_expr.items() if e not in copies and e != sources[0] for c in classes}
         out[attr] = (sources[0], frozenset(others))
     return out
+
+
+def server_requirements(tree: SourceTree) -> frozenset[str]:
+    """The packages every SGLang server of this version installs: the wheel's requirements without
+    a marker or for its `srt` extra (normalized names: `flashinfer_python`)."""
+    names = set()
+    for metadata in tree.root.glob("sglang-*.dist-info/METADATA"):
+        for line in metadata.read_text(errors="replace").splitlines():
+            if not line.startswith("Requires-Dist:"):
+                continue
+            spec, _, marker = line.removeprefix("Requires-Dist:").partition(";")
+            if marker.strip() and marker.replace(" ", "").replace("'", '"') != 'extra=="srt"':
+                continue
+            if match := re.match(r"\s*([A-Za-z0-9_.-]+)", spec):
+                names.add(match.group(1).lower().replace("-", "_"))
+    return frozenset(names)
 
 
 def _loads(facts: list[ModuleFacts]) -> frozenset[str]:
