@@ -257,7 +257,7 @@ def test_a_file_over_the_size_limit_is_skipped_with_a_note(tmp_path, monkeypatch
 def test_flashinfer_is_installed_where_the_versions_server_requirements_say_so(sglang_049, sglang_0523) -> None:  # type: ignore[no-untyped-def]
     """0.4.9 requires flashinfer_python for its `srt` extra (every server installs it), 0.5.23 for
     every install: on an NVIDIA GPU `software.flashinfer` is a fact, not a missing one."""
-    from tools.research.analysis import installed
+    from tools.research.facts import installed
 
     for tree in (sglang_049, sglang_0523):
         index = load_index(tree)

@@ -33,6 +33,7 @@ from tools.research.callers import caller_gate, construction_gate
 from tools.research.catalog import FlagInfo, find_flag, negated
 from tools.research.decide import decide
 from tools.research.dispatch import module_reason, module_status, registry_alternatives
+from tools.research.facts import default_facts, deployment_facts
 from tools.research.gates import (
     activation,
     always_called,
@@ -42,11 +43,11 @@ from tools.research.gates import (
     override_effect,
     set_anyway,
 )
-from tools.research.guard_eval import CODE_ENUMS, MODEL_ATTRS, MODEL_ENUMS, Env, evaluate, non_default
+from tools.research.guard_eval import Env, evaluate, non_default
 from tools.research.index import MAX_FILE_BYTES, FlagIndex, is_config_path
 from tools.research.index_types import Func, Read
 from tools.research.reach import ExitPath, exits_of, locals_of, reach_exits
-from tools.research.startup.check import ENUM_MEMBERS, StartupAnswer
+from tools.research.startup.check import StartupAnswer
 from tools.research.stores import follow_store, store_of
 
 MAX_REACHED_READERS = 120
@@ -116,18 +117,6 @@ def _parse_value(text: str | None, info: FlagInfo) -> Any:
     if text is None:
         return True if info.type == "bool" else non_default(info.default)
     return _parse_literal(text)
-
-
-def default_facts(catalog: list[FlagInfo]) -> dict[str, Any]:
-    """`server.<dest>` = the declared default of every flag with a literal, non-None default: a flag
-    the deployment does not set has that value (given facts, e.g. resolved server args, win). A None
-    default usually means "resolved later" (grammar_backend -> xgrammar), so it stays unknown."""
-    out: dict[str, Any] = {}
-    for f in catalog:
-        d = f.default
-        if isinstance(d, bool | int | float) or (isinstance(d, str) and re.fullmatch(r"[\w.:/-]*", d)):
-            out[f"server.{f.dest}"] = d
-    return out
 
 
 def _replacement(index: FlagIndex, info: FlagInfo) -> tuple[FlagInfo, str | None] | None:
@@ -207,9 +196,7 @@ def analyze_flag(
             1.0,
         )
     declared = default_facts(index.catalog)
-    resolved = {f"server.{k}": v for k, v in (startup.baseline if startup else {}).items() if _scalar(v)}
-    code = {CODE_ENUMS: index.enums, **installed(index, facts)}
-    facts = {**declared, **resolved, **model_config_facts(index, startup), **code, **facts}  # given facts win
+    facts = deployment_facts(index, facts, startup)
     trial = False if negated(info, name) else _parse_value(value, info)
     verdict = CodeVerdict(info.name, info.dest, index.version, "unknown", "", 0.3, value=trial)
     verdict.definition = f"{info.path}:{info.line}" if info.path else None
@@ -256,33 +243,6 @@ def analyze_flag(
         verdict.verdict, verdict.certainty = "no-op", certainty
         verdict.summary = f"set anyway: {func} at {where} {why}."
     return verdict
-
-
-def installed(index: FlagIndex, facts: dict[str, Any]) -> dict[str, Any]:
-    """`software.flashinfer` where the version's server requirements install it on this GPU (a
-    requirement of the wheel, or of its `srt` extra, on an NVIDIA GPU); a given fact wins."""
-    nvidia = facts.get("gpu.vendor", "nvidia" if facts.get("gpu.sm") is not None else None) == "nvidia"
-    if nvidia and any(r.startswith("flashinfer") for r in index.requires):
-        return {"software.flashinfer": True}
-    return {}
-
-
-def model_config_facts(index: FlagIndex, startup: StartupAnswer | None) -> dict[str, Any]:
-    """SGLang's own ModelConfig for this deployment as facts (`model_config.is_hybrid_swa`), with
-    the enum members its attributes compare against and the `self.<attr>` copies of it in the tree
-    (`tools.research.guard_eval`); empty when the start-up check did not build it."""
-    model = dict(startup.model) if startup is not None else {}
-    if not model:
-        return {}
-    members = model.pop(ENUM_MEMBERS, [])
-    facts = {f"model_config.{k}": tuple(v) if isinstance(v, list) else v for k, v in model.items()}
-    facts[MODEL_ENUMS] = frozenset(members)
-    facts[MODEL_ATTRS] = index.config_attrs
-    return facts
-
-
-def _scalar(value: Any) -> bool:
-    return value is None or isinstance(value, bool | int | float | str)
 
 
 def _drop_argument_refusals(v: CodeVerdict) -> None:

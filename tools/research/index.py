@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
-import re
 import sqlite3
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from concurrent.futures import ProcessPoolExecutor
 from functools import cached_property
 from pathlib import Path, PurePosixPath
 
+from tools.research import index_tables
 from tools.research.catalog import FlagInfo, flag_catalog
 from tools.research.index_types import Call, Func, ModuleFacts, Read
 from tools.research.index_walk import LOG, walk_file
@@ -97,22 +97,22 @@ class FlagIndex:
     @cached_property
     def config_attrs(self) -> dict[str, tuple[str, frozenset[str]]]:
         """`self.<attr>` -> (the model-config expression it is set from, the classes that set it
-        otherwise) (`_config_attrs`)."""
+        otherwise) (`index_tables.config_attrs`)."""
         return pickle.loads(self._meta["config_attrs"]) if "config_attrs" in self._meta else {}
 
     @cached_property
     def enums(self) -> dict[str, dict[str, object]]:
-        """Enum class -> members and their values (`_enums`)."""
+        """Enum class -> members and their values (`index_tables.enums`)."""
         return pickle.loads(self._meta["enums"]) if "enums" in self._meta else {}
 
     @cached_property
     def loads(self) -> frozenset[str]:
-        """Attribute names read anywhere in the tree (`_loads`)."""
+        """Attribute names read anywhere in the tree (`index_tables.loads`)."""
         return pickle.loads(self._meta["loads"]) if "loads" in self._meta else frozenset()
 
     @cached_property
     def requires(self) -> frozenset[str]:
-        """Packages every server of this version installs (`server_requirements`)."""
+        """Packages every server of this version installs (`index_tables.server_requirements`)."""
         return pickle.loads(self._meta["requires"]) if "requires" in self._meta else frozenset()
 
     @cached_property
@@ -356,7 +356,7 @@ def _write(db: Path, tree: SourceTree, catalog: list[FlagInfo], facts: list[Modu
         [(d, _dump(sorted(rs, key=lambda r: (r.path, r.line)))) for d, rs in reads.items()],
     )
     mod_path = {m.module: m.path for m in facts}
-    config_attrs = _config_attrs(facts)
+    attrs = index_tables.config_attrs(facts)
     graph = []
     for m in facts:
         for name, guards, keys in m.edges:
@@ -373,72 +373,14 @@ def _write(db: Path, tree: SourceTree, catalog: list[FlagInfo], facts: list[Modu
         "registries": registries,
         "overrides": overrides,
         "skipped": too_big(tree),
-        "requires": server_requirements(tree),
-        "config_attrs": config_attrs,
-        "enums": _enums(facts),
-        "loads": _loads(facts),
+        "requires": index_tables.server_requirements(tree),
+        "config_attrs": attrs,
+        "enums": index_tables.enums(facts),
+        "loads": index_tables.loads(facts),
     }
     con.executemany("INSERT INTO meta VALUES (?, ?)", [(k, _dump(v)) for k, v in meta.items()])
     con.commit()
     con.close()
-
-
-def _config_attrs(facts: list[ModuleFacts]) -> dict[str, tuple[str, frozenset[str]]]:
-    """Attributes that hold a model config's fact: `self.x = <expr>` set from a model config in one
-    way across the tree (`self.is_hybrid_swa = model_config.is_hybrid_swa`, `self.use_mla_backend =
-    self.model_config.attention_arch == AttentionArch.MLA`), or copied from another object's `x`
-    (`self.is_hybrid_swa = model_runner.is_hybrid_swa`). attr -> (expr, classes that set it
-    otherwise: their `self.x` is their own). ModelConfig's own assignments are the facts themselves."""
-    exprs: dict[str, dict[str, set[str]]] = {}
-    for m in facts:
-        for cls, attr, expr in m.attrs:
-            if cls != "ModelConfig":
-                exprs.setdefault(attr, {}).setdefault(expr, set()).add(cls)
-        m.attrs = []
-    out: dict[str, tuple[str, frozenset[str]]] = {}
-    for attr, by_expr in exprs.items():
-        sources = [e for e in by_expr if "model_config." in e and "(" not in e]
-        if len(sources) != 1:
-            continue
-        copies = {e for e in by_expr if re.fullmatch(rf"[\w.]+\.{re.escape(attr)}", e)} - set(sources)
-        others = {c for e, classes in by_expr.items() if e not in copies and e != sources[0] for c in classes}
-        out[attr] = (sources[0], frozenset(others))
-    return out
-
-
-def server_requirements(tree: SourceTree) -> frozenset[str]:
-    """The packages every SGLang server of this version installs: the wheel's requirements without
-    a marker or for its `srt` extra (normalized names: `flashinfer_python`)."""
-    names = set()
-    for metadata in tree.root.glob("sglang-*.dist-info/METADATA"):
-        for line in metadata.read_text(errors="replace").splitlines():
-            if not line.startswith("Requires-Dist:"):
-                continue
-            spec, _, marker = line.removeprefix("Requires-Dist:").partition(";")
-            if marker.strip() and marker.replace(" ", "").replace("'", '"') != 'extra=="srt"':
-                continue
-            if match := re.match(r"\s*([A-Za-z0-9_.-]+)", spec):
-                names.add(match.group(1).lower().replace("-", "_"))
-    return frozenset(names)
-
-
-def _loads(facts: list[ModuleFacts]) -> frozenset[str]:
-    """Every attribute name some module of the tree reads."""
-    out: set[str] = set()
-    for m in facts:
-        out |= m.loads
-        m.loads = set()
-    return frozenset(out)
-
-
-def _enums(facts: list[ModuleFacts]) -> dict[str, dict[str, object]]:
-    """Enum class name -> members, for names defined once in the tree with constant values."""
-    seen: dict[str, list[dict[str, object]]] = {}
-    for m in facts:
-        for name, members in m.enums.items():
-            seen.setdefault(name, []).append(members)
-        m.enums = {}
-    return {name: found[0] for name, found in seen.items() if len(found) == 1 and found[0]}
 
 
 def _class_of_init(qual: str) -> str | None:

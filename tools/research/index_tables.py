@@ -1,0 +1,68 @@
+"""Tree-wide tables the index keeps beside its per-function records: attributes that hold a model
+config's fact, the tree's enums, every attribute name read, and the packages every server of the
+version installs. Each folds what the walker gathered per module and empties it."""
+
+from __future__ import annotations
+
+import re
+
+from tools.research.index_types import ModuleFacts
+from tools.research.source import SourceTree
+
+
+def config_attrs(facts: list[ModuleFacts]) -> dict[str, tuple[str, frozenset[str]]]:
+    """Attributes that hold a model config's fact: `self.x = <expr>` set from a model config in one
+    way across the tree (`self.is_hybrid_swa = model_config.is_hybrid_swa`, `self.use_mla_backend =
+    self.model_config.attention_arch == AttentionArch.MLA`), or copied from another object's `x`
+    (`self.is_hybrid_swa = model_runner.is_hybrid_swa`). attr -> (expr, classes that set it
+    otherwise: their `self.x` is their own). ModelConfig's own assignments are the facts themselves."""
+    exprs: dict[str, dict[str, set[str]]] = {}
+    for m in facts:
+        for cls, attr, expr in m.attrs:
+            if cls != "ModelConfig":
+                exprs.setdefault(attr, {}).setdefault(expr, set()).add(cls)
+        m.attrs = []
+    out: dict[str, tuple[str, frozenset[str]]] = {}
+    for attr, by_expr in exprs.items():
+        sources = [e for e in by_expr if "model_config." in e and "(" not in e]
+        if len(sources) != 1:
+            continue
+        copies = {e for e in by_expr if re.fullmatch(rf"[\w.]+\.{re.escape(attr)}", e)} - set(sources)
+        others = {c for e, classes in by_expr.items() if e not in copies and e != sources[0] for c in classes}
+        out[attr] = (sources[0], frozenset(others))
+    return out
+
+
+def server_requirements(tree: SourceTree) -> frozenset[str]:
+    """The packages every SGLang server of this version installs: the wheel's requirements without
+    a marker or for its `srt` extra (normalized names: `flashinfer_python`)."""
+    names = set()
+    for metadata in tree.root.glob("sglang-*.dist-info/METADATA"):
+        for line in metadata.read_text(errors="replace").splitlines():
+            if not line.startswith("Requires-Dist:"):
+                continue
+            spec, _, marker = line.removeprefix("Requires-Dist:").partition(";")
+            if marker.strip() and marker.replace(" ", "").replace("'", '"') != 'extra=="srt"':
+                continue
+            if match := re.match(r"\s*([A-Za-z0-9_.-]+)", spec):
+                names.add(match.group(1).lower().replace("-", "_"))
+    return frozenset(names)
+
+
+def loads(facts: list[ModuleFacts]) -> frozenset[str]:
+    """Every attribute name some module of the tree reads."""
+    out: set[str] = set()
+    for m in facts:
+        out |= m.loads
+        m.loads = set()
+    return frozenset(out)
+
+
+def enums(facts: list[ModuleFacts]) -> dict[str, dict[str, object]]:
+    """Enum class name -> members, for names defined once in the tree with constant values."""
+    seen: dict[str, list[dict[str, object]]] = {}
+    for m in facts:
+        for name, members in m.enums.items():
+            seen.setdefault(name, []).append(members)
+        m.enums = {}
+    return {name: found[0] for name, found in seen.items() if len(found) == 1 and found[0]}
