@@ -171,7 +171,7 @@ async def gather_context(config: Any, transport: Any, *, on_step: Any = None) ->
     await _model(ctx, transport)
     say("GPUs")
     try:
-        from tools.research.hardware import read_hardware
+        from tools.research.target.hardware import read_hardware
 
         ctx.hardware = await _resolve(read_hardware(transport, nvidia_smi=config.target.nvidia_smi))
     except Exception as e:
@@ -183,7 +183,7 @@ async def gather_context(config: Any, transport: Any, *, on_step: Any = None) ->
 
 async def _model(ctx: DeploymentContext, transport: Any) -> None:
     try:
-        from tools.research.modelcfg import fetch_model_config, model_facts
+        from tools.research.target.modelcfg import fetch_model_config, model_facts
 
         model_path = next((ctx.unit_flags[f] for f in MODEL_FLAGS if ctx.unit_flags.get(f)), None)
         model_path = model_path or (ctx.server_info.get("server_args") or ctx.server_info).get("model_path")

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.context import DeploymentContext
-from tools.research.modelcfg import load_model_config, model_facts
+from tools.research.target.modelcfg import load_model_config, model_facts
 
 DATA = Path(__file__).parent / "data"
 PROFILES: dict[str, dict[str, Any]] = tomllib.loads((DATA / "research_profiles.toml").read_text())

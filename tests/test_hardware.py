@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tools.deploy.remote import LocalTransport
-from tools.research.hardware import HardwareError, parse_nvidia_smi, read_hardware, sm_arch
+from tools.research.target.hardware import HardwareError, parse_nvidia_smi, read_hardware, sm_arch
 
 SAMPLES = Path(__file__).parent / "data" / "nvidia-smi"
 

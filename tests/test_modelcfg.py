@@ -11,7 +11,12 @@ from pathlib import Path
 import pytest
 
 from tools.deploy.remote import LocalTransport
-from tools.research.modelcfg import ModelConfigError, fetch_model_config, load_model_config, model_facts
+from tools.research.target.modelcfg import (
+    ModelConfigError,
+    fetch_model_config,
+    load_model_config,
+    model_facts,
+)
 
 CONFIGS = Path(__file__).parent / "data" / "model-configs"
 

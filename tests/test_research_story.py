@@ -14,7 +14,7 @@ from agent.policy.playbook import evaluate, load_playbook
 from agent.policy.researcher import ResearchDeps, build_researcher
 from agent.policy.verdict import FlagVerdict
 from tools.research.flags import flag_catalog
-from tools.research.modelcfg import load_model_config, model_facts
+from tools.research.target.modelcfg import load_model_config, model_facts
 
 CONFIGS = Path(__file__).parent / "data" / "model-configs"
 

@@ -78,8 +78,13 @@ def flags(
 
 def _facts(cfg: Any, model_config: Path | None) -> tuple[Any, Any, list[str]]:
     """Model and hardware facts, from `--model-config` and the config's host; problems become notes."""
-    from tools.research.hardware import HardwareError, read_hardware
-    from tools.research.modelcfg import ModelConfigError, fetch_model_config, load_model_config, model_facts
+    from tools.research.target.hardware import HardwareError, read_hardware
+    from tools.research.target.modelcfg import (
+        ModelConfigError,
+        fetch_model_config,
+        load_model_config,
+        model_facts,
+    )
 
     model = hardware = None
     notes: list[str] = []
