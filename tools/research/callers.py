@@ -12,6 +12,7 @@ All three-valued: an unknown condition is never a gate.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from tools.research.dispatch import module_reason, module_status, registry_status
@@ -35,10 +36,30 @@ def env_of(
     return Env(facts, flag, dests, locals_of(func, module), params, consts, frozenset(), where, index.query)
 
 
+_MEMO: dict[tuple[int, str, str, int], ExitPath | None] = {}
+_MEMO_FOR: list[Any] = [None, None, None]
+"""The index, facts and flag the memo holds answers for (held, so their ids are not reused)."""
+
+
 def caller_gate(
     index: FlagIndex, func: Func, facts: dict[str, Any], flag: dict[str, Any], *, depth: int = 2
 ) -> ExitPath | None:
-    """The gate that keeps every caller of `func` from calling it here, or None."""
+    """The gate that keeps every caller of `func` from calling it here, or None (callers followed
+    `depth` levels up; answers kept for the facts and flag in hand: readers share their callers)."""
+    if not (_MEMO_FOR[0] is index and _MEMO_FOR[1] is facts and _MEMO_FOR[2] is flag):
+        _MEMO.clear()
+        _MEMO_FOR[:] = [index, facts, flag]
+    key = (depth, func.path, func.qual, 0)
+    if key not in _MEMO:
+        _MEMO[key] = None  # a call cycle reaching `func` again keeps it running
+        _MEMO[key] = _caller_gate(index, func, facts, flag, depth=depth)
+    gate = _MEMO[key]
+    return None if gate is None else replace(gate, via=list(gate.via))
+
+
+def _caller_gate(
+    index: FlagIndex, func: Func, facts: dict[str, Any], flag: dict[str, Any], *, depth: int
+) -> ExitPath | None:
     sites = index.call_sites(func, limit=MAX_SITES, uses=True)
     if not sites:
         return None
@@ -46,6 +67,8 @@ def caller_gate(
     for caller, call in sites:
         if call is None:  # used without a call (`isinstance(x, Class)`, a table): runs if its user does
             gate = _caller_off(index, caller, None, facts, flag, depth=depth)
+            if gate is None and depth > 1:
+                gate = caller_gate(index, caller, facts, flag, depth=depth - 1)
             if gate is None:
                 return None
             first = first or gate
@@ -71,9 +94,7 @@ def construction_gate(
     if init is None or cls in _self_building(index, func.path):
         return None  # built in ways no `Class(...)` edge shows
     gate = caller_gate(index, init, facts, flag, depth=depth)
-    if gate is not None:
-        gate.message = f"{cls} is not built here: {gate.message}"
-    return gate
+    return None if gate is None else replace(gate, message=f"{cls} is not built here: {gate.message}")
 
 
 _BUILDERS: dict[tuple[int, str], set[str]] = {}
