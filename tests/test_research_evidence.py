@@ -14,16 +14,16 @@ from tools.research.startup.check import flag_argv, startup_answer
 PROFILE = "llama70b-h100x4"
 
 
-def _verdict(tree, flag: str):  # type: ignore[no-untyped-def]
-    facts = profile_facts(PROFILE)
+def _verdict(tree, flag: str, value: str | None = None, profile: str = PROFILE):  # type: ignore[no-untyped-def]
+    facts = profile_facts(profile)
     startup = startup_answer(
         tree,
         facts,
-        flag_argv(flag, None),
-        base_argv=profile_argv(PROFILE),
-        model_config=DATA / "model-configs" / PROFILES[PROFILE]["config"],
+        flag_argv(flag, value, takes_value=value is not None),
+        base_argv=profile_argv(profile),
+        model_config=DATA / "model-configs" / PROFILES[profile]["config"],
     )
-    return analyze_flag(load_index(tree), flag, facts, startup=startup)
+    return analyze_flag(load_index(tree), flag, facts, value=value, startup=startup)
 
 
 @pytest.mark.parametrize(
@@ -49,7 +49,7 @@ def test_radix_cache_is_not_cited_from_another_models_pool(sglang_0523) -> None:
     reports; neither is the evidence on a dense Llama."""
     v = _verdict(sglang_0523, "--disable-radix-cache")
     assert v.verdict == "applies", v.summary
-    for other in ("pool_configurator.py", "embedding_model_spec.py", "mlx", "mamba"):
+    for other in ("pool_configurator.py", "embedding_model_spec.py", "mlx", "mamba", "disaggregation"):
         assert other not in v.summary, v.summary
 
 
@@ -57,3 +57,23 @@ def test_a_moe_flag_on_a_dense_model_says_the_model_has_no_moe(sglang_0523) -> N
     v = _verdict(sglang_0523, "--enable-fused-moe-sum-all-reduce")
     assert v.verdict == "no-op", v.summary
     assert "the model has no MoE layers" in v.summary, v.summary
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "not_cited"),
+    [
+        # the scheduler sets up chunked prefill; not the sliding-window request cap of another model
+        ("--chunked-prefill-size", "4096", ("pool_configurator.py",)),
+        # the scheduler caps running requests; not DeepSeek sparse attention's indexer capture
+        ("--max-running-requests", "64", ("init_indexer_capturer", "dsa")),
+        # the scheduler's own radix switch; not disaggregated decode's pre-allocation queue
+        ("--disable-radix-cache", None, ("disaggregation", "mlx")),
+    ],
+)
+def test_the_user_storys_flags_cite_the_scheduler_that_runs_here(sglang_0523, flag, value, not_cited) -> None:  # type: ignore[no-untyped-def]
+    """The seed deployment (Qwen3.5-122B-A10B, TP 4 on RTX PRO 6000): a reader reached from the
+    scheduler process that this server starts (`callers.reached`) is the evidence."""
+    v = _verdict(sglang_0523, flag, value, profile="qwen35-rtx6000x4")
+    assert v.verdict == "applies", v.summary
+    assert "sglang/srt/managers/scheduler.py:" in v.summary, v.summary
+    assert not any(n in v.summary for n in not_cited), v.summary

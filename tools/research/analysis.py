@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
-from tools.research.callers import caller_gate, construction_gate
+from tools.research.callers import caller_gate, construction_gate, reached
 from tools.research.catalog import FlagInfo, find_flag, negated
 from tools.research.decide import decide
 from tools.research.dispatch import module_reason, module_status, registry_alternatives
@@ -73,7 +73,7 @@ class Finding:
     """In a module only a registry entry not selected here builds (another attention backend): its
     module may be loaded, but it is the weakest evidence that the flag acts here."""
     sure: bool = False
-    """Its function surely runs here (`always_called`): the best evidence that the flag acts here."""
+    """Some chain of callers surely reaches its function here (`callers.reached`): the best evidence that the flag acts here."""
 
 
 @dataclass
@@ -372,7 +372,7 @@ def _findings(
             finding.state, finding.why, gate = follow_store(index, store, facts, flag_values)
             finding.exits = [gate] if gate else []
         if finding.state == "on" and not finding.config and func is not None and budget > 0:
-            finding.sure = always_called(index, func, facts, flag_values)
+            finding.sure = reached(index, func, facts, flag_values)
         if finding.state != "off" and budget > 0:
             budget -= 1
             finding.exits = reach_exits(index, read, facts, flag_values, seen=seen)

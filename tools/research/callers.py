@@ -97,6 +97,51 @@ def construction_gate(
     return None if gate is None else replace(gate, message=f"{cls} is not built here: {gate.message}")
 
 
+def reached(
+    index: FlagIndex, func: Func, facts: dict[str, Any], flag: dict[str, Any], *, depth: int = 8
+) -> bool:
+    """Whether some chain of callers surely reaches `func` on this deployment: up through calls
+    whose guards hold here (or uses that pass it on, a process target), to module-level code of a
+    module this deployment loads. Evidence that a reader acts here (not a verdict: the other
+    chains may still be off)."""
+    status = module_status(index, facts)
+    seen: set[tuple[str, str]] = set()
+
+    def up(f: Func, left: int) -> bool:
+        if (f.path, f.qual) in seen or left <= 0:
+            return False
+        seen.add((f.path, f.qual))
+        name = _init_class(f.qual) or f.qual.rsplit(".", 1)[-1]
+        for path, qual, called in index.callers_of(name):
+            if qual == "<module>":  # import-time code of a loaded module that imports `func`'s
+                module = index.modules.get(path)
+                imported = {index.mod_path.get(m) for m in module.imports} if module else set()
+                if status.get(path) is True and path != f.path and f.path in imported:
+                    return True
+                continue
+            caller = index.func(path, qual)
+            if caller is None or not any(
+                t.path == f.path and t.qual == f.qual for t in index.resolve_call(caller, name)
+            ):
+                continue
+            if called:
+                env = env_of(index, caller, facts, flag, {})
+                if not any(
+                    c.callee == name and evaluate_all(c.guards, env).truth is True for c in caller.calls
+                ):
+                    continue
+            if status.get(caller.path) is not False and up(caller, left - 1):
+                return True
+        return False
+
+    return up(func, depth)
+
+
+def _init_class(qual: str) -> str | None:
+    cls, _, name = qual.partition(".")
+    return cls if name == "__init__" else None
+
+
 _BUILDERS: dict[tuple[int, str], set[str]] = {}
 
 

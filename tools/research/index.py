@@ -216,6 +216,12 @@ class FlagIndex:
                 sites += [(caller, c) for c in caller.calls if c.callee == name]
         return sites
 
+    def callers_of(self, name: str, *, limit: int = 40) -> list[tuple[str, str, bool]]:
+        """(path, qualified name or `<module>`, called) of what calls or uses a function named `name`
+        (a class name: its constructor), up to `limit` rows."""
+        rows = self._con.execute("SELECT caller, called FROM callers WHERE callee = ? LIMIT ?", (name, limit))
+        return [(*key.split("::", 1), bool(called)) for key, called in rows]
+
     def query(self, name: str, arity: int = 0) -> tuple[str, dict[str, str], str] | None:
         """A one-line query function named `name`, evaluated in place of a call with `arity`
         arguments (0, or 1: the server args, as in `attn_dp_enabled_of(view)`): (its returned
