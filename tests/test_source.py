@@ -142,3 +142,35 @@ def test_detect_version_from_the_server_then_from_the_host(tmp_path, monkeypatch
     monkeypatch.setenv("PYTHONPATH", str(tmp_path / "empty"))
     with pytest.raises(SourceError, match="cannot detect the SGLang version"):
         asyncio.run(detect_version(dead, transport=LocalTransport(), python=sys.executable))
+
+
+def test_the_wheel_comes_first_and_git_only_without_one(tmp_path, monkeypatch):
+    """The default: the released wheel (one download), a shallow git fetch only when the index
+    has none; a repository the user names is what they asked for, so git goes first there."""
+    import tools.research.source as source
+
+    tried: list[str] = []
+
+    def fail(name):  # type: ignore[no-untyped-def]
+        def fetch(*args, **kwargs):  # type: ignore[no-untyped-def]
+            tried.append(name)
+            raise SourceError(f"{name} unavailable")
+
+        return fetch
+
+    monkeypatch.setattr(source, "_fetch_index", fail("index"))
+    monkeypatch.setattr(source, "_fetch_git", fail("git"))
+    with pytest.raises(SourceError, match="index unavailable"):
+        get_source("0.5.9", cache_dir=tmp_path / "a")
+    assert tried == ["index", "git"]
+    tried.clear()
+    with pytest.raises(SourceError):
+        get_source("0.5.9", repo_url=(tmp_path / "fork").as_uri(), cache_dir=tmp_path / "b")
+    assert tried == ["git", "index"]
+
+
+def test_a_git_fetch_is_one_commit_deep(sglang_git_repo, tmp_path):
+    get_source("0.5.9", repo_url=sglang_git_repo.as_uri(), cache_dir=tmp_path)
+    clone = git.Repo(tmp_path / "sglang-git")
+    assert (tmp_path / "sglang-git" / "shallow").is_file()
+    assert len(list(clone.iter_commits("v0.5.9"))) == 1

@@ -116,16 +116,24 @@ def get_source(
 def _fetch(
     version: str, dest: Path, repo_url: str, cache: Path, git_timeout: float, pip_timeout: float
 ) -> SourceTree:
-    """Fetch `version` into `dest`: git first, else the package index."""
-    try:
-        origin = _fetch_git(version, dest, repo_url=repo_url, cache=cache, timeout=git_timeout)
-    except SourceError as git_error:
+    """Fetch `version` into `dest`: its wheel from the package index first (one download, the exact
+    released files), else a shallow git fetch of its tag; a repository other than the default is
+    what the user asked for, so it goes first."""
+    fetchers = [
+        lambda: _fetch_index(version, dest, timeout=pip_timeout),
+        lambda: _fetch_git(version, dest, repo_url=repo_url, cache=cache, timeout=git_timeout),
+    ]
+    if repo_url != DEFAULT_REPO_URL:
+        fetchers.reverse()
+    errors = []
+    for fetch in fetchers:
         try:
-            origin = _fetch_index(version, dest, timeout=pip_timeout)
-        except SourceError as index_error:
-            raise SourceError(
-                f"cannot get the source of sglang {version}:\n  {git_error}\n  {index_error}"
-            ) from index_error
+            origin = fetch()
+            break
+        except SourceError as e:
+            errors.append(str(e))
+    else:
+        raise SourceError(f"cannot get the source of sglang {version}:\n  " + "\n  ".join(errors))
     (dest / _MARKER).write_text(json.dumps({"version": version, "origin": origin, "layout": _LAYOUT}))
     return SourceTree(dest, dest / "sglang", version, origin)
 
@@ -183,12 +191,23 @@ def _fetch_git(version: str, dest: Path, *, repo_url: str, cache: Path, timeout:
             repo = git.Repo(clone)
             if tag not in {t.name for t in repo.tags}:
                 repo.git.fetch(
-                    repo_url, f"+refs/tags/{tag}:refs/tags/{tag}", env=env, kill_after_timeout=timeout
+                    "--depth=1",
+                    repo_url,
+                    f"+refs/tags/{tag}:refs/tags/{tag}",
+                    env=env,
+                    kill_after_timeout=timeout,
                 )
-        else:
+        else:  # a bare repository holding only the tags asked for, each one commit deep
             tmp = Path(tempfile.mkdtemp(prefix="sglang-git-", dir=_ensure(cache)))
             try:
-                git.Repo.clone_from(repo_url, tmp, env=env, bare=True, kill_after_timeout=timeout)
+                fresh = git.Repo.init(tmp, bare=True)
+                fresh.git.fetch(
+                    "--depth=1",
+                    repo_url,
+                    f"+refs/tags/{tag}:refs/tags/{tag}",
+                    env=env,
+                    kill_after_timeout=timeout,
+                )
             except git.GitCommandError:
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise
