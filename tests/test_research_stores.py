@@ -117,6 +117,21 @@ def test_a_value_stored_and_read_back_only_to_store_again_is_unknown(index) -> N
     assert (got["verdict"], got["decided_by"]) == ("no-op", "playbook")
 
 
+def test_an_applies_the_code_could_not_settle_leaves_a_fact_based_rule_standing() -> None:
+    """"applies" at certainty 0.55 (a reader whose conditions are open at run time) against the
+    playbook's "needs server.tp_size > 1" on one GPU: the rule, decided on a fact, stands; a sure
+    "applies" (0.9) still overrules it."""
+    need = {"condition": "server.tp_size > 1", "actual": 1, "outcome": "fail"}
+    lookup = {"playbook": {"needs": [need]}}
+    open_ = {"code_verdict": "applies", "code_summary": "read at x.py:1", "certainty": 0.55}
+    got = decide_verdict("--fusion", lookup, open_)
+    assert (got["verdict"], got["decided_by"]) == ("no-op", "playbook")
+    assert "could not settle" in got["summary"]
+    sure = {**open_, "certainty": 0.9}
+    got = decide_verdict("--fusion", lookup, sure)
+    assert (got["verdict"], got["decided_by"]) == ("applies", "code")
+
+
 def test_a_stored_value_read_back_and_used_applies(index) -> None:  # type: ignore[no-untyped-def]
     v = analyze_flag(index, "--mode-flag", _facts(1))
     assert v.verdict == "applies", v.summary

@@ -73,11 +73,13 @@ def test_trial_gate_refuses_a_change_to_the_running_value(sim_server):
 
     server = sim_server("seed")  # resolves --chunked-prefill-size to 8192 without the flag set
     info = asyncio.run(get_server_info(server.endpoint))
+    recorded: list[tuple] = []
     deps = PlannerDeps(
         goal="improve throughput",
         ctx=DeploymentContext(server_info=info),
         candidates=[],
-        ui=SimpleNamespace(note=lambda *a, **k: None),  # a dry run only prints a line
+        # a dry run only prints a line; a refusal is also recorded in the transcript
+        ui=SimpleNamespace(note=lambda *a, **k: None, record=lambda *a, **k: recorded.append(a)),
         researcher=None,
         runner=None,
         verdicts={
@@ -88,5 +90,6 @@ def test_trial_gate_refuses_a_change_to_the_running_value(sim_server):
     )
     same = asyncio.run(trial(deps, [TrialChange(flag="--chunked-prefill-size", value="8192")], "r", None))
     assert "already resolves --chunked-prefill-size to 8192" in same["error"]
+    assert [kind for kind, *_ in recorded] == ["refusal"] and recorded[0][1]["check"] == "resolved"
     other = asyncio.run(trial(deps, [TrialChange(flag="--chunked-prefill-size", value="16384")], "r", None))
     assert other.get("dry_run")  # allowed through the gate (no runner: a dry run)

@@ -3,12 +3,16 @@
 The code decides whenever it can (`tools.research.analysis`): not in this version, refuses to start, dead,
 no-op, applies. The playbook only decides when the code leaves the question open (`unknown`, or no
 source tree), and such a verdict is labelled `decided_by = "playbook"`. Where a playbook rule and
-the code disagree, the code wins and the summary says which rule was overruled.
+the code disagree, the code wins and the summary says which rule was overruled, except where the
+code could not settle it: a playbook refusal stands against "applies", and so does a playbook no-op
+decided on a fact against an "applies" at certainty <= DOUBT.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from agent.policy.verdict import DOUBT
 
 
 def _conditions(checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -100,9 +104,14 @@ def decide_verdict(flag: str, lookup: dict[str, Any], usage: dict[str, Any]) -> 
             # libraries): the playbook's refusal stands, labelled as the playbook's alone
             why = f"{prior[1]}; the code found no refusal within its reach ({summary})"
             return verdict("refuses-to-start", why + " (playbook rule alone)", "playbook", 0.5)
+        certainty = float(usage.get("certainty", 0.8))
+        if prior is not None and prior[0] == "no-op" and code == "applies" and certainty <= DOUBT:
+            # an "applies" the code could not settle does not overrule a rule decided on a fact
+            why = f"{prior[1]}; the code could not settle it ({summary})"
+            return verdict("no-op", why + " (playbook rule)", "playbook", 0.5)
         if prior is not None and prior[0] != code:
             summary += f" The code overrules the playbook here: {prior[1]}."
-        return verdict(code, summary, "code", float(usage.get("certainty", 0.8)))
+        return verdict(code, summary, "code", certainty)
     why_open = usage.get("code_summary") or usage.get("error") or "no code evidence"
     if prior is not None:
         return verdict(
