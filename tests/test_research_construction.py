@@ -361,3 +361,24 @@ def test_dsa_indexer_flags_are_no_ops_on_llama(sglang_0523) -> None:  # type: ig
     assert v.verdict == "no-op", v.summary
     assert "dsa_indexer.py:421" in v.summary and "deepseek_v2.py" in v.summary, v.summary
     assert "not loaded here" in v.summary, v.summary
+
+
+def test_parallel_researchers_do_not_share_answers(index) -> None:  # type: ignore[no-untyped-def]
+    """Researcher subagents run `analyze_flag` in parallel threads: what one learns about callers
+    on its facts must not answer another's question on other facts."""
+    import sys
+    from concurrent.futures import ThreadPoolExecutor
+
+    cases = [("fa3", "no-op"), ("triton", "applies")] * 40
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # interleave the threads as much as the interpreter allows
+    try:
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            got = list(
+                pool.map(
+                    lambda c: analyze_flag(index, "--decode-steps", _facts(c[0]), value="2").verdict, cases
+                )
+            )
+    finally:
+        sys.setswitchinterval(old)
+    assert got == [want for _, want in cases]

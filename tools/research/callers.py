@@ -12,6 +12,7 @@ All three-valued: an unknown condition is never a gate.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 from typing import Any
 
@@ -36,9 +37,9 @@ def env_of(
     return Env(facts, flag, dests, locals_of(func, module), params, consts, frozenset(), where, index.query)
 
 
-_MEMO: dict[tuple[int, str, str, int], ExitPath | None] = {}
-_MEMO_FOR: list[Any] = [None, None, None]
-"""The index, facts and flag the memo holds answers for (held, so their ids are not reused)."""
+_LOCAL = threading.local()
+"""Per thread (researchers run in parallel threads): `memo`, caller gates for `memo_for`, the
+index, facts and flag they hold for (held, so their ids are not reused)."""
 
 
 def caller_gate(
@@ -46,14 +47,15 @@ def caller_gate(
 ) -> ExitPath | None:
     """The gate that keeps every caller of `func` from calling it here, or None (callers followed
     `depth` levels up; answers kept for the facts and flag in hand: readers share their callers)."""
-    if not (_MEMO_FOR[0] is index and _MEMO_FOR[1] is facts and _MEMO_FOR[2] is flag):
-        _MEMO.clear()
-        _MEMO_FOR[:] = [index, facts, flag]
-    key = (depth, func.path, func.qual, 0)
-    if key not in _MEMO:
-        _MEMO[key] = None  # a call cycle reaching `func` again keeps it running
-        _MEMO[key] = _caller_gate(index, func, facts, flag, depth=depth)
-    gate = _MEMO[key]
+    held = getattr(_LOCAL, "memo_for", (None, None, None))
+    if not (held[0] is index and held[1] is facts and held[2] is flag):
+        _LOCAL.memo, _LOCAL.memo_for = {}, (index, facts, flag)
+    memo: dict[tuple[int, str, str], ExitPath | None] = _LOCAL.memo
+    key = (depth, func.path, func.qual)
+    if key not in memo:
+        memo[key] = None  # a call cycle reaching `func` again keeps it running
+        memo[key] = _caller_gate(index, func, facts, flag, depth=depth)
+    gate = memo[key]
     return None if gate is None else replace(gate, via=list(gate.via))
 
 
