@@ -32,6 +32,7 @@ FILES = {
             load_format: str = "auto"
             verify_weights: bool = False
             disable_custom_ar: bool = False
+            disable_warm_ar: bool = False
             tp_size: int = 1
             pp_size: int = 1
             dp_size: int = 1
@@ -50,6 +51,7 @@ FILES = {
                 parser.add_argument("--load-format", default=ServerArgs.load_format)
                 parser.add_argument("--verify-weights", action="store_true")
                 parser.add_argument("--disable-custom-ar", action="store_true")
+                parser.add_argument("--disable-warm-ar", action="store_true")
                 parser.add_argument("--tp-size", type=int, default=ServerArgs.tp_size)
                 parser.add_argument("--pp-size", type=int, default=ServerArgs.pp_size)
                 parser.add_argument("--dp-size", type=int, default=ServerArgs.dp_size)
@@ -175,8 +177,23 @@ FILES = {
                 use_custom_ar = _ENABLE_CUSTOM_AR
             return Group(ranks, use_custom_ar=use_custom_ar)
 
+        _WARM_AR = True
+
+        def set_warm_ar(enable):
+            global _WARM_AR
+            _WARM_AR = enable
+
+        def init_warm_group(ranks, use_warm=None):
+            if use_warm is None:
+                use_warm = _WARM_AR
+            if use_warm:
+                warm_up(ranks)
+            return Group(ranks, use_custom_ar=use_warm)
+
         def init_distributed():
             set_custom_ar(not get_args().disable_custom_ar)
+            set_warm_ar(not get_args().disable_warm_ar)
+            init_warm_group([0])
             return init_group([0])
         """,
     "srt/models/llama.py": """
@@ -346,6 +363,12 @@ def test_a_value_passed_to_a_constructor_that_uses_it_only_for_several_ranks(ind
     ), (one.summary, [f.why for f in one.findings])
     four = analyze_flag(index, "--disable-custom-ar", {**_facts("fa3"), "server.tp_size": 4, "gpu.count": 4})
     assert four.verdict == "applies", four.summary
+
+
+def test_a_value_that_also_steers_its_own_function_is_not_passed_on_only(index) -> None:  # type: ignore[no-untyped-def]
+    """The same hand-off, but the function also warms up under the value: work on one rank too."""
+    v = analyze_flag(index, "--disable-warm-ar", _facts("fa3"))
+    assert v.verdict != "no-op", v.summary
 
 
 def test_dsa_indexer_flags_are_no_ops_on_llama(sglang_0523) -> None:  # type: ignore[no-untyped-def]

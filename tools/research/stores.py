@@ -16,6 +16,7 @@ under names the index does not track, and calling them unknown turns true verdic
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,6 +126,11 @@ def passed_on_off(
     ]
     if not sites or any(local in a for c in func.outside for a in [*c.args, *c.kwargs.values()]):
         return None
+    word = re.compile(rf"\b{re.escape(local)}\b")
+    steps = [*func.calls, *func.outside, *func.exits, *func.gates]
+    guards = {g for step in steps for g in step.guards}
+    if any(word.search(g) and g not in (f"{local} is None", f"not ({local} is None)") for g in guards):
+        return None  # it also steers this function's own work
     reasons = []
     for call, pos, key in sites:
         targets = index.resolve_call(func, call.callee)
