@@ -196,7 +196,7 @@ def analyze_flag(
             1.0,
         )
     declared = default_facts(index.catalog)
-    facts = deployment_facts(index, facts, startup)
+    facts = deployment_facts(index, facts, startup, declared)
     trial = False if negated(info, name) else _parse_value(value, info)
     verdict = CodeVerdict(info.name, info.dest, index.version, "unknown", "", 0.3, value=trial)
     verdict.definition = f"{info.path}:{info.line}" if info.path else None

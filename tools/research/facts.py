@@ -15,10 +15,10 @@ from tools.research.startup.check import ENUM_MEMBERS, StartupAnswer
 
 
 def deployment_facts(
-    index: FlagIndex, given: dict[str, Any], startup: StartupAnswer | None
+    index: FlagIndex, given: dict[str, Any], startup: StartupAnswer | None, declared: dict[str, Any]
 ) -> dict[str, Any]:
-    """Every fact guards are evaluated against, for one deployment and version."""
-    declared = default_facts(index.catalog)
+    """Every fact guards are evaluated against, for one deployment and version (`declared`: the
+    catalog's defaults, `default_facts`, computed once by the caller)."""
     resolved = {f"server.{k}": v for k, v in (startup.baseline if startup else {}).items() if _scalar(v)}
     code = {CODE_ENUMS: index.enums, **installed(index, given)}
     return {**declared, **resolved, **model_config_facts(index, startup), **code, **given}

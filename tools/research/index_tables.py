@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from tools.research.index_types import ModuleFacts
-from tools.research.source import SourceTree
+from tools.research.source import SourceTree, wheel_requirements
 
 
 def config_attrs(facts: list[ModuleFacts]) -> dict[str, tuple[str, frozenset[str]]]:
@@ -37,15 +37,12 @@ def server_requirements(tree: SourceTree) -> frozenset[str]:
     """The packages every SGLang server of this version installs: the wheel's requirements without
     a marker or for its `srt` extra (normalized names: `flashinfer_python`)."""
     names = set()
-    for metadata in tree.root.glob("sglang-*.dist-info/METADATA"):
-        for line in metadata.read_text(errors="replace").splitlines():
-            if not line.startswith("Requires-Dist:"):
-                continue
-            spec, _, marker = line.removeprefix("Requires-Dist:").partition(";")
-            if marker.strip() and marker.replace(" ", "").replace("'", '"') != 'extra=="srt"':
-                continue
-            if match := re.match(r"\s*([A-Za-z0-9_.-]+)", spec):
-                names.add(match.group(1).lower().replace("-", "_"))
+    for line in wheel_requirements(tree):
+        spec, _, marker = line.partition(";")
+        if marker.strip() and marker.replace(" ", "").replace("'", '"') != 'extra=="srt"':
+            continue
+        if match := re.match(r"\s*([A-Za-z0-9_.-]+)", spec):
+            names.add(match.group(1).lower().replace("-", "_"))
     return frozenset(names)
 
 

@@ -148,6 +148,16 @@ def _cached(dest: Path) -> SourceTree | None:
     return SourceTree(dest, dest / "sglang", data["version"], f"cache ({data['origin']})")
 
 
+def wheel_requirements(tree: SourceTree) -> list[str]:
+    """The `Requires-Dist:` lines of the tree's wheel METADATA (markers included), [] without one."""
+    return [
+        line.removeprefix("Requires-Dist:").strip()
+        for metadata in tree.root.glob("sglang-*.dist-info/METADATA")
+        for line in metadata.read_text(errors="replace").splitlines()
+        if line.startswith("Requires-Dist:")
+    ]
+
+
 def local_source(path: Path, *, version: str | None = None) -> SourceTree:
     """A tree the user gave: a git checkout (`python/sglang`), an unpacked wheel (`sglang/`) or the package."""
     path = path.expanduser().resolve()

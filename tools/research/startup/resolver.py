@@ -33,7 +33,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from tools.research.source import SourceTree, cache_lock, cache_root
+from tools.research.source import SourceTree, cache_lock, cache_root, wheel_requirements
 
 REAL_PACKAGES = ("transformers", "msgspec", "packaging", "pillow", "dill")
 _BOOT = "import sys; sys.path.insert(0, {here!r}); from worker.child import main; main()"
@@ -46,12 +46,7 @@ class ResolverError(RuntimeError):
 
 def pinned_requirements(tree: SourceTree) -> list[str]:
     """REAL_PACKAGES with the version specifiers of the wheel's METADATA (unpinned without one)."""
-    requires = [
-        line.removeprefix("Requires-Dist:").strip()
-        for metadata in tree.root.glob("sglang-*.dist-info/METADATA")
-        for line in metadata.read_text().splitlines()
-        if line.startswith("Requires-Dist:")
-    ]
+    requires = wheel_requirements(tree)
     pyproject = tree.package_dir.parent / "pyproject.toml"  # a git checkout: python/pyproject.toml
     if not requires and pyproject.is_file():
         requires = tomllib.loads(pyproject.read_text()).get("project", {}).get("dependencies", [])
