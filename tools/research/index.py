@@ -19,6 +19,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from functools import cached_property
 from pathlib import Path, PurePosixPath
@@ -444,8 +445,15 @@ def index_path(tree: SourceTree, cache_dir: Path | None = None) -> Path:
     return cache_root(cache_dir) / "flag-index" / f"{safe.replace('-', '_')}-{where}-{digest}.sqlite"
 
 
-def load_index(tree: SourceTree, *, cache_dir: Path | None = None, rebuild: bool = False) -> FlagIndex:
-    """The index of `tree`: from memory, else from disk, else built and saved."""
+def load_index(
+    tree: SourceTree,
+    *,
+    cache_dir: Path | None = None,
+    rebuild: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> FlagIndex:
+    """The index of `tree`: from memory, else from disk, else built and saved. `progress(text)` is
+    called once before a build (a minute or two; the caller shows it)."""
     key = (str(tree.root.resolve()), tree.version)
     if not rebuild and key in _LOADED:
         return _LOADED[key]
@@ -458,6 +466,8 @@ def load_index(tree: SourceTree, *, cache_dir: Path | None = None, rebuild: bool
             except (sqlite3.Error, KeyError, pickle.UnpicklingError):
                 index = None  # a damaged file is rebuilt
         if index is None:
+            if progress is not None:
+                progress(f"building the code index of SGLang {tree.version} (once per source tree)")
             index = build_index(tree, path)
     _LOADED[key] = index
     return index

@@ -99,8 +99,10 @@ def get_source(
     source_dir: Path | None = None,
     git_timeout: float = 120.0,
     pip_timeout: float = 300.0,
+    progress: Callable[[str], None] | None = None,
 ) -> SourceTree:
-    """The source of SGLang `version`: from `source_dir`, else the cache, else git, else the index."""
+    """The source of SGLang `version`: from `source_dir`, else the cache, else the index, else git.
+    `progress(text)` is called once before a fetch (tens of seconds; the caller shows it)."""
     if source_dir is not None:
         return local_source(Path(source_dir), version=version)
     if not version:
@@ -108,9 +110,10 @@ def get_source(
     version = _check_version(version)
     dest = cache_root(cache_dir) / "sglang-src" / version
     with cache_lock(dest):
-        return _cached(dest) or _fetch(
-            version, dest, repo_url, cache_root(cache_dir), git_timeout, pip_timeout
-        )
+        tree = _cached(dest)
+        if tree is None and progress is not None:
+            progress(f"fetching the source of SGLang {version} (once per version)")
+        return tree or _fetch(version, dest, repo_url, cache_root(cache_dir), git_timeout, pip_timeout)
 
 
 def _fetch(
