@@ -62,6 +62,8 @@ class RunResult:
     """Candidate change -> why it was never trialled."""
     rule: str = ""
     """How a change was judged (the report explains it)."""
+    measured: list[str] = field(default_factory=list)
+    """What the run measured about the deployment itself: its launch spread, its load at baseline."""
 
 
 async def measure_baseline(ui: RunUI, endpoint: str, bench: Any, text: str) -> tuple[Baseline, float]:
@@ -103,12 +105,14 @@ def _sweep_summary(sweep: Any) -> dict[str, Any]:
 async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
     """The whole run against `config`'s target; returns how it ended (raises `SessionError` early)."""
     from agent.context import gather_context
+    from agent.policy.loadstate import load_state
     from agent.policy.models import make_models
     from agent.policy.planner import PlannerDeps, build_planner
     from agent.policy.playbook import PLAYBOOK_PATH, evaluate, grid_size, load_playbook
     from agent.policy.researcher import build_researcher
     from agent.transcripts.report import explain_run
     from agent.trial.resolved import drop_pointless
+    from agent.trial.spread import known_spread, measure_spread
     from tools.bench.stats import objective_from_goal
     from tools.deploy.deployment import Deployment
     from tools.deploy.remote import make_transport
@@ -142,6 +146,12 @@ async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
                     allow_lossy=opts.allow_lossy, max_trials=opts.max_trials, deadline=deadline,
                     max_restarts=restart_budget(opts.max_restarts, grid),
                 )  # fmt: skip
+            state = load_state(ctx.facts, config.bench, baseline.reps)
+            ui.record("load_state", {"levels": state.levels, "facts": state.facts, "text": state.describe()})
+            ui.note(f"load at baseline: {state.describe()}")
+            spread = await measure_spread(runner) if runner is not None else known_spread(config.bench)
+            ui.record("launch_spread", {**spread.as_dict(), "text": spread.describe()})
+            ui.note(spread.describe())
             deps = PlannerDeps(
                 goal=opts.goal,
                 ctx=ctx,
@@ -152,6 +162,8 @@ async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
                 baseline_levels=mean_throughput(baseline.reps),
                 allow_lossy=opts.allow_lossy,
                 max_parallel_research=config.agent.max_parallel_research,
+                state=state,
+                spread=spread.value,
             )
             ui.step("planning, research and trials")
             conclusion, status = await _plan(ui, deps, build_planner(models.planner), opts, objective)
@@ -160,9 +172,10 @@ async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
             if runner is not None:
                 status = await _combine_if_needed(ui, runner, status)
                 await deployment.rollback()  # no-op unless something is still in flight
+            measured = [spread.describe(), f"load at baseline: {state.describe()}"]
             result = await _final(
                 ui, config, runner, baseline, conclusion, status, started, bench_s,
-                explain=lambda r: explain_run(r, deps, runner, opts, config),
+                explain=lambda r: (explain_run(r, deps, runner, opts, config), r.measured.extend(measured)),
             )  # fmt: skip
     finally:
         await transport.close()

@@ -84,7 +84,16 @@ class BenchConfig(_Strict):
     min_effect: float = Field(0.02, ge=0)
     regress_tolerance: float = Field(0.03, ge=0)
     launch_noise: float = Field(0.01, ge=0, lt=1)
-    """Restart-to-restart spread of throughput (relative sd) that repetitions in one launch can't see."""
+    """Restart-to-restart spread of throughput (relative sd) that repetitions in one launch can't see:
+    the declared figure, used only until one is measured (`launch_spread`, `spread_launches`)."""
+    launch_spread: float | None = Field(None, ge=0, lt=1)
+    """The restart spread measured on this deployment (`optagent bench --restarts N` records it with
+    `launch_spread_df`); a run uses it instead of `launch_noise`."""
+    launch_spread_df: int = Field(0, ge=0)
+    """Degrees of freedom of `launch_spread` (launches measured - 1)."""
+    spread_launches: int = Field(2, ge=0)
+    """Extra launches of known-good the baseline phase measures when no `launch_spread` is recorded
+    (each a restart; 0: trust `launch_noise`)."""
     request_timeout_s: float = Field(600.0, gt=0)
     backend: Literal["optagent", "sglang"] = "optagent"
 

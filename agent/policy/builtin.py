@@ -13,7 +13,7 @@ from typing import Any
 
 from agent.policy.builtin_conclusion import conclusion
 from agent.policy.builtin_research import decide_verdict
-from agent.policy.order import next_trials
+from agent.policy.order import doubtful_members, next_trials
 from agent.policy.verdict import doubtful_rejection, final_rejection
 
 _FLAG = re.compile(r"--[A-Za-z0-9][\w-]*(?:\.[\w-]+)*")
@@ -144,16 +144,27 @@ def planner_policy(messages: list[Any], info: Any) -> Any:
     tried: dict[str, list[dict]] = {}
     combined = None
     budget_out: str | None = None
+    bundles: list[tuple[list[str], dict]] = []
+    left_out: dict[str, dict] = {}
     for name, content, args in returns:
-        if name != "run_trial" or not isinstance(content, dict):
+        if name not in ("run_trial", "leave_out") or not isinstance(content, dict):
             continue
         if content.get("budget_exhausted"):
             budget_out = str(content.get("error") or "budget exhausted")
             continue
         if content.get("halted"):
             budget_out = str(content["halted"])
+        if name == "leave_out":
+            left_out["--" + str(args.get("flag", "")).lstrip("-")] = content
+            continue
         flags = [ch["flag"] for ch in args.get("changes", [])]
-        if len(flags) > 1:
+        if args.get("together_reason"):  # a bundle: each member counts as tried
+            members = ["--" + f.lstrip("-") for f in flags]
+            bundles.append((members, content))
+            for f in members:
+                trials[f] = content
+                tried.setdefault(f, []).append(content)
+        elif len(flags) > 1:
             combined = content
         elif flags:
             trials["--" + flags[0].lstrip("-")] = content
@@ -170,10 +181,31 @@ def planner_policy(messages: list[Any], info: Any) -> Any:
         todo = _todo(cands, verdicts, trials, extra)
         research = [_call("research_flag", {"flag": c["flag"]}) for c in live]
         return _response([_call("todo_write", {"items": todo}), *research])
+    # a kept bundle first loses the members that cannot show they pay (one leave-out trial each)
+    prune = None if budget_out else _next_leave_out(cands, verdicts, bundles, left_out)
+    if prune is not None:
+        flag, why = prune
+        todo = _todo(cands, verdicts, trials, extra)
+        return _response(
+            [_call("todo_write", {"items": todo}), _call("leave_out", {"flag": flag, "reason": why})]
+        )
     # highest expected value per restart first (research certainty x plausible gain / restart cost);
-    # a near miss may get a second look, ranked by what was measured
+    # a near miss may get a second look, ranked by what was measured; small levers as one bundle
     queue = trial_queue(cands, verdicts, tried)
     nxt, look = (None, "") if budget_out or not queue else queue[0]
+    if nxt is not None and "bundle" in nxt:
+        todo = _todo(cands, verdicts, trials, extra)
+        members = nxt["bundle"]
+        for item in todo:
+            if item["id"] in {c["flag"] for c in members}:
+                item["status"] = "in_progress"
+        changes = [{"flag": c["flag"], "value": c["value"], "action": c["action"]} for c in members]
+        args = {"changes": changes, "reason": "small levers tried together", "together_reason": look}
+        if any(verdicts[c["flag"]]["verdict"] == "unknown" for c in members):
+            args["override_reason"] = (
+                "the code search was inconclusive but the playbook's conditions hold here"
+            )
+        return _response([_call("todo_write", {"items": todo}), _call("run_trial", args)])
     if nxt is not None:
         todo = _todo(cands, verdicts, trials, extra)
         for item in todo:
@@ -214,8 +246,27 @@ def planner_policy(messages: list[Any], info: Any) -> Any:
     from pydantic_ai.messages import TextPart
 
     untried = {c["flag"]: i + 1 for i, (c, why) in enumerate(queue) if why == "untried"}
-    earlier = [t for ts in tried.values() for t in ts[:-1]]
+    earlier = [t for ts in tried.values() for t in ts[:-1]] + list(left_out.values())
     return _response([TextPart(conclusion(cands, verdicts, trials, combined, budget_out, untried, earlier))])
+
+
+def _next_leave_out(
+    cands: list[dict[str, Any]], verdicts: dict[str, dict], bundles: list[tuple[list[str], dict]],
+    left_out: dict[str, dict],
+) -> tuple[str, str] | None:  # fmt: skip
+    """(flag, why) of the next doubtful member of the latest kept bundle not yet left out."""
+    kept = [(m, t) for m, t in bundles if t.get("decision") == "kept"]
+    if not kept:
+        return None
+    members, result = kept[-1]
+    by_flag = {c["flag"]: c for c in cands}
+    doubtful = doubtful_members(
+        [by_flag[f] for f in members if f in by_flag], verdicts, result.get("won_at") or []
+    )
+    for c, why in doubtful:
+        if c["flag"] not in left_out:
+            return c["flag"], f"doubtful member of the bundle kept in trial {result.get('trial')}: {why}"
+    return None
 
 
 def _live(cands: list[dict[str, Any]]) -> list[dict[str, Any]]:

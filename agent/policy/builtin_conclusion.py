@@ -32,14 +32,19 @@ def conclusion(
     """Markdown: what was kept with its numbers, what was rolled back and why, what was ruled out,
     and which candidates were never tried and why (`untried`: flag -> rank by expected value).
     `trials`: each flag's latest trial; `earlier`: the first trials of flags given a second look."""
-    singles = sorted([*(earlier or []), *trials.values()], key=lambda t: t.get("trial") or 0)
+    seen: set[Any] = set()  # a bundle is each member's trial: listed once
+    singles = []
+    for t in sorted([*(earlier or []), *trials.values()], key=lambda t: t.get("trial") or 0):
+        if t.get("trial") is None or t["trial"] not in seen:
+            singles.append(t)
+            seen.add(t.get("trial"))
     all_trials = [*singles, *([combined] if combined else [])]
     kept = [t for t in all_trials if t.get("decision") == "kept"]
     best = kept[-1] if kept else None
     lines = ["## Conclusion", ""]
     if best:
         lines.append(
-            f"Deployed: {', '.join(best['changes'])} (trial {best['trial']}): "
+            f"Deployed: {', '.join(best.get('deployed') or best['changes'])} (trial {best['trial']}): "
             f"{best.get('headline') or best['decision']}; per level, over what was deployed before it: "
             f"{_levels(best)}."
         )

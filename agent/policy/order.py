@@ -11,6 +11,13 @@ with a budget then spends it on the candidates most likely to pay for their rest
 A near miss (rejected as not established although it still looked like a winner) may get one
 second look, ranked with the untried candidates: its certainty is the chance, given what was
 measured, that it helps at all, its plausible gain the estimate measured.
+
+Small levers are tried together: a candidate whose plausible gain is below what one trial can
+establish with this deployment's restart spread (`establishable`) would be "not established" alone
+however real, so the untried small ones go into one change (`plan_bundle`), ranked by the sum of
+their values for one restart. A kept bundle is then pruned of its doubtful members
+(`doubtful_members`: low certainty, or no mechanism at the level that won), each left out in a
+trial of its own (`agent.trial.prune`).
 """
 
 from __future__ import annotations
@@ -48,9 +55,17 @@ def certainty(verdict: Any) -> float:
     return CERTAINTY_BY_VERDICT.get(str(_get(verdict, "verdict", "unknown")), 0.0)
 
 
+def plausible_gain(candidate: dict[str, Any]) -> float:
+    """The gain the lever may bring here at the levels where it acts: its `expected_gain` or its
+    priority's, times what the baseline's state makes of it (`state_factor`, see
+    `agent.policy.loadstate`)."""
+    gain = candidate.get("expected_gain") or GAIN_BY_PRIORITY.get(candidate.get("priority", ""), 0.02)
+    return float(gain) * float(candidate.get("state_factor") or 1.0)
+
+
 def expected_value(candidate: dict[str, Any], verdict: Any) -> float:
     """certainty x plausible gain / restart cost for a candidate as the planner sees it."""
-    gain = candidate.get("expected_gain") or GAIN_BY_PRIORITY.get(candidate.get("priority", ""), 0.02)
+    gain = plausible_gain(candidate)
     sure = certainty(verdict)
     if candidate.get("status") in PLAYBOOK_DOUBTS:  # the playbook's conditions say it won't help or start
         sure *= 0.25
@@ -72,13 +87,81 @@ def second_look_value(candidate: dict[str, Any], near_miss: dict[str, Any]) -> f
     return sure * max(0.0, ratio - 1) / restart_cost(candidate)
 
 
+Z_ESTABLISH = 1.96 + 0.84
+"""A 95% interval's half width plus the distance at which four trials in five clear it."""
+DOUBTFUL_CERTAINTY = 0.6
+"""A bundle member research is less sure of than this is left out unless it proves itself."""
+
+
+def establishable(spread: float, min_effect: float) -> float:
+    """The smallest gain at one level that one trial (two launches of each side, so the launch
+    term's variance is one launch's) establishes about four times in five with restart spread
+    `spread`; never below the minimum effect the rule asks."""
+    return max(min_effect, Z_ESTABLISH * spread)
+
+
+def plan_bundle(
+    candidates: list[dict[str, Any]], verdicts: dict[str, Any], tried: dict[str, list[dict[str, Any]]]
+) -> tuple[list[dict[str, Any]], str] | None:
+    """(the untried small candidates to try as one change, why), or None when fewer than two are
+    small. A candidate is small when its plausible gain is below its `establishable` figure; one the
+    playbook doubts, or whose mechanism acts at no measured level, is left out (alone at the end of
+    the queue it costs only what it is worth)."""
+    small = [
+        c
+        for c in candidates
+        if not tried.get(c["flag"])
+        and c.get("establishable")
+        and plausible_gain(c) < c["establishable"]
+        and c.get("status") not in PLAYBOOK_DOUBTS
+        and c.get("acts_at_levels") != []
+        and certainty(verdicts.get(c["flag"])) > 0
+    ]
+    if len(small) < 2:
+        return None
+    bar = small[0]["establishable"]
+    names = ", ".join(f"{c['flag']} (+{plausible_gain(c):.1%})" for c in small)
+    why = (
+        f"tried together: {names} each expected below +{bar:.1%}, the smallest gain one trial can "
+        f"establish with this deployment's restart spread; alone each would stay 'not established'"
+    )
+    return small, why
+
+
+def doubtful_members(
+    members: list[dict[str, Any]], verdicts: dict[str, Any], won_at: list[int]
+) -> list[tuple[dict[str, Any], str]]:
+    """The members of a kept bundle that must prove themselves: (candidate, why doubtful)."""
+    out = []
+    for c in members:
+        sure = certainty(verdicts.get(c["flag"]))
+        acts = c.get("acts_at_levels")
+        if sure < DOUBTFUL_CERTAINTY:
+            out.append((c, f"research certainty {sure:.2f} < {DOUBTFUL_CERTAINTY}"))
+        elif acts is not None and won_at and not set(acts) & set(won_at):
+            where = ", ".join(f"c={x}" for x in won_at)
+            out.append((c, f"its mechanism acts at {acts or 'no measured level'}, the bundle won at {where}"))
+    return out
+
+
 def next_trials(
     candidates: list[dict[str, Any]], verdicts: dict[str, Any], tried: dict[str, list[dict[str, Any]]]
 ) -> list[tuple[dict[str, Any], str]]:
     """What to trial next, best first: (candidate, why) for the untried candidates and for each near
-    miss tried once, ranked by value per restart. `tried`: flag -> its trial results so far."""
+    miss tried once, ranked by value per restart. `tried`: flag -> its trial results so far. Small
+    candidates come as one bundle (`plan_bundle`): a candidate dict with `bundle` (the members)."""
     ranked: list[tuple[float, int, dict[str, Any], str]] = []
+    bundle = plan_bundle(candidates, verdicts, tried)
+    if bundle is not None:
+        members, why = bundle
+        cost = max(restart_cost(c) for c in members)
+        value = sum(expected_value(c, verdicts.get(c["flag"])) * restart_cost(c) for c in members) / cost
+        flags = " + ".join(c["flag"] for c in members)
+        ranked.append((value, -1, {"flag": flags, "bundle": members}, why))
+    in_bundle = {c["flag"] for c in bundle[0]} if bundle else set()
     for i, c in enumerate(candidates):
+        if c["flag"] in in_bundle:
+            continue
         results = tried.get(c["flag"], [])
         if not results:
             ranked.append((expected_value(c, verdicts.get(c["flag"])), i, c, "untried"))

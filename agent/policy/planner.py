@@ -48,6 +48,10 @@ class PlannerDeps:
     """The code's analysis of each flag researched in this session (`usage` results)."""
     errors: ErrorBudget = field(default_factory=ErrorBudget)
     tokens: TokenCount = field(default_factory=lambda: TokenCount())
+    state: Any = None
+    """What the baseline showed about the load (`agent.policy.loadstate.LoadState`; None: unknown)."""
+    spread: float | None = None
+    """The restart spread trials assume (`agent.trial.spread`; None: the declared one)."""
     _resolved: dict[str, Any] | None = None
     _sem: asyncio.Semaphore | None = None
     _trial_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -68,7 +72,21 @@ class PlannerDeps:
 
 
 def candidates_view(deps: PlannerDeps) -> list[dict[str, Any]]:
-    """The playbook candidates as the planner sees them."""
+    """The playbook candidates as the planner sees them, with what the baseline's state makes of
+    each (`state_factor`, `state_why`, `acts_at_levels`) and the smallest gain one trial can
+    establish here (`establishable`, `agent.policy.order`)."""
+    from agent.policy.loadstate import acts_at, state_factor
+    from agent.policy.order import establishable
+
+    bench = deps.runner.bench if deps.runner is not None else None
+    bar = establishable(deps.spread, bench.min_effect) if bench is not None and deps.spread else None
+
+    def state(c: Candidate) -> dict[str, Any]:
+        if deps.state is None:
+            return {}
+        factor, why = state_factor(c.lever, deps.state)
+        return {"state_factor": factor, "state_why": why, "acts_at_levels": acts_at(c.lever, deps.state)}
+
     return [
         {
             "flag": c.flag,
@@ -85,6 +103,8 @@ def candidates_view(deps: PlannerDeps) -> list[dict[str, Any]]:
             "risk": c.lever.risk,
             "expected_gain": getattr(c.lever, "expected_gain", None),
             "restart_cost": getattr(c.lever, "restart_cost", None),
+            "establishable": bar,
+            **state(c),
         }
         for c in deps.candidates
     ]
@@ -148,10 +168,12 @@ def verdict_for_planner(v: FlagVerdict) -> dict[str, Any]:
 
 def trial_result(deps: PlannerDeps, record: Any) -> dict[str, Any]:
     """What the planner learns from a trial: decision, why, numbers against the baseline."""
+    leave = "leave out " if record.kind == "leave_out" else ""
     return {
         "trial": record.number,
         "kind": record.kind,
-        "changes": [c.describe() for c in record.changes],
+        "changes": [leave + c.describe() for c in record.changes],
+        "deployed": [c.describe() for c in deps.runner.kept_changes] if deps.runner is not None else [],
         "decision": record.decision,
         "improved": record.improved,
         "why": record.why,
@@ -165,8 +187,21 @@ def trial_result(deps: PlannerDeps, record: Any) -> dict[str, Any]:
         "restarts": record.restarts,
         "environment": record.environment,
         "near_miss": record.near_miss,
+        "won_at": won_at(record, deps.runner.bench.min_effect if deps.runner is not None else 0.02),
         "halted": deps.runner.halted if deps.runner is not None else None,
     }
+
+
+def won_at(record: Any, min_effect: float) -> list[int]:
+    """The levels at which a kept trial established its gain (interval above 1, estimate at least
+    the minimum effect); [] for any other."""
+    if record.decision != "kept" or record.kind == "leave_out":
+        return []
+    return [
+        i["concurrency"]
+        for i in (record.comparison or {}).get("per_level") or []
+        if (i.get("ci_low") or 0) > 1 and (i.get("ratio") or 0) >= 1 + min_effect
+    ]
 
 
 def refusal(deps: PlannerDeps, changes: list[TrialChange], override: str | None) -> tuple[str, str] | None:
@@ -196,7 +231,7 @@ def refusal(deps: PlannerDeps, changes: list[TrialChange], override: str | None)
 
 
 async def trial(
-    deps: PlannerDeps, changes: list[TrialChange], reason: str, override: str | None
+    deps: PlannerDeps, changes: list[TrialChange], reason: str, override: str | None, *, kind: str = ""
 ) -> dict[str, Any]:
     """Gatekeeping before the trial runner: the checks of `optagent deploy --set` (catalog name,
     type, choices, value, unit file), research first, the resolved value, rejected flags only with
@@ -210,7 +245,11 @@ async def trial(
         what = ", ".join(c.describe() for c in changes)
         deps.ui.note(f"dry run: would trial {what}")
         return {"dry_run": True, "would_trial": what, "note": "nothing deployed"}
-    kind = "combined" if len(changes) > 1 else "single"
+    kind = kind or ("combined" if len(changes) > 1 else "single")
+    if kind == "bundle":
+        deps.ui.record(
+            "bundle", {"changes": [c.describe() for c in changes], "why": reason}, msg=deps.current_msg
+        )
     async with deps._trial_lock:
         try:
             record = await deps.runner.run(changes, reason=reason, kind=kind, override=override)
@@ -262,11 +301,36 @@ def build_planner(model: Any) -> Any:
         changes: list[TrialChange],
         reason: str,
         override_reason: str | None = None,
+        together_reason: str | None = None,
     ) -> dict[str, Any]:
         """Deploy the changes, check outputs, benchmark, keep if better or roll back. One flag per trial,
-        except one final trial of the flags kept individually. `override_reason` is required to deploy a
-        flag research rejected."""
-        return await trial(ctx.deps, changes, reason, override_reason)
+        except one final trial of the flags kept individually, and a bundle: small levers (each
+        expected below the candidate's `establishable` gain) tried as one change, with
+        `together_reason` saying why (recorded; kept or rolled back as one). `override_reason` is
+        required to deploy a flag research rejected."""
+        kind = "bundle" if together_reason and len(changes) > 1 else ""
+        reason = f"{reason}; {together_reason}" if kind else reason
+        return await trial(ctx.deps, changes, reason, override_reason, kind=kind)
+
+    @agent.tool(sequential=True)
+    async def leave_out(ctx: RunContext[PlannerDeps], flag: str, reason: str) -> dict[str, Any]:
+        """Deploy the kept configuration without one member of a kept bundle and measure both: the
+        member stays only if leaving it out costs at least the minimum effect at some level,
+        significantly; else the configuration without it is kept (no no-op rides on a bundle)."""
+        deps = ctx.deps
+        if deps.runner is None:
+            return {"dry_run": True, "note": "nothing deployed"}
+        flag = "--" + flag.strip().lstrip("-")
+        member = next((c for c in deps.runner.kept_changes if c.flag == flag), None)
+        if member is None:
+            return {"error": f"{flag} is not in the kept configuration; nothing to leave out"}
+        async with deps._trial_lock:
+            try:
+                record = await deps.runner.run([member], reason=reason, kind="leave_out")
+            except BudgetExhausted as e:
+                return {"error": f"budget exhausted: {e}", "budget_exhausted": True}
+        deps.ui.console.print(escape(record.headline()), highlight=False)
+        return trial_result(deps, record)
 
     @agent.tool(sequential=True)
     async def benchmark(ctx: RunContext[PlannerDeps]) -> dict[str, Any]:

@@ -40,6 +40,14 @@ class Lever(BaseModel):
     does, which research may overrule), a failed one makes the lever pointless here whatever the
     code says."""
     conflicts: list[str] = Field(default_factory=list)
+    acts_at: list[str] = Field(default_factory=list)
+    """Conditions on a measured level's `level.*` facts (`agent.policy.loadstate`) under which the
+    lever's mechanism acts there (none: every level). A bundle member with no mechanism at the
+    level that won is doubtful."""
+    raise_when: list[str] = Field(default_factory=list)
+    """Conditions on the baseline's `state.*` facts that make the lever worth more here."""
+    lower_when: list[str] = Field(default_factory=list)
+    """Conditions on the baseline's `state.*` facts that make it worth less here."""
     risk: str = ""
     lossy: bool = False
     priority: Literal["high", "medium", "low"] = "medium"

@@ -69,6 +69,7 @@ RULE = (
 
 def _trial_line(t: Any) -> list[str]:
     what = ", ".join(c.describe() for c in t.changes)
+    what = {"bundle": f"bundle: {what}", "leave_out": f"leave out {what}"}.get(getattr(t, "kind", ""), what)
     on_top = ", ".join(c.describe() for c in getattr(t, "on_top_of", []) or [])
     decision = t.decision.replace("_", " ")
     line = f"- trial {t.number} `{what}`{f' (on top of {on_top})' if on_top else ''}: **{decision}**"
@@ -85,6 +86,20 @@ def _trial_line(t: Any) -> list[str]:
     if t.override:
         out.append(f"  - deployed against research, reason: {t.override}")
     return out
+
+
+def _together(trials: list[Any]) -> list[str]:
+    """What was tried together and why, and which members were left out after."""
+    lines = []
+    for t in trials:
+        kind = getattr(t, "kind", "single")
+        what = ", ".join(c.describe() for c in t.changes)
+        if kind == "bundle":
+            lines.append(f"- trial {t.number} `{what}`: {t.decision.replace('_', ' ')}; {t.reason}")
+        elif kind == "leave_out":
+            left = "left out" if t.decision == "kept" else "stays"
+            lines.append(f"  - trial {t.number}, `{what}` {left}: {t.why}")
+    return ["## Tried together", "", *lines, ""] if lines else []
 
 
 def _without_trials(conclusion: str) -> str:
@@ -106,7 +121,8 @@ def render_report(result: Any, *, plot_name: str | None) -> str:
     ]
     if budget:
         lines.append(f"- budget: {budget}")
-    lines += ["", *kept_lines(result)]
+    lines += [f"- {m}" for m in getattr(result, "measured", None) or []]
+    lines += ["", *kept_lines(result), *_together(result.trials)]
     if plot_name:
         lines += [f"![each trial's change per level, with its 95% interval]({plot_name})", ""]
     lines += ["## How a change was judged", "", getattr(result, "rule", "") or RULE_DEFAULT, ""]

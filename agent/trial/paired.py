@@ -38,9 +38,10 @@ def _cmp(
     from tools.bench.paired import paired_compare
 
     b = r.bench
+    noise, prior_df = getattr(r, "launch_prior", None) or (b.launch_noise, None)
     return paired_compare(
         before, cand, after, r.objective, min_effect=b.min_effect, regress_tolerance=b.regress_tolerance,
-        launch_noise=b.launch_noise, history=r.known_good_blocks, confirm=confirm, third=third,
+        launch_noise=noise, prior_df=prior_df, history=r.known_good_blocks, confirm=confirm, third=third,
     )  # fmt: skip
 
 

@@ -31,7 +31,10 @@ class TrialRecord(BaseModel):
     """Everything one trial did and measured; saved in the transcript and the report."""
 
     number: int
-    kind: Literal["single", "combined"] = "single"
+    kind: Literal["single", "combined", "bundle", "leave_out"] = "single"
+    """single: one flag; combined: flags kept alone, tried together; bundle: small levers tried as
+    one change (`agent.policy.order.plan_bundle`); leave_out: one member of a kept bundle left out
+    (`agent.trial.prune`)."""
     changes: list[TrialChange]
     on_top_of: list[TrialChange] = Field(default_factory=list)
     """The kept changes this trial was deployed on top of (empty: on the baseline)."""
@@ -70,7 +73,11 @@ class TrialRecord(BaseModel):
     reviewer can recompute the interval from the transcript (`samples_as_sweeps`)."""
 
     def full_changes(self) -> list[TrialChange]:
-        """The whole configuration of this trial, relative to the baseline."""
+        """The whole configuration of this trial, relative to the baseline (a leave-out trial: what
+        it was on top of, without its changes)."""
+        if self.kind == "leave_out":
+            out = {c.flag for c in self.changes}
+            return [c for c in self.on_top_of if c.flag not in out]
         return [*self.on_top_of, *self.changes]
 
     def headline(self) -> str:
@@ -79,6 +86,8 @@ class TrialRecord(BaseModel):
         from tools.bench.effect import headline
 
         what = ", ".join(c.describe() for c in self.changes)
+        if self.kind == "leave_out":
+            what = f"leave out {what}"
         return f"trial {self.number} [{what}]: {headline(self.model_dump(mode='json'))}"
 
 

@@ -63,6 +63,9 @@ class TrialRunner:
     known_good_blocks: list[Any] = field(default_factory=list)
     """Every block of the current known-good configuration measured in this run (their spread is
     the launch-to-launch noise actually seen)."""
+    launch_prior: tuple[float, float | None] | None = None
+    """The restart spread every interval assumes, with its degrees of freedom (None: the declared
+    `bench.launch_noise`; `agent.trial.spread.measure_spread` sets the deployment's own)."""
     exhausted: str | None = None
     """Why a trial was refused for lack of budget (None while budget was left)."""
     halted: str | None = None
@@ -137,10 +140,11 @@ class TrialRunner:
         changes: list[TrialChange],
         *,
         reason: str,
-        kind: Literal["single", "combined"] = "single",
+        kind: Literal["single", "combined", "bundle", "leave_out"] = "single",
         override: str | None = None,
     ) -> TrialRecord:
-        """Deploy `changes` on top of the best configuration, probe, measure A/B/A, keep or roll back.
+        """Deploy `changes` on top of the best configuration, probe, measure A/B/A, keep or roll back
+        (`kind="leave_out"`: the best configuration without `changes`, see `agent.trial.prune`).
 
         Raises `BudgetExhausted` before touching the target when no budget is left. Whatever
         happens inside (including cancellation), the target ends on the best known configuration.
@@ -150,6 +154,11 @@ class TrialRunner:
             self.exhausted = why_not
             raise BudgetExhausted(why_not)
         base = [c for c in self.kept_changes if c.flag not in {ch.flag for ch in changes}]
+        if kind == "leave_out":  # the kept configuration without `changes`: they must be in it
+            missing = {ch.flag for ch in changes} - {c.flag for c in self.kept_changes}
+            if missing:
+                raise ValueError(f"cannot leave out {', '.join(sorted(missing))}: not deployed")
+            base = self.kept_changes
         record = TrialRecord(
             number=len(self.trials) + 1, kind=kind, changes=changes, on_top_of=base, reason=reason,
             override=override,
@@ -180,8 +189,10 @@ class TrialRunner:
 
     async def _deploy_and_measure(self, record: TrialRecord, new_text: str) -> None:
 
+        from agent.trial.prune import run_leave_out
+
         try:
-            await run_paired(self, record, new_text)
+            await (run_leave_out if record.kind == "leave_out" else run_paired)(self, record, new_text)
         except BaseException as e:
             # Whatever broke (a bug, a lost connection, cancellation), the candidate must not stay.
             if record.decision != "kept":

@@ -187,23 +187,30 @@ PRIOR_LAUNCHES = 6
 it is pooled with the spread that this run's own known-good launches show."""
 
 
-def launch_spread(declared: float, seen: tuple[float, int]) -> tuple[float, float]:
+def launch_spread(
+    declared: float, seen: tuple[float, int], prior_df: float | None = None
+) -> tuple[float, float]:
     """(restart spread per launch as a log sd, its degrees of freedom): the declared value pooled
     with the spread seen between this run's known-good launches (`seen` = (sd, df)), weighted by
     degrees of freedom (a moderated variance, as limma does for few replicates). Taking the larger
     of the two instead let one unlucky launch among five widen every later interval by half (its
     t quantile on 4 df): half the time the larger one is the chance high of the same spread. Load
-    that really changes between launches still takes over as its blocks accumulate."""
+    that really changes between launches still takes over as its blocks accumulate. `prior_df`:
+    the degrees of freedom of `declared` (a spread measured on this deployment counts with its own,
+    see `agent.trial.spread`); None: a declared figure, weighted as PRIOR_LAUNCHES and taken as
+    exact while nothing was seen."""
     sd, df = seen
     if df < 1:
-        return declared, math.inf
-    pooled = (PRIOR_LAUNCHES * declared**2 + df * sd**2) / (PRIOR_LAUNCHES + df)
-    return math.sqrt(pooled), PRIOR_LAUNCHES + df
+        return declared, math.inf if prior_df is None else prior_df
+    prior_df = PRIOR_LAUNCHES if prior_df is None else prior_df
+    pooled = (prior_df * declared**2 + df * sd**2) / (prior_df + df)
+    return math.sqrt(pooled), prior_df + df
 
 
 def interval(
     known_good: list[list[float]], cand: list[list[float]], *, launch_noise: float, alpha: float,
     spread: tuple[float, int] = (0.0, 0), concurrency: int | None = None,
+    prior_df: float | None = None,
 ) -> Interval:  # fmt: skip
     """The candidate's launches vs the known-good launches around them, on log values oriented so
     that > 0 is better. Each argument holds one block per launch, in time order.
@@ -232,7 +239,7 @@ def interval(
         return out
     pooled = sum(_ss(g) for g in a + b) / df
     within = pooled * (sum(1 / len(g) for g in a) / len(a) ** 2 + sum(1 / len(g) for g in b) / len(b) ** 2)
-    per_launch, launch_df = launch_spread(math.log1p(launch_noise), spread)
+    per_launch, launch_df = launch_spread(math.log1p(launch_noise), spread, prior_df)
     out.launch_spread = math.expm1(per_launch)
     # what the two A blocks disagree on beyond their own noise and beyond the restart spread (they
     # are two launches; the launch term below counts that part) is drift that need not be linear:
@@ -271,6 +278,7 @@ def paired_compare(
     history: list[list[SweepResult]] | None = None,
     confirm: list[SweepResult] | None = None,
     third: tuple[list[SweepResult], list[SweepResult]] | None = None,
+    prior_df: float | None = None,
 ) -> PairedComparison:
     """The A/B/A verdict of `cand` against the known-good blocks `before` and `after` (may be empty:
     a provisional A/B look used to stop early or to add repetitions). `history`: every block of the
@@ -284,7 +292,7 @@ def paired_compare(
     levels = sorted(_ok_levels(before))
     wanted = objective.levels or (levels[:1] if objective.lowest_level else levels)
     pareto = objective.kind == "throughput" and not objective.levels and not objective.lowest_level
-    kw = dict(launch_noise=launch_noise, alpha=alpha)
+    kw = dict(launch_noise=launch_noise, alpha=alpha, prior_df=prior_df)
 
     def judged(at: list[int], concurrency: int | None = None) -> Interval:
         def v(blocks: list[list[SweepResult]]) -> list[list[float]]:

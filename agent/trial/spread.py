@@ -1,0 +1,141 @@
+"""How much known-good itself moves between launches on this deployment, measured before any trial.
+
+Repetitions inside one launch cannot see the restart-to-restart spread; every trial's interval adds
+it for each launch involved (`tools.bench.paired.interval`). A declared figure (`bench.launch_noise`,
+1%) was a guess: on the simulated seed on two shared cores known-good moved 2-3% between launches,
+so a +3% lever was "not established" twice and a lucky no-op could pass. The figure a run uses is,
+in this order:
+
+1. recorded: `bench.launch_spread` with its `launch_spread_df` (`optagent bench --restarts N`);
+2. measured: the baseline phase relaunches known-good `bench.spread_launches` times (a marked copy
+   of its unit file deployed, then the rollback: the same server, a fresh launch each) and measures
+   a block on each; the spread of the block means beyond their repetitions, at each level;
+3. declared: `bench.launch_noise`, when neither is possible.
+
+A measured figure counts with its own degrees of freedom (the t quantile of every interval widens
+accordingly), weighted with the declared one as `DECLARED_WEIGHT` launches so that three launches
+that happened to agree cannot make a trial overconfident.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+DECLARED_WEIGHT = 2
+"""Launches' worth of evidence the declared spread keeps once the deployment's own is measured."""
+MARK = "# optagent: a relaunch of known-good to measure the restart spread (no flag changed)\n"
+
+
+@dataclass
+class LaunchSpread:
+    """The restart spread (relative sd per launch) a run's intervals assume, and where it came from."""
+
+    value: float
+    df: float | None
+    """Degrees of freedom (None: a declared figure, taken as exact)."""
+    source: str
+    """declared | recorded | measured"""
+    measured: float | None = None
+    """What the deployment showed (recorded or measured), before weighting with the declared one."""
+    launches: int = 0
+    """Launches of known-good measured (the baseline's included)."""
+    per_level: dict[int, float] | None = None
+    declared: float = 0.01
+
+    @property
+    def prior(self) -> tuple[float, float | None]:
+        """(value, df) for `tools.bench.paired.paired_compare(launch_noise=, prior_df=)`."""
+        return self.value, self.df
+
+    def describe(self) -> str:
+        """One sentence for the report."""
+        if self.source == "declared":
+            return f"launch spread: declared {self.value:.1%} (not measured on this deployment)"
+        if self.source == "recorded":
+            return (
+                f"launch spread: {self.value:.1%} recorded by `optagent bench --restarts` "
+                f"({self.df:g} degrees of freedom); the declared {self.declared:.1%} not used"
+            )
+        levels = ", ".join(f"c={c} {v:.1%}" for c, v in (self.per_level or {}).items())
+        return (
+            f"launch spread: measured {self.measured:.1%} over {self.launches} launches of known-good "
+            f"({levels}); weighed with the declared {self.declared:.1%} as {DECLARED_WEIGHT} launches: "
+            f"{self.value:.1%} used ({self.df:g} degrees of freedom)"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-safe for the transcript."""
+        return asdict(self)
+
+
+def known_spread(bench: Any) -> LaunchSpread:
+    """The recorded figure when the config has one, else the declared one."""
+    if bench.launch_spread is not None and bench.launch_spread_df >= 1:
+        return LaunchSpread(
+            value=bench.launch_spread, df=bench.launch_spread_df, source="recorded",
+            measured=bench.launch_spread, declared=bench.launch_noise,
+        )  # fmt: skip
+    return LaunchSpread(value=bench.launch_noise, df=None, source="declared", declared=bench.launch_noise)
+
+
+def spread_of_blocks(blocks: list[list[Any]], objective: Any, declared: float) -> LaunchSpread:
+    """The spread of known-good's launches (one block each), per level and overall (root mean
+    square of the levels' spreads), weighed with `declared` as `DECLARED_WEIGHT` launches."""
+    from tools.bench.paired import block_spread
+
+    levels = sorted({lv.max_concurrency for lv in blocks[0][0].levels}) if blocks and blocks[0] else []
+    per_level = {c: math.expm1(block_spread(blocks, objective, [c])) for c in levels}
+    measured = math.sqrt(sum(v**2 for v in per_level.values()) / len(per_level)) if per_level else 0.0
+    df = len(blocks) - 1
+    pooled = math.sqrt((DECLARED_WEIGHT * declared**2 + df * measured**2) / (DECLARED_WEIGHT + df))
+    return LaunchSpread(
+        value=pooled, df=DECLARED_WEIGHT + df, source="measured", measured=measured,
+        launches=len(blocks), per_level=per_level, declared=declared,
+    )  # fmt: skip
+
+
+async def measure_spread(r: Any) -> LaunchSpread:
+    """Relaunch known-good `r.bench.spread_launches` times (rounded up to even: each deploy of the
+    marked copy is followed by the rollback, so known-good ends deployed), a block on each launch,
+    and set `r.launch_prior`. The restarts count in the run's. Falls back to `known_spread` when the
+    config records a figure, no relaunch is asked, or a relaunch fails."""
+    from agent.trial.paired import _block, _warm
+
+    spread = known_spread(r.bench)
+    n = r.bench.spread_launches + r.bench.spread_launches % 2
+    if spread.source == "recorded" or n == 0 or not r.reference:
+        r.launch_prior = spread.prior
+        return spread
+    blocks, on_marked = [r.reference], False
+    for i in range(n):
+        marked = r.deployed_text + MARK
+        if i % 2 == 0:
+            outcome = await r.deployment.deploy(marked, reason="launch spread: relaunch known-good")
+        else:
+            outcome = await r.deployment.rollback()
+        r.restarts += 1 + int(bool(getattr(outcome, "rolled_back", False)))
+        r.reference = None
+        on_marked = i % 2 == 0 and outcome.ok
+        if not outcome.ok:
+            break
+        await r.deployment.keepalive()
+        await _warm(r)
+        block = await _block(r, None, f"spread launch {i + 1}", max_reps=r.bench.reps)
+        if not block or any(s.partial for s in block):
+            break
+        blocks.append(block)
+        r.reference = block
+    if on_marked:  # stopped on the marked copy: known-good back
+        await r.deployment.rollback()
+        r.restarts += 1
+        r.reference = None
+    if r.reference is not None:
+        r.known_good_blocks = [r.reference]
+    if len(blocks) < 3:
+        r.launch_prior = spread.prior
+        return spread
+    measured = spread_of_blocks(blocks, r.objective, r.bench.launch_noise)
+    r.launch_prior = measured.prior
+    return measured

@@ -1,0 +1,154 @@
+"""Small levers tried together (agent/policy/order.py plan_bundle, the builtin planner) and a kept
+bundle's doubtful member left out unless it proves itself (agent/trial/prune.py). The deployment is
+the scripted-launch fake of tests/test_paired_trial.py: the decision logic is under test."""
+
+from __future__ import annotations
+
+import asyncio
+
+from agent.policy.order import doubtful_members, establishable, next_trials, plan_bundle
+from agent.trial.record import Baseline, TrialChange, TrialRecord
+from agent.trial.runner import TrialRunner
+from tests.test_order import _calls, _history
+from tests.test_paired_trial import UNIT, Launches
+from tools.bench.objective import objective_from_goal
+from tools.config import BenchConfig
+
+APPLIES = {"verdict": "applies", "summary": "read here"}
+
+
+def cand(
+    flag: str, priority: str, *, factor: float = 1.0, acts: list[int] | None = None, bar: float = 0.06
+) -> dict:
+    return {
+        "flag": flag, "value": None, "action": "set", "priority": priority, "status": "candidate",
+        "note": "", "lossy": False, "helps": "h", "state_factor": factor, "establishable": bar,
+        "acts_at_levels": [1, 8, 64] if acts is None else acts,
+    }  # fmt: skip
+
+
+def test_establishable_grows_with_the_restart_spread_and_never_falls_below_the_minimum_effect():
+    assert establishable(0.001, 0.02) == 0.02
+    assert abs(establishable(0.025, 0.02) - 0.07) < 1e-9
+
+
+def test_candidates_below_what_one_trial_can_establish_go_together_and_a_big_one_alone():
+    # 2.5% spread: one trial establishes ~7%; medium (4%) and low (2%) levers are small, high x1.5 is not
+    cands = [cand("--big", "high", factor=1.5), cand("--mid", "medium"), cand("--small", "low")]
+    verdicts = {c["flag"]: APPLIES for c in cands}
+    members, why = plan_bundle(cands, verdicts, {})
+    assert [c["flag"] for c in members] == ["--mid", "--small"]
+    assert "below +6.0%" in why and "--mid (+4.0%)" in why
+    queue = next_trials(cands, verdicts, {})
+    assert [c["flag"] for c, _ in queue] == ["--big", "--mid + --small"]
+    assert [c["flag"] for c in queue[1][0]["bundle"]] == ["--mid", "--small"]
+
+
+def test_no_bundle_of_one_nor_of_a_lever_acting_nowhere_or_doubted_by_the_playbook():
+    verdicts = {f: APPLIES for f in ("--a", "--b", "--c")}
+    alone = [cand("--a", "low"), cand("--b", "high", factor=2.0)]
+    assert plan_bundle(alone, verdicts, {}) is None
+    nowhere = [cand("--a", "low"), cand("--b", "low", acts=[]), {**cand("--c", "low"), "status": "no-op"}]
+    assert plan_bundle(nowhere, verdicts, {}) is None
+    # with the spread declared small, nothing is small: every lever alone
+    assert (
+        plan_bundle([cand("--a", "medium", bar=0.03), cand("--c", "medium", bar=0.03)], verdicts, {}) is None
+    )
+
+
+def test_a_kept_bundle_s_doubtful_members_are_the_unsure_and_those_acting_elsewhere():
+    members = [
+        cand("--sure", "medium", acts=[64]),
+        cand("--unsure", "low"),
+        cand("--low-only", "low", acts=[1]),
+    ]
+    verdicts = {"--sure": APPLIES, "--unsure": {"verdict": "unknown"}, "--low-only": APPLIES}
+    doubtful = doubtful_members(members, verdicts, won_at=[64])
+    assert [(c["flag"], why.split(" ")[0]) for c, why in doubtful] == [
+        ("--unsure", "research"),
+        ("--low-only", "its"),
+    ]
+
+
+def test_the_builtin_planner_tries_the_small_levers_as_one_change_then_leaves_out_the_doubtful():
+    cands = [cand("--mid", "medium", acts=[64]), cand("--small", "low", acts=[1])]
+    verdicts = {c["flag"]: {**APPLIES, "flag": c["flag"]} for c in cands}
+    run = _calls(planner_policy_for(cands, verdicts, []))["run_trial"]
+    assert [c["flag"] for c in run["changes"]] == ["--mid", "--small"]
+    assert run["together_reason"].startswith("tried together: --mid (+4.0%), --small (+2.0%)")
+    kept = {
+        "trial": 1,
+        "changes": ["--mid", "--small"],
+        "decision": "kept",
+        "why": "improved",
+        "won_at": [64],
+    }
+    calls = _calls(planner_policy_for(cands, verdicts, [(run, kept)]))
+    assert calls["leave_out"]["flag"] == "--small" and "bundle won at c=64" in calls["leave_out"]["reason"]
+
+
+def planner_policy_for(cands: list[dict], verdicts: dict, bundles: list[tuple[dict, dict]]):  # type: ignore[no-untyped-def]
+    from pydantic_ai.messages import ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart
+
+    from agent.policy.builtin import planner_policy
+
+    history = _history(cands, verdicts, [])
+    for i, (args, result) in enumerate(bundles):
+        call = ToolCallPart("run_trial", args, tool_call_id=f"b{i}")
+        history += [
+            ModelResponse(parts=[call]),
+            ModelRequest(parts=[ToolReturnPart("run_trial", result, tool_call_id=f"b{i}")]),
+        ]
+    return planner_policy(history, None)
+
+
+def leave_out(monkeypatch, launches: Launches) -> tuple[TrialRunner, TrialRecord]:  # type: ignore[no-untyped-def]
+    """Leave --enable-mixed-chunk out of a kept bundle (with --cuda-graph-max-bs-decode 64) on `launches`
+    (A: the bundle, B: without the member)."""
+    import agent.trial.paired as pt
+
+    async def measure(*args: object, **kw: object):  # type: ignore[no-untyped-def]
+        return launches.block()
+
+    async def nothing(*args: object) -> None:
+        return None
+
+    monkeypatch.setattr(pt, "measure", measure)
+    monkeypatch.setattr(pt, "_warm", nothing)
+    monkeypatch.setattr(pt, "_probe_ok", nothing)
+    runner = TrialRunner(
+        deployment=launches, endpoint="http://127.0.0.1:9", bench=BenchConfig(),
+        objective=objective_from_goal("improve throughput"), baseline=Baseline(reps=[], probe=None, text=UNIT),
+    )  # fmt: skip
+    member = TrialChange(flag="--enable-mixed-chunk")
+    bundle = [TrialChange(flag="--cuda-graph-max-bs-decode", value="64"), member]
+    runner.best = TrialRecord(number=1, kind="bundle", changes=bundle, decision="kept")
+    return runner, asyncio.run(runner.run([member], reason="doubtful", kind="leave_out"))
+
+
+def test_a_member_that_changes_nothing_is_left_out_on_one_restart(monkeypatch):
+    launches = Launches(a=[1.0], b=[1.001])
+    runner, record = leave_out(monkeypatch, launches)
+    assert launches.events == ["deploy", "commit"] and record.decision == "kept"
+    assert [c.describe() for c in runner.kept_changes] == ["--cuda-graph-max-bs-decode 64"]
+    assert "--enable-mixed-chunk" not in runner.deployed_text
+    assert record.headline().startswith("trial 1 [leave out --enable-mixed-chunk]")
+    assert "left out" in record.why
+
+
+def test_a_member_the_bundle_needs_stays(monkeypatch):
+    # without it the server is 6% slower on both of its launches
+    launches = Launches(a=[1.0, 1.0], b=[0.94])
+    runner, record = leave_out(monkeypatch, launches)
+    assert launches.events == ["deploy", "rollback"] and record.decision == "rolled_back"
+    assert "stays in the bundle" in record.why
+    assert "--enable-mixed-chunk" in runner.deployed_text
+
+
+def test_a_member_whose_cost_the_a_b_look_suggests_but_a_b_a_does_not_establish_is_left_out(monkeypatch):
+    # the A/B look: -2% (known-good measured high on its first launch); A/B/A: -1%, not established
+    launches = Launches(a=[1.02, 1.0], b=[1.0, 1.0])
+    runner, record = leave_out(monkeypatch, launches)
+    assert launches.events == ["deploy", "rollback", "deploy", "commit"]
+    assert record.decision == "kept" and "(A/B/A)" in record.why
+    assert [c.flag for c in runner.kept_changes] == ["--cuda-graph-max-bs-decode"]

@@ -1,0 +1,122 @@
+"""The restart spread a run measures on its own deployment before any trial (agent/trial/spread.py)
+and how the intervals use it (tools/bench/paired.py). The deployment is the scripted-launch fake of
+tests/test_paired_trial.py: every deploy and rollback is a launch at the next scripted speed."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+from agent.trial.record import Baseline
+from agent.trial.runner import TrialRunner
+from agent.trial.spread import MARK, measure_spread, spread_of_blocks
+from tests.test_paired_trial import UNIT, Launches
+from tools.bench.objective import objective_from_goal
+from tools.bench.paired import launch_spread, paired_compare
+from tools.config import BenchConfig
+
+GOAL = objective_from_goal("improve throughput")
+
+
+class Marked(Launches):
+    """Launches that remember the unit texts deployed."""
+
+    texts: list[str]
+
+    async def deploy(self, text: str, *, reason: str):  # type: ignore[no-untyped-def]
+        self.texts = [*getattr(self, "texts", []), text]
+        return await super().deploy(text, reason=reason)
+
+
+def runner_on(monkeypatch, launches: Launches, bench: BenchConfig) -> TrialRunner:  # type: ignore[no-untyped-def]
+    import agent.trial.paired as pt
+
+    async def measure(*args: object, **kw: object):  # type: ignore[no-untyped-def]
+        return launches.block()
+
+    async def nothing(*args: object) -> None:
+        return None
+
+    monkeypatch.setattr(pt, "measure", measure)
+    monkeypatch.setattr(pt, "_warm", nothing)
+    baseline = Baseline(reps=launches.block(), probe=None, text=UNIT)
+    return TrialRunner(
+        deployment=launches, endpoint="http://127.0.0.1:9", bench=bench, objective=GOAL, baseline=baseline
+    )
+
+
+def test_the_baseline_phase_relaunches_known_good_and_measures_how_far_it_moves(monkeypatch):
+    # known-good's three launches at 1.00, 1.03 and 0.97 of one speed (a relaunch is the marked copy)
+    launches = Marked(a=[1.0, 0.97], b=[1.03])
+    runner = runner_on(monkeypatch, launches, BenchConfig())
+    spread = asyncio.run(measure_spread(runner))
+    assert launches.events == ["deploy", "rollback"] and runner.restarts == 2
+    assert launches.texts == [UNIT + MARK]  # the same server command: only a comment differs
+    assert spread.source == "measured" and spread.launches == 3
+    assert 0.025 < spread.measured < 0.035  # sd of log(1.00, 1.03, 0.97) = 3.0%
+    # weighed with the declared 1% as two launches: sqrt((2 x 1% ^ 2 + 2 x 3% ^ 2) / 4) = 2.2%
+    assert abs(spread.value - math.sqrt((2 * 0.01**2 + 2 * spread.measured**2) / 4)) < 1e-9
+    assert runner.launch_prior == (spread.value, 4)
+    assert runner.known_good_blocks == [runner.reference]  # the last launch is the next trial's A
+    assert (
+        "over 3 launches of known-good (c=1 3." in spread.describe() and "declared 1.0%" in spread.describe()
+    )
+
+
+def test_a_recorded_spread_is_used_without_a_restart_and_none_asked_keeps_the_declared(monkeypatch):
+    launches = Launches(a=[1.0], b=[])
+    recorded = BenchConfig(launch_spread=0.025, launch_spread_df=7)
+    runner = runner_on(monkeypatch, launches, recorded)
+    spread = asyncio.run(measure_spread(runner))
+    assert launches.events == [] and runner.restarts == 0
+    assert spread.source == "recorded" and runner.launch_prior == (0.025, 7)
+    runner = runner_on(monkeypatch, Launches(a=[1.0], b=[]), BenchConfig(spread_launches=0))
+    assert asyncio.run(measure_spread(runner)).source == "declared" and runner.launch_prior == (0.01, None)
+
+
+def test_a_relaunch_that_fails_leaves_known_good_deployed_and_the_declared_figure(monkeypatch):
+    from tools.deploy.deployment import DeployOutcome
+
+    class Fails(Launches):
+        async def deploy(self, text: str, *, reason: str) -> DeployOutcome:
+            self.events.append("deploy")
+            return DeployOutcome(ok=False, error="port in use", rolled_back=True)
+
+    launches = Fails(a=[1.0, 1.0], b=[])
+    runner = runner_on(monkeypatch, launches, BenchConfig())
+    spread = asyncio.run(measure_spread(runner))
+    # the failed start and deploy()'s own rollback to known-good: two restarts, nothing more to undo
+    assert spread.source == "declared" and runner.restarts == 2 and launches.events == ["deploy"]
+    assert runner.launch_prior == (0.01, None) and runner.reference is None
+
+
+def test_a_measured_spread_widens_the_interval_of_the_same_blocks():
+    fake = Launches(a=[1.0, 1.0], b=[1.04], rng=__import__("random").Random(5))
+    before = fake.block()
+    fake.factor = 1.04
+    cand = fake.block()
+    fake.factor = 1.0
+    after = fake.block()
+    declared = paired_compare(before, cand, after, GOAL)
+    measured = paired_compare(before, cand, after, GOAL, launch_noise=0.025, prior_df=4)
+    c64 = lambda cmp: next(i for i in cmp.per_level if i.concurrency == 64)  # noqa: E731
+    assert declared.verdict == "improved" and measured.verdict != "improved"
+    assert c64(measured).ci_low < c64(declared).ci_low < 1.04 < c64(declared).ci_high < c64(measured).ci_high
+
+
+def test_the_pooled_spread_counts_a_measured_prior_with_its_own_degrees_of_freedom():
+    assert launch_spread(0.01, (0.0, 0)) == (0.01, math.inf)  # declared, nothing seen: taken as exact
+    assert launch_spread(0.02, (0.0, 0), 4) == (0.02, 4)
+    value, df = launch_spread(0.02, (0.04, 2), 4)
+    assert df == 6 and abs(value - math.sqrt((4 * 0.02**2 + 2 * 0.04**2) / 6)) < 1e-12
+
+
+def test_spread_of_blocks_is_per_level_and_overall():
+    fake = Launches(a=[1.0], b=[])
+    blocks = []
+    for f in (1.0, 1.02, 0.98, 1.0):
+        fake.factor = f
+        blocks.append(fake.block())
+    spread = spread_of_blocks(blocks, GOAL, 0.01)
+    assert set(spread.per_level) == {1, 8, 64} and spread.launches == 4 and spread.df == 5
+    assert all(0.01 < v < 0.025 for v in spread.per_level.values())
