@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 
 from tools.auth import auth_headers, scrub_server_info
-from tools.bench.netstream import single_connection_transport
+from tools.bench.netstream import HttpClientError, StreamConnection
 from tools.bench.prompts import Prompt, load_prompt_file, random_prompts
 from tools.bench.results import RequestResult, SweepResult, summarize_level
 from tools.bench.streaming import API_PATHS, TokenCounter, build_payload, send_request
@@ -59,46 +59,46 @@ def prompts_for_level(settings: BenchConfig, concurrency: int) -> int:
 
 
 class ClientPool:
-    """One keep-alive httpx client (one connection) per concurrency slot.
+    """One keep-alive streaming connection per concurrency slot, and one httpx client for the rest.
 
-    httpcore's pool rescans all its connections, with a poll() on each idle socket, every time a
-    request is queued or finishes: quadratic in the pool size. One pool of 256 connections costs
-    seconds of client CPU per level; 256 pools of one cost almost nothing.
+    Each slot's requests go one after another over its own connection (`StreamConnection`): no
+    pool to rescan, no h11 (see `tools.bench.netstream`). Server info and other small calls use
+    the httpx client.
     """
 
     def __init__(self, endpoint: str, slots: int, timeout_s: float, *, api_key: str | None = None) -> None:
-        timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0))
         headers = auth_headers(api_key)  # a server started with --api-key answers 401 without it
-        tls = ssl.create_default_context()  # one CA bundle load for every client (~20 ms each)
+        tls = ssl.create_default_context() if endpoint.startswith("https://") else None
+        self.timeout_s = timeout_s
+        self.slots = [StreamConnection(endpoint, headers=headers, tls=tls) for _ in range(slots)]
         # trust_env=False: a proxy from the environment must never sit between us and the server.
-        self.clients = [
-            httpx.AsyncClient(
-                transport=single_connection_transport(endpoint, verify=tls),
-                timeout=timeout,
-                trust_env=False,
-                headers=headers,
-            )
-            for _ in range(slots)
-        ]
+        self.client = httpx.AsyncClient(
+            timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0)),
+            trust_env=False,
+            headers=headers,
+            verify=tls or True,
+        )
 
-    async def preconnect(self, endpoint: str, n: int) -> None:
+    async def preconnect(self, n: int) -> None:
         """Open the keep-alive connections slots 0..n-1 will use, so that TCP setup and the
         client's burst of `n` connects stay out of the measured window."""
 
         async def touch(slot: int) -> None:
-            with contextlib.suppress(httpx.HTTPError):
-                await self[slot].get(endpoint + "/v1/models", timeout=10.0)  # cheap on every server
+            with contextlib.suppress(HttpClientError):
+                await self[slot].connect(min(self.timeout_s, 10.0))
 
         await asyncio.gather(*(touch(slot) for slot in range(n)))
 
-    def __getitem__(self, slot: int) -> httpx.AsyncClient:
-        return self.clients[slot % len(self.clients)]
+    def __getitem__(self, slot: int) -> StreamConnection:
+        return self.slots[slot % len(self.slots)]
 
     async def __aenter__(self) -> ClientPool:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await asyncio.gather(*(c.aclose() for c in self.clients))
+        for conn in self.slots:
+            conn.close()
+        await self.client.aclose()
 
 
 async def fetch_server_info(client: httpx.AsyncClient, endpoint: str) -> dict[str, Any] | None:
@@ -140,7 +140,7 @@ def _collector_paused():  # type: ignore[no-untyped-def]
 
 async def _run_level(
     pool: ClientPool,
-    url: str,
+    path: str,
     api: str,
     bodies: list[tuple[bytes, int]],
     *,
@@ -160,7 +160,16 @@ async def _run_level(
     async def one(body: bytes, input_len: int) -> None:
         slot = await slots.get()
         try:
-            r = await send_request(pool[slot], url, api, body, input_len=input_len, counter=counter, t0=t0)
+            r = await send_request(
+                pool[slot],
+                path,
+                api,
+                body,
+                input_len=input_len,
+                timeout=pool.timeout_s,
+                counter=counter,
+                t0=t0,
+            )
             results.append(r)
         finally:
             slots.put_nowait(slot)
@@ -235,7 +244,7 @@ async def run_sweep(
     skipped and named in `errors`. Never raises for a server problem.
     """
     endpoint = endpoint.rstrip("/")
-    url = endpoint + API_PATHS[settings.api]
+    path = API_PATHS[settings.api]
     file_prompts = load_prompt_file(prompt_file, output_len=settings.output_len) if prompt_file else None
     result = SweepResult(
         endpoint=endpoint,
@@ -251,12 +260,12 @@ async def run_sweep(
     )
     async with ClientPool(endpoint, max(settings.concurrency), settings.request_timeout_s) as pool:
         try:
-            result.server_info = await fetch_server_info(pool[0], endpoint)
+            result.server_info = await fetch_server_info(pool.client, endpoint)
         except httpx.HTTPError as e:
             result.errors.append(f"cannot reach {endpoint}: {str(e) or type(e).__name__}")
         if not result.errors:
             await _sweep_levels(
-                pool, url, settings, result, file_prompts, model, request_rate, on_progress, rep, reps
+                pool, path, settings, result, file_prompts, model, request_rate, on_progress, rep, reps
             )
     missing = [c for c in settings.concurrency if result.level(c) is None]
     if missing:
@@ -268,7 +277,7 @@ async def run_sweep(
 
 async def _sweep_levels(
     pool: ClientPool,
-    url: str,
+    path: str,
     settings: BenchConfig,
     result: SweepResult,
     file_prompts: list[Prompt] | None,
@@ -284,7 +293,7 @@ async def _sweep_levels(
         warm = _level_prompts(settings, 0, seed + 500_000, file_prompts)[: settings.warmup]
         res, _ = await _run_level(
             pool,
-            url,
+            path,
             api,
             _encode(api, warm, model),
             concurrency=len(warm),
@@ -297,7 +306,7 @@ async def _sweep_levels(
             return
     for c in settings.concurrency:
         bodies = _encode(api, _level_prompts(settings, c, seed, file_prompts), model)
-        await pool.preconnect(result.endpoint, c)
+        await pool.preconnect(c)
         progress = None
         if on_progress:
             total = len(bodies)
@@ -307,7 +316,7 @@ async def _sweep_levels(
 
         with _collector_paused():
             res, duration = await _run_level(
-                pool, url, api, bodies, concurrency=c, request_rate=request_rate, seed=seed + c,
+                pool, path, api, bodies, concurrency=c, request_rate=request_rate, seed=seed + c,
                 progress=progress,
             )  # fmt: skip
         res.sort(key=lambda r: r.start_s)

@@ -1,111 +1,262 @@
-"""A plain-asyncio network backend for httpx's HTTP/1.1 connections to `http://` endpoints.
+"""A small HTTP/1.1 client for streamed POSTs: one keep-alive connection, read by an asyncio Protocol.
 
-httpcore's default backend goes through anyio: every socket read costs cancel-scope and
-typed-attribute machinery, which at thousands of streamed tokens per second is a third of the
-client's CPU. This backend reads with `asyncio.StreamReader` directly; httpx still does all of
-the HTTP. (TLS endpoints keep the default backend.)
+The benchmark client must spend far less CPU than the server it measures. httpx parses a response
+with h11 (pure Python, one parse step per SSE chunk: a third of the client's CPU at thousands of
+tokens per second) and wakes a coroutine per network read. Here the event loop hands each read to
+`data_received`, which removes the chunked framing with a few `bytes.find` calls and passes the
+payload of the whole read to a sink at once; the awaiting coroutine wakes only when the response
+ends. Everything that is not a measured stream (server info, health) still goes through httpx.
 """
 
 from __future__ import annotations
 
 import asyncio
-import select
-import socket
-from collections.abc import Iterable
-from typing import Any
+import ssl
+import time
+from collections.abc import Callable
+from urllib.parse import urlsplit
 
-import httpcore
-import httpx
+Sink = Callable[[bytes, float], None]
+"""Receives the body bytes of one network read and the `perf_counter` time they arrived."""
 
-_READ_LIMIT = 1 << 20
-
-
-def _readable(sock: socket.socket | None) -> bool:
-    """True if an idle keep-alive socket has data or EOF waiting: the server closed it."""
-    if sock is None or sock.fileno() < 0:
-        return True
-    poller = select.poll()
-    poller.register(sock, select.POLLIN)
-    return bool(poller.poll(0))
+_MAX_HEAD = 64 * 1024
 
 
-class AsyncioStream(httpcore.AsyncNetworkStream):
-    """One TCP connection as httpcore sees it."""
+class HttpClientError(Exception):
+    """A request that did not get a whole response; subclasses say why."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._reader, self._writer = reader, writer
 
-    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        try:
-            async with asyncio.timeout(timeout):
-                return await self._reader.read(max_bytes)
-        except TimeoutError as e:
-            raise httpcore.ReadTimeout(str(e) or "read timed out") from e
-        except OSError as e:
-            raise httpcore.ReadError(str(e) or type(e).__name__) from e
+class ConnectFailed(HttpClientError):
+    """The TCP (or TLS) connection could not be opened."""
 
-    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        if not buffer:
+
+class ConnectionLost(HttpClientError):
+    """The server closed the connection (or broke HTTP) before the response ended."""
+
+
+class RequestTimeout(HttpClientError):
+    """No byte arrived for the whole timeout (`kind`: connect or read)."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(f"{kind} timed out")
+        self.kind = kind
+
+
+class _Response(asyncio.Protocol):
+    """The connection's protocol: parses one response at a time into `sink`."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.lost = False
+        self.sink: Sink | None = None
+        self.done: asyncio.Future[None] | None = None
+        self.last_read = 0.0
+        self.status, self.reason, self.mode = 0, "", "close"
+
+    # -- asyncio.Protocol --------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        if self.done is not None and not self.done.done():
+            if self.mode == "close" and self.status:
+                self.done.set_result(None)  # a body delimited by the end of the connection
+            else:
+                self.done.set_exception(ConnectionLost(str(exc) if exc else "server closed the connection"))
+
+    def data_received(self, data: bytes) -> None:
+        now = time.perf_counter()
+        self.last_read = now
+        if self.done is None or self.done.done():
+            self.lost = True  # bytes nobody asked for: this connection cannot be reused
             return
         try:
-            async with asyncio.timeout(timeout):
-                self._writer.write(buffer)
-                await self._writer.drain()
-        except TimeoutError as e:
-            raise httpcore.WriteTimeout(str(e) or "write timed out") from e
-        except OSError as e:
-            raise httpcore.WriteError(str(e) or type(e).__name__) from e
+            if not self.status:
+                data = self._head(data)
+                if not self.status:
+                    return
+            if self.mode == "chunked":
+                self._chunked(data, now)
+            elif self.mode == "length":
+                self._sized(data, now)
+            elif data:
+                self.sink(data, now)  # type: ignore[misc]
+        except Exception as e:  # a sink's verdict on the stream, or broken framing
+            self.lost = True
+            if self.transport is not None:
+                self.transport.close()
+            if not self.done.done():
+                self.done.set_exception(e)
 
-    async def aclose(self) -> None:
-        self._writer.close()
+    # -- one response ------------------------------------------------------------------------
+    def begin(self, sink: Sink) -> asyncio.Future[None]:
+        self.sink, self.status, self.headers = sink, 0, {}
+        self.mode, self.need, self.buf, self.head = "close", 0, b"", b""
+        self.done = asyncio.get_running_loop().create_future()
+        self.last_read = time.perf_counter()
+        return self.done
 
-    def get_extra_info(self, info: str) -> Any:
-        if info == "is_readable":
-            return _readable(self._writer.get_extra_info("socket"))
-        names = {"socket": "socket", "client_addr": "sockname", "server_addr": "peername"}
-        return self._writer.get_extra_info(names[info]) if info in names else None
+    def _head(self, data: bytes) -> bytes:
+        self.head += data
+        end = self.head.find(b"\r\n\r\n")
+        if end < 0:
+            if len(self.head) > _MAX_HEAD:
+                raise ConnectionLost("response head too large")
+            return b""
+        lines = self.head[:end].decode("latin-1").split("\r\n")
+        rest, self.head = self.head[end + 4 :], b""
+        parts = lines[0].split(" ", 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
+            raise ConnectionLost(f"not an HTTP/1.1 response: {lines[0][:80]!r}")
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            self.headers[name.strip().lower()] = value.strip()
+        self.status = int(parts[1])
+        self.reason = parts[2] if len(parts) > 2 else ""
+        if "chunked" in self.headers.get("transfer-encoding", "").lower():
+            self.mode = "chunked"
+        elif "content-length" in self.headers:
+            self.mode, self.need = "length", int(self.headers["content-length"])
+            if self.need == 0:
+                self.done.set_result(None)  # type: ignore[union-attr]
+        if self.headers.get("connection", "").lower() == "close":
+            self.lost = True
+        return rest
+
+    def _sized(self, data: bytes, now: float) -> None:
+        data = data[: self.need]
+        self.need -= len(data)
+        if data:
+            self.sink(data, now)  # type: ignore[misc]
+        if self.need == 0 and not self.done.done():  # type: ignore[union-attr]
+            self.done.set_result(None)  # type: ignore[union-attr]
+
+    def _chunked(self, data: bytes, now: float) -> None:
+        buf = self.buf + data if self.buf else data
+        pos, end, need, out = 0, len(buf), self.need, []
+        while pos < end:
+            if need > 0:  # inside a chunk's data
+                take = min(need, end - pos)
+                out.append(buf[pos : pos + take])
+                pos += take
+                need -= take
+                if need == 0:
+                    need = -1  # its CRLF comes next
+                continue
+            eol = buf.find(b"\r\n", pos)
+            if eol < 0:
+                break
+            if need == -1:  # the CRLF after a chunk's data
+                if eol != pos:
+                    raise ConnectionLost("malformed chunked body")
+                pos, need = eol + 2, 0
+                continue
+            if need == -2:  # trailers after the last chunk, ended by an empty line
+                empty, pos = eol == pos, eol + 2
+                if empty:
+                    self.done.set_result(None)  # type: ignore[union-attr]
+                    break
+                continue
+            size = int(buf[pos:eol].split(b";", 1)[0], 16)
+            pos = eol + 2
+            need = size if size else -2
+        self.buf, self.need = buf[pos:], need
+        if out:
+            self.sink(out[0] if len(out) == 1 else b"".join(out), now)  # type: ignore[misc]
 
 
-class AsyncioBackend(httpcore.AsyncNetworkBackend):
-    """Opens `AsyncioStream`s (plain TCP only)."""
+class StreamConnection:
+    """One keep-alive HTTP/1.1 connection to `endpoint` (`http://` or `https://`)."""
 
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        local = (local_address, 0) if local_address else None
+    def __init__(
+        self, endpoint: str, *, headers: dict[str, str] | None = None, tls: ssl.SSLContext | None = None
+    ) -> None:
+        self.endpoint = endpoint.rstrip("/")
+        url = urlsplit(endpoint)
+        self.host = url.hostname or "127.0.0.1"
+        self.port = url.port or (443 if url.scheme == "https" else 80)
+        self.tls = (tls or ssl.create_default_context()) if url.scheme == "https" else None
+        host_header = url.netloc.rsplit("@", 1)[-1]
+        extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+        self._headers = f"Host: {host_header}\r\n{extra}".encode("latin-1")
+        self._proto: _Response | None = None
+
+    @property
+    def status(self) -> int:
+        """The status code of the response being read (0 before its head has arrived)."""
+        return self._proto.status if self._proto is not None else 0
+
+    @property
+    def connected(self) -> bool:
+        return self._proto is not None and not self._proto.lost
+
+    async def connect(self, timeout: float = 10.0) -> None:
+        """Open the connection unless an idle one is still good."""
+        if self.connected:
+            return
+        self.close()
+        loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(timeout):
-                reader, writer = await asyncio.open_connection(
-                    host, port, limit=_READ_LIMIT, local_addr=local
-                )
-        except TimeoutError as e:
-            raise httpcore.ConnectTimeout(f"connect to {host}:{port} timed out") from e
+                _, proto = await loop.create_connection(
+                    _Response, self.host, self.port, ssl=self.tls,
+                    server_hostname=self.host if self.tls else None,
+                )  # fmt: skip
+        except TimeoutError:
+            raise RequestTimeout("connect") from None
         except OSError as e:
-            raise httpcore.ConnectError(str(e) or type(e).__name__) from e
-        sock = writer.get_extra_info("socket")
-        for option in socket_options or ():
-            sock.setsockopt(*option)
-        return AsyncioStream(reader, writer)
+            raise ConnectFailed(str(e) or type(e).__name__) from e
+        self._proto = proto
 
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(seconds)
+    async def post(
+        self, path: str, body: bytes, sink: Sink, *, timeout: float, content_type: str = "application/json"
+    ) -> tuple[int, str]:
+        """POST `body` and feed the response body to `sink` read by read; returns (status, reason)
+        once the response has ended. Raises an `HttpClientError` (and drops the connection) when
+        it cannot end; whatever `sink` raises ends the response and is raised here."""
+        head = (
+            f"POST {path} HTTP/1.1\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
+            "Accept: text/event-stream\r\n"
+        ).encode("latin-1")
+        request = head + self._headers + b"\r\n" + body
+        for attempt in (0, 1):
+            reused = self.connected
+            await self.connect(min(timeout, 10.0))
+            proto = self._proto
+            assert proto is not None and proto.transport is not None
+            done = proto.begin(sink)
+            proto.transport.write(request)
+            try:
+                await self._wait(proto, done, timeout)
+                return proto.status, proto.reason
+            except ConnectionLost:
+                self.close()
+                # An idle keep-alive connection the server closed as we wrote: once more on a new one.
+                if attempt or not reused or proto.status:
+                    raise
+            except BaseException:
+                self.close()
+                raise
+        raise AssertionError("unreachable")
 
+    @staticmethod
+    async def _wait(proto: _Response, done: asyncio.Future[None], timeout: float) -> None:
+        """Wait for `done`, failing after `timeout` seconds without a byte (like a read timeout)."""
+        wait = timeout
+        while True:
+            try:
+                await asyncio.wait_for(asyncio.shield(done), wait)
+                return
+            except TimeoutError:
+                idle = time.perf_counter() - proto.last_read
+                if idle >= timeout:
+                    raise RequestTimeout("read") from None
+                wait = timeout - idle
 
-def single_connection_transport(endpoint: str, *, verify: Any) -> httpx.AsyncHTTPTransport:
-    """An httpx transport holding one keep-alive connection, on `AsyncioBackend` for http://."""
-    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
-    transport = httpx.AsyncHTTPTransport(limits=limits, verify=verify)
-    if endpoint.startswith("http://"):
-        # httpx does not expose httpcore's `network_backend`; its transport keeps the pool here.
-        transport._pool = httpcore.AsyncConnectionPool(
-            max_connections=1,
-            max_keepalive_connections=1,
-            keepalive_expiry=5.0,
-            network_backend=AsyncioBackend(),
-        )
-    return transport
+    def close(self) -> None:
+        """Drop the connection (the next request opens a new one)."""
+        if self._proto is not None and self._proto.transport is not None:
+            self._proto.lost = True
+            self._proto.transport.close()
+        self._proto = None

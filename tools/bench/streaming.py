@@ -1,8 +1,8 @@
 """One streamed request against `/v1/completions`, `/v1/chat/completions` or SGLang's `/generate`.
 
-The client must measure the server, not itself: the body is read as raw bytes, split into SSE
-lines by hand, timestamped once per network read with `time.perf_counter`, and each event is
-decoded with orjson into plain dicts (no per-token objects).
+The client must measure the server, not itself: the body arrives as raw bytes, one network read at
+a time (`tools.bench.netstream`), is split into SSE lines by hand, timestamped once per read with
+`time.perf_counter`, and each event is decoded with orjson into plain dicts (no per-token objects).
 """
 
 from __future__ import annotations
@@ -10,16 +10,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import httpx
 from orjson import loads as json_loads  # several times faster than json.loads on small events
 
+from tools.bench.netstream import ConnectFailed, HttpClientError, RequestTimeout, StreamConnection
 from tools.bench.prompts import Prompt
 from tools.bench.results import RequestResult
 
 API_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions", "generate": "/generate"}
-
-
-_JSON = {"content-type": "application/json"}
 
 
 class TokenCounter:
@@ -87,83 +84,112 @@ def _event_tokens(api: str, event: dict[str, Any], state: dict[str, Any]) -> int
     return 1 if piece else 0
 
 
+class _SSEReader:
+    """The sink of one streamed response: splits each network read into SSE lines, decodes the
+    events, counts their tokens and timestamps them once per read (the tokens of one read arrived
+    together, so their gaps share the time since the previous read)."""
+
+    __slots__ = ("api", "state", "itl", "tokens", "ttft", "last", "start", "buf", "counter", "error")
+
+    def __init__(self, api: str, start: float, counter: TokenCounter | None) -> None:
+        self.api, self.start, self.last, self.counter = api, start, start, counter
+        self.state: dict[str, Any] = {"last": 0, "usage": None, "prompt_tokens": None, "done": False}
+        self.itl: list[float] = []
+        self.tokens = 0
+        self.ttft: float | None = None
+        self.buf = b""
+        self.error = b""
+
+    def __call__(self, raw: bytes, now: float) -> None:
+        buf = self.buf + raw if self.buf else raw
+        if b"\n" not in raw:
+            self.buf = buf
+            return
+        *lines, self.buf = buf.split(b"\n")
+        api, state, n = self.api, self.state, 0
+        for line in lines:
+            if line[:5] != b"data:":
+                continue
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                state["done"] = True
+                continue
+            try:
+                event = json_loads(data)
+            except ValueError:
+                raise StreamError(f"malformed stream: not JSON: {data[:80]!r}") from None
+            n += _event_tokens(api, event, state)
+        if not n:
+            return
+        if self.ttft is None:
+            self.ttft = now - self.start
+            self.itl.extend([0.0] * (n - 1))
+        else:
+            self.itl.extend([(now - self.last) * 1000.0 / n] * n)
+        self.last = now
+        self.tokens += n
+        if self.counter is not None:
+            self.counter.n += n
+
+    def keep_error(self, raw: bytes, now: float) -> None:
+        """The sink of a non-200 response: keeps the start of its body for the message."""
+        if len(self.error) < 300:
+            self.error += raw
+
+
 async def send_request(
-    client: httpx.AsyncClient,
-    url: str,
+    conn: StreamConnection,
+    path: str,
     api: str,
     body: bytes,
     *,
     input_len: int,
+    timeout: float = 600.0,
     counter: TokenCounter | None = None,
     t0: float = 0.0,
 ) -> RequestResult:
-    """Send one streamed request (`body`: the JSON payload, already encoded) to `url` and measure
-    it; a server problem becomes a failed `RequestResult` with its cause, never an exception."""
-    state: dict[str, Any] = {"last": 0, "usage": None, "prompt_tokens": None, "done": False}
-    itl: list[float] = []
-    chunks = 0
+    """Send one streamed request (`body`: the JSON payload, already encoded) to `path` on `conn`
+    and measure it; a server problem becomes a failed `RequestResult` with its cause, never an
+    exception. `timeout`: seconds without a byte before the request counts as timed out."""
     start = time.perf_counter()
-    last = start
-    ttft = None
+    reader = _SSEReader(api, start, counter)
+    sink = reader
     try:
-        async with client.stream("POST", url, content=body, headers=_JSON) as resp:
-            if resp.status_code != 200:
-                body = (await resp.aread())[:300].decode("utf-8", "replace").strip()
-                raise StreamError(f"HTTP {resp.status_code}: {body or resp.reason_phrase}")
-            buf = b""
-            async for raw in resp.aiter_raw():
-                now = time.perf_counter()
-                buf += raw
-                if b"\n" not in raw:
-                    continue
-                *lines, buf = buf.split(b"\n")
-                for line in lines:
-                    if not line.startswith(b"data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == b"[DONE]":
-                        state["done"] = True
-                        continue
-                    try:
-                        event = json_loads(data)
-                    except ValueError:
-                        raise StreamError(f"malformed stream: not JSON: {data[:80]!r}") from None
-                    n = _event_tokens(api, event, state)
-                    if not n:
-                        continue
-                    if ttft is None:
-                        ttft = now - start
-                    else:
-                        gap = (now - last) * 1000.0 / n
-                        itl.extend([gap] * n)
-                    last = now
-                    chunks += n
-                    if counter is not None:
-                        counter.n += n
+        await conn.connect(min(timeout, 10.0))
+
+        def choose(data: bytes, now: float) -> None:  # the status is known before the first byte
+            nonlocal sink
+            if sink is reader and conn.status != 200:
+                sink = reader.keep_error
+            sink(data, now)
+
+        status, reason = await conn.post(path, body, choose, timeout=timeout)
         end = time.perf_counter()
-        if not state["done"]:
+        if status != 200:
+            text = reader.error[:300].decode("utf-8", "replace").strip()
+            raise StreamError(f"HTTP {status}: {text or reason}")
+        if not reader.state["done"]:
             raise StreamError("stream ended before [DONE]")
-        if ttft is None:
+        if reader.ttft is None:
             raise StreamError("no output tokens in the response")
     except StreamError as e:
         return _failed(str(e), start, t0, input_len)
-    except httpx.TimeoutException as e:
-        return _failed(f"timed out ({type(e).__name__})", start, t0, input_len)
-    except httpx.ConnectError as e:
-        return _failed(f"cannot connect to {url}: {str(e) or type(e).__name__}", start, t0, input_len)
-    except (httpx.RemoteProtocolError, httpx.ReadError) as e:
-        return _failed(f"connection lost mid-stream: {str(e) or type(e).__name__}", start, t0, input_len)
-    except httpx.HTTPError as e:
-        return _failed(f"{type(e).__name__}: {e}", start, t0, input_len)
-    output = state["usage"] if isinstance(state["usage"], int) and state["usage"] > 0 else chunks
+    except RequestTimeout as e:
+        return _failed(f"timed out ({e.kind})", start, t0, input_len)
+    except ConnectFailed as e:
+        return _failed(f"cannot connect to {conn.endpoint}{path}: {e}", start, t0, input_len)
+    except HttpClientError as e:
+        return _failed(f"connection lost mid-stream: {e}", start, t0, input_len)
+    state = reader.state
+    output = state["usage"] if isinstance(state["usage"], int) and state["usage"] > 0 else reader.tokens
     prompt_tokens = state["prompt_tokens"]
     return RequestResult(
         ok=True,
         input_tokens=prompt_tokens if isinstance(prompt_tokens, int) else input_len,
         output_tokens=output,
-        ttft_ms=ttft * 1000.0,
+        ttft_ms=reader.ttft * 1000.0,
         e2e_ms=(end - start) * 1000.0,
-        itl_ms=itl,
+        itl_ms=reader.itl,
         start_s=start - t0,
     )
 
