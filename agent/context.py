@@ -6,6 +6,7 @@ with the reason (conditions on it then evaluate to `unknown`, never to a guess).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -146,8 +147,13 @@ def _as_dict(obj: Any) -> dict[str, Any]:
     return {k: v for k, v in vars(obj).items() if not k.startswith("_")}
 
 
-async def gather_context(config: Any, transport: Any, *, on_step: Any = None) -> DeploymentContext:
-    """Read every piece of context for `config`'s target through `transport`."""
+async def gather_context(
+    config: Any, transport: Any, *, on_step: Any = None, waiting: Any = None, index: bool = True
+) -> DeploymentContext:
+    """Read every piece of context for `config`'s target through `transport`. `waiting()` is a
+    context manager yielding a progress callback (`RunUI.waiting`): a fetch of the source or a build
+    of its code index (30 s to minutes, cold) is shown while it lasts. With `index`, the code index
+    is loaded here (research needs it next) rather than inside the first research."""
     from tools.deploy.units.file import UnitFile
 
     b = config.bench
@@ -177,8 +183,24 @@ async def gather_context(config: Any, transport: Any, *, on_step: Any = None) ->
     except Exception as e:
         ctx.missing["hardware"] = str(e)
     say(f"SGLang {ctx.version or '?'} source and flag catalog")
-    await _source(ctx, config)
+    wait = waiting or (lambda: contextlib.nullcontext(say))
+    with wait() as progress:
+        await _source(ctx, config, progress)
+    if index and ctx.tree is not None:
+        with wait() as progress:
+            await _index(ctx, progress)
     return ctx
+
+
+async def _index(ctx: DeploymentContext, progress: Any) -> None:
+    import asyncio
+
+    from tools.research.index import load_index
+
+    try:
+        await asyncio.to_thread(load_index, ctx.tree, progress=progress)
+    except Exception as e:  # research reports a damaged index itself; context goes on
+        ctx.missing["code index"] = f"{type(e).__name__}: {e}"
 
 
 async def _model(ctx: DeploymentContext, transport: Any) -> None:
@@ -195,7 +217,7 @@ async def _model(ctx: DeploymentContext, transport: Any) -> None:
         ctx.missing["model"] = str(e)
 
 
-async def _source(ctx: DeploymentContext, config: Any) -> None:
+async def _source(ctx: DeploymentContext, config: Any, progress: Any = None) -> None:
     import asyncio
 
     try:
@@ -204,8 +226,9 @@ async def _source(ctx: DeploymentContext, config: Any) -> None:
 
         r = config.research
         ctx.tree = await asyncio.to_thread(
-            get_source, ctx.version, repo_url=r.repo_url, cache_dir=r.cache_dir, source_dir=r.source_dir
-        )
+            get_source, ctx.version, repo_url=r.repo_url, cache_dir=r.cache_dir, source_dir=r.source_dir,
+            progress=progress,
+        )  # fmt: skip
         ctx.version = ctx.version or ctx.tree.version
         catalog = await asyncio.to_thread(flag_catalog, ctx.tree)
         ctx.catalog = {_flag_name(f.name): f for f in catalog}

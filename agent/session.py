@@ -128,7 +128,7 @@ async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
             await _preflight(ui, deployment, target)
             ui.step("context")
             ctx = await gather_context(
-                config, transport, on_step=lambda s: ui.note(f"reading {s}", record=False)
+                config, transport, on_step=lambda s: ui.note(f"reading {s}", record=False), waiting=ui.waiting
             )
             ui.record("context", {**ctx.summary(), "facts": ctx.facts})
             _show_context(ui, ctx)

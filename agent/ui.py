@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from agent.policy.todo import TodoList
 from agent.policy.verdict import FlagVerdict
@@ -32,6 +35,25 @@ def bench_info(p: Any) -> str:
     return f"c={p.concurrency} {p.done}/{p.total} req {p.tokens_per_s:,.0f} tok/s rep {p.rep + 1}/{p.reps}"
 
 
+BLOCKS_PLANNED = {1: 3, 4: 5, 6: 8}
+"""Blocks a trial plans when its block N starts: A/B/A (3); a second launch adds known-good once
+more and the candidate (5); a third launch adds two known-good blocks and the candidate (8)."""
+_RESEARCH_ITEM = re.compile(r"^research\b.*?(--[A-Za-z0-9][\w-]*)")
+
+
+def _spinner(console: Console, text: str) -> Progress:
+    """A live line: a spinner, `text` (markup escaped), the time elapsed; gone when stopped."""
+    bar = Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )
+    bar.add_task(escape(text), total=None)
+    return bar
+
+
 @dataclass
 class RunUI:
     """The console and the transcript of one session; `transcript` may be None (nothing saved)."""
@@ -44,6 +66,12 @@ class RunUI:
     _bench_task: Any = None
     _block_label: str = "trial benchmark"
     _blocks: dict[Any, int] = field(default_factory=dict)
+    _block_levels: dict[int, list[float]] = field(default_factory=dict)
+    _research: dict[str, float] = field(default_factory=dict)
+    """Flag -> when its research started (`research_started`), until its verdict arrives."""
+    _researched: set[str] = field(default_factory=set)
+    _research_done: int = 0
+    _research_bar: Any = None
 
     def record(self, kind: str, data: Any, *, msg: int | None = None) -> None:
         """Write an event to the transcript (never raises); a trial's `block` start or end is shown,
@@ -55,17 +83,23 @@ class RunUI:
 
     def block(self, data: dict[str, Any]) -> None:
         """A trial's measurement block: its name and number on the live bar while it runs, a line
-        when it is done (`trial 2 · block 1, known-good before: 3 repetitions in 87 s`)."""
+        when it is done, with the mean tok/s per level of its repetitions (`trial 2 · block 1/3,
+        known-good before done: 3 repetitions in 87 s; c=1 121, c=8 866, c=64 2,310 tok/s ...`)."""
         trial = data.get("trial")
         if data.get("state") == "start":
-            self._blocks[trial] = self._blocks.get(trial, 0) + 1
+            n = self._blocks[trial] = self._blocks.get(trial, 0) + 1
+            planned = max(v for k, v in BLOCKS_PLANNED.items() if k <= n)
             self._stop_bench()
-            self._block_label = f"trial {trial} · block {self._blocks[trial]}, {data.get('label')}"
+            self._block_levels = {}
+            self._block_label = f"trial {trial} · block {n}/{max(planned, n)}, {data.get('label')}"
             return
         self._stop_bench()
         seconds = float(data.get("seconds") or 0)
+        means = [f"c={c} {sum(v) / len(v):,.0f}" for c, v in sorted(self._block_levels.items()) if v]
+        numbers = f"; {', '.join(means)} tok/s (mean of its repetitions)" if means else ""
         self.console.print(
-            f"  [dim]{escape(self._block_label)}: {data.get('reps')} repetitions in {seconds:.0f} s[/]",
+            f"  [dim]{escape(self._block_label)} done: {data.get('reps')} repetitions in {seconds:.0f} s"
+            f"{numbers}[/]",
             highlight=False,
         )
         self._block_label = "trial benchmark"
@@ -82,16 +116,50 @@ class RunUI:
             self.record("note", {"text": text})
 
     def todo(self, todo: TodoList, changes: list[str], *, msg: int | None = None) -> None:
-        """Show the list after a change and record its full state."""
+        """Show the list after a change and record its full state; a research item put in progress
+        starts that flag's research clock (`research_started`)."""
         self.console.print(Panel(todo.render(), title="todo", expand=False))  # render() escapes item text
         self.record("todo", {"items": [i.model_dump() for i in todo.items], "changes": changes}, msg=msg)
+        for item in todo.items:
+            m = _RESEARCH_ITEM.match(item.content)
+            if m and item.status == "in_progress" and m.group(1) not in self._researched:
+                self.research_started(m.group(1))
+
+    def research_started(self, flag: str) -> None:
+        """A flag's research began: its verdict line gives the seconds since, and a live line counts
+        the verdicts still to come (research of several flags runs concurrently)."""
+        self._researched.discard(flag)
+        self._research.setdefault(flag, time.monotonic())
+        self._show_research()
+
+    def _show_research(self) -> None:
+        """The live line while verdicts are still to come (none while another live display runs)."""
+        if not self._research or self._wait_bar is not None or self._bench_bar is not None:
+            return self._stop_research()
+        n = len(self._research)
+        label = f"researching {n} flag{'s' * (n != 1)} in the SGLang source ({self._research_done} done)"
+        if self._research_bar is None:
+            self._research_bar = _spinner(self.console, label)
+            self._research_bar.start()
+        else:
+            self._research_bar.update(self._research_bar.task_ids[0], description=escape(label))
+
+    def _stop_research(self) -> None:
+        if self._research_bar is not None:
+            self._research_bar.stop()
+            self._research_bar = None
 
     def verdict(self, v: FlagVerdict, *, msg: int | None = None) -> None:
-        """Show a research verdict with its first pieces of evidence."""
+        """Show a research verdict as it arrives (with the seconds its research took, when its
+        start was seen) and its first pieces of evidence."""
         style = _VERDICT_STYLE.get(v.verdict, "")
+        started = self._research.pop(v.flag, None)
+        self._researched.add(v.flag)
+        self._research_done = self._research_done + 1 if self._research else 0
+        took = f", {time.monotonic() - started:.0f} s" if started is not None else ""
         self.console.print(
-            f"[bold]{v.flag}[/]: [{style}]{v.verdict}[/] [dim]({v.decided_by}, certainty {v.certainty:.2f})[/] "
-            f"— {escape(v.summary)}",
+            f"[bold]{v.flag}[/]: [{style}]{v.verdict}[/] [dim]({v.decided_by}, certainty {v.certainty:.2f}"
+            f"{took})[/] — {escape(v.summary)}",
             highlight=False,
         )
         for e in v.evidence[:3]:
@@ -100,12 +168,41 @@ class RunUI:
             check = plain_condition(c.condition, c.fact, c.outcome)
             self.console.print(escape(f"    check {check}"), highlight=False)
         self.record("verdict", v.model_dump(mode="json"), msg=msg)
+        self._show_research()
+
+    @contextlib.contextmanager
+    def waiting(self) -> Iterator[Callable[[str], None]]:
+        """For a call that may wait long: yields `say(text)` (the `progress` callback of
+        `get_source` and `load_index`); once said, a line and a spinner show it until the call
+        returns, then a line with the seconds it took. Nothing shows when nothing was said."""
+        said: list[tuple[str, float, Progress]] = []
+        lock = threading.Lock()
+
+        def say(text: str) -> None:  # may be called from a worker thread
+            with lock:
+                self.stop_wait()
+                self.console.print(f"  [dim]{escape(text)}...[/]", highlight=False)
+                bar = _spinner(self.console, text)
+                bar.start()
+                said.append((text, time.monotonic(), bar))
+
+        try:
+            yield say
+        finally:
+            with lock:
+                for text, started, bar in said:
+                    bar.stop()
+                    self.console.print(
+                        f"  [dim]{escape(text)}: done in {time.monotonic() - started:.0f} s[/]",
+                        highlight=False,
+                    )
 
     def deploy_progress(self, phase: str, elapsed: float = 0.0, total: float | None = None) -> None:
         """`Deployment(on_progress=...)`: a bar while waiting for the restarted server, a line per step."""
         if phase.startswith("wait"):
             if self._wait_bar is None:
                 self._stop_bench()
+                self._stop_research()
                 self._wait_bar = Progress(
                     TextColumn("waiting for the server ({task.fields[phase]})"),
                     BarColumn(),
@@ -133,6 +230,7 @@ class RunUI:
             self._wait_bar.stop()
             self._wait_bar = None
         self._stop_bench()
+        self._stop_research()
 
     def _stop_bench(self) -> None:
         if self._bench_bar is not None:
@@ -145,6 +243,9 @@ class RunUI:
         if self._wait_bar is not None:
             self._wait_bar.stop()
             self._wait_bar = None
+        self._stop_research()
+        if p.finished:
+            self._block_levels.setdefault(p.concurrency, []).append(p.tokens_per_s)
         if self._bench_bar is None:
             self._bench_bar = Progress(
                 TextColumn(escape(self._block_label)),

@@ -80,5 +80,9 @@ def test_every_block_of_a_trial_is_named_with_its_number(monkeypatch) -> None:  
     names = ["known-good before", "candidate", "known-good after", "known-good after",
              "candidate, second launch", "known-good after the second launch",
              "known-good after the second launch", "candidate, third launch"]  # fmt: skip
-    assert lines == [f"trial 1 · block {i}, {n}: 3 repetitions in 0 s" for i, n in enumerate(names, 1)], lines
+    planned = [3, 3, 3, 5, 5, 8, 8, 8]  # A/B/A, then a second launch, then a third
+    assert lines == [
+        f"trial 1 · block {i}/{p}, {n} done: 3 repetitions in 0 s"
+        for i, (n, p) in enumerate(zip(names, planned, strict=True), 1)
+    ], lines
     assert "block" not in recorded and "trial" in recorded  # shown, not written to the transcript

@@ -60,7 +60,10 @@ async def status_lines(deps: Any) -> list[str]:
         f"trials: {len(runner.trials)}, restarts: {runner.restarts}{of}, budget: {runner.budget_left() or 'available'}"
     )
     last = getattr(deps, "last_benchmark", None) or (best.levels if best else deps.baseline_levels)
-    lines.append(f"last benchmark: {describe_levels(last)}")
+    lines.append(
+        f"last benchmark: {describe_levels(last)}" if last else
+        "last benchmark: none yet (the baseline is measured before the first trial; /bench measures now)"
+    )  # fmt: skip
     return lines
 
 

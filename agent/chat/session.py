@@ -23,8 +23,8 @@ from rich.markup import escape
 
 from agent.chat import actions
 from agent.chat.actions import change_in_words, previous_best
+from agent.chat.needs import ApprovalGate
 
-CHANGING_TOOLS = frozenset({"run_trial", "undo_last_kept"})
 SLASH_HELP = """\
 /todo      the planner's todo list
 /status    deployed flags, health, trials, last benchmark
@@ -301,34 +301,3 @@ def add_chat_tools(planner: Any) -> None:
     async def undo_last_kept(ctx: RunContext[Any]) -> str:
         """Go back to the configuration before the last kept change (the user approves the diff first)."""
         return await actions.undo_last_kept(ctx.deps)
-
-
-def _needs_approval(ctx: Any, tool_def: Any, args: dict[str, Any]) -> bool:
-    """Target-changing calls need approval, except those that change nothing: an undo with nothing
-    to undo, a trial the planner's checks refuse (`agent.policy.planner.refusal`: the checks of
-    `optagent deploy --set`, research first, ...); the refusal goes back at once."""
-    runner = getattr(ctx.deps, "runner", None)
-    if tool_def.name == "undo_last_kept":
-        return runner is not None and runner.best is not None
-    if tool_def.name == "run_trial":
-        from agent.policy.planner import refusal
-        from agent.trial.record import TrialChange
-
-        try:
-            changes = [TrialChange.model_validate(c) for c in args.get("changes", [])]
-        except Exception:
-            return False  # the tool's own validation answers it; nothing is deployed
-        return refusal(ctx.deps, changes, args.get("override_reason")) is None
-    return tool_def.name in CHANGING_TOOLS
-
-
-def ApprovalGate() -> Any:  # noqa: N802 - a capability instance, named like the class it builds
-    """A capability that makes every target-changing tool call approval-required."""
-    from pydantic_ai.capabilities.abstract import AbstractCapability
-    from pydantic_ai.toolsets.approval_required import ApprovalRequiredToolset
-
-    class _Gate(AbstractCapability):
-        def get_wrapper_toolset(self, toolset: Any) -> Any:
-            return ApprovalRequiredToolset(toolset, approval_required_func=_needs_approval)
-
-    return _Gate()

@@ -1,5 +1,7 @@
-"""Setting up a chat: the same preflight, context and baseline as `optagent run`, then the planner
-and its deps; on `--resume`, the saved history, todo list, verdicts and trials are restored."""
+"""Setting up a chat: the same preflight and context as `optagent run`, then the planner and its
+deps; on `--resume`, the saved history, todo list, verdicts, trials and baseline are restored. The
+baseline and the code index wait until a step needs them (`agent.chat.needs`): the prompt comes at
+once."""
 
 from __future__ import annotations
 
@@ -25,8 +27,8 @@ class ChatSetup:
 def restore_state(deps: Any, loaded: Any) -> list[str]:
     """Put the saved todo list, verdicts and trial records back into `deps`; returns notes for the user.
 
-    The known-good configuration needs no restoring: it is what is deployed, and the new baseline
-    is measured on it, so later trials are compared with what runs now.
+    The known-good configuration needs no restoring: it is what is deployed, and a baseline is
+    measured on it unless the saved one ran on this same unit file (`needs.saved_baseline`).
     """
     from agent.policy.todo import TodoItem
     from agent.policy.verdict import FlagVerdict
@@ -64,14 +66,16 @@ def restore_state(deps: Any, loaded: Any) -> list[str]:
 async def open_chat(
     config: Any, *, model: str, base_url: str | None, ui: Any, resume: Any = None
 ) -> AsyncIterator[ChatSetup]:
-    """Preflight, context and baseline against `config`'s target, then the planner ready for chat."""
+    """Preflight and context against `config`'s target, then the planner ready for chat (the
+    baseline: the saved one on `--resume` when it still applies, else measured before the first trial)."""
+    from agent.chat.needs import saved_baseline
     from agent.context import gather_context
     from agent.policy.models import make_models
     from agent.policy.planner import PlannerDeps, build_planner
     from agent.policy.playbook import evaluate, grid_size, load_playbook
     from agent.policy.researcher import build_researcher
-    from agent.session import _preflight, make_runner, measure_baseline, restart_budget
-    from agent.trial.record import lossy_flags, mean_throughput
+    from agent.session import _preflight, make_runner, restart_budget
+    from agent.trial.record import Baseline, lossy_flags, mean_throughput
     from prompts import render
     from tools.bench.stats import objective_from_goal
     from tools.deploy.deployment import Deployment
@@ -87,13 +91,18 @@ async def open_chat(
             await _preflight(ui, deployment, target)
             ui.step("context")
             ctx = await gather_context(
-                config, transport, on_step=lambda s: ui.note(f"reading {s}", record=False)
-            )
+                config, transport, on_step=lambda s: ui.note(f"reading {s}", record=False),
+                waiting=ui.waiting, index=False,
+            )  # fmt: skip
             ui.record("context", {**ctx.summary(), "facts": ctx.facts})
-            ui.step("baseline")
-            baseline, _ = await measure_baseline(
-                ui, target.endpoint, config.bench, Path(target.local_unit).read_text()
-            )
+            text = Path(target.local_unit).read_text()
+            saved = saved_baseline(resume, text, config.bench) if resume is not None else None
+            baseline = saved[0] if saved else Baseline(reps=[], probe=None, text=text)
+            ui.note(
+                f"baseline: the saved one, measured {saved[1]} on this unit file" if saved else
+                "baseline: measured before the first trial (not now: the prompt comes at once)",
+                record=False,
+            )  # fmt: skip
             objective = objective_from_goal(goal)
             playbook = load_playbook()
             candidates = evaluate(playbook, ctx.facts, ctx.catalog or None)
@@ -103,6 +112,8 @@ async def open_chat(
                 allow_lossy=config.agent.allow_lossy, max_trials=config.agent.max_trials,
                 max_restarts=restart_budget(config.agent.max_restarts, grid),
             )  # fmt: skip
+            if saved:  # another launch, maybe hours ago: the first trial measures known-good anew
+                runner.reference, runner.known_good_blocks = None, []
             deps = PlannerDeps(
                 goal=goal,
                 ctx=ctx,

@@ -1,0 +1,141 @@
+"""What a chat measures or builds only when a step needs it, so that its prompt comes at once: the
+baseline before the first trial that deploys (its probe and numbers are what a trial is compared
+with), the code index before the first research. `--resume` reuses the saved baseline while the
+unit file and the benchmark settings are the ones it was measured with.
+
+Measured when needed rather than in the background: on a small machine a benchmark running beside
+research (an index build, SGLang's own start-up) would measure the load, not the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from pydantic_ai.toolsets import WrapperToolset
+
+
+@dataclass
+class Prerequisites(WrapperToolset):
+    """Wraps the planner's tools: `research_flag` waits for the code index (a spinner while it is
+    built) and starts that flag's research clock; a `run_trial` that will deploy waits for the
+    baseline (measured then, with its progress bar)."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    async def call_tool(self, name: str, tool_args: dict[str, Any], ctx: Any, tool: Any) -> Any:
+        deps = ctx.deps
+        if name == "research_flag":
+            async with self.lock:  # concurrent research calls: one build, one spinner
+                await ensure_index(deps)
+            deps.ui.research_started("--" + str(tool_args.get("flag", "")).strip().lstrip("-"))
+        elif name == "run_trial" and _will_deploy(deps, tool_args):
+            async with self.lock:
+                await ensure_baseline(deps)
+        return await self.wrapped.call_tool(name, tool_args, ctx, tool)
+
+
+def _will_deploy(deps: Any, args: dict[str, Any]) -> bool:
+    """Whether a `run_trial` call passes the planner's checks (`agent.policy.planner.refusal`: the
+    checks of `optagent deploy --set`, research first, ...); a refused one deploys nothing."""
+    from agent.policy.planner import refusal
+    from agent.trial.record import TrialChange
+
+    try:
+        changes = [TrialChange.model_validate(c) for c in args.get("changes", [])]
+    except Exception:
+        return False  # the tool's own validation answers it; nothing is deployed
+    return refusal(deps, changes, args.get("override_reason")) is None
+
+
+def _needs_approval(ctx: Any, tool_def: Any, args: dict[str, Any]) -> bool:
+    """Target-changing calls need approval, except those that change nothing: an undo with nothing
+    to undo, a trial the planner's checks refuse (the refusal goes back at once)."""
+    if tool_def.name == "undo_last_kept":
+        runner = getattr(ctx.deps, "runner", None)
+        return runner is not None and runner.best is not None
+    if tool_def.name == "run_trial":
+        return _will_deploy(ctx.deps, args)
+    return False
+
+
+def ApprovalGate() -> Any:  # noqa: N802 - a capability instance, named like the class it builds
+    """A capability that makes every target-changing tool call approval-required, and gives each
+    tool what it needs first (`Prerequisites`, run once approved)."""
+    from pydantic_ai.capabilities.abstract import AbstractCapability
+    from pydantic_ai.toolsets.approval_required import ApprovalRequiredToolset
+
+    lock = asyncio.Lock()  # one for the whole chat: the toolset is wrapped again for each turn
+
+    class _Gate(AbstractCapability):
+        def get_wrapper_toolset(self, toolset: Any) -> Any:
+            inner = Prerequisites(toolset, lock=lock)
+            return ApprovalRequiredToolset(inner, approval_required_func=_needs_approval)
+
+    return _Gate()
+
+
+async def ensure_index(deps: Any) -> None:
+    """Load the code index of the running version (built once per source tree, shown while built)."""
+    tree = getattr(deps.ctx, "tree", None)
+    if tree is None:
+        return
+    from tools.research.index import load_index
+
+    with deps.ui.waiting() as progress:
+        try:
+            await asyncio.to_thread(load_index, tree, progress=progress)
+        except Exception:  # the researcher reports a damaged index in its own words
+            return
+
+
+async def ensure_baseline(deps: Any) -> None:
+    """Measure the baseline now if the chat has none yet (probe and repeated sweeps of what runs)."""
+    from agent.session import measure_baseline
+    from agent.trial.record import mean_throughput
+
+    runner = deps.runner
+    if runner is None or runner.baseline.probe is not None:
+        return
+    deps.ui.note(
+        "measuring the baseline first: the trial's outputs and numbers are compared with it (once per chat)",
+        record=False,
+    )
+    baseline, _ = await measure_baseline(deps.ui, runner.endpoint, runner.bench, runner.deployed_text)
+    runner.baseline = baseline
+    runner.reference = list(baseline.reps)  # measured just now, in the launch the trial starts from
+    runner.known_good_blocks.append(runner.reference)
+    deps.baseline_levels = mean_throughput(baseline.reps)
+
+
+def saved_baseline(loaded: Any, text: str, bench: Any) -> tuple[Any, str] | None:
+    """The latest baseline a saved session measured, as a `Baseline`, and when (None when it ran
+    on another unit file or other benchmark settings, or cannot be read back)."""
+    from agent.trial.record import Baseline
+    from tools.bench.probe import ProbeResult
+    from tools.bench.results import SweepResult
+
+    events = loaded.events_of("baseline")
+    if not events:
+        return None
+    data = events[-1].get("data") or {}
+    try:
+        reps = [SweepResult.model_validate(r) for r in data.get("reps") or []]
+        probe = ProbeResult.model_validate(data["probe"])
+    except Exception:
+        return None
+    levels = {lv.max_concurrency for s in reps for lv in s.levels}
+    if data.get("unit_text") != text or not reps or levels != set(bench.concurrency):
+        return None
+    return Baseline(reps=reps, probe=probe, text=text), _when(reps[-1].finished_at)
+
+
+def _when(stamp: Any) -> str:
+    try:
+        ago = time.time() - datetime.fromisoformat(str(stamp)).timestamp()
+    except (TypeError, ValueError):
+        return "earlier"
+    return f"{ago / 60:.0f} min ago" if ago < 5400 else f"{ago / 3600:.1f} h ago"
