@@ -177,25 +177,29 @@ class RunUI:
         returns, then a line with the seconds it took. Nothing shows when nothing was said."""
         said: list[tuple[str, float, Progress]] = []
         lock = threading.Lock()
+        closed = False
 
-        def say(text: str) -> None:  # may be called from a worker thread
+        def say(text: str) -> None:  # may be called from a worker thread, even after a Ctrl-C
             with lock:
+                if closed:
+                    return
                 self.stop_wait()
                 self.console.print(f"  [dim]{escape(text)}...[/]", highlight=False)
                 bar = _spinner(self.console, text)
                 bar.start()
                 said.append((text, time.monotonic(), bar))
 
+        ended = "stopped after"  # an exception or a Ctrl-C left the with-block
         try:
             yield say
+            ended = "done in"
         finally:
             with lock:
+                closed = True
                 for text, started, bar in said:
                     bar.stop()
-                    self.console.print(
-                        f"  [dim]{escape(text)}: done in {time.monotonic() - started:.0f} s[/]",
-                        highlight=False,
-                    )
+                    seconds = time.monotonic() - started
+                    self.console.print(f"  [dim]{escape(text)}: {ended} {seconds:.0f} s[/]", highlight=False)
 
     def deploy_progress(self, phase: str, elapsed: float = 0.0, total: float | None = None) -> None:
         """`Deployment(on_progress=...)`: a bar while waiting for the restarted server, a line per step."""
