@@ -255,7 +255,7 @@ async def run_agent(config, tmp: Path, minutes: float, max_restarts: int | None 
             transcript.close({"status": "bench"})
 
 
-def scenario_row(name: str, scale: float, minutes: float) -> dict:
+def scenario_row(name: str, scale: float, minutes: float, *, live: bool = True) -> dict:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         config = up(name, tmp, scale)
@@ -275,14 +275,20 @@ def scenario_row(name: str, scale: float, minutes: float) -> dict:
     ]
     # the grid tries every lever not set already, including those the run rules out by the state
     grid = 2 * grid_size(load_playbook(), facts, sim_catalog())
-    live = _measured_gains(
-        name, scale, {"base": [], "all": best["all"][1], "rule": best["rule"][1], "kept": result.kept}
+    sets = {"base": [], "all": best["all"][1], "rule": best["rule"][1], "kept": result.kept}
+    live = (
+        _measured_gains(name, scale, sets) if live else dict.fromkeys(("live_all", "live_rule", "live_kept"))
     )
     return {**live,
         "scenario": name, "scale": scale, "oracle": best["all"][0] - 1, "oracle_set": best["all"][1],
         "rule_oracle": best["rule"][0] - 1, "rule_set": best["rule"][1], "kept": objective(base, final) - 1,
         "kept_set": result.kept, "restarts": result.restarts, "grid": grid, "noops": noops, "wall": wall,
         "status": result.status, "conclusion": result.conclusion,
+        "spread": next((m for m in result.measured if m.startswith("launch spread")), ""),
+        "bundles": [f"{', '.join(c.describe() for c in t.changes)}: {t.decision}" for t in result.trials
+                    if t.kind == "bundle"],
+        "left_out": [f"{', '.join(c.describe() for c in t.changes)}: {'left out' if t.decision == 'kept' else 'stays'}"
+                     for t in result.trials if t.kind == "leave_out"],
     }  # fmt: skip
 
 
@@ -308,11 +314,13 @@ def _facts(result) -> dict:  # type: ignore[no-untyped-def]
     return tx.events_of("context")[0]["data"]["facts"]
 
 
-async def aa_trials(config, n: int) -> tuple[int, int, int]:  # type: ignore[no-untyped-def]
-    """(A/A trials, false keeps by A/B/A, false keeps by unpaired A/B) with drift injected."""
+async def aa_trials(config, n: int, *, spread: bool = True) -> tuple[int, int, int]:  # type: ignore[no-untyped-def]
+    """(A/A trials, false keeps by A/B/A, false keeps by unpaired A/B) with drift injected; `spread`:
+    the restart spread measured first, as a run does (else the declared one)."""
     from agent.session import make_runner
     from agent.trial.paired import known_good_block
     from agent.trial.record import Baseline, TrialChange
+    from agent.trial.spread import measure_spread
     from tools.bench.objective import Objective
     from tools.bench.probe import run_probe
     from tools.deploy.deployment import Deployment
@@ -322,6 +330,10 @@ async def aa_trials(config, n: int) -> tuple[int, int, int]:  # type: ignore[no-
         text = config.target.local_unit.read_text()
         base = Baseline(reps=[], probe=await run_probe(config.target.endpoint), text=text)
         runner = make_runner(dep, config, Objective(), base, [], _Quiet(), allow_lossy=False, max_trials=n)
+        if spread:  # as a run does: known-good relaunched, its spread measured before any trial
+            runner.reference = await known_good_block(runner)
+            measured = await measure_spread(runner)
+            print(f"  {measured.describe()}", flush=True)
         for i in range(n):
             hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
             try:
@@ -373,15 +385,31 @@ def main() -> None:
         "time (the client beside the server compresses differences above it); the budget grows in "
         "proportion, so every run gets the same simulated minutes",
     )
-    ap.add_argument("--aa", type=int, default=8, help="A/A trials with injected drift (0: skip)")
+    ap.add_argument("--aa", type=int, default=30, help="A/A trials with injected drift (0: skip)")
+    ap.add_argument(
+        "--aa-scale",
+        type=float,
+        default=None,
+        help="the A/A trials' time scale (default: the seed's for --wall-rate)",
+    )
+    ap.add_argument(
+        "--aa-declared", action="store_true", help="A/A with the declared spread (no measurement)"
+    )
     ap.add_argument("--aa-only", action="store_true", help="only the A/A trials")
+    ap.add_argument(
+        "--no-live",
+        action="store_true",
+        help="skip valuing the sets on the quiet simulator (the second table)",
+    )
     args = ap.parse_args()
     names = [] if args.aa_only else args.scenario or sorted(p.stem for p in SCENARIO_DIR.glob("*.toml"))
     rows = []
     for name in names:
         print(f"running {name} ...", flush=True)
         scale = time_scale_for(name, args.time_scale, args.wall_rate)
-        rows.append(scenario_row(name, scale, args.max_minutes * scale / args.time_scale))
+        rows.append(
+            scenario_row(name, scale, args.max_minutes * scale / args.time_scale, live=not args.no_live)
+        )
         r = rows[-1]
         print(
             f"  kept {r['kept_set']} ({r['status']}); oracle {r['oracle_set']}; rule oracle {r['rule_set']}",
@@ -419,9 +447,10 @@ def main() -> None:
     if args.aa:
         with tempfile.TemporaryDirectory() as d:
             # sim.host's sync functions (up, down) run outside the event loop
-            config = up("seed", Path(d), time_scale_for("seed", args.time_scale, args.wall_rate))
+            scale = args.aa_scale or time_scale_for("seed", args.time_scale, args.wall_rate)
+            config = up("seed", Path(d), scale)
             try:
-                n, paired, unpaired = asyncio.run(aa_trials(config, args.aa))
+                n, paired, unpaired = asyncio.run(aa_trials(config, args.aa, spread=not args.aa_declared))
             finally:
                 host.down(Path(d) / "sim")
         print(

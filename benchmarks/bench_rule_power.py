@@ -102,10 +102,12 @@ def one_trial(  # type: ignore[no-untyped-def]
     rep_sd: float,
     history: int,
     step: float = 0.0,
+    measured: bool = False,
 ):
     """(kept, restarts, candidate launches) of one trial after `history` known-good launches, the
     last block of them (the previous trial's block after, still running) measured `step` slower
-    than its launch (a transient load)."""
+    than its launch (a transient load). `measured`: the run measured its restart spread on its
+    `history` known-good launches (`agent.trial.spread`) and its intervals use that figure."""
     target = Launches(rng, gain, launch_sd, rep_sd)
 
     simulate_measurements(target.sweep)
@@ -123,6 +125,11 @@ def one_trial(  # type: ignore[no-untyped-def]
         objective=objective_from_goal("improve throughput"), baseline=Baseline(reps=[], probe=None, text=UNIT),
         reference=earlier[-1], known_good_blocks=earlier,
     )  # fmt: skip
+    if measured:
+        from agent.trial.spread import spread_of_blocks
+
+        runner.launch_prior = spread_of_blocks(earlier, runner.objective, bench.launch_noise).prior
+        runner.known_good_blocks = [earlier[-1]]
     target.restarts = 0
     record = asyncio.run(runner.run([TrialChange(flag="--enable-mixed-chunk")], reason="power"))
     launches = ((record.comparison or {}).get("overall") or {}).get("launches_candidate", 1)
@@ -141,26 +148,34 @@ def main() -> None:
         help="a transient load: the running known-good launch's block from the last trial measured this "
         "much slower (as bench_agent's A/A trials inject with a CPU hog)",
     )  # fmt: skip
+    ap.add_argument(
+        "--measured", action="store_true",
+        help="the restart spread measured on the --history known-good launches (as a run does), not declared",
+    )  # fmt: skip
+    ap.add_argument("--gains", default="0,0.02,0.025,0.03,0.04,0.05,0.08", help="true gains, comma separated")
+    ap.add_argument(
+        "--spreads", default="0.005,0.01,0.015,0.02", help="true restart spreads, comma separated"
+    )
     args = ap.parse_args()
     if args.no_third:
         pt._near_miss = lambda cmp, bench: False  # type: ignore[assignment]
-    gains = (0.0, 0.02, 0.025, 0.03, 0.04, 0.05, 0.08)
+    gains = tuple(float(g) for g in args.gains.split(","))
     at = [64] if args.where == "c64" else list(LEVELS)
     print(
-        f"declared restart spread 1%, minimum effect 2%, load step {args.step:.0%}, gain at {', '.join(f'c={c}' for c in at)}, "
+        f"restart spread {f'measured on {args.history} launches' if args.measured else 'declared 1%'}, minimum effect 2%, load step {args.step:.0%}, gain at {', '.join(f'c={c}' for c in at)}, "
         f"{args.trials} trials a cell; keep rate / mean restarts / share with a third launch; a keep "
         f"rate near 60% is within +-{196 * math.sqrt(0.24 / args.trials):.0f} points of the truth (95%): "
         "read smaller differences between runs or variants as noise"
     )
     print("| true restart spread | " + " | ".join(f"true {g:+.1%}" for g in gains) + " |")
     print("|---:|" + "---:|" * len(gains))
-    for launch_sd in (0.005, 0.01, 0.015, 0.02):
+    for launch_sd in (float(x) for x in args.spreads.split(",")):
         cells = []
         for g in gains:
             rng = random.Random(1)
             gain = {c: math.log1p(g) for c in at}
             runs = [
-                one_trial(rng, gain, launch_sd, args.rep_noise, args.history, args.step)
+                one_trial(rng, gain, launch_sd, args.rep_noise, args.history, args.step, args.measured)
                 for _ in range(args.trials)
             ]
             kept = sum(k for k, _, _ in runs) / len(runs)

@@ -54,9 +54,8 @@ def test_the_baseline_phase_relaunches_known_good_and_measures_how_far_it_moves(
     assert launches.texts == [UNIT + MARK]  # the same server command: only a comment differs
     assert spread.source == "measured" and spread.launches == 3
     assert 0.025 < spread.measured < 0.035  # sd of log(1.00, 1.03, 0.97) = 3.0%
-    # weighed with the declared 1% as two launches: sqrt((2 x 1% ^ 2 + 2 x 3% ^ 2) / 4) = 2.2%
-    assert abs(spread.value - math.sqrt((2 * 0.01**2 + 2 * spread.measured**2) / 4)) < 1e-9
-    assert runner.launch_prior == (spread.value, 4)
+    # used instead of the declared 1%, with its own two degrees of freedom
+    assert spread.value == spread.measured and runner.launch_prior == (spread.value, 2)
     assert runner.known_good_blocks == [runner.reference]  # the last launch is the next trial's A
     assert (
         "over 3 launches of known-good (c=1 3." in spread.describe() and "declared 1.0%" in spread.describe()
@@ -118,5 +117,5 @@ def test_spread_of_blocks_is_per_level_and_overall():
         fake.factor = f
         blocks.append(fake.block())
     spread = spread_of_blocks(blocks, GOAL, 0.01)
-    assert set(spread.per_level) == {1, 8, 64} and spread.launches == 4 and spread.df == 5
+    assert set(spread.per_level) == {1, 8, 64} and spread.launches == 4 and spread.df == 3
     assert all(0.01 < v < 0.025 for v in spread.per_level.values())

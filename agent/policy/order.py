@@ -89,7 +89,7 @@ def second_look_value(candidate: dict[str, Any], near_miss: dict[str, Any]) -> f
 
 Z_ESTABLISH = 1.96 + 0.84
 """A 95% interval's half width plus the distance at which four trials in five clear it."""
-DOUBTFUL_CERTAINTY = 0.6
+DOUBTFUL_CERTAINTY = 0.5
 """A bundle member research is less sure of than this is left out unless it proves itself."""
 
 

@@ -13,16 +13,14 @@ from agent.context import DeploymentContext
 from agent.policy.agentrun import TokenCount, run_saving
 from agent.policy.claims import check_claims
 from agent.policy.playbook import Candidate
-from agent.policy.proposal import check_changes
 from agent.policy.researcher import ResearchDeps, flag_usage, lookup_flag
 from agent.policy.todo import TodoItem, TodoList
 from agent.policy.toolerrors import ErrorBudget, ToolErrors, passes_through
+from agent.policy.trialgate import refusal, refuse, trial, trial_result, won_at  # noqa: F401 (re-exported)
 from agent.policy.verdict import FlagVerdict
 from agent.trial.record import BudgetExhausted, TrialChange, mean_throughput
-from agent.trial.resolved import same_as_running
 from agent.trial.runner import TrialRunner
 from agent.ui import RunUI
-from tools.bench.effect import decided_levels, headline
 
 
 @dataclass
@@ -144,14 +142,6 @@ async def research(deps: PlannerDeps, flag: str, question: str, *, usage: Any = 
     return verdict
 
 
-def refuse(deps: PlannerDeps, changes: list[TrialChange], why: str, *, check: str) -> dict[str, Any]:
-    """A proposed trial refused before any restart: shown, recorded, returned to the model."""
-    what = ", ".join(c.describe() for c in changes)
-    deps.ui.note(f"[yellow]refused[/] {escape(what)}: {escape(why)} (no restart)")
-    deps.ui.record("refusal", {"changes": what, "why": why, "check": check}, msg=deps.current_msg)
-    return {"error": f"refused, not deployed: {why}", "refused": True, "restarts": 0}
-
-
 PLANNER_EVIDENCE, PLANNER_CONDITIONS = 3, 6
 
 
@@ -164,104 +154,6 @@ def verdict_for_planner(v: FlagVerdict) -> dict[str, Any]:
             out[f"{key}_not_shown"] = len(out[key]) - n
             out[key] = out[key][:n]
     return out
-
-
-def trial_result(deps: PlannerDeps, record: Any) -> dict[str, Any]:
-    """What the planner learns from a trial: decision, why, numbers against the baseline."""
-    leave = "leave out " if record.kind == "leave_out" else ""
-    return {
-        "trial": record.number,
-        "kind": record.kind,
-        "changes": [leave + c.describe() for c in record.changes],
-        "deployed": [c.describe() for c in deps.runner.kept_changes] if deps.runner is not None else [],
-        "decision": record.decision,
-        "improved": record.improved,
-        "why": record.why,
-        "probe": record.probe,
-        "output_tok_s": record.levels,
-        "baseline_output_tok_s": deps.baseline_levels,
-        "ratio": (record.comparison or {}).get("ratio"),
-        # what the decision compared: known-good vs candidate blocks, change with its 95% interval
-        "decided": decided_levels(record.model_dump(mode="json")),
-        "headline": headline(record.model_dump(mode="json")),
-        "restarts": record.restarts,
-        "environment": record.environment,
-        "near_miss": record.near_miss,
-        "won_at": won_at(record, deps.runner.bench.min_effect if deps.runner is not None else 0.02),
-        "halted": deps.runner.halted if deps.runner is not None else None,
-    }
-
-
-def won_at(record: Any, min_effect: float) -> list[int]:
-    """The levels at which a kept trial established its gain (interval above 1, estimate at least
-    the minimum effect); [] for any other."""
-    if record.decision != "kept" or record.kind == "leave_out":
-        return []
-    return [
-        i["concurrency"]
-        for i in (record.comparison or {}).get("per_level") or []
-        if (i.get("ci_low") or 0) > 1 and (i.get("ratio") or 0) >= 1 + min_effect
-    ]
-
-
-def refusal(deps: PlannerDeps, changes: list[TrialChange], override: str | None) -> tuple[str, str] | None:
-    """Why a proposed trial is refused before any restart, and by which check (None: it may run).
-
-    The checks of `optagent deploy --set` (catalog name, type, choices, value, unit file), research
-    first, the resolved value, a rejected flag only with `override`. Normalizes the flag names."""
-    for ch in changes:
-        ch.flag = "--" + ch.flag.strip().lstrip("-")
-    base = deps.runner.deployed_text if deps.runner is not None else None
-    problems = check_changes(deps.ctx, changes, base_text=base)
-    if problems:
-        return "; ".join(problems), "catalog"
-    for ch in changes:
-        v = deps.verdicts.get(ch.flag)
-        if v is None:
-            return f"research {ch.flag} with research_flag before trialling it", "research"
-        if ch.action == "set" and (same := same_as_running(ch.flag, ch.value, deps.resolved)):
-            return f"{same}: trialling {ch.describe()} would restart for nothing", "resolved"
-        if v.rejected and not override:
-            why = (
-                f"research called {ch.flag} {v.verdict} ({v.decided_by}): {v.summary} "
-                "Pass override_reason to deploy it anyway (recorded)."
-            )
-            return why, "verdict"
-    return None
-
-
-async def trial(
-    deps: PlannerDeps, changes: list[TrialChange], reason: str, override: str | None, *, kind: str = ""
-) -> dict[str, Any]:
-    """Gatekeeping before the trial runner: the checks of `optagent deploy --set` (catalog name,
-    type, choices, value, unit file), research first, the resolved value, rejected flags only with
-    a reason. A refusal costs no restart and goes back to the model as the tool's result."""
-    why = refusal(deps, changes, override)
-    if why is not None:
-        return refuse(deps, changes, why[0], check=why[1])
-    from tools.deploy.deployment import DeployError
-
-    if deps.runner is None:
-        what = ", ".join(c.describe() for c in changes)
-        deps.ui.note(f"dry run: would trial {what}")
-        return {"dry_run": True, "would_trial": what, "note": "nothing deployed"}
-    kind = kind or ("combined" if len(changes) > 1 else "single")
-    if kind == "bundle":
-        deps.ui.record(
-            "bundle", {"changes": [c.describe() for c in changes], "why": reason}, msg=deps.current_msg
-        )
-    async with deps._trial_lock:
-        try:
-            record = await deps.runner.run(changes, reason=reason, kind=kind, override=override)
-        except BudgetExhausted as e:
-            deps.ui.note(f"budget: {e}")
-            return {"error": f"budget exhausted: {e}", "budget_exhausted": True}
-        except DeployError as e:  # restart storm guard, drift: no more trials in this session
-            deps.ui.note(f"[red]deployment stopped trials:[/] {e}")
-            return {"error": f"deployment refused: {e}", "budget_exhausted": True}
-    style = "green" if record.decision == "kept" else "yellow"
-    deps.ui.console.print(f"[{style}]{escape(record.headline())}[/]", highlight=False)
-    return trial_result(deps, record)
 
 
 def build_planner(model: Any) -> Any:
