@@ -152,3 +152,44 @@ def test_a_member_whose_cost_the_a_b_look_suggests_but_a_b_a_does_not_establish_
     assert launches.events == ["deploy", "rollback", "deploy", "commit"]
     assert record.decision == "kept" and "(A/B/A)" in record.why
     assert [c.flag for c in runner.kept_changes] == ["--cuda-graph-max-bs-decode"]
+
+
+def test_the_review_and_the_report_say_what_was_tried_together_and_why(tmp_path):
+    from types import SimpleNamespace
+
+    from agent.transcripts.markdown import review_markdown
+    from agent.transcripts.report import render_report
+    from agent.transcripts.review import build_review
+    from agent.transcripts.transcript import Transcript, load_transcript
+
+    why = "small levers tried together; tried together: --a (+2.0%), --b (+2.0%) each expected below +2.8%"
+    bundle = TrialRecord(
+        number=1, kind="bundle", changes=[TrialChange(flag="--a"), TrialChange(flag="--b")], reason=why,
+        decision="kept", why="improved: better by >= 2% at c=64",
+    )  # fmt: skip
+    left = TrialRecord(
+        number=2, kind="leave_out", changes=[TrialChange(flag="--b")], on_top_of=bundle.changes,
+        decision="kept", why="--b left out: without it c=64 +0.1% [-2.0..+2.2] (A/B)",
+    )  # fmt: skip
+    tx = Transcript.create(tmp_path, kind="run", goal="improve throughput", model="builtin", target="sim")
+    tx.event("load_state", {"text": "c=64: running batch ~52 (beyond the captured 32), 0 waiting, KV 6%"})
+    tx.event("launch_spread", {"text": "launch spread: measured 1.2% over 3 launches of known-good"})
+    for t in (bundle, left):
+        tx.event("trial", t.model_dump(mode="json"))
+    tx.close({"status": "completed", "kept": ["--a"]})
+    text = review_markdown(build_review(load_transcript(tx.path)))
+    measured = text.split("## Measured on this deployment")[1].split("##")[0]
+    assert "beyond the captured 32" in measured and "measured 1.2% over 3 launches" in measured
+    trial_1 = text.split("### Trial 1")[1].split("### Trial 2")[0]
+    assert "bundle" in trial_1 and "each expected below +2.8%" in trial_1
+    assert "leave_out" in text.split("### Trial 2")[1]
+    result = SimpleNamespace(
+        status="completed", transcript=tx.path, kept=["--a"], trials=[bundle, left], restarts=3, seconds=60.0,
+        budget="", measured=["launch spread: measured 1.2%"], conclusion="", untried={}, rule="r",
+        baseline={}, final={},
+    )  # fmt: skip
+    report = render_report(result, plot_name=None)
+    together = report.split("## Tried together")[1].split("##")[0]
+    assert "trial 1 `--a, --b`: kept; small levers tried together" in together
+    assert "trial 2, `--b` left out: --b left out" in together
+    assert "- launch spread: measured 1.2%" in report and "bundle: --a, --b" in report

@@ -201,6 +201,8 @@ def review_markdown(review: Review, *, conditions_marker: bool = False) -> str:
         out += _table(["concurrency", "output tok/s", "mean TTFT ms", "p99 ITL ms"], rows)
     else:
         out.append(MISSING)
+    if review.measured:
+        out += ["", "## Measured on this deployment", "", *[f"- {m}" for m in review.measured]]
     out += ["", "## Todo list as it evolved", ""]
     if conditions_marker and review.todo_states:  # HTML: the final list, its history collapsed
         out += ["Final list:", "", *todo_lines(review.todo_states[-1][1]), "", TODO_MARKER]

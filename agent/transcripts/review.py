@@ -138,6 +138,8 @@ class Review:
     baseline_sweeps: list[dict[str, Any]]
     conclusion: str
     error: str | None
+    measured: list[str] = dataclasses.field(default_factory=list)
+    """What the run measured about the deployment itself (its load at baseline, its launch spread)."""
 
 
 def levels_of(value: Any) -> dict[int, float | None]:
@@ -294,6 +296,11 @@ def build_review(loaded: LoadedTranscript) -> Review:
         baseline_sweeps=baseline_sweeps,
         conclusion=conclusion,
         error=loaded.error,
+        measured=[
+            str((e.get("data") or {}).get("text"))
+            for e in loaded.events
+            if e.get("kind") in ("load_state", "launch_spread") and (e.get("data") or {}).get("text")
+        ],
     )
 
 
