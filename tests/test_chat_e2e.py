@@ -84,6 +84,9 @@ def test_chat_research_keep_rollback_then_resume(deployment: Path) -> None:
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     log = out.stdout
     assert "you> research --disable-cuda-graph" in log
+    # no baseline before the prompt: it is measured once a trial is approved, right before it
+    assert log.index("you>") < log.index("approved") < log.index("measuring the baseline first")
+    assert log.index("measuring the baseline first") < log.index("trial 1 · block 1/3")
     assert "-    --disable-cuda-graph" in log.replace(" \\", "")  # the diff shown before approval
     assert "trial 1" in log and ": kept" in log, log[-3000:]
     assert "deployed: trial 1" in log and "health: ok" in log
@@ -109,6 +112,8 @@ def test_chat_research_keep_rollback_then_resume(deployment: Path) -> None:
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "1 research verdicts restored" in out.stdout and "1 earlier trials" in out.stdout
+    # the unit is back on the one the saved baseline ran on: that baseline is reused
+    assert "baseline: the saved one, measured" in out.stdout and "measuring the baseline" not in out.stdout
     # status in words (no JSON); the restarts of the first session still count (they restarted at 0)
     assert "deployed: the configuration at start" in out.stdout and '"deployed_best"' not in out.stdout
     carried = int(re.search(r"(\d+) restarts spent earlier count against the budget", out.stdout).group(1))
