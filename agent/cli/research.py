@@ -36,7 +36,9 @@ def _tree(config: Path | None, source: Path | None, version: str | None) -> tupl
             except SourceError as e:
                 start = "`optagent sim up`" if cfg.simulated else f"the server at {cfg.target.endpoint}"
                 fail(f"{e}\nstart {start}, or name the version: --version 0.5.23 (or --source DIR)")
-        return get_source(version, repo_url=research.repo_url, cache_dir=research.cache_dir), cfg
+        with _waiting() as say:  # a first fetch of a version: tens of seconds
+            tree = get_source(version, repo_url=research.repo_url, cache_dir=research.cache_dir, progress=say)
+        return tree, cfg
     except SourceError as e:
         fail(str(e))
 
@@ -131,16 +133,19 @@ def _unknown_flag(name: str, version: str, known: list[str], *, json_out: bool) 
     fail(message, code=2)
 
 
+def _waiting() -> Any:
+    """A long wait shown on stderr while it lasts (`RunUI.waiting`): stdout stays the answer."""
+    from agent.ui import RunUI
+
+    return RunUI(err_console).waiting()
+
+
 def _index(tree: Any, *, rebuild: bool) -> Any:
     """The tree's flag index; building one takes a minute or two, which the user sees on stderr."""
-    from tools.research.index import index_path, load_index
+    from tools.research.index import load_index
 
-    if not rebuild and index_path(tree).is_file():
-        return load_index(tree)
-    with err_console.status(
-        f"indexing the source of SGLang {tree.version} (once per tree; a minute or two on 2 cores)..."
-    ):
-        return load_index(tree, rebuild=rebuild)
+    with _waiting() as say:
+        return load_index(tree, rebuild=rebuild, progress=say)
 
 
 def _startup(
