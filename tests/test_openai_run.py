@@ -124,6 +124,7 @@ def seed_no_graphs(tmp_path: Path, sglang_0523):
         "prompts_per_level": 12,
         "warmup": 1,
         "reps": 3,
+        "spread_launches": 0,  # every restart is a trial's: the declared launch spread, none measured
     }
     cfg = cfg.model_copy(
         update={
