@@ -16,7 +16,7 @@ from sim.engine import Engine
 from sim.httpio import HttpError, HttpRequest, Response, json_response
 from sim.modelinfo import ModelInfo
 from sim.plan import Plan
-from sim.scheduler import Request
+from sim.scheduler import Request, prefix_blocks
 from sim.serverinfo import server_info
 from sim.text import TextStream, count_prompt_tokens, greedy_length, prompt_key
 
@@ -33,6 +33,9 @@ class Generation:
     @property
     def finish_reason(self) -> str:
         return "length" if self.req.generated >= self.req.max_new else "stop"
+
+
+_TEXT = "text/plain; charset=utf-8"
 
 
 def _sse(obj: Any) -> bytes:
@@ -67,6 +70,8 @@ class Api:
             return json_response(self._model_info())
         if route in {("GET", "/get_server_info"), ("GET", "/server_info")}:
             return json_response(self._server_info())
+        if req.path == "/flush_cache" and req.method in ("GET", "POST"):
+            return self._flush_cache()
         if req.method == "POST" and req.path in {"/v1/completions", "/v1/chat/completions", "/generate"}:
             body = req.json()
             if not isinstance(body, dict):
@@ -84,6 +89,15 @@ class Api:
             return True
         scheme, _, token = (req.authorization or "").partition(" ")
         return scheme.lower() == "bearer" and secrets.compare_digest(token, key)
+
+    def _flush_cache(self) -> Response:
+        """SGLang's `/flush_cache`: empties the radix cache unless requests are running or waiting."""
+        sched = self.engine.scheduler
+        if sched.has_work:
+            return Response(400, b"Flush cache failed: there are running or waiting requests.\n", _TEXT)
+        if sched.cache is not None:
+            sched.cache.clear()
+        return Response(200, b"Cache flushed.\n", _TEXT)
 
     # -- info ----------------------------------------------------------------------------------
     def _model_card(self) -> dict[str, Any]:
@@ -149,7 +163,7 @@ class Api:
             )
         key = prompt_key(prompt)
         stop_at = max_new if ignore_eos else greedy_length(key if greedy else key ^ time.time_ns(), max_new)
-        req = Request(prompt_len=n_prompt, max_new=max_new, stop_at=stop_at)
+        req = Request(prompt_len=n_prompt, max_new=max_new, stop_at=stop_at, prefix=prefix_blocks(prompt))
         queue = self.engine.submit(req)
         return Generation(req, queue, TextStream(key, greedy=greedy, lossy=self.plan.lossy), n_prompt)
 

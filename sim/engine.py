@@ -84,6 +84,17 @@ class Engine:
                     if req.done:
                         del self._queues[req]
             self._log_step(result.kind, gained)
+            if result.kind == "prefill":
+                self._log_prefill(result.new_tokens, result.cached_tokens)
+
+    def _log_prefill(self, new_tokens: int, cached_tokens: int) -> None:
+        sched = self.scheduler
+        used = sum(r.kv_tokens for r in sched.running)
+        log(
+            f"Prefill batch. #new-token: {new_tokens}, #cached-token: {cached_tokens}, "
+            f"token usage: {used / max(sched.capacity, 1):.2f}, #running-req: {len(sched.running)}, "
+            f"#queue-req: {len(sched.waiting)}"
+        )
 
     def _log_step(self, kind: str, gained: int) -> None:
         self._window_tokens += gained

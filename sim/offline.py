@@ -11,7 +11,13 @@ from sim.modelinfo import load_model_info
 from sim.perf import PerfModel
 from sim.plan import Plan, resolve_plan
 from sim.scenario import Scenario, load_scenario
-from sim.scheduler import Request, Scheduler
+from sim.scheduler import Request, Scheduler, prefix_blocks
+
+
+def _group_prompt(i: int, shared: int, group_size: int, own: int) -> tuple[int, ...]:
+    """Prefix blocks of request `i`: its group's system prompt, then tokens of its own."""
+    group = i // group_size
+    return prefix_blocks([-1 - group] * shared + [i] * own)
 
 
 def plan_for(scenario: str | Scenario, flags: list[str] | None = None, *, replace_baseline: bool = False):  # type: ignore[no-untyped-def]
@@ -32,12 +38,16 @@ def offline_throughput(
     input_len: int = 1024,
     output_len: int = 256,
     seed: int = 1,
+    shared_prefix: int = 0,
+    group_size: int = 16,
 ) -> float:
-    """Output tokens per simulated second of a closed-loop run at `concurrency` (no noise)."""
+    """Output tokens per simulated second of a closed-loop run at `concurrency` (no noise). With
+    `shared_prefix` > 0 every run of `group_size` consecutive requests starts with the same
+    `shared_prefix` tokens (a system prompt) before `input_len` tokens of its own."""
     scn, model, plan = plan_for(scenario, flags)
     return throughput_for_plan(
         scn, model, plan, concurrency=concurrency, requests=requests, input_len=input_len,
-        output_len=output_len, seed=seed,
+        output_len=output_len, seed=seed, shared_prefix=shared_prefix, group_size=group_size,
     )  # fmt: skip
 
 
@@ -51,6 +61,8 @@ def throughput_for_plan(
     input_len: int = 1024,
     output_len: int = 256,
     seed: int = 1,
+    shared_prefix: int = 0,
+    group_size: int = 16,
 ) -> float:
     """Like `offline_throughput` for an already resolved plan."""
     sched = Scheduler(PerfModel(plan, model, scn), plan, seed=seed)
@@ -60,7 +72,10 @@ def throughput_for_plan(
     elapsed = 0.0
     while done < total:
         while len(live) < concurrency and issued < total:
-            req = Request(prompt_len=input_len, max_new=output_len, stop_at=output_len)
+            prefix = _group_prompt(issued, shared_prefix, group_size, input_len) if shared_prefix else ()
+            req = Request(
+                prompt_len=shared_prefix + input_len, max_new=output_len, stop_at=output_len, prefix=prefix
+            )
             sched.add(req)
             live.append(req)
             issued += 1

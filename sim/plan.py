@@ -60,6 +60,8 @@ class Plan:
     """Batches up to this size run torch.compile'd kernels (0 = off)."""
     mixed_chunk: bool
     conservativeness: float
+    radix_cache: bool
+    """Prefix reuse across requests (off with `--disable-radix-cache`)."""
     weight_bytes_per_gpu: float
     kv_budget_bytes: float
     activation_headroom_tokens: int
@@ -241,6 +243,7 @@ def resolve_plan(args: argparse.Namespace, scenario: Scenario, model: ModelInfo)
         torch_compile_max_bs=compile_bs,
         mixed_chunk=args.enable_mixed_chunk,
         conservativeness=args.schedule_conservativeness,
+        radix_cache=not args.disable_radix_cache,
         weight_bytes_per_gpu=weights,
         kv_budget_bytes=kv_budget,
         activation_headroom_tokens=headroom_tokens,

@@ -2,17 +2,70 @@
 
 Pure logic with no clock: `step()` returns how long the iteration takes and which requests gained
 tokens; `sim.engine` sleeps that long (times the time scale) and delivers the tokens.
+
+The radix cache: SGLang keeps the KV of every finished prefill in a radix tree (unless
+`--disable-radix-cache`), so a request that starts with the same tokens as an earlier one (a shared
+system prompt) prefills only the rest. Here a prompt is a chain of 16-token blocks, each block's
+key hashing all tokens up to its end, and the cache an LRU set of those keys holding at most the
+KV pool's tokens (shared blocks are not deducted from the pool). Random prompts share no block.
 """
 
 from __future__ import annotations
 
 import math
 import random
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from sim.perf import PerfModel
 from sim.plan import Plan
+from sim.text import prompt_tokens
+
+BLOCK = 16
+
+
+def prefix_blocks(prompt: Any) -> tuple[int, ...]:
+    """The chained keys of the prompt's whole 16-token blocks (token ids, or words for text)."""
+    tokens = prompt_tokens(prompt)
+    keys, key = [], 0
+    for i in range(0, len(tokens) - BLOCK + 1, BLOCK):
+        key = hash((key, *tokens[i : i + BLOCK]))
+        keys.append(key)
+    return tuple(keys)
+
+
+class PrefixCache:
+    """An LRU set of cached prefix blocks, at most `capacity_tokens` worth."""
+
+    def __init__(self, capacity_tokens: int) -> None:
+        self.max_blocks = max(1, capacity_tokens // BLOCK)
+        self._blocks: OrderedDict[int, None] = OrderedDict()
+
+    def match(self, blocks: tuple[int, ...]) -> int:
+        """Tokens of the longest cached prefix of `blocks` (each hit becomes most recently used)."""
+        n = 0
+        for key in blocks:
+            if key not in self._blocks:
+                break
+            self._blocks.move_to_end(key)
+            n += 1
+        return n * BLOCK
+
+    def insert(self, blocks: tuple[int, ...]) -> None:
+        """Keep a prefilled prompt's blocks, evicting the least recently used beyond capacity."""
+        for key in blocks:
+            self._blocks[key] = None
+            self._blocks.move_to_end(key)
+        while len(self._blocks) > self.max_blocks:
+            self._blocks.popitem(last=False)
+
+    def clear(self) -> None:
+        """`/flush_cache`."""
+        self._blocks.clear()
+
+    def __len__(self) -> int:
+        return len(self._blocks) * BLOCK
 
 
 class OutOfMemory(Exception):
@@ -27,8 +80,12 @@ class Request:
     max_new: int
     stop_at: int
     """Tokens after which the request finishes (== max_new with ignore_eos)."""
+    prefix: tuple[int, ...] = ()
+    """The prompt's prefix blocks (`prefix_blocks`); empty: nothing to share."""
     prefilled: int = 0
     generated: int = 0
+    cached: int = 0
+    """Prompt tokens the last admission found in the prefix cache (not prefilled again)."""
     to_prefill: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -49,6 +106,10 @@ class StepResult:
     tokens: list[tuple[Request, int]]
     """Requests that gained tokens in this step and how many."""
     kind: str
+    new_tokens: int = 0
+    """Prompt tokens a prefill step computed."""
+    cached_tokens: int = 0
+    """Prompt tokens a prefill step found in the prefix cache instead."""
 
 
 class Scheduler:
@@ -66,6 +127,8 @@ class Scheduler:
         self.perf, self.plan = perf, plan
         self.capacity = perf.kv_capacity_tokens()
         self.max_running = plan.max_running or perf.max_running_default()
+        self.cache = PrefixCache(self.capacity) if plan.radix_cache else None
+        self._matched = 0
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.rng = random.Random(seed)
@@ -104,6 +167,7 @@ class Scheduler:
 
     def _prefill_batch(self) -> list[tuple[Request, int]]:
         budget, batch = self.plan.chunked_prefill, []
+        self._matched = 0
         reserved = self._reserved()
         ratio = min(1.0, 0.3 * self.plan.conservativeness)
         for req in list(self.waiting):
@@ -112,6 +176,11 @@ class Scheduler:
             need = req.to_prefill + (req.stop_at - req.generated) * ratio
             if req.prefilled == 0 and reserved + need > self.capacity:
                 break
+            if req.prefilled == 0 and self.cache is not None and req.prefix:
+                # At least one token is computed, as SGLang does for a fully cached prompt.
+                req.cached = min(self.cache.match(req.prefix), req.to_prefill - 1)
+                req.prefilled = req.cached
+                self._matched += req.cached
             take = min(req.to_prefill - req.prefilled, budget)
             batch.append((req, take))
             budget -= take
@@ -135,6 +204,8 @@ class Scheduler:
                 req.prefilled += take
                 if req.prefilled >= req.to_prefill:
                     self.waiting.remove(req)
+                    if self.cache is not None and req.prefix:
+                        self.cache.insert(req.prefix)
                     req.prefilled = req.prompt_len
                     self.running.append(req)
                     if req.generated == 0:
@@ -143,7 +214,7 @@ class Scheduler:
             if mixed:
                 out += self._advance(decoding, 1.0)
             self._finish()
-            return StepResult(self._jitter(secs), out, "prefill")
+            return StepResult(self._jitter(secs), out, "prefill", new_tokens, self._matched)
         if not decoding:
             return StepResult(0.0, [], "idle")
         self._check_memory(len(decoding) * self.plan.spec_draft_tokens)

@@ -61,6 +61,13 @@ def prompt_key(prompt: Any) -> int:
     return int.from_bytes(hashlib.sha256(blob.encode()).digest()[:8], "big")
 
 
+def prompt_tokens(prompt: Any) -> list[Any]:
+    """The prompt as tokens: the ids of a token-id prompt, else its words and punctuation."""
+    if isinstance(prompt, list):
+        return prompt
+    return _TOKEN_RE.findall(str(prompt))
+
+
 def count_prompt_tokens(prompt: Any) -> int:
     """Token count of a prompt: the list length for token ids, a word/punctuation split for text."""
     if isinstance(prompt, list):

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from tests.test_bench_sse_server import Behaviour, SSEServer
-from tools.bench.loadgen import prompts_for_level, run_repeated, run_sweep
+from tools.bench.loadgen import run_repeated, run_sweep
 from tools.bench.prompts import PromptFileError, load_prompt_file, random_prompts
 from tools.bench.results import RequestResult, SweepResult, load_sweeps, save_sweeps, summarize_level
+from tools.bench.workload import prompts_for_level
 from tools.config import BenchConfig
 
 

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 DEFAULT_SIM_DIR = Path(".optagent/sim")
 CONFIG_NAME = "optagent.toml"
+Workload = Literal["random", "shared-prefix"]
 
 
 class ConfigError(Exception):
@@ -79,6 +80,17 @@ class BenchConfig(_Strict):
     output_len: int = Field(256, ge=1)
     prompts_per_level: int = Field(0, ge=0)
     """0 = scaled to the level."""
+    workload: Workload | dict[Workload, float] = "random"
+    """What each level sends: `random` prompts (no two share a prefix), `shared-prefix` (groups of
+    prompts sharing a long system prompt, like bench_serving's generated-shared-prefix dataset; the
+    `gsp_*` keys below mirror its `--gsp-*` flags), or the production mix as fractions, e.g.
+    `workload = { random = 0.3, shared-prefix = 0.7 }`. Left unset, a trial of a flag that touches
+    caching, scheduling or memory is measured on half of each (`tools.bench.workload.workload_for`)."""
+    gsp_num_groups: int = Field(64, ge=1)
+    gsp_prompts_per_group: int = Field(16, ge=1)
+    gsp_system_prompt_len: int = Field(2048, ge=1)
+    gsp_question_len: int = Field(128, ge=1)
+    gsp_output_len: int = Field(256, ge=1)
     warmup: int = Field(2, ge=0)
     reps: int = Field(3, ge=1)
     min_effect: float = Field(0.02, ge=0)
@@ -96,6 +108,15 @@ class BenchConfig(_Strict):
     (each a restart; 0: trust `launch_noise`)."""
     request_timeout_s: float = Field(600.0, gt=0)
     backend: Literal["optagent", "sglang"] = "optagent"
+
+    @field_validator("workload")
+    @classmethod
+    def _fractions(cls, v: Any) -> Any:
+        if isinstance(v, dict) and (
+            not v or any(f <= 0 for f in v.values()) or abs(sum(v.values()) - 1) > 1e-6
+        ):
+            raise ValueError("a mix must give each workload a positive fraction, summing to 1")
+        return v
 
     @field_validator("concurrency")
     @classmethod

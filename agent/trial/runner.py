@@ -190,7 +190,15 @@ class TrialRunner:
     async def _deploy_and_measure(self, record: TrialRecord, new_text: str) -> None:
 
         from agent.trial.prune import run_leave_out
+        from tools.bench.workload import workload_for
 
+        # A caching, scheduling or memory flag is measured on a workload that can show its cost;
+        # blocks measured on another workload serve neither as its reference nor as launch history.
+        bench = self.bench
+        self.bench = workload_for([c.flag for c in record.changes], bench)
+        own = self.bench is not bench
+        if own:
+            history, self.known_good_blocks, self.reference = self.known_good_blocks, [], None
         try:
             await (run_leave_out if record.kind == "leave_out" else run_paired)(self, record, new_text)
         except BaseException as e:
@@ -199,6 +207,10 @@ class TrialRunner:
                 record.decision, record.why = "rolled_back", f"trial aborted: {type(e).__name__}: {e}"
             await self.rollback(record)
             raise
+        finally:
+            if own:
+                self.bench, self.reference = bench, None
+                self.known_good_blocks = [] if record.decision == "kept" else history
 
     async def rollback(self, record: TrialRecord) -> bool:
         """Back to known-good; on failure stop all trials and restore known-good before anything else."""

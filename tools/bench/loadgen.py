@@ -20,9 +20,10 @@ import httpx
 
 from tools.auth import auth_headers, scrub_server_info
 from tools.bench.netstream import HttpClientError, StreamConnection
-from tools.bench.prompts import Prompt, load_prompt_file, random_prompts
+from tools.bench.prompts import Prompt, load_prompt_file
 from tools.bench.results import RequestResult, SweepResult, summarize_level
 from tools.bench.streaming import API_PATHS, TokenCounter, build_payload, send_request
+from tools.bench.workload import level_prompts
 from tools.config import BenchConfig
 
 
@@ -46,16 +47,6 @@ class Progress:
 
 
 ProgressFn = Callable[[Progress], None]
-
-
-def prompts_for_level(settings: BenchConfig, concurrency: int) -> int:
-    """Prompts sent at one level: the configured count, or scaled to the level (max(8, 2x)). At low
-    concurrency a level is only as steady as its few requests: with speculative decoding the tokens
-    accepted per step vary, so one request's time varies by ~7% (MTP, 3 steps, 72% acceptance) and 4
-    requests at c=1 measured 2-3% apart repetition to repetition. 16 would halve that but make c=1
-    the longest level of a sweep (a 70B model without speculation, whose c=1 varies 0.06%, then ran
-    out of budget after 3 trials); 8 is the compromise."""
-    return settings.prompts_per_level or max(8, 2 * concurrency)
 
 
 class ClientPool:
@@ -115,6 +106,17 @@ async def fetch_server_info(client: httpx.AsyncClient, endpoint: str) -> dict[st
                 return None
             return scrub_server_info(info) if isinstance(info, dict) else None
     return None
+
+
+async def flush_cache(client: httpx.AsyncClient, endpoint: str, *, timeout: float = 10.0) -> bool:
+    """Empty the server's prefix cache before a level (SGLang's `/flush_cache`, as bench_serving
+    does after its warm-up): what an earlier level or sweep of this launch left in the cache must
+    not make this one faster. False when the server has no such route or refused."""
+    try:
+        resp = await client.post(endpoint + "/flush_cache", timeout=timeout)
+    except httpx.HTTPError:
+        return False
+    return resp.status_code == 200
 
 
 def _model_name(info: dict[str, Any] | None) -> str:
@@ -199,24 +201,6 @@ async def _run_level(
     return results, duration
 
 
-def _level_prompts(
-    settings: BenchConfig, concurrency: int, seed: int, file_prompts: list[Prompt] | None
-) -> list[Prompt]:
-    n = prompts_for_level(settings, concurrency)
-    if file_prompts:
-        start = (seed * 7919 + concurrency) % len(file_prompts)
-        return [file_prompts[(start + i) % len(file_prompts)] for i in range(n)]
-    # A distinct seed per (rep, level): no prompt repeats, so the prefix cache never helps, and a
-    # baseline and a candidate rep with the same seed send identical prompts.
-    return random_prompts(
-        n,
-        input_len=settings.input_len,
-        output_len=settings.output_len,
-        seed=seed * 1_000_003 + concurrency,
-        words=settings.api == "chat",
-    )
-
-
 def _encode(api: str, prompts: list[Prompt], model: str) -> list[tuple[bytes, int]]:
     return [(json.dumps(build_payload(api, p, model=model)).encode(), p.input_len) for p in prompts]
 
@@ -290,7 +274,7 @@ async def _sweep_levels(
     api, seed = settings.api, result.seed
     model = model or _model_name(result.server_info)
     if settings.warmup:
-        warm = _level_prompts(settings, 0, seed + 500_000, file_prompts)[: settings.warmup]
+        warm = level_prompts(settings, 0, seed + 500_000, file_prompts)[: settings.warmup]
         res, _ = await _run_level(
             pool,
             path,
@@ -305,8 +289,10 @@ async def _sweep_levels(
             result.errors.append(f"warm-up failed: {res[0].error}")
             return
     for c in settings.concurrency:
-        bodies = _encode(api, _level_prompts(settings, c, seed, file_prompts), model)
+        bodies = _encode(api, level_prompts(settings, c, seed, file_prompts), model)
         await pool.preconnect(c)
+        if result.server_info is not None:  # an SGLang server (others may not take the POST lightly)
+            await flush_cache(pool.client, result.endpoint, timeout=min(10.0, settings.request_timeout_s))
         progress = None
         if on_progress:
             total = len(bodies)

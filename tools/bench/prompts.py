@@ -97,6 +97,51 @@ def random_prompts(
     return out
 
 
+def shared_prefix_prompts(
+    n: int,
+    *,
+    num_groups: int,
+    prompts_per_group: int,
+    system_prompt_len: int,
+    question_len: int,
+    output_len: int,
+    seed: int = 0,
+    words: bool = False,
+) -> list[Prompt]:
+    """`n` prompts shaped like `bench_serving --dataset-name generated-shared-prefix` (SGLang 0.5.23,
+    `benchmark/datasets/generated_shared_prefix.py`; the arguments mirror its `--gsp-*` flags):
+    groups of `prompts_per_group` prompts that start with the group's `system_prompt_len`-token
+    system prompt and end with a `question_len`-token question of their own, shuffled as
+    bench_serving does unless `--gsp-ordered`. A level sends fewer prompts than the whole dataset
+    (`num_groups` x `prompts_per_group`), so it takes ceil(n / prompts_per_group) groups (at most
+    `num_groups`): each level reuses prefixes as often as the dataset does. Token ids, or words for
+    the chat API (system prompt and question joined by a blank line, as bench_serving's text)."""
+    rng = random.Random(seed)
+    groups = max(1, min(num_groups, -(-n // prompts_per_group)))
+    lo, hi = _TOKEN_RANGE
+
+    def tokens(k: int) -> list[int]:
+        return [rng.randrange(lo, hi) for _ in range(k)]
+
+    def text(k: int) -> str:
+        return " ".join(rng.choice(_WORDS) for _ in range(k))
+
+    systems = [text(system_prompt_len) if words else tokens(system_prompt_len) for _ in range(groups)]
+    out = []
+    for i in range(n):
+        system = systems[(i // prompts_per_group) % groups]
+        length = system_prompt_len + question_len
+        if words:
+            prompt_text = f"{system}\n\n{text(question_len)}"
+            out.append(Prompt(input_len=length, output_len=output_len, text=prompt_text))
+        else:
+            out.append(
+                Prompt(input_len=length, output_len=output_len, token_ids=system + tokens(question_len))
+            )
+    rng.shuffle(out)
+    return out
+
+
 def load_prompt_file(path: Path, *, output_len: int) -> list[Prompt]:
     """Read a JSONL prompt file: one object per line with `prompt` (or `text`), or a ShareGPT
     `conversations` list (the first human turn is used); optional `output_len`/`max_tokens`."""

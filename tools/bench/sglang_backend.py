@@ -16,8 +16,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tools.auth import api_key
-from tools.bench.loadgen import prompts_for_level
 from tools.bench.results import LevelResult, SweepResult
+from tools.bench.workload import prompts_for_level
 from tools.config import BenchConfig
 from tools.deploy.remote import Transport, TransportError
 

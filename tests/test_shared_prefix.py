@@ -1,0 +1,109 @@
+"""The shared-prefix workload (issue 29 item 4): prompts shaped like bench_serving's
+generated-shared-prefix dataset, the simulator's prefix cache (so `--disable-radix-cache` costs
+throughput on shared system prompts and nothing on random prompts), the configured production mix,
+and the workload a trial of a caching, scheduling or memory flag is measured on."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import pytest
+
+from sim.offline import offline_throughput
+from sim.scheduler import BLOCK, PrefixCache, prefix_blocks
+from tools.bench.loadgen import run_sweep
+from tools.bench.prompts import random_prompts, shared_prefix_prompts
+from tools.bench.workload import TRIAL_MIX, level_prompts, workload_for
+from tools.config import BenchConfig, ConfigError, load_config
+
+GSP = dict(num_groups=64, prompts_per_group=4, system_prompt_len=40, question_len=8, output_len=5)
+
+
+def test_prompts_share_their_group_system_prompt_and_nothing_else():
+    prompts = shared_prefix_prompts(10, seed=3, **GSP)
+    assert len(prompts) == 10 and all(len(p.token_ids) == 48 == p.input_len for p in prompts)
+    systems = {tuple(p.token_ids[:40]) for p in prompts}
+    questions = {tuple(p.token_ids[40:]) for p in prompts}
+    assert len(systems) == 3  # ceil(10 / 4) groups, as often reused as in the whole dataset
+    assert len(questions) == 10
+    assert prompts == shared_prefix_prompts(10, seed=3, **GSP)
+    assert prompts != shared_prefix_prompts(10, seed=4, **GSP)
+    texts = shared_prefix_prompts(4, seed=3, words=True, **GSP)
+    assert len({p.text.split("\n\n")[0] for p in texts}) == 1 and all(p.token_ids is None for p in texts)
+
+
+def test_level_prompts_follow_the_configured_mix():
+    random_only = BenchConfig(input_len=32, output_len=4)
+    assert level_prompts(random_only, 8, seed=2) == random_prompts(
+        16, input_len=32, output_len=4, seed=2 * 1_000_003 + 8
+    )  # the random workload sends exactly what it sent before the mix existed
+    mixed = BenchConfig(
+        input_len=32, output_len=4, workload={"random": 0.25, "shared-prefix": 0.75},
+        gsp_system_prompt_len=64, gsp_question_len=16, gsp_prompts_per_group=4,
+    )  # fmt: skip
+    prompts = level_prompts(mixed, 8, seed=2)
+    assert sorted(p.input_len for p in prompts) == [32] * 4 + [80] * 12
+    assert len({tuple(p.token_ids[:64]) for p in prompts if p.input_len == 80}) == 3
+
+
+def test_the_production_mix_is_read_from_the_config(tmp_path):
+    path = tmp_path / "optagent.toml"
+    path.write_text("[bench]\nworkload = { random = 0.3, shared-prefix = 0.7 }\ngsp_num_groups = 8\n")
+    bench = load_config(path).bench
+    assert bench.workload == {"random": 0.3, "shared-prefix": 0.7} and bench.gsp_num_groups == 8
+    path.write_text("[bench]\nworkload = { random = 0.3, shared-prefix = 0.3 }\n")
+    with pytest.raises(ConfigError, match="workload"):
+        load_config(path)
+
+
+def test_a_caching_flag_is_judged_on_shared_prefixes_unless_the_mix_is_named():
+    default = BenchConfig()
+    assert workload_for("--disable-radix-cache", default).workload == TRIAL_MIX
+    assert workload_for(["--cuda-graph-max-bs", "--chunked-prefill-size"], default).workload == TRIAL_MIX
+    assert workload_for("--mem-fraction-static", default).workload == TRIAL_MIX
+    assert workload_for("--cuda-graph-max-bs", default) is default
+    named = BenchConfig(workload="random")  # the user says production shares no prefix
+    assert workload_for("--disable-radix-cache", named) is named
+    assert default.workload == "random"  # the configuration itself is left alone
+
+
+def test_prefix_cache_matches_whole_blocks_and_forgets_the_least_recent():
+    a, b = prefix_blocks(list(range(100))), prefix_blocks(list(range(50)) + [7] * 50)
+    assert len(a) == 100 // BLOCK and a[:3] == b[:3] and a[3] != b[3]
+    cache = PrefixCache(capacity_tokens=8 * BLOCK)
+    cache.insert(a)
+    assert cache.match(b) == 3 * BLOCK and cache.match(prefix_blocks(list(range(1, 100)))) == 0
+    cache.insert(prefix_blocks(list(range(1000, 1050))))  # 3 more blocks: one of `a` must go
+    # the block of `a` used least recently is its 4th (the first 3 were just matched through `b`)
+    assert len(cache) == 8 * BLOCK and cache.match(a) == 3 * BLOCK
+    assert prefix_blocks("the cat " * 10) == prefix_blocks("the cat " * 9 + "the dog")[:1]
+
+
+def test_disabling_the_radix_cache_costs_only_where_prompts_share_a_prefix():
+    off = ["--disable-radix-cache"]
+    for c in (1, 64):
+        assert offline_throughput("seed", off, concurrency=c) == offline_throughput("seed", concurrency=c)
+    shared = dict(input_len=128, shared_prefix=2048, group_size=16, requests=256)
+    on64 = offline_throughput("seed", concurrency=64, **shared)
+    off64 = offline_throughput("seed", off, concurrency=64, **shared)
+    assert off64 < 0.8 * on64  # the seed at c=64: -34%; 2048 of 2176 prompt tokens prefilled again
+    assert on64 > offline_throughput("seed", concurrency=64, input_len=2176)  # reuse pays
+
+
+def test_the_simulated_server_reuses_system_prompts_it_was_sent(sim_server):
+    settings = BenchConfig(
+        concurrency=[4], output_len=4, warmup=0, reps=1, workload="shared-prefix",
+        gsp_system_prompt_len=256, gsp_question_len=16, gsp_prompts_per_group=4, gsp_output_len=4,
+    )  # fmt: skip
+    cached = {}
+    for flags in ([], ["--disable-radix-cache"]):
+        srv = sim_server("seed", flags, time_scale=0.002)
+        result = asyncio.run(run_sweep(srv.endpoint, settings))
+        assert not result.partial and result.level(4).completed == 8
+        lines = re.findall(r"#cached-token: (\d+)", srv.log())
+        cached[bool(flags)] = sum(map(int, lines))
+    # 8 prompts in 2 groups: each group's first prefill computes its system prompt, later ones find it
+    # (all 256 tokens: 16 whole blocks), unless a group's prompts were admitted in one batch.
+    assert cached[False] >= 256 and cached[False] % BLOCK == 0
+    assert cached[True] == 0

@@ -1,0 +1,90 @@
+"""What a benchmark level sends, and which workload a candidate flag must be judged on.
+
+Random prompts share no prefix, so they cannot show what a flag costs the prefix cache: on them
+`--disable-radix-cache` looks free, while production traffic with shared system prompts loses all
+its prefix reuse. A flag that touches caching, scheduling or memory is therefore measured on a
+workload with shared prefixes (`workload_for`), unless the configuration names the production mix.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Iterable
+
+from tools.bench.prompts import Prompt, random_prompts, shared_prefix_prompts
+from tools.config import BenchConfig
+
+RISKY = re.compile(
+    r"radix|cache|prefix|hicache|schedul|chunked-prefill|max-prefill|mem-fraction|max-running"
+    r"|max-total-tokens|page-size|kv-|priority|retract|conservativeness"
+)
+"""Flag names whose cost a workload without shared prefixes may hide (caching, scheduling, memory)."""
+TRIAL_MIX = {"random": 0.5, "shared-prefix": 0.5}
+"""The workload of such a trial when the configuration names none: the random-prompt gain and the
+prefix-reuse cost in one number."""
+
+
+def prompts_for_level(settings: BenchConfig, concurrency: int) -> int:
+    """Prompts sent at one level: the configured count, or scaled to the level (max(8, 2x)). At low
+    concurrency a level is only as steady as its few requests: with speculative decoding the tokens
+    accepted per step vary, so one request's time varies by ~7% (MTP, 3 steps, 72% acceptance) and 4
+    requests at c=1 measured 2-3% apart repetition to repetition. 16 would halve that but make c=1
+    the longest level of a sweep (a 70B model without speculation, whose c=1 varies 0.06%, then ran
+    out of budget after 3 trials); 8 is the compromise."""
+    return settings.prompts_per_level or max(8, 2 * concurrency)
+
+
+def workload_mix(settings: BenchConfig) -> dict[str, float]:
+    """The configured workload as fractions (`"random"` -> `{"random": 1.0}`)."""
+    w = settings.workload
+    return {w: 1.0} if isinstance(w, str) else dict(w)
+
+
+def touches_cache(flag: str) -> bool:
+    """Does `flag` touch caching, scheduling or memory (so random prompts may hide its cost)?"""
+    return bool(RISKY.search(flag.lstrip("-").replace("_", "-").lower()))
+
+
+def workload_for(flags: str | Iterable[str], settings: BenchConfig) -> BenchConfig:
+    """The benchmark settings a trial of `flags` is measured with: `settings` itself, or, when a flag
+    touches caching, scheduling or memory and the configuration left the workload unset (random
+    prompts by default, which would show a gain of such a flag and never its cost), the same
+    settings on `TRIAL_MIX`. A workload the configuration names is the production mix and is kept."""
+    names = [flags] if isinstance(flags, str) else list(flags)
+    if "workload" in settings.model_fields_set or not any(touches_cache(f) for f in names):
+        return settings
+    return settings.model_copy(update={"workload": dict(TRIAL_MIX)})
+
+
+def level_prompts(
+    settings: BenchConfig, concurrency: int, seed: int, file_prompts: list[Prompt] | None = None
+) -> list[Prompt]:
+    """The prompts of one level: from the prompt file, or generated for the configured workload. A
+    distinct seed per (rep, level): within one launch no two levels share a prompt or a system
+    prompt, and a baseline and a candidate rep with the same seed send identical prompts."""
+    n = prompts_for_level(settings, concurrency)
+    if file_prompts:
+        start = (seed * 7919 + concurrency) % len(file_prompts)
+        return [file_prompts[(start + i) % len(file_prompts)] for i in range(n)]
+    level_seed = seed * 1_000_003 + concurrency
+    mix = workload_mix(settings)
+    counts = {name: round(n * f) for name, f in mix.items()}
+    counts[max(mix, key=mix.__getitem__)] += n - sum(counts.values())  # rounding goes to the largest
+    words = settings.api == "chat"
+    prompts: list[Prompt] = []
+    if counts.get("random"):
+        prompts += random_prompts(
+            counts["random"], input_len=settings.input_len, output_len=settings.output_len,
+            seed=level_seed, words=words,
+        )  # fmt: skip
+    if counts.get("shared-prefix"):
+        prompts += shared_prefix_prompts(
+            counts["shared-prefix"], num_groups=settings.gsp_num_groups,
+            prompts_per_group=settings.gsp_prompts_per_group,
+            system_prompt_len=settings.gsp_system_prompt_len, question_len=settings.gsp_question_len,
+            output_len=settings.gsp_output_len, seed=level_seed + 7, words=words,
+        )  # fmt: skip
+    if len(mix) > 1:
+        random.Random(level_seed).shuffle(prompts)
+    return prompts
