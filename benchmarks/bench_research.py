@@ -149,11 +149,14 @@ def main() -> None:
     if args.labels:
         sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
         use = not args.no_startup
-        print_scores("taught (research_labels.toml)", score_labels("research_labels.toml", use_startup=use))
-        print_scores(
-            "held out (research_labels_holdout.toml)",
-            score_labels("research_labels_holdout.toml", use_startup=use),
-        )
+        taught = score_labels("research_labels.toml", use_startup=use)
+        held = score_labels("research_labels_holdout.toml", use_startup=use)
+        print_scores("taught (research_labels.toml)", taught)
+        print_scores("held out (research_labels_holdout.toml)", held)
+        others = [r for c, _, _, r in taught + held if c["profile"] != "story"]
+        sure = [r for _, _, k, r in taught + held if k >= 0.9]
+        print(f"\nboth sets, deployments other than the seed story: {sum(others)}/{len(others)} right")
+        print(f"both sets, certainty >= 0.9: {sum(sure)}/{len(sure)} right")
         return
     trees = (
         [local_source(p) for p in args.source]

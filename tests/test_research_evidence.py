@@ -72,8 +72,10 @@ def test_a_moe_flag_on_a_dense_model_says_the_model_has_no_moe(sglang_0523) -> N
 )
 def test_the_user_storys_flags_cite_the_scheduler_that_runs_here(sglang_0523, flag, value, not_cited) -> None:  # type: ignore[no-untyped-def]
     """The seed deployment (Qwen3.5-122B-A10B, TP 4 on RTX PRO 6000): a reader reached from the
-    scheduler process that this server starts (`callers.reached`) is the evidence."""
+    scheduler process that this server starts (`callers.reached`) is the evidence: the scheduler
+    itself or the KV cache it builds (`build_kv_cache` hands the radix cache its switches)."""
     v = _verdict(sglang_0523, flag, value, profile="qwen35-rtx6000x4")
     assert v.verdict == "applies", v.summary
-    assert "sglang/srt/managers/scheduler.py:" in v.summary, v.summary
+    ran = ("sglang/srt/managers/scheduler.py:", "sglang/srt/mem_cache/kv_cache_builder.py:")
+    assert any(where in v.summary for where in ran), v.summary
     assert not any(n in v.summary for n in not_cited), v.summary

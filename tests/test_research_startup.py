@@ -146,3 +146,36 @@ def test_a_flag_that_changes_the_model_config_changes_the_start_up(sglang_0515) 
     )
     assert startup.kind == "changed"
     assert startup.changed["model_config.is_hybrid_swa"] == (True, False), startup.changed
+
+
+def test_a_deprecation_whose_action_stores_nothing_is_dead(sglang_059) -> None:  # type: ignore[no-untyped-def]
+    """0.5.9 registers --hybrid-kvcache-ratio as a DeprecatedAction with nargs=0 (server_args.py
+    ~3238-3242): it only warns, so no deployment ever sees a value. Its help text names a
+    replacement, which must not make it a no-op 'researched through' that replacement."""
+    startup, v = _verdict(sglang_059, "llama70b-h100x4", LLAMA, "--hybrid-kvcache-ratio")
+    assert startup.kind == "same" and startup.stored is False, startup
+    assert v.verdict == "dead" and "stores nothing" in v.summary, v.summary
+    stored, _ = _verdict(sglang_059, "llama70b-h100x4", LLAMA, "--enable-mixed-chunk")
+    assert stored.stored is True, stored  # a flag the parser keeps: its two parses differ
+
+
+def test_a_setting_filled_in_at_model_load_is_the_value_that_runs(sglang_049) -> None:  # type: ignore[no-untyped-def]
+    """0.4.9 leaves attention_backend None after argument resolution; ModelRunner fills it in at
+    model load (model_runner.py ~386-403): fa3 for an MLA model on Hopper with CUDA >= 12.3 (the
+    wheel pins torch 2.7.1, whose PyPI build is CUDA 12.6); on an older CUDA not fa3; with the GPU
+    unknown, unknown (never the None start-up left)."""
+    from tools.research.facts import default_facts, deployment_facts, installed
+    from tools.research.gates import filled_in
+
+    index = load_index(sglang_049)
+    assert installed(index, {"gpu.sm": 90})["software.cuda"] == "12.6"
+    given = profile_facts("deepseekv3-h200x8")
+    startup = startup_answer(
+        sglang_049, given, ["--enable-mixed-chunk"], base_argv=profile_argv("deepseekv3-h200x8"), model_config=DEEPSEEK
+    )
+    facts = deployment_facts(index, given, startup, default_facts(index.catalog))
+    assert facts["server.attention_backend"] is None  # what start-up leaves
+    assert filled_in(index, facts)["server.attention_backend"] == "fa3"
+    assert filled_in(index, {**facts, "software.cuda": "12.1"}).get("server.attention_backend") != "fa3"
+    unknown_gpu = {k: v for k, v in facts.items() if k != "gpu.sm"}
+    assert str(filled_in(index, unknown_gpu)["server.attention_backend"]) == "UNKNOWN"

@@ -38,6 +38,7 @@ from tools.research.gates import (
     activation,
     always_called,
     cond_change,
+    filled_in,
     idle_after,
     overridden,
     override_effect,
@@ -197,6 +198,7 @@ def analyze_flag(
         )
     declared = default_facts(index.catalog)
     facts = deployment_facts(index, facts, startup, declared)
+    facts = {**facts, **filled_in(index, facts)}
     trial = False if negated(info, name) else _parse_value(value, info)
     verdict = CodeVerdict(info.name, info.dest, index.version, "unknown", "", 0.3, value=trial)
     verdict.definition = f"{info.path}:{info.line}" if info.path else None
@@ -266,7 +268,15 @@ def _startup_decides(v: CodeVerdict, startup: StartupAnswer) -> None:
         if startup.where:
             v.findings.insert(0, Finding(startup.where, startup.message, "start-up", "on", "raised here"))
         return
-    if v.verdict != "dead":  # nothing reads it: dead says more than no-op
+    if startup.stored is False:  # the parser drops it: no deployment ever sees a value
+        v.verdict = "dead"
+        v.summary = (
+            f"SGLang {v.version}'s own parser stores nothing for {v.flag} (its action at {v.definition} "
+            "only warns): no setting receives it, on this deployment or any other."
+        )
+        v.findings = [Finding(v.definition or "", v.flag, "argparse", "off", "its action stores nothing")]
+        v.notes = [n for n in v.notes if not n.startswith("deprecated: researched through")]
+    elif v.verdict != "dead":  # nothing reads it: dead says more than no-op
         v.verdict = "no-op"
         settled = f"; it last settles `{v.dest}` at {startup.lines[-1]}" if startup.lines else ""
         v.summary = (
@@ -327,7 +337,7 @@ def _findings(
             f"{read.path}::{read.func}",
             index.query,
         )
-        change = cond_change(read, env, replace(env, facts=without, flag={}))
+        change = cond_change(read, env, replace(env, facts=without, flag={}), func.params if func else None)
         turns = (
             change is not None
             and change[0] != change[1]
@@ -340,6 +350,8 @@ def _findings(
         finding.alternative = read.path in alternatives
         if read.inert:
             finding.state, finding.why = "off", read.effect or "nothing follows"
+        elif copies := _read_back(read, reads):
+            finding.state, finding.why = "off", f"copied to {read.store}, read back at {copies} (each its own reader)"
         elif change is not None and change[0] == change[1]:
             finding.state, finding.why = "off", f"`{read.cond}` is {change[1]!r} with or without the flag"
         elif o.truth is False:
@@ -388,6 +400,16 @@ def _findings(
         v.notes.append(f"exits followed from the first {MAX_REACHED_READERS} of {running} running readers")
     v.findings.sort(key=lambda f: f.location)
     _registry_findings(index, dest, facts, flag_values, v, seen)
+
+
+def _read_back(read: Read, reads: list[Read]) -> str | None:
+    """Lines where a copy of the flag under its own name (`self.x = args.x`) is read back by its
+    class: those reads are the flag's readers with their own conditions, the copy does nothing."""
+    if read.store != f"self.{read.dest}":
+        return None
+    lines = [r.line for r in reads if r.receiver == "self" and (r.path, r.cls) == (read.path, read.cls)]
+    lines = [line for line in lines if line != read.line]
+    return ", ".join(map(str, lines[:6])) if lines else None
 
 
 def _drop_unbuilt(

@@ -38,11 +38,15 @@ def default_facts(catalog: list[FlagInfo]) -> dict[str, Any]:
 
 def installed(index: FlagIndex, facts: dict[str, Any]) -> dict[str, Any]:
     """`software.flashinfer` where the version's server requirements install it on this GPU (a
-    requirement of the wheel, or of its `srt` extra, on an NVIDIA GPU); a given fact wins."""
+    requirement of the wheel, or of its `srt` extra, on an NVIDIA GPU), and `software.cuda`, the
+    CUDA of the torch the wheel pins; a given fact wins."""
     nvidia = facts.get("gpu.vendor", "nvidia" if facts.get("gpu.sm") is not None else None) == "nvidia"
+    out: dict[str, Any] = {}
     if nvidia and any(r.startswith("flashinfer") for r in index.requires):
-        return {"software.flashinfer": True}
-    return {}
+        out["software.flashinfer"] = True
+    if nvidia and index.cuda:
+        out["software.cuda"] = index.cuda  # the pinned torch's CUDA
+    return out
 
 
 def model_config_facts(index: FlagIndex, startup: StartupAnswer | None) -> dict[str, Any]:

@@ -20,10 +20,11 @@ no caller gate then. Calls into libraries outside the tree count as work.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from typing import Any
 
-from tools.research.callers import MAX_SITES, env_of
+from tools.research.callers import MAX_SITES, caller_gate, env_of
 from tools.research.decide import UNSURE
 from tools.research.guard_eval import Env, Outcome, evaluate, evaluate_all
 from tools.research.index import FlagIndex
@@ -99,15 +100,37 @@ def _idle(
     return first
 
 
-def cond_change(read: Read, env: Env, now: Env) -> tuple[Any, Any] | None:
+class _Runtime:
+    def __repr__(self) -> str:
+        return "decided at run time"
+
+
+RUNTIME: Any = _Runtime()
+"""A test's value without the flag when what the function is called with decides it (which batch)."""
+
+
+def cond_change(read: Read, env: Env, now: Env, params: list[str] | None = None) -> tuple[Any, Any] | None:
     """(value now, value with the flag) of the test or boolean expression holding the read, when
-    both are known. Equal values: the flag changes nothing here; different: this is its effect,
-    whichever way it turns (`if cfg.disable_x: return`, `enable = not cfg.disable_x`)."""
+    both are known, or when the flag fixes a test that without it is decided by what the function
+    is called with (`params`: a batch, a request; not a configuration). Equal values: the flag
+    changes nothing here; different: this is its effect, whichever way it turns
+    (`if cfg.disable_x: return`, `enable = not cfg.disable_x`)."""
     if read.cond is None:
         return None
     after = evaluate(read.cond, env).value
-    before = evaluate(read.cond, now).value if after is not UNKNOWN else UNKNOWN
-    return None if before is UNKNOWN else (before, after)
+    if after is UNKNOWN:
+        return None
+    before = evaluate(read.cond, now)
+    if before.value is UNKNOWN and not before.missing and isinstance(after, bool) and _per_call(read, params):
+        return RUNTIME, after  # `not cfg.disable_x and batch.is_extend()`: the flag fixes what batches decide
+    return None if before.value is UNKNOWN else (before.value, after)
+
+
+def _per_call(read: Read, params: list[str] | None) -> bool:
+    """Whether the read's test names a value its function is called with that is not a
+    configuration (`forward_batch`, `req`; not `server_args`, `model_config`)."""
+    names = [p for p in params or [] if p not in ("self", "cls") and not re.search(r"config|args", p)]
+    return any(re.search(rf"\b{re.escape(p)}\b", read.cond or "") for p in names)
 
 
 def activation(read: Read, env: Env, *, turns: bool = False) -> Outcome:
@@ -247,3 +270,28 @@ def _passes(index: FlagIndex, dest: str) -> Iterator[tuple[str, Func, Any]]:
         ex = next((e for e in every if e.line == line and dest in e.sets and e.kind in _PASSES), None)
         if func is not None and ex is not None:
             yield f"{path}:{line}", func, ex
+
+
+def filled_in(index: FlagIndex, facts: dict[str, Any]) -> dict[str, Any]:
+    """Settings start-up leaves unset (None) that the server fills in later, at model load
+    (`if server_args.attention_backend is None: ... server_args.attention_backend = "fa3"`):
+    `server.<dest>` = the value of the one fill-in whose guards hold here, UNKNOWN when a guard is
+    open or two differ. A fill-in in a function no caller reaches here does not count."""
+    out: dict[str, Any] = {}
+    for dest, sites in index.fills.items():
+        if f"server.{dest}" not in facts or facts[f"server.{dest}"] is not None:
+            continue
+        values: list[Any] = []
+        for path, qual, line in sites:
+            func = index.func(path, qual)
+            fill = next((e for e in func.sets if e.line == line), None) if func else None
+            if func is None or fill is None:
+                continue
+            env = env_of(index, func, facts, {}, {})
+            held = evaluate_all(fill.guards, env).truth
+            if held is False or caller_gate(index, func, facts, {}, depth=1) is not None:
+                continue
+            values.append(evaluate(fill.values[0], env).value if held else UNKNOWN)
+        if values:
+            out[f"server.{dest}"] = values[0] if all(v == values[0] for v in values) else UNKNOWN
+    return out

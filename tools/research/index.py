@@ -30,7 +30,7 @@ from tools.research.index_types import Call, Func, ModuleFacts, Read
 from tools.research.index_walk import LOG, walk_file
 from tools.research.source import SourceTree, cache_lock, cache_root
 
-INDEX_FORMAT = 24
+INDEX_FORMAT = 26
 MAX_FILE_BYTES = 4 * 2**20
 """A Python file larger than this is not indexed (the index notes it: `FlagIndex.skipped`)."""
 _OFF_PATH_DIRS = frozenset(
@@ -146,6 +146,17 @@ class FlagIndex:
         """Dest -> (path, qual, line) of every guarded `return {"dest": value}` and, in argument
         resolution code, every `self.dest = <constant>` (see `Exit`, `Func.sets`)."""
         return pickle.loads(self._meta["overrides"])
+
+    @cached_property
+    def cuda(self) -> str | None:
+        """The CUDA version of the torch the version's wheel pins (`index_tables.torch_cuda`)."""
+        return pickle.loads(self._meta["cuda"]) if "cuda" in self._meta else None
+
+    @cached_property
+    def fills(self) -> dict[str, list[tuple[str, str, int]]]:
+        """Dest -> (path, qual, line) of every `server_args.dest = <value>` outside argument code:
+        a setting the server fills in after start-up resolution (at model load)."""
+        return pickle.loads(self._meta["fills"]) if "fills" in self._meta else {}
 
     def reads(self, dest: str) -> list[Read]:
         """Every read of `dest` on the serving path, in path/line order."""
@@ -333,6 +344,7 @@ def _write(db: Path, tree: SourceTree, catalog: list[FlagInfo], facts: list[Modu
     reads: dict[str, list[Read]] = {}
     registries: list[tuple[str, str, str, list[str]]] = []
     overrides: dict[str, list[tuple[str, str, int]]] = {}
+    fills: dict[str, list[tuple[str, str, int]]] = {}
     rows = []
     callers: set[tuple[str, str, int]] = set()
     for m in facts:
@@ -346,7 +358,10 @@ def _write(db: Path, tree: SourceTree, catalog: list[FlagInfo], facts: list[Modu
             f.refs = sorted({r for r in f.refs if r in defined})
             callers |= {(c.callee, key, 1) for c in f.calls} | {(r, key, 0) for r in f.refs}
             registries += [(deco, key, f.path, f.imports) for deco, key in f.keys]
-            f.sets = f.sets if is_config_path(f.path) else []
+            config = is_config_path(f.path)
+            f.sets = [e for e in f.sets if (e.kind == "fill") != config]
+            for e in f.sets if not config else []:
+                fills.setdefault(e.sets[0], []).append((f.path, f.qual, e.line))
             for e in [*f.exits, *f.sets]:
                 for dest in e.sets if e.kind in ("override", "assign") else []:
                     overrides.setdefault(dest, []).append((f.path, f.qual, e.line))
@@ -379,8 +394,10 @@ def _write(db: Path, tree: SourceTree, catalog: list[FlagInfo], facts: list[Modu
         "modules": {m.path: m for m in facts},
         "registries": registries,
         "overrides": overrides,
+        "fills": fills,
         "skipped": too_big(tree),
         "requires": index_tables.server_requirements(tree),
+        "cuda": index_tables.torch_cuda(tree),
         "config_attrs": attrs,
         "enums": index_tables.enums(facts),
         "loads": index_tables.loads(facts),

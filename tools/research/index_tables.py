@@ -46,6 +46,20 @@ def server_requirements(tree: SourceTree) -> frozenset[str]:
     return frozenset(names)
 
 
+TORCH_CUDA = ((2, 4, "12.1"), (2, 5, "12.4"), (2, 7, "12.6"), (2, 8, "12.8"))
+"""The CUDA of PyTorch's default PyPI wheel from each torch release on (a later one: at least the last)."""
+
+
+def torch_cuda(tree: SourceTree) -> str | None:
+    """The CUDA a server of this version runs: that of the torch its wheel pins (None: no pin)."""
+    for line in wheel_requirements(tree):
+        if m := re.match(r"torch==(\d+)\.(\d+)", line.replace(" ", "")):
+            pin = (int(m.group(1)), int(m.group(2)))
+            found = [cuda for major, minor, cuda in TORCH_CUDA if (major, minor) <= pin]
+            return found[-1] if found else None
+    return None
+
+
 def loads(facts: list[ModuleFacts]) -> frozenset[str]:
     """Every attribute name some module of the tree reads."""
     out: set[str] = set()

@@ -15,6 +15,8 @@ import re
 
 from tools.research.index_types import Call, Exit, Func, ModuleFacts, Read
 
+_SERVER_ARGS = re.compile(r"(self\.)?server_args")
+"""The receivers a later fill-in of a server argument is written through."""
 LOG = re.compile(r"(^|\.)(warning|warn|error|info|debug|exception|print_warning|warning_once|info_once)$")
 _EXITS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
 _FAILED = "__an_exception_was_raised__"
@@ -265,15 +267,20 @@ class _Walker:
                     self.func.locals[t.id] = None if seen else src(st.value)
 
     def self_set(self, st: ast.stmt, guards: list[str]) -> None:
-        """`self.<dest> = <constant>` in a method: a value the code gives a flag by itself."""
-        if self.func is None or not isinstance(st, ast.Assign) or not isinstance(st.value, ast.Constant):
+        """`self.<dest> = <constant>` in a method: a value the code gives a flag by itself;
+        `server_args.<dest> = <value>` outside argument code: a value it fills in later (`fill`)."""
+        if self.func is None or not isinstance(st, ast.Assign):
             return
         for t in st.targets:
-            if isinstance(t, ast.Attribute) and src(t.value) == "self" and t.attr in self.dests:
-                value = src(st.value)
+            if not isinstance(t, ast.Attribute) or t.attr not in self.dests:
+                continue
+            value = src(st.value)
+            if src(t.value) == "self" and isinstance(st.value, ast.Constant):
                 self.func.sets.append(
                     Exit("assign", st.lineno, src(st), list(guards), sets=[t.attr], values=[value])
                 )
+            elif _SERVER_ARGS.fullmatch(src(t.value)):
+                self.func.sets.append(Exit("fill", st.lineno, src(st), list(guards), sets=[t.attr], values=[value]))
 
     def fallback(self, st: ast.If, guards: list[str]) -> None:
         """`if c: logger.warning(...); return` or `...; self.x = False`: a guarded fallback;

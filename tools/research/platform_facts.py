@@ -2,7 +2,8 @@
 
 `is_sm90_supported()`, `_is_sm100_supported`, `get_platform().is_sm90`, `is_blackwell()`,
 `is_cuda()`, `is_hip()`, `is_npu()`, `is_flashinfer_available()`: the name decides, the facts
-(`gpu.sm`, `gpu.vendor`, `software.flashinfer`) answer; a missing fact is unknown, never a guess.
+(`gpu.sm`, `gpu.vendor`, `software.flashinfer`, `software.cuda` for `is_hopper_with_cuda_12_3`)
+answer; a missing fact is unknown, never a guess.
 `smNN` means the SM major version (`is_sm100_supported` is true on SM100 and SM103). World sizes
 (`world_size`, `tp_group.world_size`, `get_tensor_model_parallel_world_size()`) are topology facts:
 1 on a single rank (tp = pp = dp = 1), the TP size where the name clearly is the TP size.
@@ -33,6 +34,9 @@ def platform(name: str, facts: dict[str, Any], out: Any) -> Any:
     if not n.startswith("is_"):
         return None
     n = n[3:].removesuffix("_supported").removesuffix("_available").removesuffix("_device")
+    if m := _WITH_CUDA.match(n):  # `is_hopper_with_cuda_12_3`: the GPU and the CUDA it runs
+        gpu = platform(f"is_{m.group(1)}", facts, out)
+        return gpu if gpu is not True else _cuda_at_least(facts, (int(m.group(2)), int(m.group(3))), out)
     sm = facts.get("gpu.sm")
     vendor = facts.get("gpu.vendor") or ("nvidia" if sm is not None else None)
     m = _SM.match(n)
@@ -67,6 +71,19 @@ def platform(name: str, facts: dict[str, Any], out: Any) -> Any:
         out.missing.append("software.flashinfer")
         return UNKNOWN
     return None
+
+
+_WITH_CUDA = re.compile(r"^(\w+?)_with_cuda_(\d+)_(\d+)$")
+
+
+def _cuda_at_least(facts: dict[str, Any], want: tuple[int, int], out: Any) -> Any:
+    cuda = facts.get("software.cuda")
+    if not isinstance(cuda, str) or not re.match(r"\d+\.\d+", cuda):
+        out.missing.append("software.cuda")
+        return UNKNOWN
+    out.used.append(f"CUDA {cuda}")
+    major, minor = (int(x) for x in cuda.split(".")[:2])
+    return (major, minor) >= want
 
 
 _TP_SIZE = re.compile(r"^(tp_size|tp_world_size|get_tensor_model_parallel_world_size)$")

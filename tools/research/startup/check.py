@@ -42,6 +42,9 @@ class StartupAnswer:
     model: dict[str, Any] = field(default_factory=dict)
     """The scalar attributes of SGLang's own ModelConfig for the deployment (`is_hybrid_swa`,
     `attention_arch` as `AttentionArch.MHA`, `quantization`, ...); empty when it was not built."""
+    stored: bool | None = None
+    """Whether SGLang's own parser stores anything for the flag (False: its action only warns, as a
+    deprecation that names no replacement; None: not known)."""
 
 
 _MODEL_KEY = "__model_config__"
@@ -50,10 +53,21 @@ ENUM_MEMBERS = "__enum_members__"
 """Among those attributes: every member (`AttentionArch.MLA`) of the enums they hold."""
 
 
+_PARSED_KEY = "__parsed__"
+"""Where the worker puts what the parser stored, before any resolution."""
+
+
 def _split(args: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(resolved arguments, ModelConfig attributes) of one worker answer."""
     rest = dict(args)
+    rest.pop(_PARSED_KEY, None)
     return rest, rest.pop(_MODEL_KEY, None) or {}
+
+
+def _stored(base: dict[str, Any], trial: dict[str, Any]) -> bool | None:
+    """Whether the parser stored something for the flag: the two parses differ (None: unknown)."""
+    before, after = base.get(_PARSED_KEY), trial.get(_PARSED_KEY)
+    return None if before is None or after is None else before != after
 
 
 def hardware_of(facts: dict[str, Any]) -> dict[str, Any] | None:
@@ -203,4 +217,6 @@ def startup_answer(
             if model.get(k) != v and k != ENUM_MEMBERS
         }
     kind = "changed" if changed else "same"
-    return StartupAnswer(kind, changed=changed, baseline=before, lines=trial.get("lines", []), model=model)
+    stored = _stored(base["args"], trial["args"])
+    lines = trial.get("lines", [])
+    return StartupAnswer(kind, changed=changed, baseline=before, lines=lines, model=model, stored=stored)

@@ -179,6 +179,21 @@ def resolve_argv(server_args_mod: types.ModuleType, argv: list[str]) -> dict[str
 
 
 MODEL_CONFIG_KEY = "__model_config__"
+PARSED_KEY = "__parsed__"
+
+
+def parsed_argv(server_args_mod: types.ModuleType, argv: list[str]) -> dict[str, Any] | None:
+    """What SGLang's own parser stores for argv, before any resolution: a flag whose action stores
+    nothing (a deprecation notice) leaves it as it was. None when the parser cannot be rebuilt."""
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    try:
+        server_args_mod.ServerArgs.add_cli_args(parser)
+        namespace, _ = parser.parse_known_args(argv)
+    except (Exception, SystemExit):  # noqa: BLE001 - the resolution itself already succeeded
+        return None
+    return {key: to_json(value) for key, value in vars(namespace).items()}
 
 
 def model_config_facts(server_args: Any) -> dict[str, Any]:
@@ -359,6 +374,7 @@ def run_request(
                 args = resolve_argv(server_args_mod, argv)
             finally:
                 sys.settrace(None)
+            args[PARSED_KEY] = parsed_argv(server_args_mod, argv)  # untraced: not where it settles
         result: dict[str, Any] = {"ok": True, "args": args}
     except BaseException as exc:  # noqa: BLE001 - every failure is an answer
         result = {"ok": False, **classify(exc, tree_root, stderr.getvalue())}
