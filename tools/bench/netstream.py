@@ -90,8 +90,8 @@ class _Response(asyncio.Protocol):
                 self.done.set_exception(e)
 
     # -- one response ------------------------------------------------------------------------
-    def begin(self, sink: Sink) -> asyncio.Future[None]:
-        self.sink, self.status, self.headers = sink, 0, {}
+    def begin(self, sink: Sink, error_sink: Sink | None = None) -> asyncio.Future[None]:
+        self.sink, self.error_sink, self.status, self.headers = sink, error_sink, 0, {}
         self.mode, self.need, self.buf, self.head = "close", 0, b"", b""
         self.done = asyncio.get_running_loop().create_future()
         self.last_read = time.perf_counter()
@@ -114,6 +114,8 @@ class _Response(asyncio.Protocol):
             self.headers[name.strip().lower()] = value.strip()
         self.status = int(parts[1])
         self.reason = parts[2] if len(parts) > 2 else ""
+        if self.status != 200 and self.error_sink is not None:
+            self.sink = self.error_sink
         if "chunked" in self.headers.get("transfer-encoding", "").lower():
             self.mode = "chunked"
         elif "content-length" in self.headers:
@@ -133,34 +135,40 @@ class _Response(asyncio.Protocol):
             self.done.set_result(None)  # type: ignore[union-attr]
 
     def _chunked(self, data: bytes, now: float) -> None:
+        """Strip the chunked framing off one read; the payload goes to the sink in one call. Most
+        reads hold whole chunks (`size CRLF data CRLF`): one `find` and one slice per chunk."""
         buf = self.buf + data if self.buf else data
         pos, end, need, out = 0, len(buf), self.need, []
         while pos < end:
-            if need > 0:  # inside a chunk's data
+            if need > 0:  # the rest of a chunk cut by the previous read: its data, then CRLF
                 take = min(need, end - pos)
-                out.append(buf[pos : pos + take])
-                pos += take
-                need -= take
-                if need == 0:
-                    need = -1  # its CRLF comes next
+                if need > 2:
+                    out.append(buf[pos : pos + min(take, need - 2)])
+                pos, need = pos + take, need - take
                 continue
             eol = buf.find(b"\r\n", pos)
             if eol < 0:
                 break
-            if need == -1:  # the CRLF after a chunk's data
-                if eol != pos:
-                    raise ConnectionLost("malformed chunked body")
-                pos, need = eol + 2, 0
-                continue
-            if need == -2:  # trailers after the last chunk, ended by an empty line
-                empty, pos = eol == pos, eol + 2
-                if empty:
+            if need < 0:  # trailers after the last chunk, ended by an empty line
+                if eol == pos:
                     self.done.set_result(None)  # type: ignore[union-attr]
+                    pos = end
                     break
+                pos = eol + 2
                 continue
-            size = int(buf[pos:eol].split(b";", 1)[0], 16)
-            pos = eol + 2
-            need = size if size else -2
+            line = buf[pos:eol]
+            size = int(line if b";" not in line else line.split(b";", 1)[0], 16)
+            if size == 0:
+                pos, need = eol + 2, -1
+                continue
+            start, stop = eol + 2, eol + 2 + size
+            if stop + 2 <= end:
+                if buf[stop : stop + 2] != b"\r\n":
+                    raise ConnectionLost("malformed chunked body")
+                out.append(buf[start:stop])
+                pos = stop + 2
+            else:
+                pos, need = start, size + 2
         self.buf, self.need = buf[pos:], need
         if out:
             self.sink(out[0] if len(out) == 1 else b"".join(out), now)  # type: ignore[misc]
@@ -181,11 +189,6 @@ class StreamConnection:
         extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
         self._headers = f"Host: {host_header}\r\n{extra}".encode("latin-1")
         self._proto: _Response | None = None
-
-    @property
-    def status(self) -> int:
-        """The status code of the response being read (0 before its head has arrived)."""
-        return self._proto.status if self._proto is not None else 0
 
     @property
     def connected(self) -> bool:
@@ -210,10 +213,17 @@ class StreamConnection:
         self._proto = proto
 
     async def post(
-        self, path: str, body: bytes, sink: Sink, *, timeout: float, content_type: str = "application/json"
+        self,
+        path: str,
+        body: bytes,
+        sink: Sink,
+        *,
+        timeout: float,
+        error_sink: Sink | None = None,
+        content_type: str = "application/json",
     ) -> tuple[int, str]:
-        """POST `body` and feed the response body to `sink` read by read; returns (status, reason)
-        once the response has ended. Raises an `HttpClientError` (and drops the connection) when
+        """POST `body` and feed the response body to `sink` read by read (to `error_sink`, when
+        given, if the status is not 200); returns (status, reason) once the response has ended. Raises an `HttpClientError` (and drops the connection) when
         it cannot end; whatever `sink` raises ends the response and is raised here."""
         head = (
             f"POST {path} HTTP/1.1\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
@@ -225,7 +235,7 @@ class StreamConnection:
             await self.connect(min(timeout, 10.0))
             proto = self._proto
             assert proto is not None and proto.transport is not None
-            done = proto.begin(sink)
+            done = proto.begin(sink, error_sink)
             proto.transport.write(request)
             try:
                 await self._wait(proto, done, timeout)

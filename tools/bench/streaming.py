@@ -110,13 +110,13 @@ class _SSEReader:
         for line in lines:
             if line[:5] != b"data:":
                 continue
-            data = line[5:].strip()
-            if data == b"[DONE]":
-                state["done"] = True
-                continue
             try:
-                event = json_loads(data)
+                event = json_loads(line[5:])  # orjson skips the blank after the colon
             except ValueError:
+                data = line[5:].strip()
+                if data == b"[DONE]":
+                    state["done"] = True
+                    continue
                 raise StreamError(f"malformed stream: not JSON: {data[:80]!r}") from None
             n += _event_tokens(api, event, state)
         if not n:
@@ -153,17 +153,9 @@ async def send_request(
     exception. `timeout`: seconds without a byte before the request counts as timed out."""
     start = time.perf_counter()
     reader = _SSEReader(api, start, counter)
-    sink = reader
     try:
         await conn.connect(min(timeout, 10.0))
-
-        def choose(data: bytes, now: float) -> None:  # the status is known before the first byte
-            nonlocal sink
-            if sink is reader and conn.status != 200:
-                sink = reader.keep_error
-            sink(data, now)
-
-        status, reason = await conn.post(path, body, choose, timeout=timeout)
+        status, reason = await conn.post(path, body, reader, timeout=timeout, error_sink=reader.keep_error)
         end = time.perf_counter()
         if status != 200:
             text = reader.error[:300].decode("utf-8", "replace").strip()
