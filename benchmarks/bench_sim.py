@@ -1,6 +1,12 @@
 """Seed scenario output throughput at concurrency 1, 8, 64 and the simulated server's CPU use.
 
     python benchmarks/bench_sim.py [--scenario seed] [--time-scale 1.0] [--levels 1,8,64]
+    python benchmarks/bench_sim.py --radix-effect [--scenario seed] [--levels 1,8,64]
+
+`--radix-effect` prints instead, from the noise-free model (`sim.offline`), what
+`--disable-radix-cache` costs on random prompts (1024 in) and on bench_serving's default
+generated-shared-prefix shape (a 2048-token system prompt shared by groups of 16, 128-token
+questions), 256 out.
 
 Throughput is in simulated seconds (wall / time scale); CPU is the server process's user+system time
 over the wall time of each level (1.0 = one core). Connections are opened before each level.
@@ -57,13 +63,32 @@ async def _level(endpoint: str, concurrency: int, total: int) -> tuple[float, fl
         return time.monotonic() - start, sum(ttfts) / len(ttfts), tokens
 
 
+def radix_effect(scenario: str, levels: list[int]) -> None:
+    from sim.offline import offline_throughput
+
+    off = ["--disable-radix-cache"]
+    shared = {"input_len": 128, "shared_prefix": 2048, "group_size": 16}
+    print(f"scenario={scenario}: output tok/s (simulated), radix cache on -> off")
+    print(f"{'conc':>5} {'random':>22} {'shared-prefix':>24}")
+    for c in levels:
+        n = max(64, 4 * c)
+        rnd = [offline_throughput(scenario, f, concurrency=c, requests=n) for f in ([], off)]
+        gsp = [offline_throughput(scenario, f, concurrency=c, requests=n, **shared) for f in ([], off)]
+        cells = [f"{a:>7.1f} -> {b:>7.1f} {b / a - 1:>+6.1%}" for a, b in (rnd, gsp)]
+        print(f"{c:>5} {cells[0]:>22} {cells[1]:>24}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scenario", default="seed")
     parser.add_argument("--time-scale", type=float, default=1.0)
     parser.add_argument("--levels", default="1,8,64")
     parser.add_argument("--seed", type=int, default=None, help="fix the run-to-run noise")
+    parser.add_argument("--radix-effect", action="store_true")
     opts = parser.parse_args()
+    if opts.radix_effect:
+        radix_effect(opts.scenario, [int(x) for x in opts.levels.split(",")])
+        return
     server = start_sim_server(
         opts.scenario, time_scale=opts.time_scale, seed=opts.seed, env={"OPTAGENT_SIM_STARTUP_S": "1"}
     )
