@@ -107,3 +107,29 @@ def test_the_simulated_server_reuses_system_prompts_it_was_sent(sim_server):
     # (all 256 tokens: 16 whole blocks), unless a group's prompts were admitted in one batch.
     assert cached[False] >= 256 and cached[False] % BLOCK == 0
     assert cached[True] == 0
+
+
+def test_the_gsp_keys_and_bench_serving_argv_are_sglang_0523s_own(sglang_0523):
+    """The `gsp_*` defaults are bench_serving's, and the argv for a shared-prefix level names only
+    options SGLang 0.5.23's `benchmark/serving.py` declares (read from the released wheel)."""
+    from tools.bench.sglang_backend import bench_serving_argv
+
+    source = (sglang_0523.package_dir / "benchmark" / "serving.py").read_text()
+    declared = dict(re.findall(r'"(--gsp-[a-z-]+)",\s*type=int,\s*default=(\d+)', source))
+    ours = {
+        f"--{k.replace('_', '-')}": v.default
+        for k, v in BenchConfig.model_fields.items()
+        if k.startswith("gsp_")
+    }
+    assert {k: int(declared[k]) for k in ours if k in declared} == ours  # (not --gsp-num-turns: one turn)
+    settings = BenchConfig(workload="shared-prefix", gsp_prompts_per_group=4)
+    argv = bench_serving_argv("http://h:1", settings, concurrency=8, output_file="o")
+    assert argv[argv.index("--dataset-name") + 1] == "generated-shared-prefix"
+    assert argv[argv.index("--gsp-num-groups") + 1] == "4"  # 16 prompts in groups of 4
+    options = {a for a in argv if a.startswith("--")}
+    assert all(f'"{option}"' in source for option in options), options - {
+        o for o in options if f'"{o}"' in source
+    }
+    with pytest.raises(ValueError, match="one dataset"):
+        bench_serving_argv("http://h:1", BenchConfig(workload=TRIAL_MIX), concurrency=8, output_file="o")
+    assert workload_for("--disable-radix-cache", BenchConfig(backend="sglang")).workload == "shared-prefix"

@@ -17,7 +17,7 @@ from typing import Any
 
 from tools.auth import api_key
 from tools.bench.results import LevelResult, SweepResult
-from tools.bench.workload import prompts_for_level
+from tools.bench.workload import prompts_for_level, workload_mix
 from tools.config import BenchConfig
 from tools.deploy.remote import Transport, TransportError
 
@@ -52,15 +52,33 @@ def bench_serving_argv(
     if not _PATH.match(output_file) or not _PATH.match(python):
         raise ValueError("python and output_file must be plain paths")
     rate = "inf" if request_rate is None else repr(float(request_rate))
+    n = prompts_for_level(settings, concurrency)
+    mix = workload_mix(settings)
+    if len(mix) > 1:
+        raise ValueError("bench_serving runs one dataset at a time; a workload mix needs backend 'optagent'")
+    if "shared-prefix" in mix:  # as tools.bench.prompts.shared_prefix_prompts shapes a level
+        groups = max(1, min(settings.gsp_num_groups, -(-n // settings.gsp_prompts_per_group)))
+        dataset = [
+            "--dataset-name", "generated-shared-prefix",
+            "--gsp-num-groups", str(groups),
+            "--gsp-prompts-per-group", str(settings.gsp_prompts_per_group),
+            "--gsp-system-prompt-len", str(settings.gsp_system_prompt_len),
+            "--gsp-question-len", str(settings.gsp_question_len),
+            "--gsp-output-len", str(settings.gsp_output_len),
+        ]  # fmt: skip
+    else:
+        dataset = [
+            "--dataset-name", "random-ids",
+            "--random-input-len", str(settings.input_len),
+            "--random-output-len", str(settings.output_len),
+            "--random-range-ratio", "1.0",
+        ]  # fmt: skip
     return [
         python, "-m", "sglang.bench_serving",
         "--backend", BACKENDS[settings.api],
         "--base-url", endpoint.rstrip("/"),
-        "--dataset-name", "random-ids",
-        "--random-input-len", str(settings.input_len),
-        "--random-output-len", str(settings.output_len),
-        "--random-range-ratio", "1.0",
-        "--num-prompts", str(prompts_for_level(settings, concurrency)),
+        *dataset,
+        "--num-prompts", str(n),
         "--max-concurrency", str(concurrency),
         "--request-rate", rate,
         "--warmup-requests", str(settings.warmup),

@@ -50,11 +50,14 @@ def workload_for(flags: str | Iterable[str], settings: BenchConfig) -> BenchConf
     """The benchmark settings a trial of `flags` is measured with: `settings` itself, or, when a flag
     touches caching, scheduling or memory and the configuration left the workload unset (random
     prompts by default, which would show a gain of such a flag and never its cost), the same
-    settings on `TRIAL_MIX`. A workload the configuration names is the production mix and is kept."""
+    settings on `TRIAL_MIX` (on shared prefixes alone with bench_serving, which cannot mix). A
+    workload the configuration names is the production mix and is kept."""
     names = [flags] if isinstance(flags, str) else list(flags)
     if "workload" in settings.model_fields_set or not any(touches_cache(f) for f in names):
         return settings
-    return settings.model_copy(update={"workload": dict(TRIAL_MIX)})
+    # bench_serving (backend "sglang") runs one dataset per level: the shared prefixes alone.
+    mix = "shared-prefix" if settings.backend == "sglang" else dict(TRIAL_MIX)
+    return settings.model_copy(update={"workload": mix})
 
 
 def level_prompts(
