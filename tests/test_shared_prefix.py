@@ -133,3 +133,40 @@ def test_the_gsp_keys_and_bench_serving_argv_are_sglang_0523s_own(sglang_0523):
     with pytest.raises(ValueError, match="one dataset"):
         bench_serving_argv("http://h:1", BenchConfig(workload=TRIAL_MIX), concurrency=8, output_file="o")
     assert workload_for("--disable-radix-cache", BenchConfig(backend="sglang")).workload == "shared-prefix"
+
+
+def test_a_trial_of_a_caching_flag_measures_every_block_on_shared_prefixes(monkeypatch):
+    """The trial runner's blocks (known-good before, candidate, and known-good after when one is needed) of
+    `--disable-radix-cache` all run on the trial mix; the run's own workload, reference and
+    known-good history are back after the trial. The deployment is the scripted one of
+    tests/test_paired_trial.py (no GPU); the runner and its decision are the real ones."""
+    import agent.trial.paired as pt
+    from agent.trial.record import Baseline, TrialChange
+    from agent.trial.runner import TrialRunner
+    from tests.test_paired_trial import UNIT, Launches
+    from tools.bench.objective import objective_from_goal
+
+    launches, workloads = Launches(a=[1.0, 0.999, 1.0], b=[0.7, 0.7]), []
+
+    async def measure(endpoint: str, bench: BenchConfig, **kw: object) -> list:
+        workloads.append(bench.workload)
+        return launches.block()
+
+    async def nothing(*args: object) -> None:
+        return None
+
+    monkeypatch.setattr(pt, "measure", measure)
+    monkeypatch.setattr(pt, "_warm", nothing)
+    monkeypatch.setattr(pt, "_probe_ok", nothing)
+    bench = BenchConfig()
+    runner = TrialRunner(
+        deployment=launches, endpoint="http://127.0.0.1:9", bench=bench,
+        objective=objective_from_goal("improve throughput"), baseline=Baseline(reps=[], probe=None, text=UNIT),
+    )  # fmt: skip
+    earlier = launches.block()
+    runner.reference, runner.known_good_blocks = earlier, [earlier]
+    record = asyncio.run(runner.run([TrialChange(flag="--disable-radix-cache")], reason="test"))
+    assert record.decision == "rolled_back"
+    assert {"before", "candidate"} <= set(record.blocks) and len(workloads) >= 2
+    assert all(w == TRIAL_MIX for w in workloads)
+    assert runner.bench is bench and runner.known_good_blocks == [earlier] and runner.reference is None
