@@ -119,3 +119,22 @@ def test_spread_of_blocks_is_per_level_and_overall():
     spread = spread_of_blocks(blocks, GOAL, 0.01)
     assert set(spread.per_level) == {1, 8, 64} and spread.launches == 4 and spread.df == 3
     assert all(0.01 < v < 0.025 for v in spread.per_level.values())
+
+
+def test_every_block_sends_prompts_of_its_own(monkeypatch):
+    """A second block of known-good on one launch must not replay the first one's prompts (the
+    server's radix cache would serve their prefill)."""
+    import tools.bench.loadgen as loadgen
+    from agent.trial.measure import measure
+
+    seeds: list[int] = []
+
+    async def run_sweep(endpoint: str, bench: BenchConfig, *, seed: int, **kw: object):  # type: ignore[no-untyped-def]
+        seeds.append(seed)
+        return Launches(a=[1.0], b=[]).block()[0]
+
+    monkeypatch.setattr(loadgen, "run_sweep", run_sweep)
+    bench = BenchConfig(reps=3)
+    asyncio.run(measure("http://127.0.0.1:9", bench, max_reps=3))
+    asyncio.run(measure("http://127.0.0.1:9", bench, max_reps=3))
+    assert len(seeds) == 6 and len(set(seeds)) == 6 and not set(seeds) & {0, 1, 2}  # the baseline's
