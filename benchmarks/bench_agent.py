@@ -255,7 +255,9 @@ async def run_agent(config, tmp: Path, minutes: float, max_restarts: int | None 
             transcript.close({"status": "bench"})
 
 
-def scenario_row(name: str, scale: float, minutes: float, *, live: bool = True) -> dict:
+def scenario_row(
+    name: str, scale: float, minutes: float, *, live: bool = True, keep: Path | None = None
+) -> dict:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         config = up(name, tmp, scale)
@@ -266,6 +268,12 @@ def scenario_row(name: str, scale: float, minutes: float, *, live: bool = True) 
             facts = _facts(result)
         finally:
             host.down(tmp / "sim")
+            if keep is not None:  # the transcript, report and console of the run, for a reviewer
+                import shutil
+
+                dest = keep / f"{name}-{int(time.time())}"
+                shutil.copytree(tmp / "transcripts", dest, dirs_exist_ok=True)
+                shutil.copy(tmp / "console.txt", dest / "console.txt")
     base = noise_free(name, [])
     cands = evaluate(load_playbook(), facts, sim_catalog())
     best, alone = oracle(name, cands, base)
@@ -396,6 +404,7 @@ def main() -> None:
         "--aa-declared", action="store_true", help="A/A with the declared spread (no measurement)"
     )
     ap.add_argument("--aa-only", action="store_true", help="only the A/A trials")
+    ap.add_argument("--keep", type=Path, help="copy each run's transcript, report and console here")
     ap.add_argument(
         "--no-live",
         action="store_true",
@@ -408,7 +417,9 @@ def main() -> None:
         print(f"running {name} ...", flush=True)
         scale = time_scale_for(name, args.time_scale, args.wall_rate)
         rows.append(
-            scenario_row(name, scale, args.max_minutes * scale / args.time_scale, live=not args.no_live)
+            scenario_row(
+                name, scale, args.max_minutes * scale / args.time_scale, live=not args.no_live, keep=args.keep
+            )
         )
         r = rows[-1]
         print(
