@@ -146,3 +146,13 @@ def test_a_doubtful_rejection_is_tried_after_the_sure_candidates_and_a_sure_one_
     assert FlagVerdict(
         flag="--x", verdict="refuses-to-start", decided_by="playbook", certainty=0.5, summary="s"
     ).rejected
+
+
+def test_a_trial_the_machine_disturbed_gets_one_retry_and_no_more():
+    cands = [cand("--a", "high"), cand("--b", "low")]
+    verdicts = {"--a": APPLIES, "--b": APPLIES}
+    disturbed = {"trial": 1, "decision": "rolled_back", "disturbed": {"concurrency": 64, "drift": 1.2}}
+    queue = next_trials(cands, verdicts, {"--a": [disturbed]})
+    assert [(c["flag"], why.split(":")[0]) for c, why in queue] == [("--a", "retry"), ("--b", "untried")]
+    assert next_trials(cands, verdicts, {"--a": [disturbed, disturbed]})[0][0]["flag"] == "--b"
+    assert [c["flag"] for c, _ in next_trials(cands, verdicts, {"--a": [disturbed, disturbed]})] == ["--b"]

@@ -259,3 +259,29 @@ def test_the_restart_budget_bounds_a_trial_and_its_third_launch(monkeypatch):
     with pytest.raises(BudgetExhausted, match="restart budget spent"):
         trial(monkeypatch, untouched, max_restarts=3)
     assert untouched.events == []
+
+
+def test_a_trial_whose_known_good_moved_beyond_its_spread_is_marked_disturbed_not_judged(monkeypatch):
+    # the candidate gains +1.5% at the A/B look; known-good's after launch runs 12% faster than its
+    # before block (a load that went away): -4% against their midpoint is the machine's doing
+    launches = Launches(a=[1.0, 1.12], b=[1.015])
+    _, record = trial(monkeypatch, launches, earlier=0.99)
+    assert record.decision == "rolled_back" and "after" in record.blocks
+    assert record.disturbed["concurrency"] in (1, 8, 64) and abs(record.disturbed["drift"] - 1.12) < 0.01
+    assert "the machine, not the flag, decided this one" in record.why
+    # a quiet machine: the same no-op is stopped at the A/B look, nothing marked
+    quiet = Launches(a=[1.0, 1.0], b=[1.0])
+    _, record = trial(monkeypatch, quiet, earlier=0.99)
+    assert "after" not in record.blocks and record.disturbed is None
+
+
+def test_no_early_stop_against_a_known_good_block_that_moved_far_from_its_last_one(monkeypatch):
+    # known-good measured 15% slower before (a load then): the A/B look cannot be trusted to stop a
+    # no-op early; the after block (its rollback is needed anyway) decides
+    moved = Launches(a=[1.0, 1.0], b=[1.0])
+    _, record = trial(monkeypatch, moved, earlier=0.85)
+    assert (
+        "after" in record.blocks
+        and record.decision == "rolled_back"
+        and moved.events == ["deploy", "rollback"]
+    )

@@ -87,6 +87,9 @@ def second_look_value(candidate: dict[str, Any], near_miss: dict[str, Any]) -> f
     return sure * max(0.0, ratio - 1) / restart_cost(candidate)
 
 
+RETRY_SHARE = 0.8
+"""A trial the machine disturbed (known-good moved beyond its spread) is tried once more, at this
+share of its untried value (it spent a restart or two without an answer)."""
 Z_ESTABLISH = 1.96 + 0.84
 """A 95% interval's half width plus the distance at which four trials in five clear it."""
 DOUBTFUL_CERTAINTY = 0.5
@@ -100,6 +103,11 @@ def establishable(spread: float, min_effect: float) -> float:
     return max(min_effect, Z_ESTABLISH * spread)
 
 
+def _open(results: list[dict[str, Any]]) -> bool:
+    """Untried, or tried once in a trial the machine disturbed."""
+    return not results or (len(results) == 1 and bool(results[0].get("disturbed")))
+
+
 def plan_bundle(
     candidates: list[dict[str, Any]], verdicts: dict[str, Any], tried: dict[str, list[dict[str, Any]]]
 ) -> tuple[list[dict[str, Any]], str] | None:
@@ -110,7 +118,7 @@ def plan_bundle(
     small = [
         c
         for c in candidates
-        if not tried.get(c["flag"])
+        if _open(tried.get(c["flag"], []))
         and c.get("establishable")
         and plausible_gain(c) < c["establishable"]
         and c.get("status") not in PLAYBOOK_DOUBTS
@@ -165,6 +173,9 @@ def next_trials(
         results = tried.get(c["flag"], [])
         if not results:
             ranked.append((expected_value(c, verdicts.get(c["flag"])), i, c, "untried"))
+        elif len(results) == 1 and results[0].get("disturbed"):
+            value = RETRY_SHARE * expected_value(c, verdicts.get(c["flag"]))
+            ranked.append((value, i, c, "retry: known-good moved beyond its spread during its trial"))
         elif len(results) == 1 and (miss := results[0].get("near_miss")):
             ranked.append((second_look_value(c, miss), i, c, "second look at a near miss"))
     ranked.sort(key=lambda x: (-x[0], x[1]))

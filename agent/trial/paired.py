@@ -23,72 +23,18 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from agent.trial.judge import (
+    _best_judged,
+    _clear_win,
+    _cmp,
+    _drifted,
+    _looks_like_a_winner,
+    _moved,
+    _near_miss,
+    _worth_more,
+)
 from agent.trial.measure import environment_failure, measure
 from agent.trial.record import BudgetExhausted, TrialRecord, block_samples, comparison_dict, mean_throughput
-
-
-def _cmp(
-    r: Any,
-    before: list[Any],
-    cand: list[Any],
-    after: list[Any] | None,
-    confirm: Any = None,
-    third: Any = None,
-) -> Any:
-    from tools.bench.paired import paired_compare
-
-    b = r.bench
-    noise, prior_df = getattr(r, "launch_prior", None) or (b.launch_noise, None)
-    return paired_compare(
-        before, cand, after, r.objective, min_effect=b.min_effect, regress_tolerance=b.regress_tolerance,
-        launch_noise=noise, prior_df=prior_df, history=r.known_good_blocks, confirm=confirm, third=third,
-    )  # fmt: skip
-
-
-def _judged(cmp: Any) -> list[Any]:
-    """The intervals the rule decides on: each level (Pareto), else the goal's objective."""
-    return cmp.per_level if cmp.rule == "pareto" else [cmp.overall]
-
-
-def _best_judged(cmp: Any) -> dict[str, Any]:
-    """The judged interval with the highest estimate (what a near miss may be worth)."""
-    best = max((i for i in _judged(cmp) if i.ratio is not None), key=lambda i: i.ratio)
-    return best.model_dump(include={"concurrency", "ratio", "ci_low", "ci_high", "launches_candidate"})
-
-
-def _open_levels(cmp: Any, bench: Any) -> tuple[list[Any], list[Any]]:
-    """(levels that could still win, levels whose estimate is below the tolerance without being
-    significantly worse: they block a win until sharper numbers say otherwise)."""
-    judged = _judged(cmp)
-    could_win = [i for i in judged if i.ratio is not None and i.ratio >= 1 + bench.min_effect / 2]
-    blocking = [
-        i
-        for i in cmp.per_level
-        if i.ratio is not None and i.ratio < 1 - bench.regress_tolerance and (i.ci_high or 0) >= 1
-    ]
-    return could_win, blocking
-
-
-def _worth_more(cmp: Any, bench: Any) -> bool:
-    """One more repetition in this launch pays off while a gain is possible but unproven, and only
-    where repetition noise is still a real part of the interval at a level that decides (one that
-    could win, or one that blocks the win): the launch-to-launch spread does not shrink with
-    repetitions of the same launch."""
-    could_win, blocking = _open_levels(cmp, bench)
-    deciding = could_win + blocking or [cmp.overall]
-    return bool(cmp.promising) and max(i.within_share for i in deciding) >= 0.25
-
-
-def _looks_like_a_winner(cmp: Any, bench: Any) -> bool:
-    """Inconclusive, but some judged estimate is within a quarter of the minimum effect (or beyond)
-    and no level is significantly worse (over the family of levels): another launch of the
-    candidate (and its repetitions) can decide. A level below the tolerance that is not
-    significantly worse is noise until more numbers say otherwise. Asking the full minimum effect
-    of one launch lost a true +3% change at this gate one time in five (bench_rule_power.py)."""
-    judged = _judged(cmp)
-    near = any(i.ratio is not None and i.ratio >= 1 + 0.75 * bench.min_effect for i in judged)
-    return bool(cmp.promising) and near and not cmp.significantly_worse
-
 
 BLOCK_LABELS = {
     "before": "known-good before",
@@ -232,8 +178,9 @@ async def run_paired(r: Any, record: TrialRecord, new_text: str) -> None:
     first = _cmp(r, before, cand, None)
     # A block from the launch that just won a trial is biased upward (it was kept because it measured
     # high): an A/B look against it must not stop a candidate early; the after block (a fresh
-    # known-good launch, which the rollback costs anyway) decides
-    if first.clear_no and not on_winner:
+    # known-good launch, which the rollback costs anyway) decides. Nor may a known-good block that
+    # moved far from known-good's latest block before it (a machine load that came or went).
+    if first.clear_no and not on_winner and not _moved(r, before):
         record.comparison = comparison_dict(first)
         return await _reject(r, record, f"stopped after {len(cand)} repetitions: {first.summary}")
     if _clear_win(r, first, before, on_winner) and not r._lossy_refusal(record.changes):
@@ -253,6 +200,12 @@ async def run_paired(r: Any, record: TrialRecord, new_text: str) -> None:
     _record_blocks(r, record, after=after)
     record.improved = False  # until a second launch agrees
     record.why = cmp.summary
+    if cmp.verdict != "improved" and (moved := _drifted(r, cmp)):
+        record.disturbed = moved
+        record.why += (
+            f"; known-good moved {moved['drift'] - 1:+.1%} at c={moved['concurrency']} between its blocks "
+            f"(beyond {moved['bound']:.1%}): the machine, not the flag, decided this one"
+        )
     if cmp.verdict != "improved" and not _looks_like_a_winner(cmp, r.bench):
         return
     if refusal := r._lossy_refusal(record.changes):
@@ -296,12 +249,6 @@ async def _launch_again(
     more = lambda reps: _worth_more(judge(reps), r.bench)  # noqa: E731
     name = "confirm" if label == "second launch" else "third"
     return await _block(r, record, name, more=more, max_reps=r.max_reps)
-
-
-def _near_miss(cmp: Any, bench: Any) -> bool:
-    """Not established over two launches but still looks like a winner: a third launch of each side
-    decides (`python benchmarks/bench_rule_power.py [--no-third]` shows what it buys)."""
-    return _looks_like_a_winner(cmp, bench)
 
 
 async def _second_launch(r: Any, record: TrialRecord, new_text: str, blocks: tuple, cmp: Any) -> None:
@@ -358,30 +305,6 @@ async def _commit(r: Any, record: TrialRecord, final: Any, launches: list[list[A
     record.decision, record.why = "kept", final.summary + (f" ({note})" if note else "")
     r.best, r.best_reps, r.reference = record, launches[-1], launches[-1]
     r.known_good_blocks = [launches[-1]]  # a new known-good configuration: its own history starts here
-
-
-def _clear_win(r: Any, first: Any, before: list[Any], on_winner: bool) -> bool:
-    """An A/B win no drift or launch can explain: improved with the interval's low end at least
-    twice the minimum effect at a judged level, and known-good measured as it measured before (the
-    launch that just won, or a block within the minimum effect of the latest earlier block of
-    known-good and not significantly apart from it; the first block of a run has nothing to agree
-    with). Keeping it at once saves the rollback and the second launch (two restarts); anything
-    less clear goes through A/B/A."""
-    b = r.bench
-    clear = any(i.ci_low is not None and i.ci_low >= 1 + 2 * b.min_effect for i in _judged(first))
-    if first.verdict != "improved" or not clear or first.significantly_worse:
-        return False
-    if on_winner:
-        return True
-    earlier = [block for block in r.known_good_blocks if block is not before]
-    if not earlier:
-        return False
-    aa = _cmp(r, earlier[-1], before, None)  # known-good now against its latest block before
-    return all(
-        abs(i.ratio - 1) < b.min_effect and (i.ci_low or 0) <= 1 <= (i.ci_high or 0)
-        for i in [*aa.per_level, aa.overall]
-        if i.ratio is not None
-    )
 
 
 async def _third_launch(r: Any, record: TrialRecord, new_text: str, blocks: tuple) -> tuple[Any, list] | None:

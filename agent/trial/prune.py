@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from agent.trial.judge import _cmp
 from agent.trial.paired import (
     _block,
-    _cmp,
     _deploy,
     _known_good_again,
     _probe_ok,

@@ -62,6 +62,10 @@ class TrialRecord(BaseModel):
     the highest estimate (concurrency, ratio, ci_low, ci_high, launches_candidate). A second look
     at it, on top of the known-good configuration of that moment, may be worth its restarts
     (`agent.policy.order.next_trials`)."""
+    disturbed: dict[str, Any] | None = None
+    """Not decided on its merits: known-good moved far beyond its launch spread between the blocks
+    the candidate was judged against (concurrency, drift as a ratio, bound): the machine, not the
+    flag. Worth one retry (`agent.policy.order.next_trials`)."""
     notes: list[str] = Field(default_factory=list)
     """What the trial noticed on the way (a known-good block set aside as measured under load)."""
     blocks: dict[str, int] = Field(default_factory=dict)

@@ -1,0 +1,128 @@
+"""How a trial judges what it measured: the paired comparison with this run's launch spread, and
+the questions the trial's steps ask of it (more repetitions? a likely winner? a clear win? did
+known-good itself move too far to trust the comparison?). Split from `paired.py`."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+def _cmp(
+    r: Any,
+    before: list[Any],
+    cand: list[Any],
+    after: list[Any] | None,
+    confirm: Any = None,
+    third: Any = None,
+) -> Any:
+    from tools.bench.paired import paired_compare
+
+    b = r.bench
+    noise, prior_df = getattr(r, "launch_prior", None) or (b.launch_noise, None)
+    return paired_compare(
+        before, cand, after, r.objective, min_effect=b.min_effect, regress_tolerance=b.regress_tolerance,
+        launch_noise=noise, prior_df=prior_df, history=r.known_good_blocks, confirm=confirm, third=third,
+    )  # fmt: skip
+
+
+def _judged(cmp: Any) -> list[Any]:
+    """The intervals the rule decides on: each level (Pareto), else the goal's objective."""
+    return cmp.per_level if cmp.rule == "pareto" else [cmp.overall]
+
+
+def _best_judged(cmp: Any) -> dict[str, Any]:
+    """The judged interval with the highest estimate (what a near miss may be worth)."""
+    best = max((i for i in _judged(cmp) if i.ratio is not None), key=lambda i: i.ratio)
+    return best.model_dump(include={"concurrency", "ratio", "ci_low", "ci_high", "launches_candidate"})
+
+
+def _open_levels(cmp: Any, bench: Any) -> tuple[list[Any], list[Any]]:
+    """(levels that could still win, levels whose estimate is below the tolerance without being
+    significantly worse: they block a win until sharper numbers say otherwise)."""
+    judged = _judged(cmp)
+    could_win = [i for i in judged if i.ratio is not None and i.ratio >= 1 + bench.min_effect / 2]
+    blocking = [
+        i
+        for i in cmp.per_level
+        if i.ratio is not None and i.ratio < 1 - bench.regress_tolerance and (i.ci_high or 0) >= 1
+    ]
+    return could_win, blocking
+
+
+def _worth_more(cmp: Any, bench: Any) -> bool:
+    """One more repetition in this launch pays off while a gain is possible but unproven, and only
+    where repetition noise is still a real part of the interval at a level that decides (one that
+    could win, or one that blocks the win): the launch-to-launch spread does not shrink with
+    repetitions of the same launch."""
+    could_win, blocking = _open_levels(cmp, bench)
+    deciding = could_win + blocking or [cmp.overall]
+    return bool(cmp.promising) and max(i.within_share for i in deciding) >= 0.25
+
+
+def _looks_like_a_winner(cmp: Any, bench: Any) -> bool:
+    """Inconclusive, but some judged estimate is within a quarter of the minimum effect (or beyond)
+    and no level is significantly worse (over the family of levels): another launch of the
+    candidate (and its repetitions) can decide. A level below the tolerance that is not
+    significantly worse is noise until more numbers say otherwise. Asking the full minimum effect
+    of one launch lost a true +3% change at this gate one time in five (bench_rule_power.py)."""
+    judged = _judged(cmp)
+    near = any(i.ratio is not None and i.ratio >= 1 + 0.75 * bench.min_effect for i in judged)
+    return bool(cmp.promising) and near and not cmp.significantly_worse
+
+
+def _near_miss(cmp: Any, bench: Any) -> bool:
+    """Not established over two launches but still looks like a winner: a third launch of each side
+    decides (`python benchmarks/bench_rule_power.py [--no-third]` shows what it buys)."""
+    return _looks_like_a_winner(cmp, bench)
+
+
+def _disturbance_bound(r: Any) -> float:
+    """How far known-good may move between two of its blocks before the comparison says more about
+    the machine than about the candidate: twice the minimum effect plus three launch spreads."""
+    spread = (getattr(r, "launch_prior", None) or (r.bench.launch_noise, None))[0]
+    return 2 * r.bench.min_effect + 3 * spread
+
+
+def _drifted(r: Any, cmp: Any) -> dict[str, Any] | None:
+    """The level where known-good's before and after blocks disagree beyond `_disturbance_bound`."""
+    bound = _disturbance_bound(r)
+    for i in cmp.per_level:
+        if i.n_after and abs(math.expm1(i.drift)) > bound:
+            return {"concurrency": i.concurrency, "drift": math.exp(i.drift), "bound": bound}
+    return None
+
+
+def _moved(r: Any, before: list[Any]) -> bool:
+    """Known-good's block now is beyond `_disturbance_bound` from its latest earlier block at some
+    level (nothing to compare with: False)."""
+    earlier = [block for block in r.known_good_blocks if block is not before]
+    if not earlier:
+        return False
+    bound = _disturbance_bound(r)
+    aa = _cmp(r, earlier[-1], before, None)
+    return any(i.ratio is not None and abs(i.ratio - 1) > bound for i in aa.per_level)
+
+
+def _clear_win(r: Any, first: Any, before: list[Any], on_winner: bool) -> bool:
+    """An A/B win no drift or launch can explain: improved with the interval's low end at least
+    twice the minimum effect at a judged level, and known-good measured as it measured before (the
+    launch that just won, or a block within the minimum effect of the latest earlier block of
+    known-good and not significantly apart from it; the first block of a run has nothing to agree
+    with). Keeping it at once saves the rollback and the second launch (two restarts); anything
+    less clear goes through A/B/A."""
+    b = r.bench
+    clear = any(i.ci_low is not None and i.ci_low >= 1 + 2 * b.min_effect for i in _judged(first))
+    if first.verdict != "improved" or not clear or first.significantly_worse:
+        return False
+    if on_winner:
+        return True
+    earlier = [block for block in r.known_good_blocks if block is not before]
+    if not earlier:
+        return False
+    aa = _cmp(r, earlier[-1], before, None)  # known-good now against its latest block before
+    return all(
+        abs(i.ratio - 1) < b.min_effect and (i.ci_low or 0) <= 1 <= (i.ci_high or 0)
+        for i in [*aa.per_level, aa.overall]
+        if i.ratio is not None
+    )
