@@ -84,8 +84,11 @@ def _check_flags(cfg: Config, edits: list[tuple[str, str, str | None]]) -> None:
         if research.source_dir is not None:
             tree = local_source(research.source_dir, version=research.version)
         else:
+            from agent.ui import RunUI
+
             v = research.version or asyncio.run(version())
-            tree = get_source(v, repo_url=research.repo_url, cache_dir=research.cache_dir)
+            with RunUI(err_console).waiting() as say:  # a first fetch of a version: tens of seconds
+                tree = get_source(v, repo_url=research.repo_url, cache_dir=research.cache_dir, progress=say)
         catalog = flag_catalog(tree)
     except (SourceError, TransportError, OSError) as e:  # no catalog: deploy still rolls back a bad flag
         err_console.print(f"[yellow]warning:[/] flags not checked against the catalog: {e}", highlight=False)
