@@ -87,10 +87,13 @@ class RunUI:
         known-good before done: 3 repetitions in 87 s; c=1 121, c=8 866, c=64 2,310 tok/s ...`)."""
         trial = data.get("trial")
         if data.get("state") == "start":
-            n = self._blocks[trial] = self._blocks.get(trial, 0) + 1
-            planned = max(v for k, v in BLOCKS_PLANNED.items() if k <= n)
             self._stop_bench()
             self._block_levels = {}
+            if trial is None:  # a block outside any trial (the baseline phase's launch spread)
+                self._block_label = f"known-good, {data.get('label')}"
+                return
+            n = self._blocks[trial] = self._blocks.get(trial, 0) + 1
+            planned = max(v for k, v in BLOCKS_PLANNED.items() if k <= n)
             self._block_label = f"trial {trial} · block {n}/{max(planned, n)}, {data.get('label')}"
             return
         self._stop_bench()

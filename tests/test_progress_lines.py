@@ -137,3 +137,19 @@ def test_a_trial_block_line_gives_its_number_of_planned_and_its_numbers(sim_serv
     means = {c: sum(s.level(c).output_throughput for s in sweeps) / 2 for c in (1, 4)}
     expected = f"trial 3 · block 1/3, known-good before done: 2 repetitions in 4 s; c=1 {means[1]:,.0f}, c=4 {means[4]:,.0f} tok/s"
     assert expected in out.getvalue().replace("\n", " "), out.getvalue()
+
+
+def test_a_block_outside_any_trial_is_named_without_a_trial_number() -> None:
+    """The baseline phase relaunches known-good to measure the launch spread (agent/trial/spread.py):
+    its blocks have no trial (the line said 'trial None · block 1/3')."""
+    ui, out = _ui()
+    for i in (1, 2):
+        ui.record(
+            "block",
+            {"trial": None, "block": f"spread launch {i}", "label": f"spread launch {i}", "state": "start"},
+        )
+        ui.record("block", {"trial": None, "state": "done", "reps": 3, "seconds": 80})
+    assert out.getvalue().splitlines() == [
+        "  known-good, spread launch 1 done: 3 repetitions in 80 s",
+        "  known-good, spread launch 2 done: 3 repetitions in 80 s",
+    ]

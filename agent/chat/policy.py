@@ -117,11 +117,9 @@ def status_text(content: Any) -> str:
         return f"dry run: nothing is deployed by this session; verdicts: {content.get('verdicts') or 'none'}"
     best = content.get("deployed_best")
     lines = [f"deployed: {'the configuration at start' if best == 'baseline' else f'trial {best}'}"]
-    for t in content.get("trials", []):
-        ratio = t.get("ratio")
-        gain = f" ({(ratio - 1) * 100:+.1f}%)" if isinstance(ratio, int | float) else ""
-        decision = str(t.get("decision", "?")).replace("_", " ")
-        lines.append(f"  trial {t.get('trial')} {', '.join(t.get('changes', []))}: {decision}{gain}")
+    for t in content.get("trials", []):  # the decision with its deciding level, as every output says it
+        said = t.get("headline") or str(t.get("decision", "?")).replace("_", " ")
+        lines.append(f"  trial {t.get('trial')} {', '.join(t.get('changes', []))}: {said}")
     lines.append(f"restarts: {content.get('restarts', 0)}, budget: {content.get('budget')}")
     return "\n".join(lines)
 
@@ -142,13 +140,19 @@ def _summary(name: str, content: Any) -> str:
     if name == "run_trial" and isinstance(content, dict):
         if content.get("dry_run"):
             return f"dry run: would trial {content.get('would_trial')}"
-        ratio = content.get("ratio")
-        gain = f" ({(ratio - 1) * 100:+.1f}%)" if isinstance(ratio, int | float) else ""
+        # the numbers the decision used (the paired blocks), not the geometric mean nor a baseline
+        # measured earlier under another load (issue 28: one truth for every number about a change)
+        decided = content.get("decided") or {}
+        per_level = "; ".join(f"c={c}: {v}" for c, v in decided.items())
         return (
             f"trial {content.get('trial')} [{', '.join(content.get('changes', []))}]: "
-            f"{str(content.get('decision', '?')).replace('_', ' ')}{gain} — {content.get('why', '')}\n"
-            f"candidate: {describe_levels(content.get('output_tok_s'))}\n"
-            f"baseline:  {describe_levels(content.get('baseline_output_tok_s'))}"
+            f"{content.get('headline') or str(content.get('decision', '?')).replace('_', ' ')}"
+            f" — {content.get('why', '')}"
+            + (
+                f"\nper level, known-good -> candidate (the blocks the decision compared): {per_level}"
+                if per_level
+                else ""
+            )
         )
     if name == "benchmark" and isinstance(content, dict):
         partial = " (partial: some requests failed)" if content.get("partial") else ""

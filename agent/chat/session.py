@@ -283,7 +283,7 @@ class ChatSession:
                 self.console.print(f"[red]that step failed:[/] {escape(f'{type(e).__name__}: {e}')}")
                 self.transcript.event("note", {"text": f"step failed: {type(e).__name__}: {e}"})
             if reply:
-                self.console.print(f"[bold cyan]optagent>[/] {reply}", highlight=False)
+                self.console.print(f"[bold cyan]optagent>[/] {escape(reply)}", highlight=False)
 
 
 def add_chat_tools(planner: Any) -> None:
