@@ -193,3 +193,15 @@ def test_the_review_and_the_report_say_what_was_tried_together_and_why(tmp_path)
     assert "trial 1 `--a, --b`: kept; small levers tried together" in together
     assert "trial 2, `--b` left out: --b left out" in together
     assert "- launch spread: measured 1.2%" in report and "bundle: --a, --b" in report
+
+
+def test_a_member_expected_below_the_minimum_effect_is_doubtful_however_sure_research_is():
+    members = [cand("--real", "medium", acts=[64]), {**cand("--bookkeeping", "low"), "expected_gain": 0.01}]
+    verdicts = {"--real": APPLIES, "--bookkeeping": {"verdict": "applies", "certainty": 0.9}}
+    doubtful = doubtful_members(members, verdicts, won_at=[64])
+    assert [(c["flag"], why) for c, why in doubtful] == [
+        ("--bookkeeping", "expected +1.0% here, below the +2% minimum effect")
+    ]
+    from agent.policy.playbook import load_playbook
+
+    assert {lv.flag: lv.expected_gain for lv in load_playbook()}["--disable-radix-cache"] == 0.01

@@ -139,13 +139,18 @@ def plan_bundle(
 def doubtful_members(
     members: list[dict[str, Any]], verdicts: dict[str, Any], won_at: list[int]
 ) -> list[tuple[dict[str, Any], str]]:
-    """The members of a kept bundle that must prove themselves: (candidate, why doubtful)."""
+    """The members of a kept bundle that must prove themselves: (candidate, why doubtful): research
+    is unsure of it, its mechanism acts at none of the levels that won, or its plausible gain is
+    below the minimum effect (the rule keeps no lever that adds less)."""
     out = []
     for c in members:
         sure = certainty(verdicts.get(c["flag"]))
         acts = c.get("acts_at_levels")
+        floor = c.get("min_effect") or GAIN_BY_PRIORITY["low"]
         if sure < DOUBTFUL_CERTAINTY:
             out.append((c, f"research certainty {sure:.2f} < {DOUBTFUL_CERTAINTY}"))
+        elif plausible_gain(c) < floor:
+            out.append((c, f"expected +{plausible_gain(c):.1%} here, below the +{floor:.0%} minimum effect"))
         elif acts is not None and won_at and not set(acts) & set(won_at):
             where = ", ".join(f"c={x}" for x in won_at)
             out.append((c, f"its mechanism acts at {acts or 'no measured level'}, the bundle won at {where}"))

@@ -102,6 +102,7 @@ def candidates_view(deps: PlannerDeps) -> list[dict[str, Any]]:
             "expected_gain": getattr(c.lever, "expected_gain", None),
             "restart_cost": getattr(c.lever, "restart_cost", None),
             "establishable": bar,
+            "min_effect": bench.min_effect if bench is not None else None,
             **state(c),
         }
         for c in deps.candidates

@@ -49,6 +49,9 @@ class Lever(BaseModel):
     lower_when: list[str] = Field(default_factory=list)
     """Conditions on the baseline's `state.*` facts that make it worth less here."""
     risk: str = ""
+    expected_gain: float | None = Field(None, ge=0)
+    """The gain it may bring where it acts, when its priority's (high 6%, medium 4%, low 2%) would
+    overstate it (a bookkeeping saving)."""
     lossy: bool = False
     priority: Literal["high", "medium", "low"] = "medium"
     replaced_by: Replacement | None = None
