@@ -20,6 +20,13 @@ sglang 0.5.23 wheel with --no-deps, plus torch and torchvision (its import of
 orjson, requests, tqdm, psutil, pyzmq, pybase64, pillow, IPython, starlette, datasets,
 sentencepiece, compressed-tensors, loguru, gguf, apache-tvm-ffi. Without it, optagent's client runs
 alone. Target: optagent's CPU per token <= bench_serving's in every cell, accuracy >= 0.95.
+
+Measured here (2 shared cores, load average 3-11 from other sessions; 2 runs per cell, ranges), CPU
+s per 1k tokens optagent / bench_serving: c=16: 0.016-0.018 / 0.026-0.033 at 5k tok/s,
+0.007-0.009 / 0.020-0.021 at 20k, 0.005 / 0.011-0.012 at 50k; c=64: 0.016-0.018 / 0.034-0.038,
+0.014 / 0.023-0.024, 0.009 / 0.013-0.016; c=256: 0.018-0.019 / 0.050, 0.010-0.012 / 0.017-0.018,
+0.003-0.004 / 0.011-0.012. Accuracy 0.979-1.000 / 0.856-0.998; start 0.35-1.99 s / 53.7-94.8 s
+(bench_serving imports torch); peak RSS 51-67 MB / 1033-1058 MB.
 """
 
 from __future__ import annotations
