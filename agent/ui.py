@@ -147,6 +147,12 @@ class RunUI:
         else:
             self._research_bar.update(self._research_bar.task_ids[0], description=escape(label))
 
+    def end_research(self) -> None:
+        """Forget research still waiting for a verdict (a step ended or was cancelled)."""
+        self._research.clear()
+        self._research_done = 0
+        self._stop_research()
+
     def _stop_research(self) -> None:
         if self._research_bar is not None:
             self._research_bar.stop()

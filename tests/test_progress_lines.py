@@ -153,3 +153,15 @@ def test_a_block_outside_any_trial_is_named_without_a_trial_number() -> None:
         "  known-good, spread launch 1 done: 3 repetitions in 80 s",
         "  known-good, spread launch 2 done: 3 repetitions in 80 s",
     ]
+
+
+def test_research_a_step_left_without_a_verdict_is_forgotten() -> None:
+    """A chat step cancelled mid-research (Ctrl-C): its flags do not come back in the live count."""
+    ui, _ = _ui(force_terminal=True)
+    ui.research_started("--enable-mixed-chunk")
+    ui.end_research()
+    assert ui._research_bar is None and not ui._research
+    ui.research_started("--disable-radix-cache")
+    assert list(ui._research) == ["--disable-radix-cache"]
+    ui.verdict(_verdict("--disable-radix-cache", "applies", 0.9))
+    assert ui._research_bar is None

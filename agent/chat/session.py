@@ -223,8 +223,11 @@ class ChatSession:
         self._stop_bars()
 
     def _stop_bars(self) -> None:
-        """No progress bar of a cancelled step may keep redrawing over the prompt."""
+        """No progress bar of a cancelled step may keep redrawing over the prompt, nor come back
+        for research a cancelled step left without a verdict."""
         ui = getattr(self.deps, "ui", None)
+        if ui is not None and hasattr(ui, "end_research"):
+            ui.end_research()
         if ui is not None and hasattr(ui, "stop_wait"):
             ui.stop_wait()
 
