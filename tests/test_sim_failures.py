@@ -39,10 +39,10 @@ def test_crashes_under_load_when_memory_fraction_leaves_no_activation_room(sim_s
     # client could send them one by one, each done before the next arrived, and nothing crashed)
     srv = sim_server("seed", ["--mem-fraction-static", "0.95"], time_scale=0.1)
     assert _greedy(srv.endpoint, "light load is fine", 8)  # one small request fits
-    body = {"prompt": list(range(2000)), "max_tokens": 16, "ignore_eos": True}
     together = threading.Barrier(8)
 
-    def post() -> int:
+    def post(i: int) -> int:  # prompts of their own: the prefix cache cannot serve one from another
+        body = {"prompt": list(range(i * 2000, (i + 1) * 2000)), "max_tokens": 16, "ignore_eos": True}
         together.wait()
         try:
             return httpx.post(srv.endpoint + "/v1/completions", json=body, timeout=30).status_code
@@ -50,7 +50,7 @@ def test_crashes_under_load_when_memory_fraction_leaves_no_activation_room(sim_s
             return -1
 
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
-        codes = list(pool.map(lambda _: post(), range(8)))
+        codes = list(pool.map(post, range(8)))
     assert srv.proc.wait(timeout=30) == 1
     assert -1 in codes and "CUDA out of memory" in srv.log()
 
