@@ -153,14 +153,18 @@ def main() -> None:
         held = score_labels("research_labels_holdout.toml", use_startup=use)
         print_scores("taught (research_labels.toml)", taught)
         print_scores("held out (research_labels_holdout.toml)", held)
-        from tests.research_profiles import PROFILES
+        from tests.research_profiles import DATA, PROFILES
 
+        if (DATA / "research_labels_holdout2.toml").exists():  # written after the first set, never taught
+            fresh = score_labels("research_labels_holdout2.toml", use_startup=use)
+            print_scores("held out, second set (research_labels_holdout2.toml)", fresh)
+            held += fresh
         story = PROFILES["story"]
         seed = {n for n, p in PROFILES.items() if (p["config"], p["sm"]) == (story["config"], story["sm"])}
         others = [r for c, _, _, r in taught + held if c["profile"] not in seed]
         sure = [r for _, _, k, r in taught + held if k >= 0.9]
-        print(f"\nboth sets, deployments other than the seed's ({', '.join(sorted(seed))}): {sum(others)}/{len(others)} right")
-        print(f"both sets, certainty >= 0.9: {sum(sure)}/{len(sure)} right")
+        print(f"\nall sets, deployments other than the seed's ({', '.join(sorted(seed))}): {sum(others)}/{len(others)} right")
+        print(f"all sets, certainty >= 0.9: {sum(sure)}/{len(sure)} right")
         return
     trees = (
         [local_source(p) for p in args.source]
