@@ -25,7 +25,12 @@ Each scenario runs at the fastest time scale that keeps its c=64 stream below `-
 wall time (above ~4,000 the client beside the server on 2 cores compresses differences: the first
 runs of this script at 0.2 found 0% of the oracle on the two fastest deployments).
 
-    python benchmarks/bench_agent.py [--scenario NAME]... [--time-scale 0.1] [--wall-rate 4000] [--aa 8]
+The run measures its own launch spread before its first trial (two relaunches of known-good,
+counted in its restarts); each row says the figure, what was tried together and which members were
+left out. The A/A trials measure the spread first too (`--aa-declared`: not).
+
+    python benchmarks/bench_agent.py [--scenario NAME]... [--time-scale 0.1] [--wall-rate 4000] [--aa 30]
+        [--aa-only] [--aa-scale S] [--no-live] [--keep DIR]
 """
 
 from __future__ import annotations
