@@ -8,7 +8,6 @@ import gc
 import json
 import random
 import socket
-import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,8 +17,8 @@ from typing import Any
 
 import httpx
 
-from tools.auth import auth_headers, scrub_server_info
-from tools.bench.netstream import HttpClientError, StreamConnection
+from tools.auth import scrub_server_info
+from tools.bench.netstream import ClientPool
 from tools.bench.prompts import Prompt, load_prompt_file
 from tools.bench.results import RequestResult, SweepResult, summarize_level
 from tools.bench.streaming import API_PATHS, TokenCounter, build_payload, send_request
@@ -47,49 +46,6 @@ class Progress:
 
 
 ProgressFn = Callable[[Progress], None]
-
-
-class ClientPool:
-    """One keep-alive streaming connection per concurrency slot, and one httpx client for the rest.
-
-    Each slot's requests go one after another over its own connection (`StreamConnection`): no
-    pool to rescan, no h11 (see `tools.bench.netstream`). Server info and other small calls use
-    the httpx client.
-    """
-
-    def __init__(self, endpoint: str, slots: int, timeout_s: float, *, api_key: str | None = None) -> None:
-        headers = auth_headers(api_key)  # a server started with --api-key answers 401 without it
-        tls = ssl.create_default_context() if endpoint.startswith("https://") else None
-        self.timeout_s = timeout_s
-        self.slots = [StreamConnection(endpoint, headers=headers, tls=tls) for _ in range(slots)]
-        # trust_env=False: a proxy from the environment must never sit between us and the server.
-        self.client = httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0)),
-            trust_env=False,
-            headers=headers,
-            verify=tls or True,
-        )
-
-    async def preconnect(self, n: int) -> None:
-        """Open the keep-alive connections slots 0..n-1 will use, so that TCP setup and the
-        client's burst of `n` connects stay out of the measured window."""
-
-        async def touch(slot: int) -> None:
-            with contextlib.suppress(HttpClientError):
-                await self[slot].connect(min(self.timeout_s, 10.0))
-
-        await asyncio.gather(*(touch(slot) for slot in range(n)))
-
-    def __getitem__(self, slot: int) -> StreamConnection:
-        return self.slots[slot % len(self.slots)]
-
-    async def __aenter__(self) -> ClientPool:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        for conn in self.slots:
-            conn.close()
-        await self.client.aclose()
 
 
 async def fetch_server_info(client: httpx.AsyncClient, endpoint: str) -> dict[str, Any] | None:

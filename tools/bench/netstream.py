@@ -5,16 +5,22 @@ with h11 (pure Python, one parse step per SSE chunk: a third of the client's CPU
 tokens per second) and wakes a coroutine per network read. Here the event loop hands each read to
 `data_received`, which removes the chunked framing with a few `bytes.find` calls and passes the
 payload of the whole read to a sink at once; the awaiting coroutine wakes only when the response
-ends. Everything that is not a measured stream (server info, health) still goes through httpx.
+ends. Everything that is not a measured stream (server info, health) still goes through httpx:
+`ClientPool` holds a level's connections, one per concurrency slot, and that httpx client.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 import time
 from collections.abc import Callable
 from urllib.parse import urlsplit
+
+import httpx
+
+from tools.auth import auth_headers
 
 Sink = Callable[[bytes, float], None]
 """Receives the body bytes of one network read and the `perf_counter` time they arrived."""
@@ -270,3 +276,46 @@ class StreamConnection:
             self._proto.lost = True
             self._proto.transport.close()
         self._proto = None
+
+
+class ClientPool:
+    """One keep-alive streaming connection per concurrency slot, and one httpx client for the rest.
+
+    Each slot's requests go one after another over its own connection (`StreamConnection`): no
+    pool to rescan, no h11 (see `tools.bench.netstream`). Server info and other small calls use
+    the httpx client.
+    """
+
+    def __init__(self, endpoint: str, slots: int, timeout_s: float, *, api_key: str | None = None) -> None:
+        headers = auth_headers(api_key)  # a server started with --api-key answers 401 without it
+        tls = ssl.create_default_context() if endpoint.startswith("https://") else None
+        self.timeout_s = timeout_s
+        self.slots = [StreamConnection(endpoint, headers=headers, tls=tls) for _ in range(slots)]
+        # trust_env=False: a proxy from the environment must never sit between us and the server.
+        self.client = httpx.AsyncClient(
+            timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0)),
+            trust_env=False,
+            headers=headers,
+            verify=tls or True,
+        )
+
+    async def preconnect(self, n: int) -> None:
+        """Open the keep-alive connections slots 0..n-1 will use, so that TCP setup and the
+        client's burst of `n` connects stay out of the measured window."""
+
+        async def touch(slot: int) -> None:
+            with contextlib.suppress(HttpClientError):
+                await self[slot].connect(min(self.timeout_s, 10.0))
+
+        await asyncio.gather(*(touch(slot) for slot in range(n)))
+
+    def __getitem__(self, slot: int) -> StreamConnection:
+        return self.slots[slot % len(self.slots)]
+
+    async def __aenter__(self) -> ClientPool:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for conn in self.slots:
+            conn.close()
+        await self.client.aclose()
