@@ -201,6 +201,13 @@ async def _index(ctx: DeploymentContext, progress: Any) -> None:
         await asyncio.to_thread(load_index, ctx.tree, progress=progress)
     except Exception as e:  # research reports a damaged index itself; context goes on
         ctx.missing["code index"] = f"{type(e).__name__}: {e}"
+    if ctx.model_config is not None:  # the start-up check's venv, set up once per version (~30 s)
+        from tools.research.startup.resolver import ResolverError, worker_python
+
+        try:
+            await asyncio.to_thread(worker_python, ctx.tree, progress=progress)
+        except ResolverError as e:  # each start-up check then says why it did not run
+            ctx.missing["start-up check"] = str(e)
 
 
 async def _model(ctx: DeploymentContext, transport: Any) -> None:

@@ -30,6 +30,7 @@ import sys
 import tempfile
 import threading
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,8 +59,11 @@ def pinned_requirements(tree: SourceTree) -> list[str]:
     return [f"{name}{pins.get(name, '')}" for name in REAL_PACKAGES]
 
 
-def worker_python(tree: SourceTree, *, cache_dir: Path | None = None) -> Path:
-    """The python of this tree's resolver venv, created once (~20 s, ~300 MB) under the cache."""
+def worker_python(
+    tree: SourceTree, *, cache_dir: Path | None = None, progress: Callable[[str], None] | None = None
+) -> Path:
+    """The python of this tree's resolver venv, created once (~20 s, ~300 MB) under the cache;
+    `progress(text)` is called once before it is created (the caller shows the wait)."""
     requirements = pinned_requirements(tree)
     key = hashlib.sha256("\n".join(requirements).encode()).hexdigest()[:12]
     env = cache_root(cache_dir) / "resolver-env" / key
@@ -68,6 +72,8 @@ def worker_python(tree: SourceTree, *, cache_dir: Path | None = None) -> Path:
         if (env / ".ready").is_file():
             return python
         shutil.rmtree(env, ignore_errors=True)
+        if progress is not None:
+            progress(f"setting up SGLang {tree.version}'s argument resolver (once per version)")
         steps = (
             [sys.executable, "-m", "venv", str(env)],
             [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *requirements],
