@@ -21,12 +21,13 @@ orjson, requests, tqdm, psutil, pyzmq, pybase64, pillow, IPython, starlette, dat
 sentencepiece, compressed-tensors, loguru, gguf, apache-tvm-ffi. Without it, optagent's client runs
 alone. Target: optagent's CPU per token <= bench_serving's in every cell, accuracy >= 0.95.
 
-Measured here (2 shared cores, load average 3-11 from other sessions; 2 runs per cell, ranges), CPU
-s per 1k tokens optagent / bench_serving: c=16: 0.016-0.018 / 0.026-0.033 at 5k tok/s,
-0.007-0.009 / 0.020-0.021 at 20k, 0.005 / 0.011-0.012 at 50k; c=64: 0.016-0.018 / 0.034-0.038,
-0.014 / 0.023-0.024, 0.009 / 0.013-0.016; c=256: 0.018-0.019 / 0.050, 0.010-0.012 / 0.017-0.018,
-0.003-0.004 / 0.011-0.012. Accuracy 0.979-1.000 / 0.856-0.998; start 0.35-1.99 s / 53.7-69.2 s
-(bench_serving imports torch); peak RSS 51-67 MB / 1033-1058 MB.
+Measured here (2 shared cores, load average 1-11 from other sessions; 3 runs per cell, ranges), CPU
+s per 1k tokens optagent / bench_serving: c=16: 0.014-0.018 / 0.026-0.035 at 5k tok/s,
+0.007-0.009 / 0.020-0.021 at 20k, 0.005-0.006 / 0.011-0.012 at 50k; c=64: 0.013-0.018 /
+0.029-0.038, 0.011-0.014 / 0.023-0.024, 0.009-0.011 / 0.013-0.018; c=256: 0.018-0.021 /
+0.050-0.056, 0.010-0.014 / 0.017-0.030, 0.003-0.012 / 0.011-0.021. Accuracy 0.979-1.000 /
+0.856-0.998; start 0.35-1.99 s / 53.3-69.2 s (bench_serving imports torch); peak RSS 51-71 MB /
+1002-1058 MB.
 """
 
 from __future__ import annotations
