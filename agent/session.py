@@ -172,7 +172,7 @@ async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
             if runner is not None:
                 status = await _combine_if_needed(ui, runner, status)
                 await deployment.rollback()  # no-op unless something is still in flight
-            measured = [spread.describe(), f"load at baseline: {state.describe()}"]
+            measured = [spread.describe(), f"load at baseline: {state.describe()}", *_order_notes(deps)]
             result = await _final(
                 ui, config, runner, baseline, conclusion, status, started, bench_s,
                 explain=lambda r: (explain_run(r, deps, runner, opts, config), r.measured.extend(measured)),
@@ -180,6 +180,18 @@ async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
     finally:
         await transport.close()
     return result
+
+
+def _order_notes(deps: Any) -> list[str]:
+    """What the baseline's load made of each candidate's value (only those it changed)."""
+    from agent.policy.planner import candidates_view
+
+    out = [
+        f"{c['flag']} x{c['state_factor']:g} ({'; '.join(c['state_why'])})"
+        for c in candidates_view(deps)
+        if c.get("state_factor", 1.0) != 1.0 and c["status"] == "candidate"
+    ]
+    return ["order from the load: " + ", ".join(out)] if out else []
 
 
 def restart_budget(given: int | None, grid: int) -> int:

@@ -78,3 +78,20 @@ def test_the_state_changes_the_order_beside_the_priority():
 def test_no_baseline_state_leaves_the_playbook_priority_alone():
     empty = load_state(SEED, BENCH, [])
     assert state_factor(LEVER["--cuda-graph-max-bs"], empty) == (1.0, [])
+
+
+def test_the_report_says_what_the_load_made_of_each_candidate():
+    from types import SimpleNamespace
+
+    from agent.policy.playbook import evaluate
+    from agent.session import _order_notes
+
+    facts = {**SEED, "bench.max_concurrency": 64, "bench.kv_tokens_needed": 73728,
+             "flag.cuda_graph_max_bs_decode": 32, "server.chunked_prefill_size": 8192}  # fmt: skip
+    deps = SimpleNamespace(
+        candidates=evaluate(load_playbook(), facts), state=load_state(SEED, BENCH, BASE), runner=None,
+        spread=None, allow_lossy=False,
+    )  # fmt: skip
+    [line] = _order_notes(deps)
+    assert line.startswith("order from the load: --cuda-graph-max-bs x1.5 (raised: state.uncaptured_share")
+    assert "--enable-mixed-chunk x1.5" in line and "--kv-cache-dtype x0.25" in line
