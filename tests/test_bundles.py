@@ -106,6 +106,7 @@ def leave_out(monkeypatch, launches: Launches) -> tuple[TrialRunner, TrialRecord
     """Leave --enable-mixed-chunk out of a kept bundle (with --cuda-graph-max-bs-decode 64) on `launches`
     (A: the bundle, B: without the member)."""
     import agent.trial.paired as pt
+    import agent.trial.prune as pr
 
     async def measure(*args: object, **kw: object):  # type: ignore[no-untyped-def]
         return launches.block()
@@ -116,6 +117,7 @@ def leave_out(monkeypatch, launches: Launches) -> tuple[TrialRunner, TrialRecord
     monkeypatch.setattr(pt, "measure", measure)
     monkeypatch.setattr(pt, "_warm", nothing)
     monkeypatch.setattr(pt, "_probe_ok", nothing)
+    monkeypatch.setattr(pr, "_probe_ok", nothing)  # prune binds its own name at import
     runner = TrialRunner(
         deployment=launches, endpoint="http://127.0.0.1:9", bench=BenchConfig(),
         objective=objective_from_goal("improve throughput"), baseline=Baseline(reps=[], probe=None, text=UNIT),
