@@ -10,7 +10,7 @@ from agent.policy.order import doubtful_members, establishable, next_trials, pla
 from agent.trial.record import Baseline, TrialChange, TrialRecord
 from agent.trial.runner import TrialRunner
 from tests.test_order import _calls, _history
-from tests.test_paired_trial import UNIT, Launches
+from tests.test_paired_trial import UNIT, Launches, script_blocks
 from tools.bench.objective import objective_from_goal
 from tools.config import BenchConfig
 
@@ -105,19 +105,7 @@ def planner_policy_for(cands: list[dict], verdicts: dict, bundles: list[tuple[di
 def leave_out(monkeypatch, launches: Launches) -> tuple[TrialRunner, TrialRecord]:  # type: ignore[no-untyped-def]
     """Leave --enable-mixed-chunk out of a kept bundle (with --cuda-graph-max-bs-decode 64) on `launches`
     (A: the bundle, B: without the member)."""
-    import agent.trial.paired as pt
-    import agent.trial.prune as pr
-
-    async def measure(*args: object, **kw: object):  # type: ignore[no-untyped-def]
-        return launches.block()
-
-    async def nothing(*args: object) -> None:
-        return None
-
-    monkeypatch.setattr(pt, "measure", measure)
-    monkeypatch.setattr(pt, "_warm", nothing)
-    monkeypatch.setattr(pt, "_probe_ok", nothing)
-    monkeypatch.setattr(pr, "_probe_ok", nothing)  # prune binds its own name at import
+    script_blocks(monkeypatch, launches)
     runner = TrialRunner(
         deployment=launches, endpoint="http://127.0.0.1:9", bench=BenchConfig(),
         objective=objective_from_goal("improve throughput"), baseline=Baseline(reps=[], probe=None, text=UNIT),

@@ -10,7 +10,7 @@ import math
 from agent.trial.record import Baseline
 from agent.trial.runner import TrialRunner
 from agent.trial.spread import MARK, measure_spread, spread_of_blocks
-from tests.test_paired_trial import UNIT, Launches
+from tests.test_paired_trial import UNIT, Launches, script_blocks
 from tools.bench.objective import objective_from_goal
 from tools.bench.paired import launch_spread, paired_compare
 from tools.config import BenchConfig
@@ -29,16 +29,7 @@ class Marked(Launches):
 
 
 def runner_on(monkeypatch, launches: Launches, bench: BenchConfig) -> TrialRunner:  # type: ignore[no-untyped-def]
-    import agent.trial.paired as pt
-
-    async def measure(*args: object, **kw: object):  # type: ignore[no-untyped-def]
-        return launches.block()
-
-    async def nothing(*args: object) -> None:
-        return None
-
-    monkeypatch.setattr(pt, "measure", measure)
-    monkeypatch.setattr(pt, "_warm", nothing)
+    script_blocks(monkeypatch, launches, probe=True)
     baseline = Baseline(reps=launches.block(), probe=None, text=UNIT)
     return TrialRunner(
         deployment=launches, endpoint="http://127.0.0.1:9", bench=bench, objective=GOAL, baseline=baseline

@@ -24,6 +24,25 @@ ExecStart=/opt/venv/bin/python -m sglang.launch_server --model-path /models/m --
 LEVELS = {1: 120.0, 8: 400.0, 64: 1200.0}
 
 
+def script_blocks(monkeypatch, launches: Launches, *, probe: bool = False) -> None:  # type: ignore[no-untyped-def]
+    """Every block the trial code measures comes from `launches`; no warm-up (nor, unless `probe`,
+    output probe) runs against the unreachable endpoint."""
+    import agent.trial.paired as pt
+    import agent.trial.prune as pr
+
+    async def measure(*args: object, **kw: object):  # type: ignore[no-untyped-def]
+        return launches.block()
+
+    async def nothing(*args: object) -> None:
+        return None
+
+    monkeypatch.setattr(pt, "measure", measure)
+    monkeypatch.setattr(pt, "_warm", nothing)
+    if not probe:
+        monkeypatch.setattr(pt, "_probe_ok", nothing)
+        monkeypatch.setattr(pr, "_probe_ok", nothing)  # prune binds its own name at import
+
+
 @dataclass
 class Launches:
     """Known-good (A) or the candidate (B) runs; every deploy and rollback is a new launch whose
