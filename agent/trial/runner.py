@@ -88,16 +88,13 @@ class TrialRunner:
         return apply_changes(self.baseline.text, self.kept_changes)
 
     def trial_estimate(self) -> float:
-        """Seconds the next trial may take if it wins: the longest kept one (a kept trial includes
-        deploying the winner again and checking it), else half as long again as the longest measured
-        one; before the first, a winner's blocks (known-good, candidate, known-good, confirm) and two
-        restarts at the time one baseline repetition took in this run."""
-        measured = [t for t in self.trials if t.deployed]
-        longest = max((t.seconds for t in measured), default=0.0)
-        kept = max((t.seconds for t in measured if t.decision == "kept"), default=0.0)
-        if not measured:
-            return (4 * self.bench.reps + 2) * rep_seconds(self.baseline.reps)
-        return max(kept, longest) if kept else 1.5 * longest
+        """Seconds the next trial may take if it wins: a winner's blocks (known-good, candidate,
+        known-good, confirm) and two restarts at the time one baseline repetition took in this run,
+        or the longest trial measured when one took longer (a trial that went to a second or third
+        launch already paid for every block a winner needs; a third launch checks the deadline
+        again before it starts)."""
+        shape = (4 * self.bench.reps + 2) * rep_seconds(self.baseline.reps)
+        return max([shape] + [t.seconds for t in self.trials if t.deployed])
 
     def budget_left(self, *, reserve: float = 0.0) -> str | None:
         """None when another trial may start (leaving `reserve` seconds), else why not."""
