@@ -36,6 +36,7 @@ FILES = {
             tp_size: int = 1
             pp_size: int = 1
             dp_size: int = 1
+            speculative_algorithm: str = None
 
             @staticmethod
             def add_cli_args(parser):
@@ -55,6 +56,7 @@ FILES = {
                 parser.add_argument("--tp-size", type=int, default=ServerArgs.tp_size)
                 parser.add_argument("--pp-size", type=int, default=ServerArgs.pp_size)
                 parser.add_argument("--dp-size", type=int, default=ServerArgs.dp_size)
+                parser.add_argument("--speculative-algorithm", default=ServerArgs.speculative_algorithm)
         """,
     "srt/layers/attention/registry.py": """
         ATTENTION_BACKENDS = {}
@@ -109,6 +111,67 @@ FILES = {
                     raise ValueError("bidirectional attention needs the triton backend")
 
         EntryClass = GemmaForConditionalGeneration
+        """,
+    "srt/speculative/spec_info.py": """
+        from enum import Enum, auto
+
+        class SpeculativeAlgorithm(Enum):
+            EAGLE = auto()
+            NONE = auto()
+
+            @classmethod
+            def from_string(cls, name):
+                if name is None:
+                    return cls.NONE
+                return cls[name.upper()]
+
+            def is_none(self) -> bool:
+                return self == SpeculativeAlgorithm.NONE
+
+            def create_worker(self):
+                from sglang.srt.speculative.eagle_worker import EagleWorker
+                return EagleWorker
+        """,
+    "srt/speculative/eagle_worker.py": """
+        from sglang.srt.layers.attention.triton_backend import TritonBackend
+
+        class DraftBackendFactory:
+            def __init__(self, runner):
+                self.runner = runner
+
+            def create_decode_backend(self):
+                return TritonBackend(self.runner)
+
+        class DraftWorker:
+            def __init__(self, runner):
+                self.runner = runner
+
+            def init_attention_backend(self):
+                self.backend = DraftBackendFactory(self.runner).create_decode_backend()
+
+        class StandaloneDraftWorker(DraftWorker):
+            def __init__(self, runner):
+                self.runner = runner
+                self.init_attention_backend()
+
+        class EagleWorker:
+            def __init__(self, runner):
+                self.draft = StandaloneDraftWorker(runner)
+        """,
+    "srt/managers/scheduler.py": """
+        from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+        class SpecScheduler:
+            def __init__(self, server_args):
+                self.server_args = server_args
+                self.spec_algorithm = SpeculativeAlgorithm.from_string(server_args.speculative_algorithm)
+
+            def maybe_init_draft_worker(self, runner):
+                if self.spec_algorithm.is_none():
+                    self.draft_worker = None
+                    return
+                worker_class = self.spec_algorithm.create_worker()
+                self.draft_worker = worker_class(runner)
         """,
     "srt/disagg/decode.py": """
         from enum import Enum
@@ -275,6 +338,7 @@ def _facts(backend: str) -> dict[str, object]:
         "server.tp_size": 1,
         "server.attention_backend": backend,
         "model.architecture": "LlamaForCausalLM",
+        "server.speculative_algorithm": None,  # as a live server reports it
     }
 
 
@@ -299,6 +363,17 @@ def test_a_method_runs_only_where_its_class_is_built(index) -> None:  # type: ig
     assert off.verdict == "no-op", off.summary
     assert "TritonBackend is not built here" in off.summary, off.summary
     on = analyze_flag(index, "--decode-steps", _facts("triton"), value="2")
+    assert on.verdict == "applies", on.summary
+
+
+def test_a_backend_built_only_by_draft_workers_needs_speculative_decoding(index) -> None:  # type: ignore[no-untyped-def]
+    """Besides the registry, the draft worker's factory builds TritonBackend; that worker is a base
+    class built through a subclass, which the class `create_worker` returns builds, which the
+    scheduler asks for only when `SpeculativeAlgorithm.from_string(...)` is not NONE."""
+    off = analyze_flag(index, "--kv-splits", _facts("fa3"), value="16")
+    assert off.verdict == "no-op", off.summary
+    spec = {**_facts("fa3"), "server.speculative_algorithm": "eagle"}
+    on = analyze_flag(index, "--kv-splits", spec, value="16")
     assert on.verdict == "applies", on.summary
 
 

@@ -5,9 +5,11 @@ A site is off here when its guard fails, when the calling function sits in a mod
 does not load, when the caller is a registry entry that is not selected (`@register_attention_backend
 ("triton")` with attention_backend fa3), or when the caller is a method of a class that is never
 built here. A method runs only where its class is built: every `Class(...)` of the tree must be
-off. Any site that is open keeps the function running; so does a class built in ways no call edge
-shows (a base of another class, passed on as a value, `cls(...)` in its own classmethods).
-All three-valued: an unknown condition is never a gate.
+off, and so must the construction of every subclass (building one runs the base's `__init__` and
+methods). A class used as a value (`return EagleWorker` in `create_worker`) is built where that
+use runs. Callers are followed `DEPTH` steps up. Any site that is open keeps the function running;
+so does a class built in ways no call edge shows (a subclass without its own `__init__`, a table
+entry, `cls(...)` in its own classmethods). All three-valued: an unknown condition is never a gate.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ from tools.research.reach import ExitPath, locals_of
 
 MAX_SITES = 24
 """A function whose name more functions than this call is not examined (each site is evaluated)."""
+DEPTH = 6
+"""Callers followed up from a reader (a class's construction counts as one step): a draft worker's
+attention backend is built five steps below the scheduler's `if spec_algorithm.is_none(): return`."""
 
 
 def env_of(
@@ -43,7 +48,7 @@ index, facts and flag they hold for (held, so their ids are not reused)."""
 
 
 def caller_gate(
-    index: FlagIndex, func: Func, facts: dict[str, Any], flag: dict[str, Any], *, depth: int = 2
+    index: FlagIndex, func: Func, facts: dict[str, Any], flag: dict[str, Any], *, depth: int = DEPTH
 ) -> ExitPath | None:
     """The gate that keeps every caller of `func` from calling it here, or None (callers followed
     `depth` levels up; answers kept for the facts and flag in hand: readers share their callers)."""
@@ -63,9 +68,15 @@ def _caller_gate(
     index: FlagIndex, func: Func, facts: dict[str, Any], flag: dict[str, Any], *, depth: int
 ) -> ExitPath | None:
     sites = index.call_sites(func, limit=MAX_SITES, uses=True)
-    if not sites:
+    subs = _subclass_inits(index, func)
+    if sites is None or subs is None or not (sites or subs):
         return None
     first = None
+    for init in subs:  # building a subclass runs this class's __init__ and methods too
+        gate = caller_gate(index, init, facts, flag, depth=depth)
+        if gate is None:
+            return None
+        first = first or gate
     for caller, call in sites:
         if call is None:  # used without a call (`isinstance(x, Class)`, a table): runs if its user does
             gate = _caller_off(index, caller, None, facts, flag, depth=depth)
@@ -85,8 +96,18 @@ def _caller_gate(
     return first
 
 
+def _subclass_inits(index: FlagIndex, func: Func) -> list[Func] | None:
+    """For a constructor: the constructors of the tree's subclasses of its class; None when a
+    subclass has none of its own (it is built by calls of its name, which the index does not keep)."""
+    cls = _init_class(func.qual)
+    if cls is None:
+        return []
+    inits = [index.func(path, f"{sub}.__init__") for path, sub in index.subclasses(cls)]
+    return None if None in inits else inits
+
+
 def construction_gate(
-    index: FlagIndex, func: Func, facts: dict[str, Any], flag: dict[str, Any], *, depth: int = 2
+    index: FlagIndex, func: Func, facts: dict[str, Any], flag: dict[str, Any], *, depth: int = DEPTH
 ) -> ExitPath | None:
     """For a method: the gate that keeps its class from being built here, or None."""
     cls = class_of(index, func)

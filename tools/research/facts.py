@@ -20,7 +20,7 @@ def deployment_facts(
     """Every fact guards are evaluated against, for one deployment and version (`declared`: the
     catalog's defaults, `default_facts`, computed once by the caller)."""
     resolved = {f"server.{k}": v for k, v in (startup.baseline if startup else {}).items() if _scalar(v)}
-    code = {CODE_ENUMS: index.enums, **installed(index, given)}
+    code = {CODE_ENUMS: index.enums, MODEL_ATTRS: index.config_attrs, **installed(index, given)}
     return {**declared, **resolved, **model_config_facts(index, startup), **code, **given}
 
 

@@ -368,12 +368,39 @@ class _Eval:
                 return frozenset(ast.literal_eval(node.args[0]))
             except (ValueError, TypeError, SyntaxError):
                 return UNKNOWN
+        if isinstance(func, ast.Attribute) and (method := self.enum_method(node, func, depth)) is not None:
+            return method
         arity = 1 if len(node.args) == 1 and _SERVER_ARGS.search(_dotted(node.args[0])) else 0
         queries = self.env.queries if len(node.args) == arity and not node.keywords and depth < 5 else None
         if queries is not None and (query := queries(name, arity)) is not None:
             return self.query(*query, depth)
         self.out.runtime.append(name + "()")
         return UNKNOWN
+
+    def enum_method(self, node: ast.Call, func: ast.Attribute, depth: int) -> Any:
+        """A method of one of the tree's enums, on the class (`Mode.from_string(cfg.x)`) or on a
+        member (`self.mode.is_none()`), evaluated from its body with the arguments in place; None
+        when it is not one (or it cannot be read)."""
+        enums = self.env.facts.get(CODE_ENUMS, {})
+        if self.env.queries is None or depth >= 5 or node.keywords or not enums:
+            return None
+        owner = _dotted(func.value)
+        if owner in enums:
+            first = ast.Name(owner, ast.Load())  # `cls`
+        else:
+            scratch = Outcome()  # a receiver that is no member leaves no trace in the answer
+            value = _Eval(self.env, scratch).ev(func.value, depth)
+            if not (isinstance(value, Member) and value.partition(".")[0] in enums):
+                return None
+            self.out.used += scratch.used
+            owner, first = value.partition(".")[0], _parse(value)
+        query = self.env.queries(f"{owner}.{func.attr}", -1)
+        lam = _parse(query[0]) if query else None
+        if not isinstance(lam, ast.Lambda) or len(lam.args.args) != len(node.args) + 1:
+            return None
+        bound = dict(zip([a.arg for a in lam.args.args], [first, *node.args], strict=True))
+        body = _Bind(bound).visit(lam.body)
+        return self.ev(body, depth + 1)
 
     def query(self, text: str, consts: dict[str, str], where: str, depth: int) -> Any:
         """A one-line query function's returned expression, evaluated where it is defined."""
@@ -422,6 +449,9 @@ def _compare(left: Any, op: ast.cmpop, right: Any) -> Any:
         return same if isinstance(op, ast.Is) else not same
     if left is UNKNOWN or right is UNKNOWN:
         return UNKNOWN
+    members = isinstance(right, tuple | frozenset) and all(isinstance(i, Member) for i in right)
+    if isinstance(op, ast.In | ast.NotIn) and isinstance(left, Member) and members:
+        return (left in right) == isinstance(op, ast.In)  # `self in (Mode.A, Mode.B)`
     if isinstance(left, Member) != isinstance(right, Member):
         return UNKNOWN  # a member against a raw value: equal only for some enum mixins
     if isinstance(left, _NonDefault) or isinstance(right, _NonDefault):
@@ -443,6 +473,16 @@ def _compare(left: Any, op: ast.cmpop, right: Any) -> Any:
         }[type(op)]()
     except (TypeError, KeyError):
         return UNKNOWN
+
+
+class _Bind(ast.NodeTransformer):
+    """A method's parameters replaced by the expressions it is called with."""
+
+    def __init__(self, bound: dict[str, ast.expr]):
+        self.bound = bound
+
+    def visit_Name(self, node: ast.Name) -> ast.expr:  # noqa: N802 - ast's visitor naming
+        return self.bound.get(node.id, node)
 
 
 def _dotted(node: ast.expr) -> str:

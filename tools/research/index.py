@@ -30,7 +30,7 @@ from tools.research.index_types import Call, Func, ModuleFacts, Read
 from tools.research.index_walk import LOG, walk_file
 from tools.research.source import SourceTree, cache_lock, cache_root
 
-INDEX_FORMAT = 26
+INDEX_FORMAT = 27
 MAX_FILE_BYTES = 4 * 2**20
 """A Python file larger than this is not indexed (the index notes it: `FlagIndex.skipped`)."""
 _OFF_PATH_DIRS = frozenset(
@@ -158,6 +158,19 @@ class FlagIndex:
         a setting the server fills in after start-up resolution (at model load)."""
         return pickle.loads(self._meta["fills"]) if "fills" in self._meta else {}
 
+    @cached_property
+    def _subclasses(self) -> dict[str, list[tuple[str, str]]]:
+        out: dict[str, list[tuple[str, str]]] = {}
+        for path, m in self.modules.items():
+            for cls, bases in m.bases.items():
+                for base in bases:
+                    out.setdefault(base, []).append((path, cls))
+        return out
+
+    def subclasses(self, name: str) -> list[tuple[str, str]]:
+        """(path, class) of every class of the tree that names a base called `name`."""
+        return self._subclasses.get(name, [])
+
     def reads(self, dest: str) -> list[Read]:
         """Every read of `dest` on the serving path, in path/line order."""
         row = self._con.execute("SELECT data FROM reads WHERE dest = ?", (dest,)).fetchone()
@@ -238,7 +251,11 @@ class FlagIndex:
         """A one-line query function named `name`, evaluated in place of a call with `arity`
         arguments (0, or 1: the server args, as in `attn_dp_enabled_of(view)`): (its returned
         expression, its module's constants, `path::qual`); None unless the name is defined once,
-        takes that many arguments and its body is a single `return <expr>`."""
+        takes that many arguments and its body is a single `return <expr>`. A method named
+        `Class.method` (a tree enum's, `arity` -1) is given as a `lambda` of its parameters: its
+        early returns in order, then its single return (or nothing known)."""
+        if "." in name:
+            return self._method(name)
         keys = self._by_name(name)
         if len(keys) != 1:
             return None
@@ -251,6 +268,18 @@ class FlagIndex:
             return None
         module = self.modules.get(func.path)
         return func.value, module.consts if module else {}, keys[0]
+
+    def _method(self, qual: str) -> tuple[str, dict[str, str], str] | None:
+        keys = [k for k in self._by_name(qual.rsplit(".", 1)[-1]) if k.endswith(f"::{qual}")]
+        func = self.func(*keys[0].split("::", 1)) if len(keys) == 1 else None
+        if func is None or not (func.value or func.gates):
+            return None
+        body = f"({func.value})" if func.value else "__not_followed__"
+        for gate in reversed([g for g in func.gates if g.kind == "return" and g.message.startswith("return ")]):
+            test = " and ".join(f"({g})" for g in gate.guards) or "True"
+            body = f"({gate.message.removeprefix('return ')}) if ({test}) else {body}"
+        module = self.modules.get(func.path)
+        return f"lambda {', '.join(func.params)}: {body}", module.consts if module else {}, keys[0]
 
     def package_rel(self, path: str) -> str:
         """`sglang/srt/x.py` -> `srt/x.py`."""

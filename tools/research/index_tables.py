@@ -10,12 +10,18 @@ from tools.research.index_types import ModuleFacts
 from tools.research.source import SourceTree, wheel_requirements
 
 
+_CONVERTED = re.compile(r"[A-Z]\w*\.\w+\((self\.)?server_args\.\w+\)")
+"""`Mode.from_string(server_args.x)`: one server argument converted by a class's own method."""
+
+
 def config_attrs(facts: list[ModuleFacts]) -> dict[str, tuple[str, frozenset[str]]]:
     """Attributes that hold a model config's fact: `self.x = <expr>` set from a model config in one
     way across the tree (`self.is_hybrid_swa = model_config.is_hybrid_swa`, `self.use_mla_backend =
     self.model_config.attention_arch == AttentionArch.MLA`), or copied from another object's `x`
-    (`self.is_hybrid_swa = model_runner.is_hybrid_swa`). attr -> (expr, classes that set it
-    otherwise: their `self.x` is their own). ModelConfig's own assignments are the facts themselves."""
+    (`self.is_hybrid_swa = model_runner.is_hybrid_swa`), or converted from one server argument by a
+    class's own method (`self.spec_algorithm = SpeculativeAlgorithm.from_string(server_args.x)`).
+    attr -> (expr, classes that set it otherwise: their `self.x` is their own). ModelConfig's own
+    assignments are the facts themselves."""
     exprs: dict[str, dict[str, set[str]]] = {}
     for m in facts:
         for cls, attr, expr in m.attrs:
@@ -24,7 +30,7 @@ def config_attrs(facts: list[ModuleFacts]) -> dict[str, tuple[str, frozenset[str
         m.attrs = []
     out: dict[str, tuple[str, frozenset[str]]] = {}
     for attr, by_expr in exprs.items():
-        sources = [e for e in by_expr if "model_config." in e and "(" not in e]
+        sources = [e for e in by_expr if ("model_config." in e and "(" not in e) or _CONVERTED.fullmatch(e)]
         if len(sources) != 1:
             continue
         copies = {e for e in by_expr if re.fullmatch(rf"[\w.]+\.{re.escape(attr)}", e)} - set(sources)

@@ -109,6 +109,8 @@ class ModuleFacts:
     imports: list[str] = field(default_factory=list)
     classes: dict[str, list[str]] = field(default_factory=dict)
     """Class name -> the fields it declares (class-level annotations)."""
+    bases: dict[str, list[str]] = field(default_factory=dict)
+    """Class name -> its bases' last names: building the class runs the bases' methods too."""
     funcs: list[Func] = field(default_factory=list)
     reads: list[Read] = field(default_factory=list)
     refs: list[str] = field(default_factory=list)

@@ -140,17 +140,17 @@ class _Walker:
                 if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name):
                     fields.append(s.target.id)
             if any("Enum" in src(b) for b in st.bases):  # `class Mode(Enum): DECODE = "decode"`
-                self.m.enums[st.name] = {
-                    t.id: s.value.value
+                self.m.enums[st.name] = {  # a member without a constant (`auto()`) equals no raw value
+                    t.id: s.value.value if isinstance(s.value, ast.Constant) else f"\x00{st.name}.{t.id}"
                     for s in st.body
-                    if isinstance(s, ast.Assign) and isinstance(s.value, ast.Constant)
+                    if isinstance(s, ast.Assign)
                     for t in s.targets
-                    if isinstance(t, ast.Name)
+                    if isinstance(t, ast.Name) and not t.id.startswith("_")
                 }
             for d in st.decorator_list:
                 self.expr(d, guards, st)
-            # a subclass may run the base's __init__: the base is used without a call edge showing it
-            self.m.refs += [src(b).rsplit(".", 1)[-1] for b in st.bases]
+            # a subclass runs the base's methods: `FlagIndex.subclasses` follows its construction
+            self.m.bases[st.name] = [src(b).rsplit(".", 1)[-1] for b in st.bases]
             self.body(st.body, [])
             self.cls = outer
         elif isinstance(st, ast.If | ast.While):
