@@ -37,6 +37,7 @@ FILES = {
             pp_size: int = 1
             dp_size: int = 1
             speculative_algorithm: str = None
+            fp8_runner: str = "auto"
 
             @staticmethod
             def add_cli_args(parser):
@@ -57,6 +58,7 @@ FILES = {
                 parser.add_argument("--pp-size", type=int, default=ServerArgs.pp_size)
                 parser.add_argument("--dp-size", type=int, default=ServerArgs.dp_size)
                 parser.add_argument("--speculative-algorithm", default=ServerArgs.speculative_algorithm)
+                parser.add_argument("--fp8-runner", default=ServerArgs.fp8_runner)
         """,
     "srt/layers/attention/registry.py": """
         ATTENTION_BACKENDS = {}
@@ -172,6 +174,57 @@ FILES = {
                     return
                 worker_class = self.spec_algorithm.create_worker()
                 self.draft_worker = worker_class(runner)
+        """,
+    "srt/layers/quantization/__init__.py": """
+        from sglang.srt.layers.quantization.fp8 import Fp8Config
+
+        BASE_METHODS = {"fp8": Fp8Config}
+        QUANT_METHODS = {**BASE_METHODS}
+
+        def get_quantization_config(name):
+            if name not in QUANT_METHODS:
+                raise ValueError("unknown quantization method")
+            return QUANT_METHODS[name]
+        """,
+    "srt/layers/quantization/fp8.py": """
+        from sglang.srt.config import get_args
+
+        class Fp8LinearMethod:
+            def __init__(self, config):
+                self.runner = get_args().fp8_runner
+
+            def apply(self, x):
+                return gemm(x, self.runner)
+
+        class Fp8Config:
+            def __init__(self, block):
+                self.block = block
+
+            @classmethod
+            def from_config(cls, cfg):
+                return cls(cfg.get("block"))
+
+            def get_quant_method(self, layer):
+                return Fp8LinearMethod(self)
+        """,
+    "srt/model_loader/quant.py": """
+        from sglang.srt.layers.quantization import QUANT_METHODS, get_quantization_config
+        from sglang.srt.layers.quantization.fp8 import Fp8LinearMethod
+
+        def get_quant_config(model_config):
+            quant_cls = get_quantization_config(model_config.quantization)
+            return quant_cls.from_config({})
+
+        def load_quant(model_config):
+            if model_config.quantization is not None:
+                return get_quant_config(model_config)
+            return None
+
+        def is_known(name):
+            return name in QUANT_METHODS
+
+        def is_fp8_layer(layer):
+            return isinstance(layer.quant_method, Fp8LinearMethod)
         """,
     "srt/disagg/decode.py": """
         from enum import Enum
@@ -374,6 +427,20 @@ def test_a_backend_built_only_by_draft_workers_needs_speculative_decoding(index)
     assert off.verdict == "no-op", off.summary
     spec = {**_facts("fa3"), "server.speculative_algorithm": "eagle"}
     on = analyze_flag(index, "--kv-splits", spec, value="16")
+    assert on.verdict == "applies", on.summary
+
+
+def test_a_quantization_method_is_built_only_for_a_model_quantized_with_it(index) -> None:  # type: ignore[no-untyped-def]
+    """Fp8LinearMethod is built by Fp8Config, which only its own classmethod builds (`cls(...)`);
+    the class is held in a table (copied into another) whose entry `get_quantization_config` takes
+    out, called only when the model is quantized. A membership test on the table and an
+    `isinstance` on the method build nothing."""
+    plain = {**_facts("fa3"), "model_config.quantization": None}
+    off = analyze_flag(index, "--fp8-runner", plain, value="triton")
+    assert off.verdict == "no-op", off.summary
+    assert "model_config.quantization" in off.summary, off.summary
+    fp8 = {**_facts("fa3"), "model_config.quantization": "fp8"}
+    on = analyze_flag(index, "--fp8-runner", fp8, value="triton")
     assert on.verdict == "applies", on.summary
 
 

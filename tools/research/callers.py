@@ -8,12 +8,15 @@ built here. A method runs only where its class is built: every `Class(...)` of t
 off, and so must the construction of every subclass (building one runs the base's `__init__` and
 methods). A class used as a value (`return EagleWorker` in `create_worker`) is built where that
 use runs. Callers are followed `DEPTH` steps up. Any site that is open keeps the function running;
-so does a class built in ways no call edge shows (a subclass without its own `__init__`, a table
-entry, `cls(...)` in its own classmethods). All three-valued: an unknown condition is never a gate.
+so does a class built in ways no edge shows (it or a subclass has no `__init__` of its own). A
+class its own classmethods build (`cls(...)`) is reached through whoever holds the class: a
+caller naming it, a module-level table read by a function (`QUANTIZATION_METHODS[name]`).
+All three-valued: an unknown condition is never a gate.
 """
 
 from __future__ import annotations
 
+import re
 import threading
 from dataclasses import replace
 from typing import Any
@@ -77,8 +80,11 @@ def _caller_gate(
         if gate is None:
             return None
         first = first or gate
+    name = _init_class(func.qual) or func.qual.rsplit(".", 1)[-1]
     for caller, call in sites:
-        if call is None:  # used without a call (`isinstance(x, Class)`, a table): runs if its user does
+        if call is None and (_type_test_only(caller, name) or _own_method(caller, func)):
+            continue  # `isinstance(x, Class)`, `Class.helper(...)` in its own methods: builds nothing
+        if call is None:  # used without a call (a callback, a class returned): runs if its user does
             gate = _caller_off(index, caller, None, facts, flag, depth=depth)
             if gate is None and depth > 1:
                 gate = caller_gate(index, caller, facts, flag, depth=depth - 1)
@@ -94,6 +100,33 @@ def _caller_gate(
             return None
         first = first or gate
     return first
+
+
+_TYPE_TEST = re.compile(r"\b(?:isinstance|issubclass)\((?:[^()]|\([^()]*\))*\)")
+
+
+def _type_test_only(caller: Func, name: str) -> bool:
+    """Whether `caller` uses `name` only as the class an `isinstance`/`issubclass` test names:
+    it appears in such a test, and in no other argument, local, return or guard text."""
+    word = re.compile(rf"\b{re.escape(name)}\b")
+    tests = [c for c in caller.outside if c.callee in ("isinstance", "issubclass") and len(c.args) == 2]
+    if not any(word.search(c.args[1]) for c in tests):
+        return False
+    texts = [
+        *(a for c in [*caller.calls, *caller.outside] if c not in tests for a in c.args),
+        *(v for c in [*caller.calls, *caller.outside] for v in c.kwargs.values()),
+        *(v or "" for v in caller.locals.values()),
+        *(e.message for e in [*caller.exits, *caller.gates]),
+        caller.value or "",
+    ]
+    return not any(word.search(_TYPE_TEST.sub("", t)) for t in texts)
+
+
+def _own_method(caller: Func, func: Func) -> bool:
+    """Whether `caller` is a method of the class whose constructor `func` is (it runs only once
+    the class is built, so it is not where the class is first built)."""
+    cls = _init_class(func.qual)
+    return cls is not None and caller.path == func.path and caller.qual.startswith(f"{cls}.")
 
 
 def _subclass_inits(index: FlagIndex, func: Func) -> list[Func] | None:
@@ -114,8 +147,8 @@ def construction_gate(
     if cls is None:
         return None
     init = index.func(func.path, f"{cls}.__init__")
-    if init is None or cls in _self_building(index, func.path):
-        return None  # built in ways no `Class(...)` edge shows
+    if init is None:
+        return None  # built by calls of its name, which the index keeps only for constructors
     gate = caller_gate(index, init, facts, flag, depth=depth)
     return None if gate is None else replace(gate, message=f"{cls} is not built here: {gate.message}")
 
@@ -163,19 +196,6 @@ def reached(
 def _init_class(qual: str) -> str | None:
     cls, _, name = qual.partition(".")
     return cls if name == "__init__" else None
-
-
-_BUILDERS: dict[tuple[int, str], set[str]] = {}
-
-
-def _self_building(index: FlagIndex, path: str) -> set[str]:
-    """Classes of `path` whose own methods build them (`cls(...)` in a classmethod); per file."""
-    key = (id(index), path)
-    if key not in _BUILDERS:
-        _BUILDERS[key] = {
-            f.qual.partition(".")[0] for f in index.funcs_in(path) if any(c.callee == "cls" for c in f.calls)
-        }
-    return _BUILDERS[key]
 
 
 def class_of(index: FlagIndex, func: Func) -> str | None:

@@ -30,7 +30,7 @@ from tools.research.index_types import Call, Func, ModuleFacts, Read
 from tools.research.index_walk import LOG, walk_file
 from tools.research.source import SourceTree, cache_lock, cache_root
 
-INDEX_FORMAT = 27
+INDEX_FORMAT = 28
 MAX_FILE_BYTES = 4 * 2**20
 """A Python file larger than this is not indexed (the index notes it: `FlagIndex.skipped`)."""
 _OFF_PATH_DIRS = frozenset(
@@ -228,6 +228,12 @@ class FlagIndex:
         sites: list[tuple[Func, Call]] = []
         for key, called in rows:
             path, qual = key.split("::", 1)
+            if qual.startswith("<table "):  # held in a table: used where the table is read
+                readers = self._table_readers(path, qual.removeprefix("<table ").removesuffix(">"))
+                if readers is None or not uses:
+                    return None
+                sites += [(r, None) for r in readers]
+                continue
             caller = self.func(path, qual) if qual != "<module>" else None
             targets = self.resolve_call(caller, name) if caller is not None else []
             if not targets:
@@ -240,6 +246,31 @@ class FlagIndex:
                     continue
                 sites += [(caller, c) for c in caller.calls if c.callee == name]
         return sites
+
+    def _table_readers(self, path: str, table: str, seen: frozenset[str] = frozenset()) -> list[Func] | None:
+        """The functions that read the module-level table `path::table`, directly or through a
+        table that copies it (`{**BASE}`); its own module's top-level code only fills it in
+        (`BASE.update(...)`). None when other module-level code reads it, or nothing does."""
+        rows = self._con.execute("SELECT caller FROM callers WHERE callee = ?", (table,)).fetchall()
+        out: list[Func] = []
+        for (key,) in rows:
+            p, qual = key.split("::", 1)
+            if qual.startswith("<table ") and p == path and key not in seen:
+                copied = self._table_readers(p, qual.removeprefix("<table ").removesuffix(">"), seen | {key})
+                if copied is None:
+                    return None
+                out += copied
+                continue
+            if qual == "<module>" and p == path:
+                continue
+            func = self.func(p, qual) if not qual.startswith("<") else None
+            if func is None:
+                return None
+            if table in func.tested:
+                continue  # `name in TABLE`: takes no entry out
+            if p == path or path in self._imported(func):
+                out.append(func)
+        return out or None
 
     def callers_of(self, name: str, *, limit: int = 40) -> list[tuple[str, str, bool]]:
         """(path, qualified name or `<module>`, called) of what calls or uses a function named `name`
@@ -370,6 +401,7 @@ def _write(db: Path, tree: SourceTree, catalog: list[FlagInfo], facts: list[Modu
     )
     ctors = [(c, f"{f.path}::{f.qual}") for m in facts for f in m.funcs if (c := _class_of_init(f.qual))]
     defined = {f.qual.rsplit(".", 1)[-1] for m in facts for f in m.funcs} | {c for c, _ in ctors}
+    defined |= {t for m in facts for t in m.tables}  # a table's readers are its holdings' users
     reads: dict[str, list[Read]] = {}
     registries: list[tuple[str, str, str, list[str]]] = []
     overrides: dict[str, list[tuple[str, str, int]]] = {}
@@ -380,6 +412,7 @@ def _write(db: Path, tree: SourceTree, catalog: list[FlagInfo], facts: list[Modu
         for read in m.reads:
             reads.setdefault(read.dest, []).append(read)
         callers |= {(name, f"{m.path}::<module>", 0) for name in m.refs if name in defined}
+        callers |= {(n, f"{m.path}::<table {t}>", 0) for t, held in m.tables.items() for n in held if n in defined}
         for f in m.funcs:
             key = f"{f.path}::{f.qual}"
             f.outside = [c for c in f.calls if c.callee not in defined and not LOG.search(c.callee)]

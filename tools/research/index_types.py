@@ -94,6 +94,9 @@ class Func:
     uses: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     """Parameter -> how the body uses it: ("test", the `if`/`while` test holding it), ("store",
     attr) for `self.attr = param`, ("other", "") for anything else (a call, a return, ...)."""
+    tested: list[str] = field(default_factory=list)
+    """Names the function only tests membership in (`x in TABLE`, `TABLE.keys()`): it reads no
+    entry of them."""
     sets: list[Exit] = field(default_factory=list)
     """`self.<dest> = <constant>` (kind "assign", under the statement's guards): in argument
     resolution code, what the server sets a flag to by itself (kept for those paths only)."""
@@ -114,7 +117,10 @@ class ModuleFacts:
     funcs: list[Func] = field(default_factory=list)
     reads: list[Read] = field(default_factory=list)
     refs: list[str] = field(default_factory=list)
-    """Names module-level code uses without calling them (dispatch tables)."""
+    """Names module-level code uses without calling them (outside `tables`)."""
+    tables: dict[str, list[str]] = field(default_factory=dict)
+    """Module-level literal tables -> the names they hold (`QUANTIZATION_METHODS = {"fp8":
+    Fp8Config, ...}`): what they hold is used where the table is read."""
     rebound: set[str] = field(default_factory=set)
     """Module names some function rebinds with `global` (not constants)."""
     enums: dict[str, dict[str, object]] = field(default_factory=dict)

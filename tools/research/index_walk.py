@@ -173,6 +173,9 @@ class _Walker:
             self.body(st.finalbody, guards)
         elif isinstance(st, ast.Import | ast.ImportFrom):
             self.imports(st, guards)
+        elif self.func is None and (table := _table(st)) is not None:
+            self.m.tables[table[0]] = table[1]
+            self.assign(st, guards)
         else:
             if isinstance(st, ast.Raise) and self.func is not None:
                 exc = src(st.exc.func if isinstance(st.exc, ast.Call) else st.exc) if st.exc else "re-raise"
@@ -223,6 +226,7 @@ class _Walker:
         if [p for p in params if p not in ("self", "cls")]:
             f.stores = _setter_stores(body, self.declared)
         f.uses = _param_uses(st, [q for q in params if q not in ("self", "cls")])
+        f.tested = _tested_only(st)
         first = len(self.m.reads)
         self.body(st.body, [])
         for read in self.m.reads[first:]:
@@ -584,3 +588,42 @@ def walk_file(path: str, module: str, text: str, dests: frozenset[str], is_pkg: 
     for name in facts.rebound:
         facts.consts.pop(name, None)
     return facts
+
+
+def _table(st: ast.stmt) -> tuple[str, list[str]] | None:
+    """`NAME = {"key": Class, ...}` (or a list, tuple or set) of constants and names only: the
+    table's name and the names it holds (None for any other statement)."""
+    if not isinstance(st, ast.Assign | ast.AnnAssign) or st.value is None:
+        return None
+    targets = st.targets if isinstance(st, ast.Assign) else [st.target]
+    value = st.value
+    if len(targets) != 1 or not isinstance(targets[0], ast.Name):
+        return None
+    if isinstance(value, ast.Dict):  # `{**OTHER_TABLE, "key": Class}`: a None key unpacks
+        items = [*(k for k in value.keys if k is not None), *value.values]
+    elif isinstance(value, ast.List | ast.Tuple | ast.Set):
+        items = list(value.elts)
+    else:
+        return None
+    if not items or not all(isinstance(i, ast.Constant | ast.Name | ast.Attribute) for i in items):
+        return None
+    names = [i.id if isinstance(i, ast.Name) else i.attr for i in items if not isinstance(i, ast.Constant)]
+    return (targets[0].id, names) if names else None
+
+
+def _tested_only(st: ast.AST) -> list[str]:
+    """Names whose every load in `st` is a membership test: `x in NAME`, `x not in NAME`,
+    `NAME.keys()`."""
+    parents = {c: n for n in ast.walk(st) for c in ast.iter_child_nodes(n)}
+    tested: set[str] = set()
+    other: set[str] = set()
+    for node in ast.walk(st):
+        if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)):
+            continue
+        up = parents.get(node)
+        member = isinstance(up, ast.Compare) and any(
+            c is node and isinstance(op, ast.In | ast.NotIn) for op, c in zip(up.ops, up.comparators, strict=True)
+        )
+        keys = isinstance(up, ast.Attribute) and up.attr == "keys" and isinstance(parents.get(up), ast.Call)
+        (tested if member or keys else other).add(node.id)
+    return sorted(tested - other)
