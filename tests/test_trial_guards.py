@@ -304,6 +304,12 @@ def test_a_trial_starts_when_it_fits_should_it_win():
     runner.trials.append(kept)
     runner.deadline = time.monotonic() + 130
     assert runner.trial_estimate() == 120.0 and runner.budget_left() is None
+    # a near miss's third launch is not what the next trial needs: it starts only if time is left
+    third = TrialRecord(
+        number=3, changes=[TrialChange(flag="--c")], deployed=True, seconds=300.0, third_seconds=200.0
+    )
+    runner.trials.append(third)
+    assert runner.trial_estimate() == 120.0 and runner.budget_left() is None
     runner.deadline = time.monotonic() + 110
     assert runner.budget_left() == "wall-time budget spent"
 

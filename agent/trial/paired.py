@@ -278,7 +278,9 @@ async def _second_launch(r: Any, record: TrialRecord, new_text: str, blocks: tup
             return await _reject(
                 r, record, f"not established over two launches: {final.summary}; {left} left for a third"
             )
+        third_started = time.monotonic()
         third = await _third_launch(r, record, new_text, (before, cand, after, confirm))
+        record.third_seconds = time.monotonic() - third_started
         if third is None:
             return
         final, block = third

@@ -55,6 +55,8 @@ class TrialRecord(BaseModel):
     why: str = ""
     restarts: int = 0
     seconds: float = 0.0
+    third_seconds: float = 0.0
+    """Of `seconds`, the third launch's (taken only when the deadline left room for it)."""
     environment: str | None = None
     """Set when the failure was the environment's (port in use, out of disk, host unreachable)."""
     near_miss: dict[str, Any] | None = None

@@ -88,13 +88,13 @@ class TrialRunner:
         return apply_changes(self.baseline.text, self.kept_changes)
 
     def trial_estimate(self) -> float:
-        """Seconds the next trial may take if it wins: a winner's blocks (known-good, candidate,
-        known-good, confirm) and two restarts at the time one baseline repetition took in this run,
-        or the longest trial measured when one took longer (a trial that went to a second or third
-        launch already paid for every block a winner needs; a third launch checks the deadline
-        again before it starts)."""
+        """Seconds the next trial may take if it wins on its second launch: a winner's blocks
+        (known-good, candidate, known-good, confirm) and two restarts at the time one baseline
+        repetition took in this run, or the longest trial measured without its third launch when
+        one took longer. A third launch is not budgeted here: it starts only if the deadline
+        leaves room for it (`paired._second_launch`)."""
         shape = (4 * self.bench.reps + 2) * rep_seconds(self.baseline.reps)
-        return max([shape] + [t.seconds for t in self.trials if t.deployed])
+        return max([shape] + [t.seconds - t.third_seconds for t in self.trials if t.deployed])
 
     def budget_left(self, *, reserve: float = 0.0) -> str | None:
         """None when another trial may start (leaving `reserve` seconds), else why not."""
