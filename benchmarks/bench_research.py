@@ -156,9 +156,9 @@ def main() -> None:
         from tests.research_profiles import DATA, PROFILES
 
         if (DATA / "research_labels_holdout2.toml").exists():  # written after the first set, never taught
-            fresh = score_labels("research_labels_holdout2.toml", use_startup=use)
-            print_scores("held out, second set (research_labels_holdout2.toml)", fresh)
-            held += fresh
+            second = score_labels("research_labels_holdout2.toml", use_startup=use)
+            print_scores("held out, second set (research_labels_holdout2.toml)", second)
+            held += second
         story = PROFILES["story"]
         seed = {n for n, p in PROFILES.items() if (p["config"], p["sm"]) == (story["config"], story["sm"])}
         others = [r for c, _, _, r in taught + held if c["profile"] not in seed]
