@@ -53,13 +53,28 @@ def restore_state(deps: Any, loaded: Any) -> list[str]:
     if trials:
         kept = [t.headline() for t in trials if t.decision == "kept"]
         notes.append(f"{len(trials)} earlier trials; kept: {'; '.join(kept) or 'none'}")
-        if deps.runner is not None:
-            # Earlier trials and restarts count against the budget; the deployed config is the new baseline.
-            deps.runner.trials = trials
-            undone = [e for e in loaded.events_of("deploy") if (e.get("data") or {}).get("action") == "undo"]
-            deps.runner.restarts = sum(t.restarts for t in trials) + len(undone)
+    if deps.runner is not None:
+        # Earlier trials and restarts count against the budget; the deployed config is the new baseline.
+        deps.runner.trials = trials
+        deps.runner.restarts = spent_restarts(loaded)
+        if deps.runner.restarts:
             notes.append(f"{deps.runner.restarts} restarts spent earlier count against the budget")
     return notes
+
+
+def spent_restarts(loaded: Any) -> int:
+    """The restarts a saved session spent. Its trial records do not hold them all (a run's
+    launch-spread relaunches are in no trial), so the count a session wrote when it ended is the
+    starting point, and the trials and undos recorded after that end are added to it."""
+    ends = [loaded.end or {}] + [
+        (e.get("data") or {}).get("previous_end") or {} for e in loaded.events_of("note")
+    ]
+    counted = [e for e in ends if isinstance((e.get("outcome") or {}).get("restarts"), int)]
+    last = max(counted, key=lambda e: str(e.get("ts", "")), default={"ts": "", "outcome": {"restarts": 0}})
+    after = [e for e in loaded.events if str(e.get("ts", "")) > str(last.get("ts", ""))]
+    trials = sum(int((e.get("data") or {}).get("restarts") or 0) for e in after if e.get("kind") == "trial")
+    undos = [e for e in after if e.get("kind") == "deploy" and (e.get("data") or {}).get("action") == "undo"]
+    return last["outcome"]["restarts"] + trials + len(undos)
 
 
 @contextlib.asynccontextmanager

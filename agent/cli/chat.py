@@ -56,6 +56,8 @@ def chat(
     ui = RunUI(console=console, transcript=transcript)
     console.print(f"session {transcript.id} (saved to {transcript.path})", highlight=False)
 
+    spent: dict[str, int] = {}  # the counters a later --resume carries over (see restore_state)
+
     async def main() -> str:
         async with open_chat(cfg, model=name, base_url=url, ui=ui, resume=loaded) as setup:
             session = ChatSession(
@@ -68,7 +70,11 @@ def chat(
                 instructions=setup.instructions,
                 history=setup.history,
             )
-            return await session.loop()
+            try:
+                return await session.loop()
+            finally:
+                if setup.deps.runner is not None:
+                    spent["restarts"] = setup.deps.runner.restarts
 
     status = "error"
     try:
@@ -76,9 +82,9 @@ def chat(
     except KeyboardInterrupt:
         status = "interrupted"
     except Exception as e:
-        transcript.close({"status": f"failed: {type(e).__name__}: {e}"})
+        transcript.close({"status": f"failed: {type(e).__name__}: {e}", **spent})
         fail(f"{type(e).__name__}: {e}")
-    transcript.close({"status": status, "kept": _kept(transcript.path)})
+    transcript.close({"status": status, "kept": _kept(transcript.path), **spent})
     console.print(
         f"saved {transcript.id}; resume with: optagent chat --resume {transcript.id}", highlight=False
     )
