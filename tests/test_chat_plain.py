@@ -195,11 +195,12 @@ def test_a_failed_step_does_not_end_the_chat(tmp_path: Path, sglang_0523) -> Non
 
     def stuck(messages: list, info: object) -> ModelResponse:
         last = messages[-1].parts[-1]
-        if getattr(last, "content", "") == "status":
+        if getattr(last, "content", "") == "anything new?":
             return ModelResponse(parts=[TextPart("all quiet")])
         return ModelResponse(parts=[ToolCallPart("nope", {})])
 
-    out, asked, path = _chat(tmp_path, sglang_0523, ["do something", "status", "/exit"], FunctionModel(stuck))
+    lines = ["do something", "anything new?", "/exit"]
+    out, asked, path = _chat(tmp_path, sglang_0523, lines, FunctionModel(stuck))
     assert "that step failed: UnexpectedModelBehavior" in out and "optagent> all quiet" in out
     assert asked.count("you> ") == 3
 

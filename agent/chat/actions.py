@@ -6,12 +6,33 @@ from __future__ import annotations
 from typing import Any
 
 
+def held_at_start(runner: Any) -> list[Any]:
+    """The kept trials of an earlier session (`--resume`) whose changes the configuration at start
+    holds: after a run kept a flag, that configuration is not the baseline."""
+    from tools.deploy.units.file import UnitFile
+
+    flags = UnitFile.parse(runner.baseline.text).command.flags
+    return [t for t in runner.trials if t.decision == "kept" and _deployed(t, flags)]
+
+
 def previous_best(runner: Any) -> Any:
-    """The kept trial before the deployed best (None: the baseline)."""
+    """The kept trial of this chat before the deployed best (None: the configuration at start). A
+    kept trial of an earlier session is part of that configuration, not a step back: going back to
+    it deployed the start again and said "deployed now: trial N"."""
+    held = {t.number for t in held_at_start(runner)}
     kept = [
-        t for t in runner.trials if t.decision == "kept" and runner.best and t.number < runner.best.number
+        t
+        for t in runner.trials
+        if t.decision == "kept" and runner.best and t.number < runner.best.number and t.number not in held
     ]
     return kept[-1] if kept else None
+
+
+def start_config(runner: Any) -> str:
+    """`the configuration at start`, naming the kept trials of an earlier session it holds."""
+    earlier = held_at_start(runner)
+    holds = f", which holds the kept {'; '.join(t.headline() for t in earlier)}" if earlier else ""
+    return "the configuration at start" + holds
 
 
 def todo_text(todo: Any) -> str:
@@ -47,14 +68,7 @@ async def status_lines(deps: Any) -> list[str]:
     except Exception as e:
         lines.append(f"health: unreachable ({type(e).__name__})")
     best = runner.best
-    if best is not None:
-        lines.append(f"deployed: trial {best.number} ({best.headline()})")
-    else:
-        earlier = [t for t in runner.trials if t.decision == "kept" and _deployed(t, flags)]
-        lines.append(
-            "deployed: the configuration at start"
-            + (f", which holds the kept {'; '.join(t.headline() for t in earlier)}" if earlier else "")
-        )
+    lines.append(f"deployed: {best.headline() if best else start_config(runner)}")
     of = "" if runner.max_restarts is None else f" of {runner.max_restarts}"
     lines.append(
         f"trials: {len(runner.trials)}, restarts: {runner.restarts}{of}, budget: {runner.budget_left() or 'available'}"
@@ -102,7 +116,7 @@ async def undo_last_kept(deps: Any) -> str:
     if runner is None:
         return "dry run: nothing was deployed"
     if runner.best is None:
-        return "nothing was kept: the baseline configuration is deployed"
+        return f"nothing kept in this chat to undo; deployed: {start_config(runner)}"
     undone, prev = runner.best, previous_best(runner)
     text = runner.baseline.text if prev is None else apply_changes(runner.baseline.text, prev.full_changes())
     what = ", ".join(c.describe() for c in undone.changes)
@@ -118,9 +132,12 @@ async def undo_last_kept(deps: Any) -> str:
     runner.best = prev
     runner.best_reps = None
     runner.known_good_blocks = []  # a new known-good configuration: its own history starts here
-    data["now"] = "baseline" if prev is None else f"trial {prev.number}"
+    # what the review reads as deployed: the start holds an earlier session's kept trial, if any
+    now_kept = prev or next(reversed(held_at_start(runner)), None)
+    data["now"] = "baseline" if now_kept is None else f"trial {now_kept.number}"
     _record(deps, "deploy", data)
-    return f"rolled back trial {undone.number} ({what}); deployed now: {data['now']}"
+    now = start_config(runner) if prev is None else data["now"]
+    return f"rolled back trial {undone.number} ({what}); deployed now: {now}"
 
 
 def change_in_words(runner: Any, tool: str, args: dict[str, Any]) -> str:

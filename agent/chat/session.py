@@ -34,6 +34,10 @@ SLASH_HELP = """\
 /help      this help
 /exit      leave (Ctrl-D too); Ctrl-C interrupts the current step"""
 
+BARE_COMMANDS = {"status": "/status", "todo": "/todo", "exit": "/exit", "quit": "/quit"}
+"""A slash command's name typed without the slash is that command: `status` was a planner turn whose
+reply differed from `/status` (and, through the builtin policy, was once raw JSON)."""
+
 Ask = Callable[[str], Awaitable[str | None]]
 
 
@@ -247,12 +251,10 @@ class ChatSession:
                 "\n".join(await actions.status_lines(self.deps)), highlight=False, markup=False
             )
         elif name == "/bench":
-            self.console.print(await self.interruptible(actions.bench_now(self.deps)), highlight=False)
-        elif name == "/rollback":
-            if await self.confirm("undo_last_kept", {}):
-                self.console.print(
-                    await self.interruptible(actions.undo_last_kept(self.deps)), highlight=False
-                )
+            self._say(await self.interruptible(actions.bench_now(self.deps)))
+        elif name == "/rollback":  # nothing kept in this chat: no question about a change that is none
+            if getattr(self.runner, "best", None) is None or await self.confirm("undo_last_kept", {}):
+                self._say(await self.interruptible(actions.undo_last_kept(self.deps)))
         elif name == "/save":
             self.transcript.event("note", {"text": "saved by /save"})
             self.console.print(
@@ -261,6 +263,11 @@ class ChatSession:
         else:
             self.console.print(f"unknown command {name}; /help lists them")
         return True
+
+    def _say(self, text: str | None) -> None:
+        """A result as plain text (`[--flag]` in it is no markup to drop); none after a Ctrl-C."""
+        if text is not None:
+            self.console.print(text, highlight=False, markup=False)
 
     async def loop(self) -> str:
         """Read lines until /exit or end of input; returns how the chat ended."""
@@ -275,8 +282,9 @@ class ChatSession:
             line = line.strip()
             if not line:
                 continue
-            if line.startswith("/"):
-                if not await self.slash(line):
+            command = line if line.startswith("/") else BARE_COMMANDS.get(line.lower().rstrip("?!. "))
+            if command:
+                if not await self.slash(command):
                     return "exit"
                 continue
             try:

@@ -143,8 +143,9 @@ async def open_chat(
             history: list[Any] = []
             if resume is not None:
                 history = resume.model_messages(agent="planner")
-                for note in restore_state(deps, resume):
-                    ui.note(note)
+                for note in restore_state(deps, resume):  # plain: `[--flag]` in a headline is no markup
+                    ui.console.print(note, highlight=False, markup=False)
+                    ui.record("note", {"text": note})
             instructions = render(
                 "planner.md.j2",
                 goal=goal,
