@@ -70,7 +70,7 @@ def test_plain_first_questions_map_to_the_tools(tmp_path: Path, sglang_0523) -> 
     assert out.count("I listed the playbook's candidates for this deployment.") == 2, out
     assert "--enable-torch-compile (" in out and "playbook candidates are worth researching here" in out
     assert "(the todo list is empty)" not in out and "I understand:" not in out
-    assert "I researched --enable-torch-compile in the running version's source:" in out
+    assert "I researched --enable-torch-compile in the running version's source (the verdict is above)" in out
     assert "dry run: nothing is deployed by this session" in out and '"dry_run"' not in out
     assert "dry run: nothing was deployed" in out  # undo
     # the nonexistent flag: researched, then refused without an approval question, no restart
@@ -83,8 +83,12 @@ def test_plain_first_questions_map_to_the_tools(tmp_path: Path, sglang_0523) -> 
     assert tx.events_of("approval")[0]["data"]["what"].startswith(
         "trial: set --cuda-graph-max-bs-decode to 128"
     )
-    # the research verdict is printed once (the reply says what was done, not the verdict again)
+    # the research verdict is printed once (the reply says what was done, not the verdict again),
+    # and so are its summary and a refusal (the replies repeated them)
     assert out.count("--enable-torch-compile: ") == 1
+    summary = tx.events_of("verdict")[0]["data"]["summary"]
+    assert out.count(summary[:60]) == 1, summary
+    assert out.count("--turbo-mode-xyz is not a flag of sglang 0.5.23") == 1
 
 
 def _scripted_chat(body: dict) -> dict:
@@ -216,6 +220,7 @@ def test_a_researcher_that_never_answers_validly_is_a_tool_result(tmp_path: Path
 
     lines = ["research --enable-torch-compile", "status", "/exit"]
     out, _, path = _chat(tmp_path, sglang_0523, lines, researcher_model=FunctionModel(invalid))
-    assert "research_flag: research of --enable-torch-compile failed: UnexpectedModelBehavior" in out
-    assert "no trial without research" in out and "dry run: nothing is deployed by this session" in out
+    assert out.count("research of --enable-torch-compile failed: UnexpectedModelBehavior") == 1, out
+    assert "optagent> the research reached no verdict (why is above); the flag stays unresearched" in out
+    assert "dry run: nothing is deployed by this session" in out
     assert load_transcript(path).events_of("verdict") == []

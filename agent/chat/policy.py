@@ -124,36 +124,63 @@ def status_text(content: Any) -> str:
     return "\n".join(lines)
 
 
+def _research_reply(v: dict[str, Any], *, why_not: bool = False) -> str:
+    """After research: what comes next. The verdict, its summary and evidence were printed as they
+    arrived; the reply repeated them (issue 28: research output printed twice)."""
+    flag = v.get("flag")
+    done = f"I researched {flag} in the running version's source (the verdict is above)"
+    if v.get("verdict") in ("applies", "unknown"):
+        return f"{done}: it is worth a trial, 'try {flag} [VALUE]' or 'unset {flag}' runs one"
+    why = "that is why it is not worth a trial" if why_not else "not worth a trial"
+    return f"{done}: {why} ('try {flag} VALUE anyway' overrides research)"
+
+
+def _trial_reply(content: dict[str, Any]) -> str:
+    """After a trial: why it was decided so, and the numbers the decision compared. Its headline
+    (the decision and the deciding level) was printed when it ended; the reply does not repeat it."""
+    if content.get("dry_run"):
+        return "dry run: nothing was deployed"
+    # the numbers the decision used (the paired blocks), not the geometric mean nor a baseline
+    # measured earlier under another load (issue 28: one truth for every number about a change)
+    decided = content.get("decided") or {}
+    if not decided:  # nothing measured: the headline said why
+        return f"trial {content.get('trial')} ended with no numbers to compare (why is above)"
+    per_level = "; ".join(f"c={c}: {v}" for c, v in decided.items())
+    return (
+        f"trial {content.get('trial')}: {_reason(str(content.get('why') or 'no reason given'))}\n"
+        f"per level, known-good -> candidate (the blocks the decision compared): {per_level}"
+    )
+
+
+def _reason(why: str) -> str:
+    """A trial's `why` without its figures (`...; <objective> +27.9% [..] (95% CI); c=1 +31.4% [..],
+    c=2 ...; 6+6 known-good vs ...`): the per-level line gives the decision's own numbers, and the
+    geometric mean is not what the rule decided on."""
+    parts = why.split("; ")
+    at = next((i for i, part in enumerate(parts) if part.endswith("(95% CI)")), None)
+    return why if at is None else "; ".join(parts[:at] + parts[at + 2 :])
+
+
+_SAID_ERRORS = {
+    "research_flag": "the research reached no verdict (why is above); the flag stays unresearched, so no trial of it",
+    "run_trial": "nothing was deployed (why is above)",
+}
+"""Tools whose failures the chat printed as they happened (a refusal, a spent budget, a research
+that gave up): the reply says what it means instead of printing the reason again."""
+
+
 def _summary(name: str, content: Any) -> str:
     """What the chat tells the user after a tool returned."""
     if isinstance(content, dict) and content.get("error"):
-        return f"{name}: {content['error']}"
-    if name == "research_flag" and isinstance(content, dict):  # the verdict itself is shown above
-        return (
-            f"I researched {content.get('flag')} in the running version's source: {content.get('verdict')} "
-            f"({content.get('decided_by')}, certainty {content.get('certainty', 0):.2f})"
-        )
+        return _SAID_ERRORS.get(name) or f"{name}: {content['error']}"
+    if name == "research_flag" and isinstance(content, dict):
+        return _research_reply(content)
     if name == "list_candidates":
         return "I listed the playbook's candidates for this deployment.\n" + candidates_text(content)
     if name == "show_status":
         return status_text(content)
     if name == "run_trial" and isinstance(content, dict):
-        if content.get("dry_run"):
-            return f"dry run: would trial {content.get('would_trial')}"
-        # the numbers the decision used (the paired blocks), not the geometric mean nor a baseline
-        # measured earlier under another load (issue 28: one truth for every number about a change)
-        decided = content.get("decided") or {}
-        per_level = "; ".join(f"c={c}: {v}" for c, v in decided.items())
-        return (
-            f"trial {content.get('trial')} [{', '.join(content.get('changes', []))}]: "
-            f"{content.get('headline') or str(content.get('decision', '?')).replace('_', ' ')}"
-            f" — {content.get('why', '')}"
-            + (
-                f"\nper level, known-good -> candidate (the blocks the decision compared): {per_level}"
-                if per_level
-                else ""
-            )
-        )
+        return _trial_reply(content)
     if name == "benchmark" and isinstance(content, dict):
         partial = " (partial: some requests failed)" if content.get("partial") else ""
         return f"benchmark of the deployed configuration: {describe_levels(content.get('output_tok_s'))}{partial}"
@@ -188,11 +215,7 @@ def chat_policy(messages: list[Any], info: Any) -> Any:
         v = returns[-1][1]
         if not isinstance(v, dict) or v.get("error"):
             return say(_summary("research_flag", v))
-        return say(
-            _summary("research_flag", v)
-            + f" — {v.get('summary', '')}"
-            + ("" if v.get("verdict") in ("applies", "unknown") else "; that is why it is not worth a trial")
-        )
+        return say(_research_reply(v, why_not=True))
     if _CANDIDATES.search(low):
         if "list_candidates" not in done:
             return call("list_candidates", {})
@@ -217,9 +240,7 @@ def chat_policy(messages: list[Any], info: Any) -> Any:
         trials = [c for n, c, _ in returns if n == "run_trial"]
         if not trials:
             return call("run_trial", args)
-        research = [c for n, c, _ in returns if n == "research_flag"]
-        head = _summary("research_flag", research[-1]) + "\n" if research else ""
-        return say(head + _summary("run_trial", trials[-1]))
+        return say(_summary("run_trial", trials[-1]))  # the research verdict, if any, is shown above
     if re.match(r"^(bench|benchmark|measure)", low):
         return (
             call("benchmark", {}) if "benchmark" not in done else say(_summary("benchmark", returns[-1][1]))
