@@ -145,3 +145,11 @@ def test_undoing_this_chats_change_leaves_the_earlier_one_deployed_and_recorded(
         "trial 1"
     ]
     assert build_review(loaded).kept == ["--enable-mixed-chunk"]
+
+
+def test_the_other_bare_command_names_are_their_commands(tmp_path: Path) -> None:
+    """`todo` and `exit` without the slash: the todo list and the end of the chat, not a planner
+    turn (the builtin policy would have answered `exit` with its help)."""
+    out = _chat(tmp_path, ["todo", "exit", "never read"])
+    assert "you> todo\n(the todo list is empty)\nyou> exit\n" in out, out
+    assert "never read" not in out and "I understand" not in out
