@@ -151,14 +151,19 @@ FILES = {
             def init_attention_backend(self):
                 self.backend = DraftBackendFactory(self.runner).create_decode_backend()
 
-        class StandaloneDraftWorker(DraftWorker):
+        class EagleWorker:
+            def __init__(self, runner):
+                from sglang.srt.speculative.standalone import StandaloneDraftWorker
+
+                self.draft = StandaloneDraftWorker(runner)
+        """,
+    "srt/speculative/standalone.py": """
+        from sglang.srt.speculative.eagle_worker import DraftWorker as BaseDraftWorker
+
+        class StandaloneDraftWorker(BaseDraftWorker):
             def __init__(self, runner):
                 self.runner = runner
                 self.init_attention_backend()
-
-        class EagleWorker:
-            def __init__(self, runner):
-                self.draft = StandaloneDraftWorker(runner)
         """,
     "srt/managers/scheduler.py": """
         from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
@@ -421,13 +426,15 @@ def test_a_method_runs_only_where_its_class_is_built(index) -> None:  # type: ig
 
 def test_a_backend_built_only_by_draft_workers_needs_speculative_decoding(index) -> None:  # type: ignore[no-untyped-def]
     """Besides the registry, the draft worker's factory builds TritonBackend; that worker is a base
-    class built through a subclass, which the class `create_worker` returns builds, which the
-    scheduler asks for only when `SpeculativeAlgorithm.from_string(...)` is not NONE."""
-    off = analyze_flag(index, "--kv-splits", _facts("fa3"), value="16")
-    assert off.verdict == "no-op", off.summary
+    class (imported under an alias) built through a subclass, which the class `create_worker`
+    returns builds, which the scheduler asks for only when `SpeculativeAlgorithm.from_string(...)`
+    is not NONE. Each answer is the deployment's own, whichever was researched first."""
     spec = {**_facts("fa3"), "server.speculative_algorithm": "eagle"}
-    on = analyze_flag(index, "--kv-splits", spec, value="16")
-    assert on.verdict == "applies", on.summary
+    for _ in range(2):
+        on = analyze_flag(index, "--kv-splits", spec, value="16")
+        assert on.verdict == "applies", on.summary
+        off = analyze_flag(index, "--kv-splits", _facts("fa3"), value="16")
+        assert off.verdict == "no-op", off.summary
 
 
 def test_a_quantization_method_is_built_only_for_a_model_quantized_with_it(index) -> None:  # type: ignore[no-untyped-def]
@@ -442,6 +449,20 @@ def test_a_quantization_method_is_built_only_for_a_model_quantized_with_it(index
     fp8 = {**_facts("fa3"), "model_config.quantization": "fp8"}
     on = analyze_flag(index, "--fp8-runner", fp8, value="triton")
     assert on.verdict == "applies", on.summary
+
+
+def test_an_enum_method_is_evaluated_for_each_member_it_is_called_on(index) -> None:  # type: ignore[no-untyped-def]
+    """The method's body is bound to its receiver afresh on every call (not once for all)."""
+    from tools.research.callers import env_of
+    from tools.research.facts import default_facts, deployment_facts
+    from tools.research.guard_eval import evaluate
+
+    facts = deployment_facts(index, _facts("fa3"), None, default_facts(index.catalog))
+    where = index.func("sglang/srt/managers/scheduler.py", "SpecScheduler.maybe_init_draft_worker")
+    env = env_of(index, where, facts, {}, {})
+    assert evaluate("SpeculativeAlgorithm.EAGLE.is_none()", env).truth is False
+    assert evaluate("SpeculativeAlgorithm.NONE.is_none()", env).truth is True
+    assert evaluate("SpeculativeAlgorithm.from_string(None).is_none()", env).truth is True
 
 
 def test_a_base_class_runs_through_its_subclasses(index) -> None:  # type: ignore[no-untyped-def]

@@ -16,14 +16,13 @@ All three-valued: an unknown condition is never a gate.
 
 from __future__ import annotations
 
-import re
 import threading
 from dataclasses import replace
 from typing import Any
 
 from tools.research.dispatch import module_reason, module_status, registry_status
 from tools.research.guard_eval import Env, evaluate, evaluate_all
-from tools.research.index import FlagIndex
+from tools.research.index import TABLE_READ, FlagIndex
 from tools.research.index_types import Call, Func
 from tools.research.reach import ExitPath, locals_of
 
@@ -82,9 +81,9 @@ def _caller_gate(
         first = first or gate
     name = _init_class(func.qual) or func.qual.rsplit(".", 1)[-1]
     for caller, call in sites:
-        if call is None and (_type_test_only(caller, name) or _own_method(caller, func)):
+        if call is None and (name in caller.typed or _own_method(caller, func)):
             continue  # `isinstance(x, Class)`, `Class.helper(...)` in its own methods: builds nothing
-        if call is None:  # used without a call (a callback, a class returned): runs if its user does
+        if call is None or call is TABLE_READ:  # used without a call: runs if its user does
             gate = _caller_off(index, caller, None, facts, flag, depth=depth)
             if gate is None and depth > 1:
                 gate = caller_gate(index, caller, facts, flag, depth=depth - 1)
@@ -102,31 +101,12 @@ def _caller_gate(
     return first
 
 
-_TYPE_TEST = re.compile(r"\b(?:isinstance|issubclass)\((?:[^()]|\([^()]*\))*\)")
-
-
-def _type_test_only(caller: Func, name: str) -> bool:
-    """Whether `caller` uses `name` only as the class an `isinstance`/`issubclass` test names:
-    it appears in such a test, and in no other argument, local, return or guard text."""
-    word = re.compile(rf"\b{re.escape(name)}\b")
-    tests = [c for c in caller.outside if c.callee in ("isinstance", "issubclass") and len(c.args) == 2]
-    if not any(word.search(c.args[1]) for c in tests):
-        return False
-    texts = [
-        *(a for c in [*caller.calls, *caller.outside] if c not in tests for a in c.args),
-        *(v for c in [*caller.calls, *caller.outside] for v in c.kwargs.values()),
-        *(v or "" for v in caller.locals.values()),
-        *(e.message for e in [*caller.exits, *caller.gates]),
-        caller.value or "",
-    ]
-    return not any(word.search(_TYPE_TEST.sub("", t)) for t in texts)
-
-
 def _own_method(caller: Func, func: Func) -> bool:
-    """Whether `caller` is a method of the class whose constructor `func` is (it runs only once
-    the class is built, so it is not where the class is first built)."""
+    """Whether `caller` is an instance method of the class whose constructor `func` is (it runs
+    only once the class is built, so it is not where the class is first built)."""
     cls = _init_class(func.qual)
-    return cls is not None and caller.path == func.path and caller.qual.startswith(f"{cls}.")
+    own = cls is not None and caller.path == func.path and caller.qual.startswith(f"{cls}.")
+    return own and caller.params[:1] == ["self"]  # a classmethod or staticmethod may build it
 
 
 def _subclass_inits(index: FlagIndex, func: Func) -> list[Func] | None:

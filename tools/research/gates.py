@@ -40,8 +40,9 @@ def always_called(
     `__post_init__`), or every call site's guards hold here and its caller surely runs (up to
     `depth` callers). A site behind an open condition (`if self.is_dflash():`) is not sure."""
     sites = index.call_sites(func, limit=MAX_SITES)
-    if sites is None:
-        return False
+    cls, _, method = func.qual.partition(".")
+    if sites is None or (method == "__init__" and index.subclasses(cls)):
+        return False  # a base class's __init__ also runs where a subclass is built
     for caller, call in sites:
         if evaluate_all(call.guards, env_of(index, caller, facts, flag, {})).truth is not True:
             return False

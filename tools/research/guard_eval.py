@@ -13,6 +13,7 @@ whether it was unknown for a missing deployment fact or for runtime state.
 from __future__ import annotations
 
 import ast
+import copy
 import operator
 import re
 from collections.abc import Callable
@@ -399,7 +400,7 @@ class _Eval:
         if not isinstance(lam, ast.Lambda) or len(lam.args.args) != len(node.args) + 1:
             return None
         bound = dict(zip([a.arg for a in lam.args.args], [first, *node.args], strict=True))
-        body = _Bind(bound).visit(lam.body)
+        body = _Bind(bound).visit(copy.deepcopy(lam.body))  # `_parse` is cached: bind a copy
         return self.ev(body, depth + 1)
 
     def query(self, text: str, consts: dict[str, str], where: str, depth: int) -> Any:

@@ -30,7 +30,9 @@ from tools.research.index_types import Call, Func, ModuleFacts, Read
 from tools.research.index_walk import LOG, walk_file
 from tools.research.source import SourceTree, cache_lock, cache_root
 
-INDEX_FORMAT = 28
+INDEX_FORMAT = 29
+TABLE_READ = Call("<table>", 0, [], [], {})
+"""The call of a `call_sites` pair whose caller takes an entry out of a table holding the function."""
 MAX_FILE_BYTES = 4 * 2**20
 """A Python file larger than this is not indexed (the index notes it: `FlagIndex.skipped`)."""
 _OFF_PATH_DIRS = frozenset(
@@ -232,7 +234,7 @@ class FlagIndex:
                 readers = self._table_readers(path, qual.removeprefix("<table ").removesuffix(">"))
                 if readers is None or not uses:
                     return None
-                sites += [(r, None) for r in readers]
+                sites += [(r, TABLE_READ) for r in readers]
                 continue
             caller = self.func(path, qual) if qual != "<module>" else None
             targets = self.resolve_call(caller, name) if caller is not None else []
@@ -262,6 +264,9 @@ class FlagIndex:
                 out += copied
                 continue
             if qual == "<module>" and p == path:
+                mod = self.modules.get(p)
+                if mod is None or table in mod.loose:
+                    return None  # its own top-level code does more with it than fill it in
                 continue
             func = self.func(p, qual) if not qual.startswith("<") else None
             if func is None:

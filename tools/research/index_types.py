@@ -94,6 +94,8 @@ class Func:
     uses: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     """Parameter -> how the body uses it: ("test", the `if`/`while` test holding it), ("store",
     attr) for `self.attr = param`, ("other", "") for anything else (a call, a return, ...)."""
+    typed: list[str] = field(default_factory=list)
+    """Names the function uses only as the class of an `isinstance`/`issubclass` test."""
     tested: list[str] = field(default_factory=list)
     """Names the function only tests membership in (`x in TABLE`, `TABLE.keys()`): it reads no
     entry of them."""
@@ -118,6 +120,8 @@ class ModuleFacts:
     reads: list[Read] = field(default_factory=list)
     refs: list[str] = field(default_factory=list)
     """Names module-level code uses without calling them (outside `tables`)."""
+    loose: list[str] = field(default_factory=list)
+    """Names module-level code loads other than to fill a table in (`walk_file`'s `_loose`)."""
     tables: dict[str, list[str]] = field(default_factory=dict)
     """Module-level literal tables -> the names they hold (`QUANTIZATION_METHODS = {"fp8":
     Fp8Config, ...}`): what they hold is used where the table is read."""

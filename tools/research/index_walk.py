@@ -111,6 +111,8 @@ class _Walker:
         """Module names assigned in two places outside an `except` (no constant)."""
         self.follow: frozenset[str] = frozenset()
         """Module globals whose loads count as reads (of `path::name`): a flag's value stored there."""
+        self.aliases: dict[str, str] = {}
+        """`from x import Name as Alias`: Alias -> Name (calls, uses and bases under the real name)."""
 
     # ---- statements --------------------------------------------------------------------------
     def body(self, stmts: list[ast.stmt], guards: list[str]) -> None:
@@ -150,7 +152,7 @@ class _Walker:
             for d in st.decorator_list:
                 self.expr(d, guards, st)
             # a subclass runs the base's methods: `FlagIndex.subclasses` follows its construction
-            self.m.bases[st.name] = [src(b).rsplit(".", 1)[-1] for b in st.bases]
+            self.m.bases[st.name] = [self.real(src(b).rsplit(".", 1)[-1]) for b in st.bases]
             self.body(st.body, [])
             self.cls = outer
         elif isinstance(st, ast.If | ast.While):
@@ -173,8 +175,8 @@ class _Walker:
             self.body(st.finalbody, guards)
         elif isinstance(st, ast.Import | ast.ImportFrom):
             self.imports(st, guards)
-        elif self.func is None and (table := _table(st)) is not None:
-            self.m.tables[table[0]] = table[1]
+        elif self.func is None and self.cls is None and (table := _table(st)) is not None:
+            self.m.tables.setdefault(table[0], []).extend(table[1])
             self.assign(st, guards)
         else:
             if isinstance(st, ast.Raise) and self.func is not None:
@@ -227,6 +229,7 @@ class _Walker:
             f.stores = _setter_stores(body, self.declared)
         f.uses = _param_uses(st, [q for q in params if q not in ("self", "cls")])
         f.tested = _tested_only(st)
+        f.typed = _typed_only(st)
         first = len(self.m.reads)
         self.body(st.body, [])
         for read in self.m.reads[first:]:
@@ -343,6 +346,7 @@ class _Walker:
             elif isinstance(node, ast.Call):
                 called.add(node.func)
                 name = src(node.func).rsplit(".", 1)[-1]
+                name = self.real(name) if isinstance(node.func, ast.Name) else name
                 builtin = src(node.func).startswith("object.")  # `object.__setattr__(self, ...)`
                 if self.func is not None and name and name.isidentifier() and not builtin:
                     self.func.calls.append(
@@ -361,7 +365,11 @@ class _Walker:
                 and isinstance(node.ctx, ast.Load)
             ):
                 # a function passed on (`partial(f, x)`) is called somewhere no call edge shows
-                refs.append(node.id if isinstance(node, ast.Name) else node.attr)
+                refs.append(self.real(node.id) if isinstance(node, ast.Name) else node.attr)
+
+    def real(self, name: str) -> str:
+        """The imported name behind an alias (`BaseController` for `Controller`), else `name`."""
+        return self.aliases.get(name, name)
 
     def read_dest(self, node: ast.AST) -> str | None:
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in self.follow:
@@ -571,7 +579,15 @@ def walk_file(path: str, module: str, text: str, dests: frozenset[str], is_pkg: 
     except (SyntaxError, ValueError):
         return facts
     walker = _Walker(facts, dests, is_pkg)
+    walker.aliases = {
+        a.asname: a.name
+        for n in ast.walk(tree)
+        if isinstance(n, ast.ImportFrom)
+        for a in n.names
+        if a.asname and a.asname != a.name
+    }
     walker.body(tree.body, [])
+    facts.loose = _loose(tree.body)
     facts.loads = {
         n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load)
     }
@@ -607,7 +623,7 @@ def _table(st: ast.stmt) -> tuple[str, list[str]] | None:
         return None
     if not items or not all(isinstance(i, ast.Constant | ast.Name | ast.Attribute) for i in items):
         return None
-    names = [i.id if isinstance(i, ast.Name) else i.attr for i in items if not isinstance(i, ast.Constant)]
+    names = [n for i in items if not isinstance(i, ast.Constant) for n in {src(i).split(".")[0], src(i).rsplit(".", 1)[-1]}]
     return (targets[0].id, names) if names else None
 
 
@@ -627,3 +643,49 @@ def _tested_only(st: ast.AST) -> list[str]:
         keys = isinstance(up, ast.Attribute) and up.attr == "keys" and isinstance(parents.get(up), ast.Call)
         (tested if member or keys else other).add(node.id)
     return sorted(tested - other)
+
+
+def _typed_only(st: ast.AST) -> list[str]:
+    """Names whose every load in `st` is the class an `isinstance`/`issubclass` test names
+    (`isinstance(x, Name)`, `isinstance(x, (Name, Other))`): they build nothing there."""
+    parents = {c: n for n in ast.walk(st) for c in ast.iter_child_nodes(n)}
+    typed: set[str] = set()
+    other: set[str] = set()
+    for node in ast.walk(st):
+        if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)):
+            continue
+        up = parents.get(node)
+        up = parents.get(up) if isinstance(up, ast.Tuple) else up
+        test = (
+            isinstance(up, ast.Call)
+            and isinstance(up.func, ast.Name)
+            and up.func.id in ("isinstance", "issubclass")
+            and len(up.args) == 2
+            and (up.args[1] is node or node in getattr(up.args[1], "elts", ()))
+        )
+        (typed if test else other).add(node.id)
+    return sorted(typed - other)
+
+
+_FILLS = frozenset({"update", "setdefault", "append", "extend", "add", "insert"})
+
+
+def _loose(body: list[ast.stmt]) -> list[str]:
+    """Names module-level code loads other than to fill a table in (`T.update(...)`, `T[k] = v`)
+    or inside a table literal (`_table`): a table used that way may hand out what it holds."""
+    out: set[str] = set()
+    todo = list(body)
+    while todo:
+        st = todo.pop()
+        if isinstance(st, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) or _table(st) is not None:
+            continue
+        parents = {c: n for n in ast.walk(st) for c in ast.iter_child_nodes(n)}
+        for node in ast.walk(st):
+            if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)):
+                continue
+            up = parents.get(node)
+            fill = isinstance(up, ast.Attribute) and up.attr in _FILLS and isinstance(parents.get(up), ast.Call)
+            stored = isinstance(up, ast.Subscript) and isinstance(up.ctx, ast.Store)
+            if not (fill or stored):
+                out.add(node.id)
+    return sorted(out)
