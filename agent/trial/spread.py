@@ -104,6 +104,13 @@ def spread_of_blocks(blocks: list[list[Any]], objective: Any, declared: float) -
     )  # fmt: skip
 
 
+def spread_restarts(bench: Any) -> int:
+    """Restarts `measure_spread` spends on this configuration (0 when a spread is recorded)."""
+    if known_spread(bench).source == "recorded":
+        return 0
+    return bench.spread_launches + bench.spread_launches % 2
+
+
 async def measure_spread(r: Any) -> LaunchSpread:
     """Relaunch known-good `r.bench.spread_launches` times (rounded up to even: each deploy of the
     marked copy is followed by the rollback, so known-good ends deployed), a block on each launch,
@@ -112,8 +119,8 @@ async def measure_spread(r: Any) -> LaunchSpread:
     from agent.trial.paired import _block, _warm
 
     spread = known_spread(r.bench)
-    n = r.bench.spread_launches + r.bench.spread_launches % 2
-    if spread.source == "recorded" or n == 0 or not r.reference:
+    n = spread_restarts(r.bench)
+    if n == 0 or not r.reference:
         r.launch_prior = spread.prior
         return spread
     blocks, on_marked = [r.reference], False
