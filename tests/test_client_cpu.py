@@ -153,3 +153,29 @@ def test_a_broken_response_head_is_a_lost_connection():
                 await conn.post("/x", b"{}", lambda d, t: None, timeout=5)
 
     asyncio.run(main())
+
+
+def test_a_cancelled_request_leaves_no_unread_failure_behind():
+    """Ctrl-C in a trial cancels requests mid-stream: dropping the connection must not leave a
+    future failing later with nobody to read it ("Future exception was never retrieved")."""
+    import gc
+
+    unread: list[dict] = []
+
+    async def main() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda loop, ctx: unread.append(ctx))
+        async with Server([None]) as endpoint:  # a server that never answers
+            conn = StreamConnection(endpoint)
+            task = asyncio.create_task(conn.post("/v1/completions", b"{}", lambda d, t: None, timeout=30))
+            await asyncio.sleep(0.2)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await asyncio.sleep(0.2)  # the transport's connection_lost runs now
+            gc.collect()
+            await asyncio.sleep(0)
+
+    asyncio.run(main())
+    gc.collect()
+    ours = [c for c in unread if isinstance(c.get("exception"), ConnectionLost)]  # not the test server's
+    assert not ours, ours

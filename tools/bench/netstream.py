@@ -252,6 +252,7 @@ class StreamConnection:
                 if attempt or not reused or proto.status:
                     raise
             except BaseException:
+                _settle(done)  # cancelled or timed out: nobody will read what the drop sets on it
                 self.close()
                 raise
         raise AssertionError("unreachable")
@@ -276,6 +277,14 @@ class StreamConnection:
             self._proto.lost = True
             self._proto.transport.close()
         self._proto = None
+
+
+def _settle(done: asyncio.Future[None]) -> None:
+    """Cancel a response's future nobody waits for any more, or mark its failure as read."""
+    if not done.done():
+        done.cancel()
+    elif not done.cancelled():
+        done.exception()
 
 
 class ClientPool:
