@@ -311,7 +311,9 @@ class FlagIndex:
         if func is None or not (func.value or func.gates):
             return None
         body = f"({func.value})" if func.value else "__not_followed__"
-        for gate in reversed([g for g in func.gates if g.kind == "return" and g.message.startswith("return ")]):
+        for gate in reversed(
+            [g for g in func.gates if g.kind == "return" and g.message.startswith("return ")]
+        ):
             test = " and ".join(f"({g})" for g in gate.guards) or "True"
             body = f"({gate.message.removeprefix('return ')}) if ({test}) else {body}"
         module = self.modules.get(func.path)
@@ -417,7 +419,9 @@ def _write(db: Path, tree: SourceTree, catalog: list[FlagInfo], facts: list[Modu
         for read in m.reads:
             reads.setdefault(read.dest, []).append(read)
         callers |= {(name, f"{m.path}::<module>", 0) for name in m.refs if name in defined}
-        callers |= {(n, f"{m.path}::<table {t}>", 0) for t, held in m.tables.items() for n in held if n in defined}
+        callers |= {
+            (n, f"{m.path}::<table {t}>", 0) for t, held in m.tables.items() for n in held if n in defined
+        }
         for f in m.funcs:
             key = f"{f.path}::{f.qual}"
             f.outside = [c for c in f.calls if c.callee not in defined and not LOG.search(c.callee)]

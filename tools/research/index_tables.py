@@ -9,7 +9,6 @@ import re
 from tools.research.index_types import ModuleFacts
 from tools.research.source import SourceTree, wheel_requirements
 
-
 _CONVERTED = re.compile(r"[A-Z]\w*\.\w+\((self\.)?server_args\.\w+\)")
 """`Mode.from_string(server_args.x)`: one server argument converted by a class's own method."""
 

@@ -14,6 +14,7 @@ import ast
 import re
 
 from tools.research.index_types import Call, Exit, Func, ModuleFacts, Read
+from tools.research.walk_names import loose_names, table_of, tested_only, typed_only
 
 _SERVER_ARGS = re.compile(r"(self\.)?server_args")
 """The receivers a later fill-in of a server argument is written through."""
@@ -175,7 +176,7 @@ class _Walker:
             self.body(st.finalbody, guards)
         elif isinstance(st, ast.Import | ast.ImportFrom):
             self.imports(st, guards)
-        elif self.func is None and self.cls is None and (table := _table(st)) is not None:
+        elif self.func is None and self.cls is None and (table := table_of(st)) is not None:
             self.m.tables.setdefault(table[0], []).extend(table[1])
             self.assign(st, guards)
         else:
@@ -228,8 +229,8 @@ class _Walker:
         if [p for p in params if p not in ("self", "cls")]:
             f.stores = _setter_stores(body, self.declared)
         f.uses = _param_uses(st, [q for q in params if q not in ("self", "cls")])
-        f.tested = _tested_only(st)
-        f.typed = _typed_only(st)
+        f.tested = tested_only(st)
+        f.typed = typed_only(st)
         first = len(self.m.reads)
         self.body(st.body, [])
         for read in self.m.reads[first:]:
@@ -287,7 +288,9 @@ class _Walker:
                     Exit("assign", st.lineno, src(st), list(guards), sets=[t.attr], values=[value])
                 )
             elif _SERVER_ARGS.fullmatch(src(t.value)):
-                self.func.sets.append(Exit("fill", st.lineno, src(st), list(guards), sets=[t.attr], values=[value]))
+                self.func.sets.append(
+                    Exit("fill", st.lineno, src(st), list(guards), sets=[t.attr], values=[value])
+                )
 
     def fallback(self, st: ast.If, guards: list[str]) -> None:
         """`if c: logger.warning(...); return` or `...; self.x = False`: a guarded fallback;
@@ -587,7 +590,7 @@ def walk_file(path: str, module: str, text: str, dests: frozenset[str], is_pkg: 
         if a.asname and a.asname != a.name
     }
     walker.body(tree.body, [])
-    facts.loose = _loose(tree.body)
+    facts.loose = loose_names(tree.body)
     facts.loads = {
         n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load)
     }
@@ -604,88 +607,3 @@ def walk_file(path: str, module: str, text: str, dests: frozenset[str], is_pkg: 
     for name in facts.rebound:
         facts.consts.pop(name, None)
     return facts
-
-
-def _table(st: ast.stmt) -> tuple[str, list[str]] | None:
-    """`NAME = {"key": Class, ...}` (or a list, tuple or set) of constants and names only: the
-    table's name and the names it holds (None for any other statement)."""
-    if not isinstance(st, ast.Assign | ast.AnnAssign) or st.value is None:
-        return None
-    targets = st.targets if isinstance(st, ast.Assign) else [st.target]
-    value = st.value
-    if len(targets) != 1 or not isinstance(targets[0], ast.Name):
-        return None
-    if isinstance(value, ast.Dict):  # `{**OTHER_TABLE, "key": Class}`: a None key unpacks
-        items = [*(k for k in value.keys if k is not None), *value.values]
-    elif isinstance(value, ast.List | ast.Tuple | ast.Set):
-        items = list(value.elts)
-    else:
-        return None
-    if not items or not all(isinstance(i, ast.Constant | ast.Name | ast.Attribute) for i in items):
-        return None
-    names = [n for i in items if not isinstance(i, ast.Constant) for n in {src(i).split(".")[0], src(i).rsplit(".", 1)[-1]}]
-    return (targets[0].id, names) if names else None
-
-
-def _tested_only(st: ast.AST) -> list[str]:
-    """Names whose every load in `st` is a membership test: `x in NAME`, `x not in NAME`,
-    `NAME.keys()`."""
-    parents = {c: n for n in ast.walk(st) for c in ast.iter_child_nodes(n)}
-    tested: set[str] = set()
-    other: set[str] = set()
-    for node in ast.walk(st):
-        if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)):
-            continue
-        up = parents.get(node)
-        member = isinstance(up, ast.Compare) and any(
-            c is node and isinstance(op, ast.In | ast.NotIn) for op, c in zip(up.ops, up.comparators, strict=True)
-        )
-        keys = isinstance(up, ast.Attribute) and up.attr == "keys" and isinstance(parents.get(up), ast.Call)
-        (tested if member or keys else other).add(node.id)
-    return sorted(tested - other)
-
-
-def _typed_only(st: ast.AST) -> list[str]:
-    """Names whose every load in `st` is the class an `isinstance`/`issubclass` test names
-    (`isinstance(x, Name)`, `isinstance(x, (Name, Other))`): they build nothing there."""
-    parents = {c: n for n in ast.walk(st) for c in ast.iter_child_nodes(n)}
-    typed: set[str] = set()
-    other: set[str] = set()
-    for node in ast.walk(st):
-        if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)):
-            continue
-        up = parents.get(node)
-        up = parents.get(up) if isinstance(up, ast.Tuple) else up
-        test = (
-            isinstance(up, ast.Call)
-            and isinstance(up.func, ast.Name)
-            and up.func.id in ("isinstance", "issubclass")
-            and len(up.args) == 2
-            and (up.args[1] is node or node in getattr(up.args[1], "elts", ()))
-        )
-        (typed if test else other).add(node.id)
-    return sorted(typed - other)
-
-
-_FILLS = frozenset({"update", "setdefault", "append", "extend", "add", "insert"})
-
-
-def _loose(body: list[ast.stmt]) -> list[str]:
-    """Names module-level code loads other than to fill a table in (`T.update(...)`, `T[k] = v`)
-    or inside a table literal (`_table`): a table used that way may hand out what it holds."""
-    out: set[str] = set()
-    todo = list(body)
-    while todo:
-        st = todo.pop()
-        if isinstance(st, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) or _table(st) is not None:
-            continue
-        parents = {c: n for n in ast.walk(st) for c in ast.iter_child_nodes(n)}
-        for node in ast.walk(st):
-            if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)):
-                continue
-            up = parents.get(node)
-            fill = isinstance(up, ast.Attribute) and up.attr in _FILLS and isinstance(parents.get(up), ast.Call)
-            stored = isinstance(up, ast.Subscript) and isinstance(up.ctx, ast.Store)
-            if not (fill or stored):
-                out.add(node.id)
-    return sorted(out)

@@ -1,0 +1,101 @@
+"""How a function or a module uses a name, for the index (`index_walk`): the module-level tables
+that hold classes, and the names a function only tests (`x in TABLE`, `isinstance(x, Class)`).
+A class held in a table, or named only in a type test, is not built there (`tools.research.callers`).
+"""
+
+from __future__ import annotations
+
+import ast
+
+
+def table_of(st: ast.stmt) -> tuple[str, list[str]] | None:
+    """`NAME = {"key": Class, ...}` (or a list, tuple or set) of constants and names only: the
+    table's name and the names it holds (None for any other statement)."""
+    if not isinstance(st, ast.Assign | ast.AnnAssign) or st.value is None:
+        return None
+    targets = st.targets if isinstance(st, ast.Assign) else [st.target]
+    value = st.value
+    if len(targets) != 1 or not isinstance(targets[0], ast.Name):
+        return None
+    if isinstance(value, ast.Dict):  # `{**OTHER_TABLE, "key": Class}`: a None key unpacks
+        items = [*(k for k in value.keys if k is not None), *value.values]
+    elif isinstance(value, ast.List | ast.Tuple | ast.Set):
+        items = list(value.elts)
+    else:
+        return None
+    if not items or not all(isinstance(i, ast.Constant | ast.Name | ast.Attribute) for i in items):
+        return None
+    names = [
+        n
+        for i in items
+        if not isinstance(i, ast.Constant)
+        for n in {ast.unparse(i).split(".")[0], ast.unparse(i).rsplit(".", 1)[-1]}
+    ]
+    return (targets[0].id, names) if names else None
+
+
+def tested_only(st: ast.AST) -> list[str]:
+    """Names whose every load in `st` is a membership test: `x in NAME`, `x not in NAME`,
+    `NAME.keys()`."""
+    parents = {c: n for n in ast.walk(st) for c in ast.iter_child_nodes(n)}
+    tested: set[str] = set()
+    other: set[str] = set()
+    for node in ast.walk(st):
+        if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)):
+            continue
+        up = parents.get(node)
+        member = isinstance(up, ast.Compare) and any(
+            c is node and isinstance(op, ast.In | ast.NotIn)
+            for op, c in zip(up.ops, up.comparators, strict=True)
+        )
+        keys = isinstance(up, ast.Attribute) and up.attr == "keys" and isinstance(parents.get(up), ast.Call)
+        (tested if member or keys else other).add(node.id)
+    return sorted(tested - other)
+
+
+def typed_only(st: ast.AST) -> list[str]:
+    """Names whose every load in `st` is the class an `isinstance`/`issubclass` test names
+    (`isinstance(x, Name)`, `isinstance(x, (Name, Other))`): they build nothing there."""
+    parents = {c: n for n in ast.walk(st) for c in ast.iter_child_nodes(n)}
+    typed: set[str] = set()
+    other: set[str] = set()
+    for node in ast.walk(st):
+        if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)):
+            continue
+        up = parents.get(node)
+        up = parents.get(up) if isinstance(up, ast.Tuple) else up
+        test = (
+            isinstance(up, ast.Call)
+            and isinstance(up.func, ast.Name)
+            and up.func.id in ("isinstance", "issubclass")
+            and len(up.args) == 2
+            and (up.args[1] is node or node in getattr(up.args[1], "elts", ()))
+        )
+        (typed if test else other).add(node.id)
+    return sorted(typed - other)
+
+
+_FILLS = frozenset({"update", "setdefault", "append", "extend", "add", "insert"})
+
+
+def loose_names(body: list[ast.stmt]) -> list[str]:
+    """Names module-level code loads other than to fill a table in (`T.update(...)`, `T[k] = v`)
+    or inside a table literal (`table_of`): a table used that way may hand out what it holds."""
+    out: set[str] = set()
+    todo = list(body)
+    while todo:
+        st = todo.pop()
+        if isinstance(st, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) or table_of(st) is not None:
+            continue
+        parents = {c: n for n in ast.walk(st) for c in ast.iter_child_nodes(n)}
+        for node in ast.walk(st):
+            if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)):
+                continue
+            up = parents.get(node)
+            fill = (
+                isinstance(up, ast.Attribute) and up.attr in _FILLS and isinstance(parents.get(up), ast.Call)
+            )
+            stored = isinstance(up, ast.Subscript) and isinstance(up.ctx, ast.Store)
+            if not (fill or stored):
+                out.add(node.id)
+    return sorted(out)
