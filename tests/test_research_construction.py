@@ -435,6 +435,8 @@ def test_a_backend_built_only_by_draft_workers_needs_speculative_decoding(index)
         assert on.verdict == "applies", on.summary
         off = analyze_flag(index, "--kv-splits", _facts("fa3"), value="16")
         assert off.verdict == "no-op", off.summary
+        # both reasons: the registry does not select triton, and no draft worker is built
+        assert "attention_backend is 'triton'" in off.summary and "spec_algorithm.is_none()" in off.summary
 
 
 def test_a_quantization_method_is_built_only_for_a_model_quantized_with_it(index) -> None:  # type: ignore[no-untyped-def]

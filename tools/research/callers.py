@@ -73,12 +73,12 @@ def _caller_gate(
     subs = _subclass_inits(index, func)
     if sites is None or subs is None or not (sites or subs):
         return None
-    first = None
+    gates: list[ExitPath] = []
     for init in subs:  # building a subclass runs this class's __init__ and methods too
         gate = caller_gate(index, init, facts, flag, depth=depth)
         if gate is None:
             return None
-        first = first or gate
+        gates.append(gate)
     name = _init_class(func.qual) or func.qual.rsplit(".", 1)[-1]
     for caller, call in sites:
         if call is None and (name in caller.typed or _own_method(caller, func)):
@@ -89,7 +89,7 @@ def _caller_gate(
                 gate = caller_gate(index, caller, facts, flag, depth=depth - 1)
             if gate is None:
                 return None
-            first = first or gate
+            gates.append(gate)
             continue
         env = env_of(index, caller, facts, flag, {})
         gate = _failing(caller, call, env) or _caller_off(index, caller, call, facts, flag, depth=depth)
@@ -97,8 +97,20 @@ def _caller_gate(
             gate = caller_gate(index, caller, facts, flag, depth=depth - 1)
         if gate is None:
             return None
-        first = first or gate
-    return first
+        gates.append(gate)
+    return _joined(gates)
+
+
+def _joined(gates: list[ExitPath]) -> ExitPath | None:
+    """The first gate, its message naming a second, different reason when several ways lead here
+    (a backend the registry would build, and draft workers only speculative decoding builds)."""
+    if not gates:
+        return None
+    first, reasons = gates[0], list(dict.fromkeys(g.message.split("; and ")[0] for g in gates))
+    if len(reasons) == 1:
+        return first
+    more = f"; and {reasons[1]}" + (f" (+{len(reasons) - 2} more)" if len(reasons) > 2 else "")
+    return replace(first, message=first.message + more, via=list(first.via))
 
 
 def _own_method(caller: Func, func: Func) -> bool:
