@@ -38,6 +38,8 @@ FILES = {
             dp_size: int = 1
             speculative_algorithm: str = None
             fp8_runner: str = "auto"
+            pool_ratio: float = 0.8
+            hybrid_pools: bool = False
 
             @staticmethod
             def add_cli_args(parser):
@@ -59,6 +61,8 @@ FILES = {
                 parser.add_argument("--dp-size", type=int, default=ServerArgs.dp_size)
                 parser.add_argument("--speculative-algorithm", default=ServerArgs.speculative_algorithm)
                 parser.add_argument("--fp8-runner", default=ServerArgs.fp8_runner)
+                parser.add_argument("--pool-ratio", type=float, default=ServerArgs.pool_ratio)
+                parser.add_argument("--hybrid-pools", action="store_true")
         """,
     "srt/layers/attention/registry.py": """
         ATTENTION_BACKENDS = {}
@@ -230,6 +234,33 @@ FILES = {
 
         def is_fp8_layer(layer):
             return isinstance(layer.quant_method, Fp8LinearMethod)
+        """,
+    "srt/model_executor/pools.py": """
+        from sglang.srt.config import get_args
+
+        class BasePool:
+            def __init__(self, runner):
+                self.runner = runner
+
+        class HybridPool(BasePool):
+            def __init__(self, runner):
+                self.ratio = get_args().pool_ratio
+                self.runner = runner
+
+        class CappedPool(HybridPool):
+            def __init__(self, runner):
+                super().__init__(runner)
+
+            @staticmethod
+            def is_applicable(runner):
+                return runner.small
+
+        def create_pool(runner):
+            if get_args().hybrid_pools:
+                if CappedPool.is_applicable(runner):
+                    return CappedPool(runner)
+                return HybridPool(runner)
+            return BasePool(runner)
         """,
     "srt/disagg/decode.py": """
         from enum import Enum
@@ -465,6 +496,16 @@ def test_an_enum_method_is_evaluated_for_each_member_it_is_called_on(index) -> N
     assert evaluate("SpeculativeAlgorithm.EAGLE.is_none()", env).truth is False
     assert evaluate("SpeculativeAlgorithm.NONE.is_none()", env).truth is True
     assert evaluate("SpeculativeAlgorithm.from_string(None).is_none()", env).truth is True
+
+
+def test_a_static_helper_called_on_a_class_does_not_build_it(index) -> None:  # type: ignore[no-untyped-def]
+    """The factory asks `CappedPool.is_applicable(...)` (a static method) before building either
+    hybrid pool; only a hybrid deployment builds one (issue 25's example 1: the SWA ratio on a
+    model that is not hybrid-SWA)."""
+    off = analyze_flag(index, "--pool-ratio", _facts("fa3"), value="0.5")
+    assert off.verdict == "no-op", off.summary
+    on = analyze_flag(index, "--pool-ratio", {**_facts("fa3"), "server.hybrid_pools": True}, value="0.5")
+    assert on.verdict == "applies", on.summary
 
 
 def test_a_base_class_runs_through_its_subclasses(index) -> None:  # type: ignore[no-untyped-def]

@@ -81,8 +81,10 @@ def _caller_gate(
         gates.append(gate)
     name = _init_class(func.qual) or func.qual.rsplit(".", 1)[-1]
     for caller, call in sites:
-        if call is None and (name in caller.typed or _own_method(caller, func)):
-            continue  # `isinstance(x, Class)`, `Class.helper(...)` in its own methods: builds nothing
+        if call is None and (
+            name in caller.typed or _own_method(caller, func) or _helper_call(index, caller, func)
+        ):
+            continue  # `isinstance(x, Class)`, `Class.is_applicable(x)`, its own methods: build nothing
         if call is None or call is TABLE_READ:  # used without a call: runs if its user does
             gate = _caller_off(index, caller, None, facts, flag, depth=depth)
             if gate is None and depth > 1:
@@ -111,6 +113,16 @@ def _joined(gates: list[ExitPath]) -> ExitPath | None:
         return first
     more = f"; and {reasons[1]}" + (f" (+{len(reasons) - 2} more)" if len(reasons) > 2 else "")
     return replace(first, message=first.message + more, via=list(first.via))
+
+
+def _helper_call(index: FlagIndex, caller: Func, func: Func) -> bool:
+    """Whether `caller` only calls methods on the class `func` constructs (`Cls.is_applicable(x)`)
+    and no method of that class builds it (`cls(...)`): a static helper builds nothing."""
+    cls = _init_class(func.qual)
+    if cls is None or cls not in caller.receivers:
+        return False
+    own = [f for f in index.funcs_in(func.path) if f.qual.startswith(f"{cls}.")]
+    return not any(c.callee in ("cls", cls) for f in own for c in [*f.calls, *f.outside])
 
 
 def _own_method(caller: Func, func: Func) -> bool:

@@ -30,7 +30,7 @@ from tools.research.index_types import Call, Func, ModuleFacts, Read
 from tools.research.index_walk import LOG, walk_file
 from tools.research.source import SourceTree, cache_lock, cache_root
 
-INDEX_FORMAT = 29
+INDEX_FORMAT = 30
 TABLE_READ = Call("<table>", 0, [], [], {})
 """The call of a `call_sites` pair whose caller takes an entry out of a table holding the function."""
 MAX_FILE_BYTES = 4 * 2**20

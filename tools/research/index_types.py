@@ -96,6 +96,8 @@ class Func:
     attr) for `self.attr = param`, ("other", "") for anything else (a call, a return, ...)."""
     typed: list[str] = field(default_factory=list)
     """Names the function uses only as the class of an `isinstance`/`issubclass` test."""
+    receivers: list[str] = field(default_factory=list)
+    """Names the function uses only to call their methods (`Cls.is_applicable(x)`) or in type tests."""
     tested: list[str] = field(default_factory=list)
     """Names the function only tests membership in (`x in TABLE`, `TABLE.keys()`): it reads no
     entry of them."""

@@ -230,7 +230,7 @@ class _Walker:
             f.stores = _setter_stores(body, self.declared)
         f.uses = _param_uses(st, [q for q in params if q not in ("self", "cls")])
         f.tested = tested_only(st)
-        f.typed = typed_only(st)
+        f.typed, f.receivers = typed_only(st)
         first = len(self.m.reads)
         self.body(st.body, [])
         for read in self.m.reads[first:]:

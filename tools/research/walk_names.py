@@ -53,16 +53,24 @@ def tested_only(st: ast.AST) -> list[str]:
     return sorted(tested - other)
 
 
-def typed_only(st: ast.AST) -> list[str]:
+def typed_only(st: ast.AST) -> tuple[list[str], list[str]]:
     """Names whose every load in `st` is the class an `isinstance`/`issubclass` test names
-    (`isinstance(x, Name)`, `isinstance(x, (Name, Other))`): they build nothing there."""
+    (`isinstance(x, Name)`, `isinstance(x, (Name, Other))`): they build nothing there; and names
+    whose every load is such a test or the receiver of a method call (`Name.is_applicable(kvc)`,
+    at least once): they build the class only through a classmethod that builds it. A call of the
+    name itself (`Name(...)`) is a call edge, counted apart."""
     parents = {c: n for n in ast.walk(st) for c in ast.iter_child_nodes(n)}
     typed: set[str] = set()
+    called: set[str] = set()
     other: set[str] = set()
     for node in ast.walk(st):
         if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)):
             continue
         up = parents.get(node)
+        if isinstance(up, ast.Call) and up.func is node:
+            continue  # `Name(...)`: a call edge of its own
+        receiver = isinstance(up, ast.Attribute) and isinstance(parents.get(up), ast.Call)
+        receiver = receiver and parents[up].func is up
         up = parents.get(up) if isinstance(up, ast.Tuple) else up
         test = (
             isinstance(up, ast.Call)
@@ -71,8 +79,8 @@ def typed_only(st: ast.AST) -> list[str]:
             and len(up.args) == 2
             and (up.args[1] is node or node in getattr(up.args[1], "elts", ()))
         )
-        (typed if test else other).add(node.id)
-    return sorted(typed - other)
+        (typed if test else called if receiver else other).add(node.id)
+    return sorted(typed - other - called), sorted(called - other)
 
 
 _FILLS = frozenset({"update", "setdefault", "append", "extend", "add", "insert"})
