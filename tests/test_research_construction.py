@@ -38,8 +38,9 @@ FILES = {
             dp_size: int = 1
             speculative_algorithm: str = None
             fp8_runner: str = "auto"
-            pool_ratio: float = 0.8
+            pool_ratio: float = None  # resolved later (0.8), as SGLang 0.5.23 does
             hybrid_pools: bool = False
+            _pool_ratio_explicit: bool = None
 
             @staticmethod
             def add_cli_args(parser):
@@ -235,6 +236,11 @@ FILES = {
         def is_fp8_layer(layer):
             return isinstance(layer.quant_method, Fp8LinearMethod)
         """,
+    "srt/arg_groups/pool_hook.py": """
+        def resolve_pools(args):
+            if args._pool_ratio_explicit is None:
+                declare_resolution(args, "pools", _pool_ratio_explicit=args.pool_ratio is not None)
+        """,
     "srt/model_executor/pools.py": """
         from sglang.srt.config import get_args
 
@@ -245,6 +251,7 @@ FILES = {
         class HybridPool(BasePool):
             def __init__(self, runner):
                 self.ratio = get_args().pool_ratio
+                self.explicit = get_args()._pool_ratio_explicit
                 self.runner = runner
 
         class CappedPool(HybridPool):
@@ -502,9 +509,30 @@ def test_a_static_helper_called_on_a_class_does_not_build_it(index) -> None:  # 
     """The factory asks `CappedPool.is_applicable(...)` (a static method) before building either
     hybrid pool; only a hybrid deployment builds one (issue 25's example 1: the SWA ratio on a
     model that is not hybrid-SWA)."""
-    off = analyze_flag(index, "--pool-ratio", _facts("fa3"), value="0.5")
+    from tools.research.startup.check import StartupAnswer
+
+    startup = StartupAnswer(kind="changed", changed={"pool_ratio": (0.8, 0.5)})  # nothing else
+    off = analyze_flag(index, "--pool-ratio", _facts("fa3"), value="0.5", startup=startup)
     assert off.verdict == "no-op", off.summary
-    on = analyze_flag(index, "--pool-ratio", {**_facts("fa3"), "server.hybrid_pools": True}, value="0.5")
+    hybrid = {**_facts("fa3"), "server.hybrid_pools": True}
+    on = analyze_flag(index, "--pool-ratio", hybrid, value="0.5", startup=startup)
+    assert on.verdict == "applies", on.summary
+
+
+def test_argument_code_that_only_marks_a_setting_nothing_running_reads_is_off(index) -> None:  # type: ignore[no-untyped-def]
+    """SGLang's own resolution ran the hook: it set `_pool_ratio_explicit` besides the ratio, and
+    only a hybrid pool reads that mark, which this deployment never builds (0.5.23's
+    `_swa_full_tokens_ratio_explicitly_set`)."""
+    from tools.research.startup.check import StartupAnswer
+
+    changed = {"pool_ratio": (0.8, 0.5), "_pool_ratio_explicit": (False, True)}
+    startup = StartupAnswer(kind="changed", changed=changed)
+    off = analyze_flag(index, "--pool-ratio", _facts("fa3"), value="0.5", startup=startup)
+    assert off.verdict == "no-op", off.summary
+    [hook] = [f for f in off.findings if "pool_hook.py" in f.location]
+    assert hook.state == "off" and "_pool_ratio_explicit" in hook.why, hook.why
+    hybrid = {**_facts("fa3"), "server.hybrid_pools": True}
+    on = analyze_flag(index, "--pool-ratio", hybrid, value="0.5", startup=startup)
     assert on.verdict == "applies", on.summary
 
 

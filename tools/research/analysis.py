@@ -122,6 +122,7 @@ def analyze_flag(
     reader_findings(index, target.dest, facts, flag_values, verdict, without)
     if startup is not None and startup.kind == "changed":
         _drop_argument_refusals(verdict)
+        _settled_in_argument_code(index, verdict, startup, facts, flag_values, without)
     decide(verdict, target)
     if startup is not None and startup.kind in ("refused", "same"):
         _startup_decides(verdict, startup)
@@ -142,6 +143,34 @@ def analyze_flag(
         verdict.verdict, verdict.certainty = "no-op", certainty
         verdict.summary = f"set anyway: {func} at {where} {why}."
     return verdict
+
+
+def _settled_in_argument_code(
+    index: FlagIndex,
+    v: CodeVerdict,
+    startup: StartupAnswer,
+    facts: dict[str, Any],
+    flag_values: dict[str, Any],
+    without: dict[str, Any],
+) -> None:
+    """A running reader in argument code ran when SGLang resolved the flag here: what it did is in
+    the resolved configuration. When resolution changed nothing else, or only settings nothing
+    running here reads (`_x_explicitly_set` False -> True, read only by a configurator this model
+    never builds), that reader is off: the flag's own value and its other readers decide."""
+    live = [f for f in v.findings if f.state in ("on", "runtime") and is_config_path(f.location)]
+    if not live:
+        return
+    others = {k: after for k, (_, after) in startup.changed.items() if k not in flag_values}
+    why = "SGLang's own resolution here changes nothing else: the flag's own value and its readers decide"
+    for dest, after in others.items():
+        probe = CodeVerdict(v.flag, dest, v.version, "unknown", "", 0.3, value=after)
+        reader_findings(index, dest, facts, {**flag_values, dest: after}, probe, without)
+        running = [f for f in probe.findings if not is_config_path(f.location)]
+        if not running or any(f.state != "off" for f in running):
+            return
+        why = f"sets `{dest}` to {after!r} as SGLang resolves it here; every reader of that is off, e.g. {running[0].location}: {running[0].why}"
+    for f in live:
+        f.state, f.why = "off", why
 
 
 def _drop_argument_refusals(v: CodeVerdict) -> None:

@@ -12,6 +12,7 @@ benchmarks, examples, `multimodal_gen/` (another product), the `lang/` frontend 
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import os
 import pickle
@@ -30,7 +31,7 @@ from tools.research.index_types import Call, Func, ModuleFacts, Read
 from tools.research.index_walk import LOG, walk_file
 from tools.research.source import SourceTree, cache_lock, cache_root
 
-INDEX_FORMAT = 30
+INDEX_FORMAT = 31
 TABLE_READ = Call("<table>", 0, [], [], {})
 """The call of a `call_sites` pair whose caller takes an entry out of a table holding the function."""
 MAX_FILE_BYTES = 4 * 2**20
@@ -488,11 +489,37 @@ def _dump(value: object) -> bytes:
     return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
 
 
+def _private_fields(
+    tree: SourceTree, files: list[tuple[str, str, bool]], dests: frozenset[str]
+) -> frozenset[str]:
+    """Settings argument resolution keeps beside the flags (`_x_explicitly_set`, declared in a class
+    of argument code that declares flags too): resolution may change them with a flag, and what
+    reads them decides (their reads are indexed like a flag's)."""
+    out: set[str] = set()
+    for rel, _, _ in files:
+        if not is_config_path(rel):
+            continue
+        try:
+            module = ast.parse((tree.root / rel).read_text(errors="replace"))
+        except (SyntaxError, ValueError):
+            continue
+        for cls in (n for n in ast.walk(module) if isinstance(n, ast.ClassDef)):
+            names = [
+                s.target.id
+                for s in cls.body
+                if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
+            ]
+            if any(n in dests for n in names):
+                out |= {n for n in names if n.startswith("_") and not n.startswith("__")}
+    return frozenset(out)
+
+
 def build_index(tree: SourceTree, db: Path, *, workers: int = 2) -> FlagIndex:
     """Walk every serving-path file of `tree` (in `workers` processes) into a new index at `db`."""
     catalog = flag_catalog(tree)
-    dests = frozenset(f.dest for f in catalog)
     files = _files(tree)
+    dests = frozenset(f.dest for f in catalog)
+    dests |= _private_fields(tree, files, dests)
     if workers > 1 and threading.active_count() > 1:
         # forking a multi-threaded process (the agent researches from worker threads) can deadlock
         # on a lock another thread holds, and spawn re-runs the caller's __main__: build in a fresh
