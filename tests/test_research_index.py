@@ -265,3 +265,25 @@ def test_flashinfer_is_installed_where_the_versions_server_requirements_say_so(s
         assert installed(index, {"gpu.sm": 90})["software.flashinfer"] is True
         assert installed(index, {"gpu.vendor": "amd"}) == {}
 
+
+
+def test_module_status_is_cached_on_disk_under_one_key_whatever_the_hash_seed(tree) -> None:  # type: ignore[no-untyped-def]
+    """A warm CLI call skips the module walk only if every process finds the same status file:
+    the key must not follow the per-process order of a set (`PYTHONHASHSEED`)."""
+    import os
+    import subprocess
+    import sys
+
+    index = load_index(tree)
+    child = (
+        "import sys; from pathlib import Path; from tools.research.index import load_index;"
+        "from tools.research.source import local_source; from tools.research.analysis import analyze_flag;"
+        f"t = local_source(Path({str(tree.root)!r}), version='9.9.9');"
+        "analyze_flag(load_index(t), '--enable-bar', {'gpu.sm': 90, 'model.architecture': 'BetaForCausalLM',"
+        " 'server.attention_backend': 'other', 'model.attention_kinds': frozenset({'full', 'linear', 'swa'})})"
+    )
+    root = Path(__file__).resolve().parent.parent
+    for seed in ("1", "2", "3"):
+        env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(root)}
+        subprocess.run([sys.executable, "-c", child], env=env, check=True, cwd=root)
+    assert len(list(index.db.parent.glob(index.db.stem + ".status-*.pickle"))) == 1

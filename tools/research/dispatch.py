@@ -21,7 +21,7 @@ import os
 import pickle
 from typing import Any
 
-from tools.research.guard_eval import Env, evaluate_all
+from tools.research.guard_eval import CODE_ENUMS, MODEL_ATTRS, Env, evaluate_all
 from tools.research.index import FlagIndex
 
 Status = bool | None
@@ -128,7 +128,10 @@ def module_status(index: FlagIndex, facts: dict[str, Any]) -> dict[str, Status]:
     last = _LAST.get(id(index))
     if last is not None and last[0] is facts:  # why: asked per call site; the key's repr is not free
         return last[1]
-    text = repr((_STATUS_FORMAT, sorted((k, repr(v)) for k, v in facts.items())))
+    # the index's own tables are the same for every deployment of it; sets are sorted, so the key
+    # is the same in every process (a set's order follows the per-process string hash)
+    own = (CODE_ENUMS, MODEL_ATTRS)
+    text = repr((_STATUS_FORMAT, sorted((k, _stable(v)) for k, v in facts.items() if k not in own)))
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     key = (id(index), digest)
     if key in _STATUS_CACHE:
@@ -154,6 +157,17 @@ def module_status(index: FlagIndex, facts: dict[str, Any]) -> dict[str, Status]:
     _STATUS_CACHE[key] = status
     _LAST[id(index)] = (facts, status)  # holds `facts`, so its id is not reused while cached
     return status
+
+
+def _stable(value: Any) -> str:
+    """`repr` with sets and dicts in sorted order."""
+    if isinstance(value, set | frozenset):
+        return repr(sorted(_stable(v) for v in value))
+    if isinstance(value, dict):
+        return repr(sorted((_stable(k), _stable(v)) for k, v in value.items()))
+    if isinstance(value, list | tuple):
+        return repr([_stable(v) for v in value])
+    return repr(value)
 
 
 def _prune(db: Any, keep: int = 32) -> None:
