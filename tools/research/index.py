@@ -1,6 +1,6 @@
 """The per-version flag index: every flag's readers, guards, call edges and exits, built once.
 
-Building walks every serving-path file of an SGLang tree once (`index_walk.walk_file`, two
+Building walks every serving-path file of an SGLang tree once (`walk.file.walk_file`, two
 worker processes) and stores the result in an SQLite file of pickled records under
 `<cache>/flag-index/`, one per tree, keyed by the version, an index format number and a digest of
 the files' names, sizes and mtimes; a changed tree rebuilds. Later calls open that file (and keep
@@ -28,8 +28,8 @@ from pathlib import Path, PurePosixPath
 from tools.research import index_tables
 from tools.research.catalog import FlagInfo, flag_catalog
 from tools.research.index_types import Call, Func, ModuleFacts, Read
-from tools.research.index_walk import LOG, walk_file
 from tools.research.source import SourceTree, cache_lock, cache_root
+from tools.research.walk.file import LOG, walk_file
 
 INDEX_FORMAT = 31
 TABLE_READ = Call("<table>", 0, [], [], {})

@@ -1,4 +1,4 @@
-"""The records of the flag index (what `index_walk` extracts and `index` stores).
+"""The records of the flag index (what `walk.file` extracts and `index` stores).
 
 Kept apart from the walker so readers of the index import only these plain dataclasses.
 """

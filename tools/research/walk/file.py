@@ -14,7 +14,7 @@ import ast
 import re
 
 from tools.research.index_types import Call, Exit, Func, ModuleFacts, Read
-from tools.research.walk_names import loose_names, table_of, tested_only, typed_only
+from tools.research.walk.names import loose_names, table_of, tested_only, typed_only
 
 _SERVER_ARGS = re.compile(r"(self\.)?server_args")
 """The receivers a later fill-in of a server argument is written through."""

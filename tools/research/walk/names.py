@@ -1,4 +1,4 @@
-"""How a function or a module uses a name, for the index (`index_walk`): the module-level tables
+"""How a function or a module uses a name, for the index (`walk.file`): the module-level tables
 that hold classes, and the names a function only tests (`x in TABLE`, `isinstance(x, Class)`).
 A class held in a table, or named only in a type test, is not built there (`tools.research.callers`).
 """
@@ -37,7 +37,7 @@ def table_of(st: ast.stmt) -> tuple[str, list[str]] | None:
 def tested_only(st: ast.AST) -> list[str]:
     """Names whose every load in `st` is a membership test: `x in NAME`, `x not in NAME`,
     `NAME.keys()`."""
-    parents = {c: n for n in ast.walk(st) for c in ast.iter_child_nodes(n)}
+    parents = _parents(st)
     tested: set[str] = set()
     other: set[str] = set()
     for node in ast.walk(st):
@@ -59,7 +59,7 @@ def typed_only(st: ast.AST) -> tuple[list[str], list[str]]:
     whose every load is such a test or the receiver of a method call (`Name.is_applicable(kvc)`,
     at least once): they build the class only through a classmethod that builds it. A call of the
     name itself (`Name(...)`) is a call edge, counted apart."""
-    parents = {c: n for n in ast.walk(st) for c in ast.iter_child_nodes(n)}
+    parents = _parents(st)
     typed: set[str] = set()
     called: set[str] = set()
     other: set[str] = set()
@@ -95,7 +95,7 @@ def loose_names(body: list[ast.stmt]) -> list[str]:
         st = todo.pop()
         if isinstance(st, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) or table_of(st) is not None:
             continue
-        parents = {c: n for n in ast.walk(st) for c in ast.iter_child_nodes(n)}
+        parents = _parents(st)
         for node in ast.walk(st):
             if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)):
                 continue
@@ -107,3 +107,8 @@ def loose_names(body: list[ast.stmt]) -> list[str]:
             if not (fill or stored):
                 out.add(node.id)
     return sorted(out)
+
+
+def _parents(root: ast.AST) -> dict[ast.AST, ast.AST]:
+    """Every node under `root` -> its parent."""
+    return {c: n for n in ast.walk(root) for c in ast.iter_child_nodes(n)}
