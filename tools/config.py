@@ -217,6 +217,45 @@ def load_config(path: Path | None = None) -> Config:
     return _anchor_paths(config, path.resolve().parent)
 
 
+def record_settings(path: Path, table: str, values: dict[str, Any]) -> None:
+    """Set `values` in `[table]` of the config file `path`, keeping everything else in it as written
+    (comments, order, other keys; tomlkit edits the document). The result must read back as a valid
+    config holding exactly those changes before it replaces the file, atomically and with the same
+    permissions; otherwise the file is left as it was (`ConfigError`)."""
+    import os
+    import tempfile
+
+    import tomlkit
+    from tomlkit.exceptions import TOMLKitError
+
+    path = Path(path).resolve()
+    try:
+        text = path.read_text()
+        old, doc = tomllib.loads(text), tomlkit.parse(text)
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, TOMLKitError) as e:
+        raise ConfigError(f"{path}: cannot record {table}.{', '.join(values)}: {e}") from e
+    doc.setdefault(table, tomlkit.table()).update(values)
+    new = tomlkit.dumps(doc)
+    expected = {**old, table: {**old.get(table, {}), **values}}
+    try:
+        Config.model_validate(tomllib.loads(new))
+        if tomllib.loads(new) != expected:
+            raise ValueError("the edit would change other settings")
+    except (ValueError, tomllib.TOMLDecodeError) as e:  # ValidationError is a ValueError
+        raise ConfigError(f"{path}: not changed, the edit did not read back as intended: {e}") from e
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(new)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, path.stat().st_mode & 0o7777)
+        os.replace(tmp, path)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise ConfigError(f"{path}: cannot write: {e.strerror or e}") from e
+
+
 def _anchor_paths(config: Config, base: Path) -> Config:
     """Relative local paths mean "next to the config file", whatever directory optagent runs from.
 

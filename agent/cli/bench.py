@@ -74,6 +74,9 @@ def bench(
     prompt_file: Path | None = typer.Option(None, "--prompt-file", help="JSONL prompts (ShareGPT-like)."),
     json_file: Path | None = typer.Option(None, "--json", help="Save the result(s) as JSON."),
     plot_file: Path | None = typer.Option(None, "--plot", help="Save a PNG plot."),
+    restarts: int | None = typer.Option(
+        None, "--restarts", help="Relaunch known-good N times; record the launch spread in the config."
+    ),
 ) -> None:
     """Sweep concurrency levels against the server and print a table of the results."""
     if ctx.invoked_subcommand:
@@ -84,6 +87,13 @@ def bench(
         prompts_per_level=prompts_per_level, reps=reps, api=api, warmup=warmup, backend=backend,
     )  # fmt: skip
     settings = _settings(cfg, overrides)
+    if restarts is not None:
+        from agent.cli.bench_spread import check_restarts, record_spread
+
+        unused = {"--endpoint": endpoint, "--request-rate": request_rate, "--prompt-file": prompt_file,
+                  "--json": json_file, "--plot": plot_file, "--backend sglang": settings.backend == "sglang"}  # fmt: skip
+        check_restarts(restarts, settings, unused)
+        return record_spread(config, settings, restarts)
     if request_rate is not None and request_rate <= 0:
         fail("--request-rate must be positive", code=2)
     if prompt_file is not None:

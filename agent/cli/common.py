@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 
 import typer
 from rich.console import Console
@@ -14,6 +16,7 @@ from tools.config import Config, ConfigError, load_config
 
 console = Console()
 err_console = Console(stderr=True)
+T = TypeVar("T")
 
 ConfigOption = typer.Option(
     None, "--config", "-c", help="optagent.toml (default: ./optagent.toml or the simulated deployment)."
@@ -57,3 +60,37 @@ def normalize_flag(flag: str) -> str:
     if not name:
         raise typer.BadParameter(f"not a flag name: {flag!r}")
     return f"--{name}"
+
+
+def target_config(path: Path | None) -> Config:
+    """The config of a command that changes the target; the simulated deployment is laid out and
+    started on demand."""
+    cfg = get_config(path)
+    if cfg.simulated:
+        from sim import host
+
+        try:
+            cfg = host.ensure_up(Path(cfg.target.remote_unit).parent)
+        except host.SimHostError as e:
+            fail(f"cannot start the simulated deployment: {e}")
+    return cfg
+
+
+def run_on_target(coro: Awaitable[T]) -> T:
+    """Run a coroutine; turn the deploy layer's errors into a clear message (secrets redacted) and
+    exit status 1 (2 for a unit file that is not valid)."""
+    from tools.deploy.deployment import DeployError, UnitInvalidError
+    from tools.deploy.lock import LockedError
+    from tools.deploy.redact import redact_text
+    from tools.deploy.remote import TransportError
+    from tools.deploy.service import ServiceError
+    from tools.deploy.units.file import UnitFileError
+
+    try:
+        return asyncio.run(coro)  # type: ignore[arg-type]
+    except (UnitInvalidError, UnitFileError) as e:
+        fail(redact_text(str(e)), code=2)
+    except (DeployError, LockedError, TransportError, ServiceError) as e:  # a drift diff holds the unit
+        fail(redact_text(str(e)))
+    except OSError as e:  # a local file optagent must write (journal, unit copy) is not writable
+        fail(f"{e.filename or ''}: {e.strerror or e}".lstrip(": "))

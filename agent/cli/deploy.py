@@ -12,41 +12,19 @@ from typing import Any, TypeVar
 
 import typer
 
-from agent.cli.common import ConfigOption, console, err_console, fail, get_config, normalize_flag
+from agent.cli.common import (
+    ConfigOption,
+    console,
+    err_console,
+    fail,
+    get_config,
+    normalize_flag,
+    run_on_target,
+    target_config,
+)
 from tools.config import Config
 
 T = TypeVar("T")
-
-
-def _config(path: Path | None) -> Config:
-    """The config; the simulated deployment is laid out and started on demand."""
-    cfg = get_config(path)
-    if cfg.simulated:
-        from sim import host
-
-        try:
-            cfg = host.ensure_up(Path(cfg.target.remote_unit).parent)
-        except host.SimHostError as e:
-            fail(f"cannot start the simulated deployment: {e}")
-    return cfg
-
-
-def _run(coro: Awaitable[T]) -> T:
-    """Run a coroutine; turn the deploy layer's errors into a clear message and exit status 1."""
-    from tools.deploy.deployment import DeployError, UnitInvalidError
-    from tools.deploy.lock import LockedError
-    from tools.deploy.remote import TransportError
-    from tools.deploy.service import ServiceError
-    from tools.deploy.units.file import UnitFileError
-
-    try:
-        return asyncio.run(coro)  # type: ignore[arg-type]
-    except (UnitInvalidError, UnitFileError) as e:
-        fail(_secret(str(e)), code=2)
-    except (DeployError, LockedError, TransportError, ServiceError) as e:  # a drift diff holds the unit
-        fail(_secret(str(e)))
-    except OSError as e:  # a local file optagent must write (journal, unit copy) is not writable
-        fail(f"{e.filename or ''}: {e.strerror or e}".lstrip(": "))
 
 
 def _edits(set_: list[str], unset: list[str]) -> list[tuple[str, str, str | None]]:
@@ -168,7 +146,7 @@ def deploy(
     edits = _edits(set_, unset)
     if not dry_run and not yes and not sys.stdin.isatty():  # bad usage: before the lock or the host
         fail("no terminal to confirm on: add --yes to deploy without asking", code=2)
-    cfg = _config(config)
+    cfg = target_config(config)
     target = cfg.target
     kind = "script" if target.remote_unit.endswith(".sh") else "systemd"
     _check_flags(cfg, edits)
@@ -191,7 +169,7 @@ def deploy(
             finally:
                 await d.transport.close()
 
-        current = _run(read_known_good())
+        current = run_on_target(read_known_good())
         diff = unified_diff(current, _apply(current, kind, edits), name=Path(target.remote_unit).name)
         console.print(_secret(diff, cfg), markup=False, highlight=False)
         console.print("[dim]dry run: nothing was changed[/]")
@@ -216,7 +194,7 @@ def deploy(
                     await d.commit()
                 return outcome
 
-    outcome = _run(go())
+    outcome = run_on_target(go())
     if outcome is not None:
         _print_outcome(outcome, "deployed and committed" if outcome.ok else "deploy", cfg)
         if not outcome.ok:
@@ -232,7 +210,7 @@ def _session(cfg: Config, body: Callable[[Any], Awaitable[T]], *, command: str) 
                 console.print(f"[yellow]recovered:[/] {_secret(d.recovered, cfg)}", highlight=False)
             return await body(d)
 
-    return _run(go())
+    return run_on_target(go())
 
 
 def rollback(config: Path | None = ConfigOption) -> None:
@@ -241,7 +219,7 @@ def rollback(config: Path | None = ConfigOption) -> None:
     async def body(d: Any) -> Any:
         return await d.rollback()
 
-    cfg = _config(config)
+    cfg = target_config(config)
     outcome = _session(cfg, body, command="optagent rollback")
     if not outcome.changed:
         console.print(
@@ -276,7 +254,7 @@ def status(
             finally:
                 await d.transport.close()
 
-    info = _run(go())
+    info = run_on_target(go())
     unhealthy = not info["health"]["ok"]
     if as_json:
         print(_secret(json.dumps(info, indent=2, default=str), cfg))

@@ -116,41 +116,74 @@ async def measure_spread(r: Any) -> LaunchSpread:
     marked copy is followed by the rollback, so known-good ends deployed), a block on each launch,
     and set `r.launch_prior`. The restarts count in the run's. Falls back to `known_spread` when the
     config records a figure, no relaunch is asked, or a relaunch fails."""
-    from agent.trial.paired import _block, _warm
-
     spread = known_spread(r.bench)
     n = spread_restarts(r.bench)
     if n == 0 or not r.reference:
         r.launch_prior = spread.prior
         return spread
-    blocks, on_marked = [r.reference], False
-    for i in range(n):
-        marked = r.deployed_text + MARK
-        if i % 2 == 0:
-            outcome = await r.deployment.deploy(marked, reason="launch spread: relaunch known-good")
-        else:
-            outcome = await r.deployment.rollback()
-        r.restarts += 1 + int(bool(getattr(outcome, "rolled_back", False)))
-        r.reference = None
-        on_marked = i % 2 == 0 and outcome.ok
-        if not outcome.ok:
-            break
-        await r.deployment.keepalive()
-        await _warm(r)
-        block = await _block(r, None, f"spread launch {i + 1}", max_reps=r.bench.reps)
-        if not block or any(s.partial for s in block):
-            break
-        blocks.append(block)
-        r.reference = block
-    if on_marked:  # stopped on the marked copy: known-good back
-        await r.deployment.rollback()
-        r.restarts += 1
-        r.reference = None
-    if r.reference is not None:
-        r.known_good_blocks = [r.reference]
+    first = r.reference
+    relaunched, _ = await relaunch_known_good(r, n)
+    blocks = [first, *relaunched]
     if len(blocks) < 3:
         r.launch_prior = spread.prior
         return spread
     measured = spread_of_blocks(blocks, r.objective, r.bench.launch_noise)
     r.launch_prior = measured.prior
     return measured
+
+
+async def launch_block(r: Any, label: str) -> tuple[list[Any], str]:
+    """The probe's warm-up (as every launch of a trial gets), then a block of `r.bench.reps` sweeps
+    on the running launch: (the block, why it is incomplete or "")."""
+    from agent.trial.paired import _block, _warm
+
+    await _warm(r)
+    block = await _block(r, None, label, max_reps=r.bench.reps)
+    if block and not any(s.partial for s in block):
+        return block, ""
+    return (
+        block,
+        f"the benchmark of {label} is incomplete: {'; '.join(e for s in block for e in s.errors) or 'no result'}",
+    )
+
+
+async def relaunch_known_good(r: Any, n: int, *, label: str = "spread launch") -> tuple[list[list[Any]], str]:
+    """Relaunch known-good `n` times through `r.deployment` (the marked copy of its unit file
+    deployed, then the rollback, in turn: a fresh launch of the same server each) and measure a block
+    of `r.bench.reps` repetitions on each, after the probe's warm-up. Returns the blocks and why it
+    stopped short ("" when all `n` were measured). Known-good ends deployed: after an odd `n`, or a
+    stop on the marked copy, one more rollback (not measured). Every restart counts in
+    `r.restarts`; `r.reference` is the last launch's block (None when known-good was restarted
+    after it) and then the only entry of `r.known_good_blocks`."""
+    blocks: list[list[Any]] = []
+    on_marked, why = False, ""
+    for i in range(n):
+        if i % 2 == 0:
+            outcome = await r.deployment.deploy(
+                r.deployed_text + MARK, reason="launch spread: relaunch known-good"
+            )
+        else:
+            outcome = await r.deployment.rollback()
+        # a failed deploy rolled back by itself: one more restart (a rollback's own outcome says
+        # rolled_back too, and is one restart)
+        r.restarts += 1 + int(i % 2 == 0 and bool(getattr(outcome, "rolled_back", False)))
+        r.reference = None
+        on_marked = i % 2 == 0 and outcome.ok
+        if not outcome.ok:
+            why = f"relaunch {i + 1} failed: {outcome.error or 'not healthy'}"
+            break
+        await r.deployment.keepalive()
+        block, why = await launch_block(r, f"{label} {i + 1}")
+        if why:
+            break
+        blocks.append(block)
+        r.reference = block
+    if on_marked:  # stopped on the marked copy: known-good back
+        outcome = await r.deployment.rollback()
+        r.restarts += 1
+        r.reference = None
+        if not outcome.ok:
+            why = "; ".join(filter(None, [why, f"the rollback to known-good failed: {outcome.error}"]))
+    if r.reference is not None:
+        r.known_good_blocks = [r.reference]
+    return blocks, why
