@@ -6,7 +6,9 @@ and the workload a trial of a caching, scheduling or memory flag is measured on.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -14,7 +16,7 @@ from sim.offline import offline_throughput
 from sim.scheduler import BLOCK, PrefixCache, prefix_blocks
 from tools.bench.loadgen import run_sweep
 from tools.bench.prompts import random_prompts, shared_prefix_prompts
-from tools.bench.workload import TRIAL_MIX, level_prompts, workload_for
+from tools.bench.workload import TRIAL_MIX, level_prompts, mechanisms_of_readers, touches_cache, workload_for
 from tools.config import BenchConfig, ConfigError, load_config
 
 GSP = dict(num_groups=64, prompts_per_group=4, system_prompt_len=40, question_len=8, output_len=5)
@@ -135,11 +137,9 @@ def test_the_gsp_keys_and_bench_serving_argv_are_sglang_0523s_own(sglang_0523):
     assert workload_for("--disable-radix-cache", BenchConfig(backend="sglang")).workload == "shared-prefix"
 
 
-def test_a_trial_of_a_caching_flag_measures_every_block_on_shared_prefixes(monkeypatch):
-    """The trial runner's blocks (known-good before, candidate, and known-good after when one is needed) of
-    `--disable-radix-cache` all run on the trial mix; the run's own workload, reference and
-    known-good history are back after the trial. The deployment is the scripted one of
-    tests/test_paired_trial.py (no GPU); the runner and its decision are the real ones."""
+def trial_workloads(monkeypatch, flag: str, mechanisms: dict | None = None):  # type: ignore[no-untyped-def]
+    """The workload of every block of a trial of `flag` (a scripted deployment that loses 30%, the
+    real runner), the runner and the record."""
     import agent.trial.paired as pt
     from agent.trial.record import Baseline, TrialChange
     from agent.trial.runner import TrialRunner
@@ -160,13 +160,99 @@ def test_a_trial_of_a_caching_flag_measures_every_block_on_shared_prefixes(monke
     monkeypatch.setattr(pt, "_probe_ok", nothing)
     bench = BenchConfig()
     runner = TrialRunner(
-        deployment=launches, endpoint="http://127.0.0.1:9", bench=bench,
+        deployment=launches, endpoint="http://127.0.0.1:9", bench=bench, mechanisms=mechanisms or {},
         objective=objective_from_goal("improve throughput"), baseline=Baseline(reps=[], probe=None, text=UNIT),
     )  # fmt: skip
     earlier = launches.block()
     runner.reference, runner.known_good_blocks = earlier, [earlier]
-    record = asyncio.run(runner.run([TrialChange(flag="--disable-radix-cache")], reason="test"))
+    record = asyncio.run(runner.run([TrialChange(flag=flag)], reason="test"))
+    assert runner.bench is bench  # the run's own workload is back after the trial
+    return workloads, runner, record, earlier
+
+
+def test_a_trial_of_a_caching_flag_measures_every_block_on_shared_prefixes(monkeypatch):
+    """The trial runner's blocks (known-good before, candidate, and known-good after when one is needed) of
+    `--disable-radix-cache` all run on the trial mix; the run's own workload, reference and
+    known-good history are back after the trial. The deployment is the scripted one of
+    tests/test_paired_trial.py (no GPU); the runner and its decision are the real ones."""
+    workloads, runner, record, earlier = trial_workloads(monkeypatch, "--disable-radix-cache")
     assert record.decision == "rolled_back"
     assert {"before", "candidate"} <= set(record.blocks) and len(workloads) >= 2
     assert all(w == TRIAL_MIX for w in workloads)
-    assert runner.bench is bench and runner.known_good_blocks == [earlier] and runner.reference is None
+    assert runner.known_good_blocks == [earlier] and runner.reference is None
+
+
+FLAGS_0523 = {
+    n
+    for f in json.loads((Path(__file__).parents[1] / "sim" / "flags-0.5.23.json").read_text())["flags"]
+    for n in f["names"]
+}
+OLD_RISKY = re.compile(
+    r"radix|cache|prefix|hicache|schedul|chunked-prefill|max-prefill|mem-fraction|max-running"
+    r"|max-total-tokens|page-size|kv-|priority|retract|conservativeness"
+)  # the name regex this replaced
+
+
+def test_what_a_flag_touches_comes_from_what_it_does_not_its_name():
+    """Real 0.5.23 flags the old name regex judged wrong either way: 'cache' in a name that never
+    touches the prefix cache, and scheduling flags whose names say nothing of it."""
+    from types import SimpleNamespace
+
+    from agent.policy.playbook import load_playbook
+    from agent.trial.record import mechanism_flags
+
+    levers = load_playbook()
+    assert all(lever.mechanism for lever in levers)  # every lever says what it acts on
+    playbook = mechanism_flags([SimpleNamespace(flag=lv.flag, lever=lv) for lv in levers])
+    default = BenchConfig()
+    # research's readers in 0.5.23 (tests/test_shared_prefix.py::test_research_readers_...)
+    readers = {
+        "--enable-cache-report": [{"location": "sglang/srt/entrypoints/openai/serving_chat.py:837", "state": "on"}],
+        "--max-queued-requests": [{"location": "sglang/srt/managers/scheduler.py:1201", "state": "runtime"},
+                                  {"location": "sglang/srt/managers/tp_worker.py:88", "state": "runtime"}],
+    }  # fmt: skip
+    mechanisms = {**playbook, **{f: sorted(mechanisms_of_readers(r)) for f, r in readers.items()}}
+    assert mechanisms["--enable-cache-report"] == [] and mechanisms["--max-queued-requests"] == ["scheduling"]
+    not_cache = [
+        "--enable-cache-report",
+        "--disable-outlines-disk-cache",
+        "--weight-loader-drop-cache-after-load",
+    ]
+    scheduling = ["--enable-mixed-chunk", "--max-queued-requests"]
+    assert set(not_cache + scheduling) <= FLAGS_0523
+    for flag in not_cache:
+        assert OLD_RISKY.search(flag) and not touches_cache(flag, mechanisms.get(flag))
+        assert workload_for(flag, default, mechanisms=mechanisms) is default
+    for flag in scheduling:
+        assert not OLD_RISKY.search(flag) and touches_cache(flag, mechanisms[flag])
+        assert workload_for(flag, default, mechanisms=mechanisms).workload == TRIAL_MIX
+    # the playbook decides over the name: `--cuda-graph-max-bs-decode` acts on kernels only
+    assert workload_for(["--cuda-graph-max-bs"], default, mechanisms=playbook) is default
+    # a lever that says nothing and no research: the narrow name rule, the last resort
+    assert touches_cache("--radix-eviction-policy") and not touches_cache("--enable-cache-report")
+
+
+def test_research_readers_of_0523_give_the_mechanism(sglang_0523):
+    """The readers the research of the running version finds put a flag in its mechanism."""
+    from agent.policy.researcher import _usage_result
+    from tools.research.analysis import analyze_flag
+    from tools.research.index import load_index
+
+    index = load_index(sglang_0523)
+    got = {f: mechanisms_of_readers(_usage_result(analyze_flag(index, f, {}))["readers"])
+           for f in ("--enable-cache-report", "--max-queued-requests", "--enable-mixed-chunk",
+                     "--disable-radix-cache", "--cuda-graph-max-bs-decode")}  # fmt: skip
+    assert got["--enable-cache-report"] == set() == got["--cuda-graph-max-bs-decode"]
+    assert "scheduling" in got["--max-queued-requests"] and "scheduling" in got["--enable-mixed-chunk"]
+    assert "cache" in got["--disable-radix-cache"]
+
+
+def test_a_trial_of_a_scheduling_flag_the_playbook_names_runs_on_the_mix(monkeypatch):
+    """`--enable-mixed-chunk` (no caching word in its name): the runner's mechanisms, as
+    `make_runner` fills them from the playbook, send its blocks to the mix."""
+    workloads, *_ = trial_workloads(
+        monkeypatch, "--enable-mixed-chunk", {"--enable-mixed-chunk": ["scheduling"]}
+    )
+    assert workloads and all(w == TRIAL_MIX for w in workloads)
+    workloads, *_ = trial_workloads(monkeypatch, "--enable-mixed-chunk")  # nothing known: the name rule
+    assert workloads and all(w == "random" for w in workloads)

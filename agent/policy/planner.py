@@ -21,6 +21,7 @@ from agent.policy.verdict import FlagVerdict
 from agent.trial.record import BudgetExhausted, TrialChange, mean_throughput
 from agent.trial.runner import TrialRunner
 from agent.ui import RunUI
+from tools.bench.workload import mechanisms_of_readers
 
 
 @dataclass
@@ -137,6 +138,9 @@ async def research(deps: PlannerDeps, flag: str, question: str, *, usage: Any = 
     for line in verdict.checked:
         deps.ui.note(f"[yellow]claim checked[/] {escape(flag)}: {escape(line)}")
     deps.verdicts[flag] = verdict
+    readers = (deps.code.get(flag) or {}).get("readers")
+    if deps.runner is not None and readers is not None:  # what reads it says what it touches
+        deps.runner.mechanisms.setdefault(flag, sorted(mechanisms_of_readers(readers)))
     if verdict.lossy and deps.runner is not None:  # the trial runner refuses it without --allow-lossy
         deps.runner.lossy.setdefault(flag, f"research: {verdict.risk or verdict.summary}")
     deps.ui.verdict(verdict, msg=parent)

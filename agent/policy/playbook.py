@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent.policy.conditions import ConditionResult, check_all
+from tools.bench.workload import Mechanism
 
 PLAYBOOK_PATH = Path(__file__).with_name("playbook.toml")
 PRIORITY_ORDER = {"high": 0, "medium": 1, "low": 2}
@@ -33,6 +34,10 @@ class Lever(BaseModel):
     action: Literal["set", "unset"] = "set"
     what: str
     helps: str
+    mechanism: list[Mechanism] = Field(default_factory=list)
+    """What it acts on (`tools.bench.workload.Mechanism`); a lever on cache, scheduling or memory is
+    judged on a workload with shared prefixes (`workload_for`). Empty: not said (the trial falls
+    back on research's readers of the flag, then on its name)."""
     needs: list[str] = Field(default_factory=list)
     state: list[str] = Field(default_factory=list)
     """Conditions on the running server's state and the benchmark's load (speculative decoding is

@@ -146,6 +146,11 @@ def lossy_flags(candidates: list[Any]) -> dict[str, str]:
     return {c.flag: f"playbook: {c.lever.risk or 'changes the outputs'}" for c in candidates if c.lever.lossy}
 
 
+def mechanism_flags(candidates: list[Any]) -> dict[str, list[str]]:
+    """Flag → what it acts on, for the playbook candidates whose lever says (`Lever.mechanism`)."""
+    return {c.flag: list(c.lever.mechanism) for c in candidates if getattr(c.lever, "mechanism", None)}
+
+
 def apply_changes(text: str, changes: list[TrialChange]) -> str:
     """The unit file text with every change applied (validated and quoted by `tools.deploy.units.file`)."""
     from tools.deploy.units.file import UnitFile

@@ -43,6 +43,9 @@ class TrialRunner:
     lossy: dict[str, str] = field(default_factory=dict)
     """Flags known to change outputs (playbook lever or research verdict) → why; without
     `allow_lossy` a change of one is never deployed nor kept, whatever the probe says."""
+    mechanisms: dict[str, list[str]] = field(default_factory=dict)
+    """Flag → what it acts on (the playbook's lever, else research's readers of the flag): a flag on
+    cache, scheduling or memory is measured on shared prefixes too (`tools.bench.workload`)."""
     max_trials: int = 12
     max_restarts: int | None = None
     """Restarts trials may spend in all (None: no limit). A trial starts only if its A/B/A, a
@@ -192,7 +195,7 @@ class TrialRunner:
         # A caching, scheduling or memory flag is measured on a workload that can show its cost;
         # blocks measured on another workload serve neither as its reference nor as launch history.
         bench = self.bench
-        self.bench = workload_for([c.flag for c in record.changes], bench)
+        self.bench = workload_for([c.flag for c in record.changes], bench, mechanisms=self.mechanisms)
         own = self.bench is not bench
         if own:
             history, self.known_good_blocks, self.reference = self.known_good_blocks, [], None

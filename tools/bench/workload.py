@@ -4,22 +4,54 @@ Random prompts share no prefix, so they cannot show what a flag costs the prefix
 `--disable-radix-cache` looks free, while production traffic with shared system prompts loses all
 its prefix reuse. A flag that touches caching, scheduling or memory is therefore measured on a
 workload with shared prefixes (`workload_for`), unless the configuration names the production mix.
+
+What a flag touches comes from what it does, in this order: the playbook's `mechanism` of its lever
+(`agent/policy/playbook.toml`), else the modules of the running SGLang version that read it (the
+research's readers, `mechanisms_of_readers`), else, only when neither is known, a narrow rule on
+its name (`NAME_RULE`).
 """
 
 from __future__ import annotations
 
 import random
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Literal
 
 from tools.bench.prompts import Prompt, random_prompts, shared_prefix_prompts
 from tools.config import BenchConfig
 
-RISKY = re.compile(
-    r"radix|cache|prefix|hicache|schedul|chunked-prefill|max-prefill|mem-fraction|max-running"
-    r"|max-total-tokens|page-size|kv-|priority|retract|conservativeness"
+Mechanism = Literal[
+    "cache", "scheduling", "memory", "kernels", "communication", "speculative", "numerics", "serving"
+]
+"""What a flag acts on (the playbook's `mechanism` vocabulary)."""
+MIX_MECHANISMS = frozenset({"cache", "scheduling", "memory"})
+"""Mechanisms whose cost a workload without shared prefixes may hide: what is cached and reused,
+which requests run together, how much KV memory holds them."""
+READER_MODULES: dict[str, Mechanism] = {
+    "mem_cache/": "cache",
+    "managers/schedule_policy.py": "scheduling",
+    "managers/scheduler.py": "scheduling",
+    "managers/scheduler_components/": "scheduling",
+    "model_executor/model_runner_components/kv_pool_runtime.py": "memory",
+    "arg_groups/memory_hook.py": "memory",
+    "arg_groups/kv_cache_hook.py": "memory",
+    "arg_groups/hicache_hook.py": "cache",
+}
+"""SGLang modules (under `sglang/srt/`, 0.5.x layout) whose reading of a flag puts it in a mechanism:
+the radix and hierarchical caches and the KV pools, the scheduler and its policy, the memory sizing
+done while arguments are resolved. Readers elsewhere (attention kernels, CUDA graphs, the OpenAI
+entrypoints: `--enable-cache-report` is read only by `entrypoints/openai/serving_*.py`) put it in none."""
+LIVE_STATES = frozenset({"on", "runtime", "unknown"})
+"""Reader states (research's `Finding.state`) under which the reader may act on this deployment."""
+NAME_RULE = re.compile(
+    r"radix|hicache|prefix-cach|schedul|chunked-prefill|max-prefill-tokens|mem-fraction|max-running-requests"
+    r"|max-total-tokens|max-queued-requests|page-size|kv-cache|retract"
 )
-"""Flag names whose cost a workload without shared prefixes may hide (caching, scheduling, memory)."""
+"""The last resort, for a flag neither the playbook nor research describes: words SGLang's names for
+caching, scheduling and memory settings use. A name can mislead (`--enable-cache-report` only
+reports cached tokens; `--enable-mixed-chunk` schedules prefill with decode without saying so),
+which is why it comes last and names no bare `cache`."""
 TRIAL_MIX = {"random": 0.5, "shared-prefix": 0.5}
 """The workload of such a trial when the configuration names none: the random-prompt gain and the
 prefix-reuse cost in one number."""
@@ -41,19 +73,41 @@ def workload_mix(settings: BenchConfig) -> dict[str, float]:
     return {w: 1.0} if isinstance(w, str) else dict(w)
 
 
-def touches_cache(flag: str) -> bool:
-    """Does `flag` touch caching, scheduling or memory (so random prompts may hide its cost)?"""
-    return bool(RISKY.search(flag.lstrip("-").replace("_", "-").lower()))
+def mechanisms_of_readers(readers: Iterable[Mapping[str, str]]) -> set[Mechanism]:
+    """The mechanisms of a flag from the modules that read it (research's readers: `location`
+    `path:line`, `state`), counting only readers that may act here (`LIVE_STATES`)."""
+    found: set[Mechanism] = set()
+    for reader in readers:
+        if reader.get("state", "on") not in LIVE_STATES:
+            continue
+        path = reader.get("location", "").rsplit(":", 1)[0].removeprefix("sglang/").removeprefix("srt/")
+        found.update(m for module, m in READER_MODULES.items() if path.startswith(module))
+    return found
 
 
-def workload_for(flags: str | Iterable[str], settings: BenchConfig) -> BenchConfig:
+def touches_cache(flag: str, mechanisms: Iterable[str] | None = None) -> bool:
+    """Does `flag` touch caching, scheduling or memory (so random prompts may hide its cost)?
+    `mechanisms`: what it acts on, when known (playbook or readers); None: judged by `NAME_RULE`."""
+    if mechanisms is not None:
+        return bool(MIX_MECHANISMS & set(mechanisms))
+    return bool(NAME_RULE.search(flag.lstrip("-").replace("_", "-").lower()))
+
+
+def workload_for(
+    flags: str | Iterable[str],
+    settings: BenchConfig,
+    *,
+    mechanisms: Mapping[str, Iterable[str]] | None = None,
+) -> BenchConfig:
     """The benchmark settings a trial of `flags` is measured with: `settings` itself, or, when a flag
     touches caching, scheduling or memory and the configuration left the workload unset (random
     prompts by default, which would show a gain of such a flag and never its cost), the same
     settings on `TRIAL_MIX` (on shared prefixes alone with bench_serving, which cannot mix). A
-    workload the configuration names is the production mix and is kept."""
+    workload the configuration names is the production mix and is kept. `mechanisms`: flag -> what
+    it acts on, where the playbook or research knows (`touches_cache`)."""
     names = [flags] if isinstance(flags, str) else list(flags)
-    if "workload" in settings.model_fields_set or not any(touches_cache(f) for f in names):
+    known = mechanisms or {}
+    if "workload" in settings.model_fields_set or not any(touches_cache(f, known.get(f)) for f in names):
         return settings
     # bench_serving (backend "sglang") runs one dataset per level: the shared prefixes alone.
     mix = "shared-prefix" if settings.backend == "sglang" else dict(TRIAL_MIX)
