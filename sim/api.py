@@ -16,7 +16,7 @@ from sim.engine import Engine
 from sim.httpio import HttpError, HttpRequest, Response, json_response
 from sim.modelinfo import ModelInfo
 from sim.plan import Plan
-from sim.scheduler import Request, prefix_blocks
+from sim.scheduler import Request
 from sim.serverinfo import server_info
 from sim.text import TextStream, count_prompt_tokens, greedy_length, prompt_key
 
@@ -163,7 +163,7 @@ class Api:
             )
         key = prompt_key(prompt)
         stop_at = max_new if ignore_eos else greedy_length(key if greedy else key ^ time.time_ns(), max_new)
-        req = Request(prompt_len=n_prompt, max_new=max_new, stop_at=stop_at, prefix=prefix_blocks(prompt))
+        req = Request.for_prompt(prompt, max_new=max_new, stop_at=stop_at)
         queue = self.engine.submit(req)
         return Generation(req, queue, TextStream(key, greedy=greedy, lossy=self.plan.lossy), n_prompt)
 

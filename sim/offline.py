@@ -1,10 +1,20 @@
 """The scheduler and performance model without a clock or HTTP: a closed-loop benchmark in virtual time.
 
-Used to calibrate scenarios, by `sim.groundtruth` (the README's tables) and by tests that check the
-model's numbers exactly and fast.
+Used to calibrate scenarios, by `sim.groundtruth` (the README's tables), by the oracle of
+`benchmarks/bench_agent.py` and by tests that check the model's numbers exactly and fast.
+
+The workload: by default every request is a prompt of its own (random prompts: nothing shared).
+`prompts` runs the benchmark's own workload instead, what the client sends at a level
+(`tools.bench.workload.level_prompts(settings, concurrency, seed)`: random, shared-prefix with the
+`gsp_*` settings, or the configured mix); each prompt becomes a request as the served simulator
+admits it (`Request.for_prompt`: its prefix blocks, matched by the same radix cache), so
+`--disable-radix-cache` costs here what it costs the served simulator on the same prompts.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
 
 from sim.args import parse_launch_args
 from sim.modelinfo import load_model_info
@@ -18,6 +28,18 @@ def _group_prompt(i: int, shared: int, group_size: int, own: int) -> tuple[int, 
     """Prefix blocks of request `i`: its group's system prompt, then tokens of its own."""
     group = i // group_size
     return prefix_blocks([-1 - group] * shared + [i] * own)
+
+
+def _request(
+    i: int, prompts: Sequence[Any] | None, shared: int, group_size: int, input_len: int, output_len: int
+) -> Request:
+    """Request `i`: the given prompt (a `tools.bench.prompts.Prompt`, sent with ignore_eos), else a
+    prompt of its own after its group's shared system prompt (if any)."""
+    if prompts:
+        p = prompts[i]
+        return Request.for_prompt(p.token_ids or p.text, max_new=p.output_len, stop_at=p.output_len)
+    prefix = _group_prompt(i, shared, group_size, input_len) if shared else ()
+    return Request(prompt_len=shared + input_len, max_new=output_len, stop_at=output_len, prefix=prefix)
 
 
 def plan_for(scenario: str | Scenario, flags: list[str] | None = None, *, replace_baseline: bool = False):  # type: ignore[no-untyped-def]
@@ -40,14 +62,16 @@ def offline_throughput(
     seed: int = 1,
     shared_prefix: int = 0,
     group_size: int = 16,
+    prompts: Sequence[Any] | None = None,
 ) -> float:
     """Output tokens per simulated second of a closed-loop run at `concurrency` (no noise). With
     `shared_prefix` > 0 every run of `group_size` consecutive requests starts with the same
-    `shared_prefix` tokens (a system prompt) before `input_len` tokens of its own."""
+    `shared_prefix` tokens (a system prompt) before `input_len` tokens of its own. `prompts`: the
+    requests to send instead, in order (see the module docstring)."""
     scn, model, plan = plan_for(scenario, flags)
     return throughput_for_plan(
         scn, model, plan, concurrency=concurrency, requests=requests, input_len=input_len,
-        output_len=output_len, seed=seed, shared_prefix=shared_prefix, group_size=group_size,
+        output_len=output_len, seed=seed, shared_prefix=shared_prefix, group_size=group_size, prompts=prompts,
     )  # fmt: skip
 
 
@@ -63,19 +87,17 @@ def throughput_for_plan(
     seed: int = 1,
     shared_prefix: int = 0,
     group_size: int = 16,
+    prompts: Sequence[Any] | None = None,
 ) -> float:
     """Like `offline_throughput` for an already resolved plan."""
     sched = Scheduler(PerfModel(plan, model, scn), plan, seed=seed)
-    total = requests or max(2 * concurrency, 4)
+    total = len(prompts) if prompts else requests or max(2 * concurrency, 4)
     live: list[Request] = []
     issued = done = tokens = 0
     elapsed = 0.0
     while done < total:
         while len(live) < concurrency and issued < total:
-            prefix = _group_prompt(issued, shared_prefix, group_size, input_len) if shared_prefix else ()
-            req = Request(
-                prompt_len=shared_prefix + input_len, max_new=output_len, stop_at=output_len, prefix=prefix
-            )
+            req = _request(issued, prompts, shared_prefix, group_size, input_len, output_len)
             sched.add(req)
             live.append(req)
             issued += 1

@@ -20,7 +20,7 @@ from typing import Any
 
 from sim.perf import PerfModel
 from sim.plan import Plan
-from sim.text import prompt_tokens
+from sim.text import count_prompt_tokens, prompt_tokens
 
 BLOCK = 16
 
@@ -90,6 +90,17 @@ class Request:
 
     def __post_init__(self) -> None:
         self.to_prefill = self.prompt_len
+
+    @classmethod
+    def for_prompt(cls, prompt: Any, *, max_new: int, stop_at: int) -> Request:
+        """The request a prompt (token ids or text) makes, as the server admits it: its length and
+        its prefix blocks, which the radix cache matches (the served API and `sim.offline` both)."""
+        return cls(
+            prompt_len=count_prompt_tokens(prompt),
+            max_new=max_new,
+            stop_at=stop_at,
+            prefix=prefix_blocks(prompt),
+        )
 
     @property
     def done(self) -> bool:
