@@ -14,7 +14,10 @@ import ast
 import re
 
 from tools.research.index_types import Call, Exit, Func, ModuleFacts, Read
+from tools.research.walk import nodes
 from tools.research.walk.names import loose_names, table_of, tested_only, typed_only
+from tools.research.walk.nodes import parents as parents_in
+from tools.research.walk.nodes import src, walk
 
 _SERVER_ARGS = re.compile(r"(self\.)?server_args")
 """The receivers a later fill-in of a server argument is written through."""
@@ -29,19 +32,20 @@ def _may_leave(st: ast.stmt) -> bool:
     """A compound statement with a `return` somewhere inside (nested functions aside)."""
     if not isinstance(st, ast.For | ast.AsyncFor | ast.While | ast.Try | ast.With | ast.AsyncWith | ast.If):
         return False
-    todo = list(ast.iter_child_nodes(st))
-    while todo:
-        node = todo.pop()
-        if isinstance(node, ast.Return):
-            return True
-        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
-            todo.extend(ast.iter_child_nodes(node))
+    return _returns(st)
+
+
+def _returns(node: ast.AST) -> bool:
+    """A `return` in the statements under `node` (a return is a statement: expressions need no look)."""
+    for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+        for child in getattr(node, field, ()):
+            if isinstance(child, ast.Return):
+                return True
+            if not isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and _returns(
+                child
+            ):
+                return True
     return False
-
-
-def src(node: ast.AST) -> str:
-    """One-line source text of a node (never clipped: guards are parsed again when evaluated)."""
-    return " ".join(ast.unparse(node).split())
 
 
 def neg(node: ast.expr) -> str:
@@ -52,11 +56,9 @@ def neg(node: ast.expr) -> str:
 def _message(node: ast.AST | None) -> str:
     if node is None:
         return ""
-    for sub in ast.walk(node):
+    for sub in walk(node):
         if isinstance(sub, ast.Constant) and isinstance(sub.value, str) and len(sub.value) > 3:
-            parts = [
-                s.value for s in ast.walk(node) if isinstance(s, ast.Constant) and isinstance(s.value, str)
-            ]
+            parts = [s.value for s in walk(node) if isinstance(s, ast.Constant) and isinstance(s.value, str)]
             return " ".join("".join(parts).split())[:200]
     return src(node)[:200]
 
@@ -214,13 +216,13 @@ class _Walker:
         if len(body) == 1 and isinstance(body[0], ast.Return) and body[0].value is not None:
             f.value = src(body[0].value)
         f.gives = any(
-            isinstance(n, ast.Return) and n.value is not None and src(n.value) != "None" for n in ast.walk(st)
+            isinstance(n, ast.Return) and n.value is not None and src(n.value) != "None" for n in walk(st)
         )
         self.m.funcs.append(f)
         self.func = f
-        self.loaded = {n.id for n in ast.walk(st) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        self.loaded = {n.id for n in walk(st) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
         self.declared = set()
-        for node in ast.walk(st):
+        for node in walk(st):
             if isinstance(node, ast.Global):  # a module global rebound at runtime is no constant
                 self.m.rebound.update(node.names)
                 self.declared.update(node.names)
@@ -297,9 +299,7 @@ class _Walker:
         `if c: return {"dest": value}`: an override of other arguments (a resolution pass)."""
         if self.func is None:
             return
-        logs = [
-            n for s in st.body for n in ast.walk(s) if isinstance(n, ast.Call) and LOG.search(src(n.func))
-        ]
+        logs = [n for s in st.body for n in walk(s) if isinstance(n, ast.Call) and LOG.search(src(n.func))]
         last = st.body[-1]
         if isinstance(last, ast.Return) and isinstance(last.value, ast.Dict) and last.value.keys:
             keys = [k.value if isinstance(k, ast.Constant) else None for k in last.value.keys]
@@ -337,12 +337,10 @@ class _Walker:
 
     # ---- expressions -------------------------------------------------------------------------
     def expr(self, root: ast.expr, guards: list[str], st: ast.AST) -> None:
-        parents: dict[ast.AST, ast.AST] = {}
+        parents = parents_in(root)
         called: set[ast.AST] = set()
         refs = self.func.refs if self.func is not None else self.m.refs
-        for node in ast.walk(root):
-            for child in ast.iter_child_nodes(node):
-                parents[child] = node
+        for node in walk(root):
             dest = self.read_dest(node)
             if dest is not None:
                 self.read(node, dest, parents, guards, st, root)
@@ -406,7 +404,7 @@ class _Walker:
                 isinstance(parent, ast.IfExp) and child is parent.test
             ):
                 cond = src(parent.test if isinstance(parent, ast.IfExp) else parent)
-        if isinstance(st, ast.If | ast.While) and node in ast.walk(st.test):
+        if isinstance(st, ast.If | ast.While) and node in walk(st.test):
             cond = src(st.test)
         effect, inert, local = self.effect(chain, st, dest)
         store, passed_to = self.sink(node, chain, st)
@@ -440,11 +438,7 @@ class _Walker:
                 return None, src(parent.func).rsplit(".", 1)[-1] or None
             if isinstance(parent, ast.Lambda | ast.comprehension | ast.Subscript):
                 return None, None
-        if (
-            not isinstance(st, ast.Assign | ast.AnnAssign)
-            or st.value is None
-            or node not in ast.walk(st.value)
-        ):
+        if not isinstance(st, ast.Assign | ast.AnnAssign) or st.value is None or node not in walk(st.value):
             return None, None
         targets = st.targets if isinstance(st, ast.Assign) else [st.target]
         if targets and all(_stored(t, self.declared if self.func else set()) for t in targets):
@@ -483,12 +477,9 @@ def _param_uses(func: ast.AST, params: list[str]) -> dict[str, list[tuple[str, s
     if not params or len(params) > 16:
         return {}
     wanted = set(params)
-    parents: dict[ast.AST, ast.AST] = {}
-    for node in ast.walk(func):
-        for child in ast.iter_child_nodes(node):
-            parents[child] = node
+    parents = parents_in(func)
     uses: dict[str, list[tuple[str, str]]] = {}
-    for node in ast.walk(func):
+    for node in walk(func):
         if not (isinstance(node, ast.Name) and node.id in wanted and isinstance(node.ctx, ast.Load)):
             continue
         use, cur = ("other", ""), node
@@ -527,21 +518,19 @@ def _local_store(func: ast.AST, local: str, declared: set[str]) -> str | None:
     = "cutlass"; X = Backend(backend)` with `global X`), or None when the local is used otherwise."""
     allowed: set[ast.AST] = set()
     target = None
-    for node in ast.walk(func):
+    for node in walk(func):
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             name = node.targets[0].id
             if name == local or name in declared:
-                allowed |= set(ast.walk(node.value))
-                if name != local and any(
-                    isinstance(n, ast.Name) and n.id == local for n in ast.walk(node.value)
-                ):
+                allowed |= set(walk(node.value))
+                if name != local and any(isinstance(n, ast.Name) and n.id == local for n in walk(node.value)):
                     if target not in (None, name):
                         return None
                     target = name
         elif isinstance(node, ast.If) and _picks(node, local):
-            allowed |= set(ast.walk(node.test))  # a test that only picks the local's value
+            allowed |= set(walk(node.test))  # a test that only picks the local's value
     loads = [
-        n for n in ast.walk(func) if isinstance(n, ast.Name) and n.id == local and isinstance(n.ctx, ast.Load)
+        n for n in walk(func) if isinstance(n, ast.Name) and n.id == local and isinstance(n.ctx, ast.Load)
     ]
     return target if target and all(n in allowed for n in loads) else None
 
@@ -565,7 +554,7 @@ def _setter_stores(body: list[ast.stmt], declared: set[str]) -> list[tuple[str, 
             continue
         if not isinstance(st, ast.Assign | ast.AnnAssign) or st.value is None:
             return []
-        if any(isinstance(n, ast.Call | ast.Await | ast.Yield | ast.YieldFrom) for n in ast.walk(st.value)):
+        if any(isinstance(n, ast.Call | ast.Await | ast.Yield | ast.YieldFrom) for n in walk(st.value)):
             return []
         targets = st.targets if isinstance(st, ast.Assign) else [st.target]
         if not all(_stored(t, declared) for t in targets):
@@ -581,19 +570,25 @@ def walk_file(path: str, module: str, text: str, dests: frozenset[str], is_pkg: 
         tree = ast.parse(text)
     except (SyntaxError, ValueError):
         return facts
+    try:
+        return _walk_tree(tree, facts, dests, is_pkg)
+    finally:
+        nodes.forget()
+
+
+def _walk_tree(tree: ast.Module, facts: ModuleFacts, dests: frozenset[str], is_pkg: bool) -> ModuleFacts:
+    path, module = facts.path, facts.module
     walker = _Walker(facts, dests, is_pkg)
     walker.aliases = {
         a.asname: a.name
-        for n in ast.walk(tree)
+        for n in walk(tree)
         if isinstance(n, ast.ImportFrom)
         for a in n.names
         if a.asname and a.asname != a.name
     }
     walker.body(tree.body, [])
     facts.loose = loose_names(tree.body)
-    facts.loads = {
-        n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load)
-    }
+    facts.loads = {n.attr for n in walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load)}
     for name in walker.twice:
         facts.consts.pop(name, None)
     stored = {t for f in facts.funcs for t, _ in f.stores} | {r.store or "" for r in facts.reads}

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import ast
 
+from tools.research.walk.nodes import parents, walk
+
 
 def table_of(st: ast.stmt) -> tuple[str, list[str]] | None:
     """`NAME = {"key": Class, ...}` (or a list, tuple or set) of constants and names only: the
@@ -29,7 +31,7 @@ def table_of(st: ast.stmt) -> tuple[str, list[str]] | None:
         n
         for i in items
         if not isinstance(i, ast.Constant)
-        for n in {ast.unparse(i).split(".")[0], ast.unparse(i).rsplit(".", 1)[-1]}
+        for n in dict.fromkeys((ast.unparse(i).split(".")[0], ast.unparse(i).rsplit(".", 1)[-1]))
     ]
     return (targets[0].id, names) if names else None
 
@@ -37,18 +39,18 @@ def table_of(st: ast.stmt) -> tuple[str, list[str]] | None:
 def tested_only(st: ast.AST) -> list[str]:
     """Names whose every load in `st` is a membership test: `x in NAME`, `x not in NAME`,
     `NAME.keys()`."""
-    parents = _parents(st)
+    parent = parents(st)
     tested: set[str] = set()
     other: set[str] = set()
-    for node in ast.walk(st):
+    for node in walk(st):
         if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)):
             continue
-        up = parents.get(node)
+        up = parent.get(node)
         member = isinstance(up, ast.Compare) and any(
             c is node and isinstance(op, ast.In | ast.NotIn)
             for op, c in zip(up.ops, up.comparators, strict=True)
         )
-        keys = isinstance(up, ast.Attribute) and up.attr == "keys" and isinstance(parents.get(up), ast.Call)
+        keys = isinstance(up, ast.Attribute) and up.attr == "keys" and isinstance(parent.get(up), ast.Call)
         (tested if member or keys else other).add(node.id)
     return sorted(tested - other)
 
@@ -59,19 +61,19 @@ def typed_only(st: ast.AST) -> tuple[list[str], list[str]]:
     whose every load is such a test or the receiver of a method call (`Name.is_applicable(kvc)`,
     at least once): they build the class only through a classmethod that builds it. A call of the
     name itself (`Name(...)`) is a call edge, counted apart."""
-    parents = _parents(st)
+    parent = parents(st)
     typed: set[str] = set()
     called: set[str] = set()
     other: set[str] = set()
-    for node in ast.walk(st):
+    for node in walk(st):
         if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)):
             continue
-        up = parents.get(node)
+        up = parent.get(node)
         if isinstance(up, ast.Call) and up.func is node:
             continue  # `Name(...)`: a call edge of its own
-        receiver = isinstance(up, ast.Attribute) and isinstance(parents.get(up), ast.Call)
-        receiver = receiver and parents[up].func is up
-        up = parents.get(up) if isinstance(up, ast.Tuple) else up
+        receiver = isinstance(up, ast.Attribute) and isinstance(parent.get(up), ast.Call)
+        receiver = receiver and parent[up].func is up
+        up = parent.get(up) if isinstance(up, ast.Tuple) else up
         test = (
             isinstance(up, ast.Call)
             and isinstance(up.func, ast.Name)
@@ -95,20 +97,15 @@ def loose_names(body: list[ast.stmt]) -> list[str]:
         st = todo.pop()
         if isinstance(st, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) or table_of(st) is not None:
             continue
-        parents = _parents(st)
-        for node in ast.walk(st):
+        parent = parents(st)
+        for node in walk(st):
             if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)):
                 continue
-            up = parents.get(node)
+            up = parent.get(node)
             fill = (
-                isinstance(up, ast.Attribute) and up.attr in _FILLS and isinstance(parents.get(up), ast.Call)
+                isinstance(up, ast.Attribute) and up.attr in _FILLS and isinstance(parent.get(up), ast.Call)
             )
             stored = isinstance(up, ast.Subscript) and isinstance(up.ctx, ast.Store)
             if not (fill or stored):
                 out.add(node.id)
     return sorted(out)
-
-
-def _parents(root: ast.AST) -> dict[ast.AST, ast.AST]:
-    """Every node under `root` -> its parent."""
-    return {c: n for n in ast.walk(root) for c in ast.iter_child_nodes(n)}
