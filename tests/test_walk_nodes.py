@@ -40,6 +40,10 @@ def test_text_that_the_shortcut_must_not_write_itself() -> None:
         "a.b(c=d.e, f=1.5)",
         "(a or b).c",
         "f(-1, b'x', None, True)",
+        "a and not b and c == d and (not e)",  # the unparser binds later operands tighter
+        "x or y and z or not w",
+        "a[1:2] < b['k'] is not None",
+        "f(1.5, 1e-05, 1e400)",
     ]
     for text in cases:
         node = ast.parse(text, mode="eval").body

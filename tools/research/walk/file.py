@@ -216,7 +216,7 @@ class _Walker:
         if len(body) == 1 and isinstance(body[0], ast.Return) and body[0].value is not None:
             f.value = src(body[0].value)
         f.gives = any(
-            isinstance(n, ast.Return) and n.value is not None and src(n.value) != "None" for n in walk(st)
+            isinstance(n, ast.Return) and not (n.value is None or _is_none(n.value)) for n in walk(st)
         )
         self.m.funcs.append(f)
         self.func = f
@@ -465,6 +465,10 @@ class _Walker:
         if calls:
             return f"passed to {src(calls[0].func)}()", False, None
         return None, False, None
+
+
+def _is_none(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
 
 
 def _stored(target: ast.expr, declared: set[str]) -> bool:

@@ -9,6 +9,8 @@ node's answers are kept until `forget()`, which `walk_file` calls after each fil
 from __future__ import annotations
 
 import ast
+import math
+import types
 
 _NODES: dict[ast.AST, list[ast.AST]] = {}
 _PARENTS: dict[ast.AST, dict[ast.AST, ast.AST]] = {}
@@ -59,31 +61,77 @@ def src(node: ast.AST) -> str:
     return got
 
 
+_ATOMS = ast.Name | ast.Attribute | ast.Constant | ast.Call | ast.Subscript
+"""Nodes whose text never needs parentheses around it as an operand."""
+_RANK = {ast.Or: 0, ast.And: 1, ast.UnaryOp: 2, ast.Compare: 3, ast.Constant: 99}
+"""How tightly each binds, in the unparser's order (or, and, not, comparison; an atom tightest)."""
+_COMPARE = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=",
+            ast.Is: "is", ast.IsNot: "is not", ast.In: "in", ast.NotIn: "not in"}  # fmt: skip
+
+
 def _plain(node: ast.AST) -> str | None:
     """`ast.unparse`'s text of the commonest small nodes (names, dotted names, plain constants,
-    calls of those), written without the unparser; None for any other node."""
+    subscripts, calls, comparisons and `and`/`or`/`not` of those), written without the unparser;
+    None for any other node (tests/test_walk_nodes.py holds it to the unparser's text)."""
     if isinstance(node, ast.Name):
         return node.id
-    if isinstance(node, ast.Attribute):
-        inner = _plain(node.value) if isinstance(node.value, ast.Name | ast.Attribute | ast.Call) else None
-        return None if inner is None else f"{inner}.{node.attr}"
     if isinstance(node, ast.Constant):
-        v = node.value
-        if v is None or isinstance(v, bool | int):
-            return repr(v)
-        plain = v.isprintable() and "'" not in v and "\\" not in v if isinstance(v, str) else False
-        if plain and " ".join(v.split()) == v:  # src() folds runs of spaces, strings' too
-            return repr(v)
-        return None
+        return _constant(node.value)
+    if isinstance(node, ast.Attribute):
+        inner = (
+            _plain(node.value)
+            if isinstance(node.value, ast.Name | ast.Attribute | ast.Call | ast.Subscript)
+            else None
+        )
+        return None if inner is None else f"{inner}.{node.attr}"
+    if isinstance(node, ast.Subscript):
+        value = (
+            _plain(node.value)
+            if isinstance(node.value, ast.Name | ast.Attribute | ast.Call | ast.Subscript)
+            else None
+        )
+        index = _operand(node.slice, ast.Name | ast.Attribute | ast.Constant)
+        return None if value is None or index is None else f"{value}[{index}]"
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name | ast.Attribute):
-        parts = [_plain(node.func)]
-        parts += [_plain(a) if not isinstance(a, ast.Call) else None for a in node.args]
+        parts = [_plain(node.func), *(_operand(a, _ATOMS) for a in node.args)]
         for k in node.keywords:
-            value = None if isinstance(k.value, ast.Call) else _plain(k.value)
+            value = _operand(k.value, _ATOMS)
             parts.append(None if value is None else f"{k.arg}={value}" if k.arg else f"**{value}")
+        return None if None in parts else f"{parts[0]}({', '.join(parts[1:])})"  # type: ignore[arg-type]
+    if isinstance(node, ast.Compare) and all(type(op) in _COMPARE for op in node.ops):
+        parts = [_operand(node.left, _ATOMS), *(_operand(c, _ATOMS) for c in node.comparators)]
         if None in parts:
             return None
-        return f"{parts[0]}({', '.join(parts[1:])})"  # type: ignore[arg-type]
+        text = parts[0] or ""
+        for op, right in zip(node.ops, parts[1:], strict=True):
+            text += f" {_COMPARE[type(op)]} {right}"
+        return text
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        operand = _operand(node.operand, _ATOMS | ast.Compare)
+        return None if operand is None else f"not {operand}"
+    if isinstance(node, ast.BoolOp):
+        # the unparser asks each later operand for a tighter binding (`a and not b == c and (d > e)`)
+        parts, rank = [], _RANK[type(node.op)]
+        for i, v in enumerate(node.values, start=1):
+            text = _operand(v, _ATOMS | ast.Compare | ast.UnaryOp)
+            own = _RANK.get(type(v), _RANK[ast.Constant])
+            parts.append(None if text is None else f"({text})" if own < rank + i else text)
+        joiner = " and " if isinstance(node.op, ast.And) else " or "
+        return None if None in parts else joiner.join(parts)  # type: ignore[arg-type]
+    return None
+
+
+def _operand(node: ast.AST, kinds: type | types.UnionType) -> str | None:
+    return _plain(node) if isinstance(node, kinds) else None
+
+
+def _constant(value: object) -> str | None:
+    if value is None or isinstance(value, bool | int):
+        return repr(value)
+    if isinstance(value, float) and math.isfinite(value):
+        return repr(value)
+    if isinstance(value, str) and value.isprintable() and "'" not in value and "\\" not in value:
+        return repr(value) if " ".join(value.split()) == value else None  # src() folds runs of spaces
     return None
 
 
