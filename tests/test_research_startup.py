@@ -179,3 +179,18 @@ def test_a_setting_filled_in_at_model_load_is_the_value_that_runs(sglang_049) ->
     assert filled_in(index, {**facts, "software.cuda": "12.1"}).get("server.attention_backend") != "fa3"
     unknown_gpu = {k: v for k, v in facts.items() if k != "gpu.sm"}
     assert str(filled_in(index, unknown_gpu)["server.attention_backend"]) == "UNKNOWN"
+
+
+def test_a_setting_resolution_derives_from_the_flag_is_the_evidence_it_acts(sglang_0523) -> None:  # type: ignore[no-untyped-def]
+    """0.5.23: --cuda-graph-max-bs-decode is read only by argument code (cuda_graph_hook.py:72-73),
+    which turns it into cuda_graph_config.decode (max_bs 256 -> 64 on an 80 GB H100 at TP 1). What
+    running code reads is that setting: the verdict is a settled applies that cites it, not an open
+    'whether its module is loaded'. Where resolution already picks 256, the same flag is a no-op."""
+    startup, v = _verdict(sglang_0523, "llama8b-h100", LLAMA, "--cuda-graph-max-bs-decode", "64")
+    assert startup.kind == "changed" and "cuda_graph_config" in startup.changed, startup
+    assert v.verdict == "applies" and v.certainty >= 0.9, v.summary
+    first = v.findings[0]
+    assert not first.location.startswith("sglang/srt/arg_groups/"), first
+    assert "`cuda_graph_config`" in first.why and "decode.max_bs 256 -> 64" in first.why, first.why
+    _, same = _verdict(sglang_0523, "mixtral-a100x2", MIXTRAL, "--cuda-graph-max-bs-decode", "256")
+    assert same.verdict == "no-op", same.summary

@@ -23,8 +23,10 @@ test that turns counts as a refusal only in argument code that surely runs here.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+from tools.research.callers import reached
 from tools.research.catalog import FlagInfo, find_flag, negated
 from tools.research.decide import decide
 from tools.research.facts import default_facts, deployment_facts
@@ -154,23 +156,72 @@ def _settled_in_argument_code(
     without: dict[str, Any],
 ) -> None:
     """A running reader in argument code ran when SGLang resolved the flag here: what it did is in
-    the resolved configuration. When resolution changed nothing else, or only settings nothing
-    running here reads (`_x_explicitly_set` False -> True, read only by a configurator this model
-    never builds), that reader is off: the flag's own value and its other readers decide."""
+    the resolved configuration. When resolution changed another setting that code running here
+    surely reads (`cuda_graph_config.decode.max_bs` 256 -> 64, read by the decode graph capture),
+    that reader is on and the running reader is the evidence. When it changed nothing else, or only
+    settings nothing running here reads (`_x_explicitly_set` False -> True, read only by a
+    configurator this model never builds), that reader is off: the flag's own value and its other
+    readers decide."""
     live = [f for f in v.findings if f.state in ("on", "runtime") and is_config_path(f.location)]
     if not live:
         return
-    others = {k: after for k, (_, after) in startup.changed.items() if k not in flag_values}
+    changed = {k: ba for k, ba in startup.changed.items() if k not in flag_values}
     why = "SGLang's own resolution here changes nothing else: the flag's own value and its readers decide"
-    for dest, after in others.items():
+    shown: list[Finding] = []
+    all_off = True
+    for dest, (before, after) in changed.items():
         probe = CodeVerdict(v.flag, dest, v.version, "unknown", "", 0.3, value=after)
         reader_findings(index, dest, facts, {**flag_values, dest: after}, probe, without)
         running = [f for f in probe.findings if not is_config_path(f.location)]
+        if f := _surely_run(index, running, facts, {dest: after, **flag_values}):
+            what = f"reads `{dest}`, which SGLang's own resolution here changes with the flag ({_diff(before, after)})"
+            shown.append(Finding(f.location, f.text, f.function, "on", what, f.conditions, sure=f.sure))
         if not running or any(f.state != "off" for f in running):
-            return
-        why = f"sets `{dest}` to {after!r} as SGLang resolves it here; every reader of that is off, e.g. {running[0].location}: {running[0].why}"
-    for f in live:
-        f.state, f.why = "off", why
+            all_off = False
+        else:
+            why = f"sets `{dest}` to {after!r} as SGLang resolves it here; every reader of that is off, e.g. {running[0].location}: {running[0].why}"
+    if shown:
+        for f in live:
+            f.state, f.why = (
+                "on",
+                "ran as SGLang resolved the flag here (its result is in the resolved configuration)",
+            )
+        words = set(v.dest.split("_"))  # the setting named most like the flag first
+        shown.sort(key=lambda f: -len(words & set(f.why.split("`")[1].split("_"))))
+        v.findings[:0] = shown[:2]
+    elif all_off:
+        for f in live:
+            f.state, f.why = "off", why
+
+
+def _surely_run(
+    index: FlagIndex, found: list[Finding], facts: dict[str, Any], values: dict[str, Any], limit: int = 8
+) -> Finding | None:
+    """The reader among `found` that best shows the changed setting acting here: on here (its module
+    loaded, its conditions hold), a chain of callers surely reaching it first, then the reader whose
+    file is named like the setting (`cuda_graph_config` -> `.../base_cuda_graph_runner.py`)."""
+    on = [f for f in found if f.state == "on" and not f.alternative]
+    if not on:
+        return None
+    dest = str(next(iter(values))) if values else ""
+    words = set(dest.split("_"))
+    on.sort(key=lambda f: -len(words & set(re.split(r"[/_.]", f.location))))
+    for f in on[:limit]:
+        func = index.func(f.location.rsplit(":", 1)[0], f.function)
+        if f.sure or (func is not None and reached(index, func, facts, values)):
+            f.sure = True
+            return f
+    return on[0]
+
+
+def _diff(before: Any, after: Any, at: str = "", limit: int = 3) -> str:
+    """What changed between two resolved values, briefly: `decode.max_bs 256 -> 64, ...`."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        keys = [k for k in {**before, **after} if before.get(k) != after.get(k)]
+        parts = [_diff(before.get(k), after.get(k), f"{at}{k}.", limit) for k in keys[:limit]]
+        return ", ".join(parts) + (f" and {len(keys) - limit} more" if len(keys) > limit else "")
+    text = f"{at.rstrip('.')} {before!r} -> {after!r}".strip()
+    return text if len(text) <= 120 else text[:117] + "..."
 
 
 def _drop_argument_refusals(v: CodeVerdict) -> None:
