@@ -71,6 +71,11 @@ def _caller_gate(
 ) -> ExitPath | None:
     sites = index.call_sites(func, limit=MAX_SITES, uses=True)
     subs = _subclass_inits(index, func)
+    # an instance method runs only on an instance: where its class is not built, whoever calls a
+    # method of that name (`quant_config.get_quant_method(...)`) does not reach it
+    method = subs == [] and func.params[:1] == ["self"] and depth > 1
+    if method and ((built := construction_gate(index, func, facts, flag, depth=depth - 1)) or sites is None):
+        return built
     if sites is None or subs is None or not (sites or subs):
         return None
     gates: list[ExitPath] = []
@@ -81,6 +86,8 @@ def _caller_gate(
         gates.append(gate)
     name = _init_class(func.qual) or func.qual.rsplit(".", 1)[-1]
     for caller, call in sites:
+        if (caller.path, caller.qual) == (func.path, func.qual):
+            continue  # calling itself: it runs only if it already runs
         if call is None and (
             name in caller.typed or _own_method(caller, func) or _helper_call(index, caller, func)
         ):

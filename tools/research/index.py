@@ -30,8 +30,9 @@ from tools.research.catalog import FlagInfo, flag_catalog
 from tools.research.index_types import Call, Func, ModuleFacts, Read
 from tools.research.source import SourceTree, cache_lock, cache_root
 from tools.research.walk.file import LOG, walk_file
+from tools.research.walk.names import KEYS
 
-INDEX_FORMAT = 31
+INDEX_FORMAT = 33
 TABLE_READ = Call("<table>", 0, [], [], {})
 """The call of a `call_sites` pair whose caller takes an entry out of a table holding the function."""
 MAX_FILE_BYTES = 4 * 2**20
@@ -108,6 +109,11 @@ class FlagIndex:
     def enums(self) -> dict[str, dict[str, object]]:
         """Enum class -> members and their values (`index_tables.enums`)."""
         return pickle.loads(self._meta["enums"]) if "enums" in self._meta else {}
+
+    @cached_property
+    def class_builders(self) -> frozenset[str]:
+        """Names of the methods that build their class (`return cls(...)`), anywhere in the tree."""
+        return pickle.loads(self._meta["builders"]) if "builders" in self._meta else frozenset()
 
     @cached_property
     def loads(self) -> frozenset[str]:
@@ -274,9 +280,20 @@ class FlagIndex:
                 return None
             if table in func.tested:
                 continue  # `name in TABLE`: takes no entry out
+            if self._only_probes(func, path, table):
+                continue  # `for _, m in TABLE.items(): m.probe(x)`: builds no entry
             if p == path or path in self._imported(func):
                 out.append(func)
         return out or None
+
+    def _only_probes(self, func: Func, path: str, table: str) -> bool:
+        """Whether `func` takes entries out of `path::table` only to call methods that build
+        nothing (no method of that name anywhere in the tree calls `cls(...)`), or only its keys."""
+        methods = func.probed.get(table)
+        if methods is None or set(methods) & self.class_builders:
+            return False
+        module = self.modules.get(path)
+        return KEYS not in methods or (module is not None and table in module.keyed)
 
     def callers_of(self, name: str, *, limit: int = 40) -> list[tuple[str, str, bool]]:
         """(path, qualified name or `<module>`, called) of what calls or uses a function named `name`
@@ -416,6 +433,9 @@ def _write(db: Path, tree: SourceTree, catalog: list[FlagInfo], facts: list[Modu
     fills: dict[str, list[tuple[str, str, int]]] = {}
     rows = []
     callers: set[tuple[str, str, int]] = set()
+    builders = frozenset(
+        f.qual.rsplit(".", 1)[-1] for m in facts for f in m.funcs if any(c.callee == "cls" for c in f.calls)
+    )
     for m in facts:
         for read in m.reads:
             reads.setdefault(read.dest, []).append(read)
@@ -473,6 +493,7 @@ def _write(db: Path, tree: SourceTree, catalog: list[FlagInfo], facts: list[Modu
         "config_attrs": attrs,
         "enums": index_tables.enums(facts),
         "loads": index_tables.loads(facts),
+        "builders": builders,
     }
     con.executemany("INSERT INTO meta VALUES (?, ?)", [(k, _dump(v)) for k, v in meta.items()])
     con.commit()

@@ -101,6 +101,9 @@ class Func:
     tested: list[str] = field(default_factory=list)
     """Names the function only tests membership in (`x in TABLE`, `TABLE.keys()`): it reads no
     entry of them."""
+    probed: dict[str, list[str]] = field(default_factory=dict)
+    """Tables the function reads only to call methods on their entries -> those methods
+    (`walk.names.probed_tables`): it builds an entry only if such a method does (`cls(...)`)."""
     sets: list[Exit] = field(default_factory=list)
     """`self.<dest> = <constant>` (kind "assign", under the statement's guards): in argument
     resolution code, what the server sets a flag to by itself (kept for those paths only)."""
@@ -125,6 +128,8 @@ class ModuleFacts:
     loose: list[str] = field(default_factory=list)
     """Names module-level code loads other than to fill a table in (`walk_file`'s `_loose`)."""
     tables: dict[str, list[str]] = field(default_factory=dict)
+    keyed: set[str] = field(default_factory=set)
+    """The `tables` that are dicts (iterating one, or `[*TABLE]`, gives its keys)."""
     """Module-level literal tables -> the names they hold (`QUANTIZATION_METHODS = {"fp8":
     Fp8Config, ...}`): what they hold is used where the table is read."""
     rebound: set[str] = field(default_factory=set)

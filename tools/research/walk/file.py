@@ -15,7 +15,7 @@ import re
 
 from tools.research.index_types import Call, Exit, Func, ModuleFacts, Read
 from tools.research.walk import nodes
-from tools.research.walk.names import loose_names, table_of, tested_only, typed_only
+from tools.research.walk.names import loose_names, probed_tables, table_of, tested_only, typed_only
 from tools.research.walk.nodes import parents as parents_in
 from tools.research.walk.nodes import src, walk
 
@@ -180,6 +180,8 @@ class _Walker:
             self.imports(st, guards)
         elif self.func is None and self.cls is None and (table := table_of(st)) is not None:
             self.m.tables.setdefault(table[0], []).extend(table[1])
+            if isinstance(st.value, ast.Dict):  # type: ignore[union-attr]
+                self.m.keyed.add(table[0])
             self.assign(st, guards)
         else:
             if isinstance(st, ast.Raise) and self.func is not None:
@@ -232,6 +234,7 @@ class _Walker:
             f.stores = _setter_stores(body, self.declared)
         f.uses = _param_uses(st, [q for q in params if q not in ("self", "cls")])
         f.tested = tested_only(st)
+        f.probed = probed_tables(st)
         f.typed, f.receivers = typed_only(st)
         first = len(self.m.reads)
         self.body(st.body, [])

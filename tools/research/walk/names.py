@@ -36,14 +36,27 @@ def table_of(st: ast.stmt) -> tuple[str, list[str]] | None:
     return (targets[0].id, names) if names else None
 
 
+def _annotation_nodes(st: ast.AST) -> set[ast.AST]:
+    """The nodes of every type annotation in `st` (parameters, returns, `x: T = ...`): naming a
+    class there builds nothing and tests nothing."""
+    roots: list[ast.AST] = []
+    for node in walk(st):
+        if isinstance(node, ast.arg | ast.AnnAssign) and node.annotation is not None:
+            roots.append(node.annotation)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.returns is not None:
+            roots.append(node.returns)
+    return {n for r in roots for n in walk(r)}
+
+
 def tested_only(st: ast.AST) -> list[str]:
     """Names whose every load in `st` is a membership test: `x in NAME`, `x not in NAME`,
     `NAME.keys()`."""
     parent = parents(st)
     tested: set[str] = set()
     other: set[str] = set()
+    hidden = _annotation_nodes(st)
     for node in walk(st):
-        if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)):
+        if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)) or node in hidden:
             continue
         up = parent.get(node)
         member = isinstance(up, ast.Compare) and any(
@@ -65,8 +78,9 @@ def typed_only(st: ast.AST) -> tuple[list[str], list[str]]:
     typed: set[str] = set()
     called: set[str] = set()
     other: set[str] = set()
+    hidden = _annotation_nodes(st)
     for node in walk(st):
-        if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)):
+        if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)) or node in hidden:
             continue
         up = parent.get(node)
         if isinstance(up, ast.Call) and up.func is node:
@@ -109,3 +123,86 @@ def loose_names(body: list[ast.stmt]) -> list[str]:
             if not (fill or stored):
                 out.add(node.id)
     return sorted(out)
+
+
+KEYS = "<keys>"
+"""A `probed_tables` use that takes only a table's keys (`[*TABLE]`, `list(TABLE)`): nothing is built
+from a dict table read that way."""
+
+
+def probed_tables(st: ast.AST) -> dict[str, list[str]]:
+    """Names of tables `st` reads only to call methods on their entries -> those methods:
+    `for _, m in TABLE.items(): m.override_quantization_method(cfg)`, `TABLE[k].probe(x)`; a key
+    loop, a membership test or `[*TABLE]` (`KEYS`) takes no entry. A table read any other way
+    (`return TABLE[name]`) is not listed: what it hands out may be built."""
+    parent = parents(st)
+    bound: dict[str, str] = {}  # loop variable -> the table whose entries it holds
+    uses: dict[str, list[str]] = {}
+    other: set[str] = set()
+    for node in walk(st):
+        if isinstance(node, ast.For):
+            table, entry = _entry_loop(node)
+            if table is not None:
+                uses.setdefault(table, [])
+                if entry is not None:
+                    bound[entry] = table
+    hidden = _annotation_nodes(st)
+    for node in walk(st):
+        if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)) or node in hidden:
+            continue
+        up = parent.get(node)
+        if node.id in bound:  # an entry: only `entry.method(...)`
+            call = parent.get(up) if isinstance(up, ast.Attribute) else None
+            if isinstance(call, ast.Call) and call.func is up:
+                uses.setdefault(bound[node.id], []).append(up.attr)  # type: ignore[union-attr]
+            else:
+                other.add(bound[node.id])
+            continue
+        use = _table_use(node, up, parent)
+        if use is None:
+            other.add(node.id)
+        elif use:
+            uses.setdefault(node.id, []).append(use)
+    return {t: sorted(set(m)) for t, m in uses.items() if t not in other and t not in bound}
+
+
+def _entry_loop(loop: ast.For) -> tuple[str | None, str | None]:
+    """(table, the loop variable holding its entries or None) of `for k, v in TABLE.items()`,
+    `for v in TABLE.values()`, `for k in TABLE.keys()`; (None, None) for any other loop."""
+    it = loop.iter
+    if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and not it.args):
+        return None, None
+    if not isinstance(it.func.value, ast.Name):
+        return None, None
+    table, how, target = it.func.value.id, it.func.attr, loop.target
+    if how == "keys":
+        return table, None
+    if how == "values" and isinstance(target, ast.Name):
+        return table, target.id
+    if how == "items" and isinstance(target, ast.Tuple) and len(target.elts) == 2:
+        value = target.elts[1]
+        return (table, value.id) if isinstance(value, ast.Name) else (None, None)
+    return None, None
+
+
+def _table_use(node: ast.Name, up: ast.AST | None, parent: dict[ast.AST, ast.AST]) -> str | None:
+    """How a load of a possible table takes from it: "" for no entry (the iterable of an entry loop,
+    a membership test), `KEYS` for its keys only, the method called for `TABLE[k].method(...)`;
+    None for any other use."""
+    if isinstance(up, ast.Attribute) and up.attr in ("items", "values", "keys"):
+        loop = parent.get(parent.get(up))  # type: ignore[arg-type]
+        return "" if isinstance(loop, ast.For) and _entry_loop(loop)[0] == node.id else None
+    if isinstance(up, ast.Compare) and any(
+        c is node and isinstance(op, ast.In | ast.NotIn) for op, c in zip(up.ops, up.comparators, strict=True)
+    ):
+        return ""
+    if isinstance(up, ast.Starred) or (
+        isinstance(up, ast.Call) and isinstance(up.func, ast.Name) and up.func.id in ("list", "sorted", "set")
+    ):
+        return KEYS
+    if isinstance(up, ast.Subscript) and up.value is node:
+        attr = parent.get(up)
+        call = parent.get(attr) if isinstance(attr, ast.Attribute) else None
+        if isinstance(call, ast.Call) and call.func is attr:
+            return attr.attr  # type: ignore[union-attr]
+    return None
