@@ -86,11 +86,15 @@ def test_dense_h100_run_reaches_other_conclusions(tmp_path, sglang_0523):
     )
     assert kept.comparison["verdict"] == "improved"
     assert UnitFile.load(config.target.local_unit).command.flags["--max-running-requests"] == "64"
-    # every trial after a keep ran on top of the kept changes: the deployed set was measured together
-    first_keep = min(t.number for t in result.trials if t.decision == "kept")
-    for t in result.trials:
-        if t.number > first_keep and t.deployed:
-            assert "--max-running-requests" in {c.flag for c in t.full_changes()}
+    # every trial after a keep ran on top of the changes kept before it: the deployed set was
+    # measured together
+    kept_before: set[str] = set()
+    for t in sorted(result.trials, key=lambda t: t.number):
+        if t.deployed:
+            assert kept_before <= {c.flag for c in t.full_changes()}, (t.number, kept_before)
+        if t.decision == "kept":
+            kept_before |= {c.flag for c in t.changes}
+    assert "--max-running-requests" in kept_before
     # A/B/A: the candidate sat between two known-good blocks, and the keep was confirmed on a
     # relaunch; or a clear win (+4% at the low end) was kept on its one launch, known-good having
     # measured as it did before
