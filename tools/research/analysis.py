@@ -167,15 +167,17 @@ def _settled_in_argument_code(
         return
     changed = {k: ba for k, ba in startup.changed.items() if k not in flag_values}
     why = "SGLang's own resolution here changes nothing else: the flag's own value and its readers decide"
-    shown: list[Finding] = []
+    shown: list[tuple[str, Finding]] = []
     all_off = True
     for dest, (before, after) in changed.items():
         probe = CodeVerdict(v.flag, dest, v.version, "unknown", "", 0.3, value=after)
         reader_findings(index, dest, facts, {**flag_values, dest: after}, probe, without)
         running = [f for f in probe.findings if not is_config_path(f.location)]
-        if f := _surely_run(index, running, facts, {dest: after, **flag_values}):
+        if f := _running_reader(index, dest, running, facts, {**flag_values, dest: after}):
             what = f"reads `{dest}`, which SGLang's own resolution here changes with the flag ({_diff(before, after)})"
-            shown.append(Finding(f.location, f.text, f.function, "on", what, f.conditions, sure=f.sure))
+            shown.append(
+                (dest, Finding(f.location, f.text, f.function, "on", what, f.conditions, sure=f.sure))
+            )
         if not running or any(f.state != "off" for f in running):
             all_off = False
         else:
@@ -187,31 +189,29 @@ def _settled_in_argument_code(
                 "ran as SGLang resolved the flag here (its result is in the resolved configuration)",
             )
         words = set(v.dest.split("_"))  # the setting named most like the flag first
-        shown.sort(key=lambda f: -len(words & set(f.why.split("`")[1].split("_"))))
-        v.findings[:0] = shown[:2]
+        shown.sort(key=lambda s: -len(words & set(s[0].split("_"))))
+        v.findings[:0] = [f for _, f in shown[:2]]
     elif all_off:
         for f in live:
             f.state, f.why = "off", why
 
 
-def _surely_run(
-    index: FlagIndex, found: list[Finding], facts: dict[str, Any], values: dict[str, Any], limit: int = 8
+def _running_reader(
+    index: FlagIndex, dest: str, found: list[Finding], facts: dict[str, Any], values: dict[str, Any]
 ) -> Finding | None:
-    """The reader among `found` that best shows the changed setting acting here: on here (its module
-    loaded, its conditions hold), a chain of callers surely reaching it first, then the reader whose
-    file is named like the setting (`cuda_graph_config` -> `.../base_cuda_graph_runner.py`)."""
+    """The reader of `dest` among `found` that best shows it acting here: on here (its module
+    loaded, its conditions hold); one a chain of callers surely reaches first (of the first eight),
+    then the one whose file is named like the setting (`cuda_graph_config` ->
+    `.../cuda_graph_config.py`)."""
     on = [f for f in found if f.state == "on" and not f.alternative]
-    if not on:
-        return None
-    dest = str(next(iter(values))) if values else ""
     words = set(dest.split("_"))
     on.sort(key=lambda f: -len(words & set(re.split(r"[/_.]", f.location))))
-    for f in on[:limit]:
+    for f in on[:8]:
         func = index.func(f.location.rsplit(":", 1)[0], f.function)
         if f.sure or (func is not None and reached(index, func, facts, values)):
             f.sure = True
             return f
-    return on[0]
+    return on[0] if on else None
 
 
 def _diff(before: Any, after: Any, at: str = "", limit: int = 3) -> str:

@@ -73,7 +73,7 @@ def _caller_gate(
     subs = _subclass_inits(index, func)
     # an instance method runs only on an instance: where its class is not built, whoever calls a
     # method of that name (`quant_config.get_quant_method(...)`) does not reach it
-    method = subs == [] and func.params[:1] == ["self"] and depth > 1
+    method = _init_class(func.qual) is None and func.params[:1] == ["self"] and depth > 1
     if method and ((built := construction_gate(index, func, facts, flag, depth=depth - 1)) or sites is None):
         return built
     if sites is None or subs is None or not (sites or subs):
