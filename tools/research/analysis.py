@@ -28,7 +28,7 @@ from typing import Any
 
 from tools.research.callers import reached
 from tools.research.catalog import FlagInfo, find_flag, negated
-from tools.research.decide import decide
+from tools.research.decide import decide, is_validator
 from tools.research.facts import default_facts, deployment_facts
 from tools.research.findings import CodeVerdict, Finding, reader_findings
 from tools.research.gates import (
@@ -203,7 +203,7 @@ def _running_reader(
     loaded, its conditions hold); one a chain of callers surely reaches first (of the first eight),
     then the one whose file is named like the setting (`cuda_graph_config` ->
     `.../cuda_graph_config.py`)."""
-    on = [f for f in found if f.state == "on" and not f.alternative]
+    on = [f for f in found if f.state == "on" and not f.alternative and not is_validator(f)]
     words = set(dest.split("_"))
     on.sort(key=lambda f: -len(words & set(re.split(r"[/_.]", f.location))))
     for f in on[:8]:

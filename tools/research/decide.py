@@ -38,7 +38,7 @@ def decide(v: Any, target: FlagInfo) -> None:
         for e in f.exits
         if e.kind in ("raise", "assert") and e.truth is True
     ]
-    acting = [f for f in found if not _validator(f)]
+    acting = [f for f in found if not is_validator(f)]
     offs = [
         (f, e)
         for f in found
@@ -113,6 +113,7 @@ def decide(v: Any, target: FlagInfo) -> None:
         v.summary = f"every reader is off here, e.g. {first.location}: {why}."
 
 
-def _validator(f: Any) -> bool:
+def is_validator(f: Any) -> bool:
+    """A reader in a compatibility check (`check_*`, `validate*`, `verify*`): it acts on nothing."""
     last = f.function.rsplit(".", 1)[-1]
     return last.startswith(_VALIDATORS)
