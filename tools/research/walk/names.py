@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ast
 
-from tools.research.walk.nodes import parents, walk
+from tools.research.walk.nodes import annotation_nodes, parents, walk
 
 
 def table_of(st: ast.stmt) -> tuple[str, list[str]] | None:
@@ -36,25 +36,13 @@ def table_of(st: ast.stmt) -> tuple[str, list[str]] | None:
     return (targets[0].id, names) if names else None
 
 
-def _annotation_nodes(st: ast.AST) -> set[ast.AST]:
-    """The nodes of every type annotation in `st` (parameters, returns, `x: T = ...`): naming a
-    class there builds nothing and tests nothing."""
-    roots: list[ast.AST] = []
-    for node in walk(st):
-        if isinstance(node, ast.arg | ast.AnnAssign) and node.annotation is not None:
-            roots.append(node.annotation)
-        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.returns is not None:
-            roots.append(node.returns)
-    return {n for r in roots for n in walk(r)}
-
-
 def tested_only(st: ast.AST) -> list[str]:
     """Names whose every load in `st` is a membership test: `x in NAME`, `x not in NAME`,
     `NAME.keys()`."""
     parent = parents(st)
     tested: set[str] = set()
     other: set[str] = set()
-    hidden = _annotation_nodes(st)
+    hidden = annotation_nodes(st)
     for node in walk(st):
         if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)) or node in hidden:
             continue
@@ -78,7 +66,7 @@ def typed_only(st: ast.AST) -> tuple[list[str], list[str]]:
     typed: set[str] = set()
     called: set[str] = set()
     other: set[str] = set()
-    hidden = _annotation_nodes(st)
+    hidden = annotation_nodes(st)
     for node in walk(st):
         if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)) or node in hidden:
             continue
@@ -146,7 +134,7 @@ def probed_tables(st: ast.AST) -> dict[str, list[str]]:
                 uses.setdefault(table, [])
                 if entry is not None:
                     bound[entry] = table
-    hidden = _annotation_nodes(st)
+    hidden = annotation_nodes(st)
     for node in walk(st):
         if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)) or node in hidden:
             continue
