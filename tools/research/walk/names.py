@@ -6,6 +6,7 @@ A class held in a table, or named only in a type test, is not built there (`tool
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 
 from tools.research.walk.nodes import annotation_nodes, parents, walk
 
@@ -36,23 +37,30 @@ def table_of(st: ast.stmt) -> tuple[str, list[str]] | None:
     return (targets[0].id, names) if names else None
 
 
+def _loads(st: ast.AST) -> Iterator[tuple[ast.Name, ast.AST | None, dict[ast.AST, ast.AST]]]:
+    """(name, its parent, the parent map) for every name `st` loads outside type annotations."""
+    parent = parents(st)
+    hidden = annotation_nodes(st)
+    for node in walk(st):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node not in hidden:
+            yield node, parent.get(node), parent
+
+
+def _member(node: ast.AST, up: ast.AST | None) -> bool:
+    """`x in NODE` / `x not in NODE`."""
+    return isinstance(up, ast.Compare) and any(
+        c is node and isinstance(op, ast.In | ast.NotIn) for op, c in zip(up.ops, up.comparators, strict=True)
+    )
+
+
 def tested_only(st: ast.AST) -> list[str]:
     """Names whose every load in `st` is a membership test: `x in NAME`, `x not in NAME`,
     `NAME.keys()`."""
-    parent = parents(st)
     tested: set[str] = set()
     other: set[str] = set()
-    hidden = annotation_nodes(st)
-    for node in walk(st):
-        if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)) or node in hidden:
-            continue
-        up = parent.get(node)
-        member = isinstance(up, ast.Compare) and any(
-            c is node and isinstance(op, ast.In | ast.NotIn)
-            for op, c in zip(up.ops, up.comparators, strict=True)
-        )
+    for node, up, parent in _loads(st):
         keys = isinstance(up, ast.Attribute) and up.attr == "keys" and isinstance(parent.get(up), ast.Call)
-        (tested if member or keys else other).add(node.id)
+        (tested if _member(node, up) or keys else other).add(node.id)
     return sorted(tested - other)
 
 
@@ -62,15 +70,10 @@ def typed_only(st: ast.AST) -> tuple[list[str], list[str]]:
     whose every load is such a test or the receiver of a method call (`Name.is_applicable(kvc)`,
     at least once): they build the class only through a classmethod that builds it. A call of the
     name itself (`Name(...)`) is a call edge, counted apart."""
-    parent = parents(st)
     typed: set[str] = set()
     called: set[str] = set()
     other: set[str] = set()
-    hidden = annotation_nodes(st)
-    for node in walk(st):
-        if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)) or node in hidden:
-            continue
-        up = parent.get(node)
+    for node, up, parent in _loads(st):
         if isinstance(up, ast.Call) and up.func is node:
             continue  # `Name(...)`: a call edge of its own
         receiver = isinstance(up, ast.Attribute) and isinstance(parent.get(up), ast.Call)
@@ -134,11 +137,7 @@ def probed_tables(st: ast.AST) -> dict[str, list[str]]:
                 uses.setdefault(table, [])
                 if entry is not None:
                     bound[entry] = table
-    hidden = annotation_nodes(st)
-    for node in walk(st):
-        if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)) or node in hidden:
-            continue
-        up = parent.get(node)
+    for node, up, _ in _loads(st):
         if node.id in bound:  # an entry: only `entry.method(...)`
             call = parent.get(up) if isinstance(up, ast.Attribute) else None
             if isinstance(call, ast.Call) and call.func is up:
@@ -180,9 +179,7 @@ def _table_use(node: ast.Name, up: ast.AST | None, parent: dict[ast.AST, ast.AST
     if isinstance(up, ast.Attribute) and up.attr in ("items", "values", "keys"):
         loop = parent.get(parent.get(up))  # type: ignore[arg-type]
         return "" if isinstance(loop, ast.For) and _entry_loop(loop)[0] == node.id else None
-    if isinstance(up, ast.Compare) and any(
-        c is node and isinstance(op, ast.In | ast.NotIn) for op, c in zip(up.ops, up.comparators, strict=True)
-    ):
+    if _member(node, up):
         return ""
     if isinstance(up, ast.Starred) or (
         isinstance(up, ast.Call) and isinstance(up.func, ast.Name) and up.func.id in ("list", "sorted", "set")
