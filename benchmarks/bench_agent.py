@@ -133,24 +133,40 @@ def launch_flags(name: str, changes: list[str]) -> list[str]:
     return flags
 
 
-def noise_free(name: str, changes: list[str]) -> dict[int, float] | None:
-    """Output tok/s per level of the scenario's baseline with `changes`; None when it cannot start."""
-    return levels_for_flags(name, launch_flags(name, changes))
+def noise_free(name: str, changes: list[str], workload: str = "random") -> dict[int, float] | None:
+    """Output tok/s per level of the scenario's baseline with `changes`; None when it cannot start.
+    `workload`: "random" (the benchmark's configured prompts) or "mix" (`TRIAL_MIX`, what a trial of a
+    flag acting on caching, scheduling or memory is judged on)."""
+    return levels_for_flags(name, launch_flags(name, changes), workload)
 
 
-def levels_for_flags(name: str, flags: list[str]) -> dict[int, float] | None:
+def bench_settings(workload: str = "random"):  # type: ignore[no-untyped-def]
+    """The run's benchmark settings (`up`), on `workload`."""
+    from tools.bench.workload import TRIAL_MIX
+    from tools.config import BenchConfig
+
+    mix = {"random": "random", "mix": dict(TRIAL_MIX)}[workload]
+    return BenchConfig(concurrency=LEVELS, output_len=OUT_LEN, workload=mix)
+
+
+def levels_for_flags(name: str, flags: list[str], workload: str = "random") -> dict[int, float] | None:
     """Output tok/s per level of the scenario's model and GPUs launched with `flags` (noise-free);
-    None when it cannot start."""
+    None when it cannot start. On "mix" the client's own prompts of that workload are sent (the
+    same radix cache as the served simulator; random prompts share nothing, so they are left as the
+    model's plain requests)."""
     from sim.offline import plan_for, throughput_for_plan
+    from tools.bench.workload import level_prompts
 
+    settings = bench_settings(workload)
     try:
         scn, model, plan = plan_for(name, flags, replace_baseline=True)
         if plan.hangs_in_warmup:
             return None
         return {
             c: throughput_for_plan(
-                scn, model, plan, concurrency=c, output_len=OUT_LEN, requests=max(2 * c, 8)
-            )
+                scn, model, plan, concurrency=c, output_len=OUT_LEN, requests=max(2 * c, 8),
+                prompts=level_prompts(settings, c, seed=0) if workload != "random" else None,
+            )  # fmt: skip
             for c in LEVELS
         }
     except (Exception, SystemExit):  # StartupError, or argparse refusing the flags
@@ -201,22 +217,38 @@ def oracle(
 
     Two oracles: `all`, any combination; `rule`, combinations in which every lever adds at least
     MIN_EFFECT at some level over the same set without it (what the goal's Pareto rule can keep:
-    a lever worth +0.5% is not one a run with a 2% minimum effect may keep, however long it runs)."""
-    levers = [c for c in candidates if c.status != "not-in-version" and not c.lever.lossy]
-    memo: dict[frozenset, dict[int, float] | None] = {}
+    a lever worth +0.5% is not one a run with a 2% minimum effect may keep, however long it runs).
+    A lever acting on caching, scheduling or memory is judged as its trial judges it, on the mix of
+    random and shared-prefix prompts (`workload_for`): what it adds is what it adds there, and a set
+    holding one must stay within the tolerance on the mix too. The value of a set is on the
+    benchmark's random prompts, as the kept set's."""
+    from tools.bench.workload import touches_cache
 
-    def levels(changes: list[str]) -> dict[int, float] | None:
-        key = frozenset(changes)
+    levers = [c for c in candidates if c.status != "not-in-version" and not c.lever.lossy]
+    on_mix = {c.change for c in levers if touches_cache(c.flag, c.lever.mechanism or None)}
+    memo: dict[tuple[frozenset, str], dict[int, float] | None] = {}
+
+    def levels(changes: list[str], workload: str = "random") -> dict[int, float] | None:
+        key = (frozenset(changes), workload)
         if key not in memo:
-            memo[key] = noise_free(name, sorted(key)) if key else base
+            memo[key] = noise_free(name, sorted(key[0]), workload) if key[0] or workload != "random" else base
         return memo[key]
 
-    def each_adds(changes: list[str], got: dict[int, float]) -> bool:
-        return all(
-            (w := levels([x for x in changes if x != c])) is not None
-            and any(got[lv] >= w[lv] * (1 + MIN_EFFECT) for lv in LEVELS)
-            for c in changes
-        )
+    def within(changes: list[str], got: dict[int, float]) -> bool:
+        if any(got[c] < base[c] * (1 - TOLERANCE) for c in LEVELS):
+            return False
+        if not on_mix & set(changes):
+            return True
+        mixed, mixed_base = levels(changes, "mix"), levels([], "mix")
+        return mixed is not None and all(mixed[c] >= mixed_base[c] * (1 - TOLERANCE) for c in LEVELS)
+
+    def each_adds(changes: list[str]) -> bool:
+        for ch in changes:
+            workload = "mix" if ch in on_mix else "random"
+            got, without = levels(changes, workload), levels([x for x in changes if x != ch], workload)
+            if got is None or without is None or not any(got[lv] >= without[lv] * (1 + MIN_EFFECT) for lv in LEVELS):
+                return False
+        return True
 
     alone = {c.change: levels([c.change]) for c in levers}
     # combinations of the levers that help alone somewhere (one that helps nowhere alone is left out)
@@ -230,12 +262,12 @@ def oracle(
         for combo in itertools.combinations(useful, k):
             changes = [c.change for c in combo]
             got = levels(changes)
-            if got is None or any(got[c] < base[c] * (1 - TOLERANCE) for c in LEVELS):
+            if got is None or not within(changes, got):
                 continue
             value = objective(base, got)
             if value > best["all"][0]:
                 best["all"] = (value, changes)
-            if value > best["rule"][0] and each_adds(changes, got):
+            if value > best["rule"][0] and each_adds(changes):
                 best["rule"] = (value, changes)
     return best, alone
 
