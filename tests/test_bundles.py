@@ -195,3 +195,55 @@ def test_a_member_expected_below_the_minimum_effect_is_doubtful_however_sure_res
     from agent.policy.playbook import load_playbook
 
     assert {lv.flag: lv.expected_gain for lv in load_playbook()}["--disable-radix-cache"] == 0.01
+
+
+def test_what_the_budget_cannot_try_one_at_a_time_goes_together_in_its_last_slot():
+    cands = [cand(f"--{n}", p, bar=0.02) for n, p in (("a", "high"), ("b", "high"), ("c", "medium"), ("d", "medium"))]
+    cands.append({**cand("--unsure", "medium", bar=0.02)})
+    verdicts = {c["flag"]: APPLIES for c in cands} | {"--unsure": {"verdict": "applies", "certainty": 0.3}}
+    # room for everything: one at a time, as before
+    assert [c["flag"] for c, _ in next_trials(cands, verdicts, {}, slots=5)] == [
+        "--a", "--b", "--c", "--d", "--unsure"
+    ]  # fmt: skip
+    queue = next_trials(cands, verdicts, {}, slots=2)
+    assert [c["flag"] for c, _ in queue] == ["--a", "--b + --c + --d", "--unsure"]
+    assert "fits about 2 more trials and 5 are open" in queue[1][1]
+    assert queue[1][0]["together"].startswith("more levers than the budget has trials for")
+    # one slot: every sure candidate in it; an unsure one is never bundled (it would be left out again)
+    assert [c["flag"] for c, _ in next_trials(cands, verdicts, {}, slots=1)][0] == "--a + --b + --c + --d"
+    # a near miss's second look and a lever expected below the minimum effect stay alone
+    tried = {"--a": [{"near_miss": {"ratio": 1.05, "ci_low": 1.01, "ci_high": 1.09}}]}
+    low = [*cands[1:4], {**cand("--tiny", "low", bar=0.02), "expected_gain": 0.01}]
+    queue = next_trials([cands[0], *low], verdicts | {"--tiny": APPLIES}, tried, slots=1)
+    assert {c["flag"] for c, _ in queue} == {"--b + --c + --d", "--a", "--tiny"}
+
+
+def test_the_runner_counts_the_trials_its_wall_time_and_restarts_still_fit():
+    import time
+
+    runner = TrialRunner(
+        deployment=None, endpoint="http://127.0.0.1:9", bench=BenchConfig(),
+        objective=objective_from_goal("improve throughput"), baseline=Baseline(reps=[], probe=None, text=UNIT),
+        max_trials=12, max_restarts=20,
+    )  # fmt: skip
+    assert runner.trials_left() == 10  # 20 restarts, two a trial before any was measured
+    runner.trials = [TrialRecord(number=i, changes=[], deployed=True, seconds=100.0, restarts=4) for i in (1, 2)]
+    runner.restarts = 8
+    assert runner.trials_left() == 3  # 12 restarts left, 4 a trial
+    runner.deadline = time.monotonic() + 250
+    assert runner.trials_left() == 2  # 250 s left, 100 s a trial
+    runner.deadline = time.monotonic() - 1
+    assert runner.trials_left() == 0
+
+
+def test_the_builtin_planner_bundles_what_the_budget_left_cannot_try_alone():
+    cands = [cand(f"--{n}", "high", bar=0.02) for n in ("a", "b", "c", "d")]
+    verdicts = {c["flag"]: {**APPLIES, "flag": c["flag"]} for c in cands}
+    first = {"trial": 1, "changes": ["--a"], "decision": "kept", "why": "improved", "trials_left": 2}
+    run = _calls(planner_policy_for(cands, verdicts, [({"changes": [{"flag": "--a"}]}, first)]))["run_trial"]
+    assert [c["flag"] for c in run["changes"]] == ["--b"]
+    second = {**first, "trial": 2, "changes": ["--b"], "trials_left": 1}
+    history = [({"changes": [{"flag": "--a"}]}, first), ({"changes": [{"flag": "--b"}]}, second)]
+    run = _calls(planner_policy_for(cands, verdicts, history))["run_trial"]
+    assert [c["flag"] for c in run["changes"]] == ["--c", "--d"]
+    assert run["reason"].startswith("more levers than the budget") and "fits about 1 more trial " in run["together_reason"]

@@ -146,9 +146,11 @@ def planner_policy(messages: list[Any], info: Any) -> Any:
     budget_out: str | None = None
     bundles: list[tuple[list[str], dict]] = []
     left_out: dict[str, dict] = {}
+    slots: int | None = None  # the trials the budget still fits, as the latest trial result says
     for name, content, args in returns:
         if name not in ("run_trial", "leave_out") or not isinstance(content, dict):
             continue
+        slots = content.get("trials_left", slots)
         if content.get("budget_exhausted"):
             budget_out = str(content.get("error") or "budget exhausted")
             continue
@@ -191,7 +193,7 @@ def planner_policy(messages: list[Any], info: Any) -> Any:
         )
     # highest expected value per restart first (research certainty x plausible gain / restart cost);
     # a near miss may get a second look, ranked by what was measured; small levers as one bundle
-    queue = trial_queue(cands, verdicts, tried)
+    queue = trial_queue(cands, verdicts, tried, slots)
     nxt, look = (None, "") if budget_out or not queue else queue[0]
     if nxt is not None and "bundle" in nxt:
         todo = _todo(cands, verdicts, trials, extra)
@@ -200,7 +202,7 @@ def planner_policy(messages: list[Any], info: Any) -> Any:
             if item["id"] in {c["flag"] for c in members}:
                 item["status"] = "in_progress"
         changes = [{"flag": c["flag"], "value": c["value"], "action": c["action"]} for c in members]
-        args = {"changes": changes, "reason": "small levers tried together", "together_reason": look}
+        args = {"changes": changes, "reason": nxt["together"], "together_reason": look}
         if any(verdicts[c["flag"]]["verdict"] == "unknown" for c in members):
             args["override_reason"] = (
                 "the code search was inconclusive but the playbook's conditions hold here"
@@ -278,15 +280,19 @@ def _live(cands: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def trial_queue(
-    cands: list[dict[str, Any]], verdicts: dict[str, dict], tried: dict[str, list[dict]]
+    cands: list[dict[str, Any]],
+    verdicts: dict[str, dict],
+    tried: dict[str, list[dict]],
+    slots: int | None = None,
 ) -> list[tuple[dict[str, Any], str]]:
-    """What the builtin planner trials next, best first: (candidate, why), see `agent.policy.order`."""
+    """What the builtin planner trials next, best first: (candidate, why), see `agent.policy.order`;
+    `slots`: the trials the budget still fits (None: not known yet)."""
     worth = [
         c
         for c in _live(cands)
         if _worth(verdicts.get(c["flag"])) and not _lossy_blocked(c, verdicts.get(c["flag"]))
     ]
-    return next_trials(worth, verdicts, tried)
+    return next_trials(worth, verdicts, tried, slots)
 
 
 def _worth(v: dict[str, Any] | None) -> bool:

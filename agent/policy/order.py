@@ -157,20 +157,77 @@ def doubtful_members(
     return out
 
 
+def _bundle(
+    members: list[dict[str, Any]], verdicts: dict[str, Any], reason: str
+) -> tuple[float, dict[str, Any]]:
+    """(value for one restart, the candidate dict of a bundle): the members' values summed, over the
+    slowest member's restart cost. `reason`: why they go together, in a few words."""
+    cost = max(restart_cost(c) for c in members)
+    value = sum(expected_value(c, verdicts.get(c["flag"])) * restart_cost(c) for c in members) / cost
+    return value, {"flag": " + ".join(c["flag"] for c in members), "bundle": members, "together": reason}
+
+
+def _sure_enough(candidate: dict[str, Any], verdicts: dict[str, Any]) -> bool:
+    """A member a kept bundle would keep without leaving it out: research fairly sure it acts, a
+    plausible gain of at least the minimum effect, a mechanism that acts at some measured level,
+    no playbook doubt (see `doubtful_members`)."""
+    floor = candidate.get("min_effect") or GAIN_BY_PRIORITY["low"]
+    return (
+        certainty(verdicts.get(candidate["flag"])) >= DOUBTFUL_CERTAINTY
+        and plausible_gain(candidate) >= floor
+        and candidate.get("acts_at_levels") != []
+        and candidate.get("status") not in PLAYBOOK_DOUBTS
+    )
+
+
+def fit_budget(
+    ranked: list[tuple[float, int, dict[str, Any], str]], slots: int | None, verdicts: dict[str, Any]
+) -> list[tuple[float, int, dict[str, Any], str]]:
+    """The ranking cut to the trials the budget still fits: when more are open than `slots`, the
+    untried candidates from the last slot on that research is sure enough of (`_sure_enough`) go
+    into one change in that slot. Tried one at a time they would not be reached at all; together
+    each gets a chance, and a kept bundle still loses its doubtful members (`doubtful_members`).
+    Unchanged when everything fits, or fewer than two would go together."""
+    if slots is None or slots < 1 or len(ranked) <= slots:
+        return ranked
+    head, tail = ranked[: slots - 1], ranked[slots - 1 :]
+    members: list[dict[str, Any]] = []
+    rest = []
+    for entry in tail:
+        c, why = entry[2], entry[3]
+        group = c.get("bundle") or [c]
+        if (why == "untried" or "bundle" in c) and all(_sure_enough(m, verdicts) for m in group):
+            members += group
+        else:
+            rest.append(entry)
+    if len(members) < 2:
+        return ranked
+    value, bundle = _bundle(members, verdicts, "more levers than the budget has trials for, tried together")
+    names = ", ".join(m["flag"] for m in members)
+    why = (
+        f"tried together: the budget left fits about {slots} more trial{'s' * (slots > 1)} and "
+        f"{len(ranked)} are open; {names}, each applying here by research, would otherwise not be "
+        f"tried at all"
+    )
+    return [*head, (value, -2, bundle, why), *rest]
+
+
 def next_trials(
-    candidates: list[dict[str, Any]], verdicts: dict[str, Any], tried: dict[str, list[dict[str, Any]]]
+    candidates: list[dict[str, Any]],
+    verdicts: dict[str, Any],
+    tried: dict[str, list[dict[str, Any]]],
+    slots: int | None = None,
 ) -> list[tuple[dict[str, Any], str]]:
     """What to trial next, best first: (candidate, why) for the untried candidates and for each near
     miss tried once, ranked by value per restart. `tried`: flag -> its trial results so far. Small
-    candidates come as one bundle (`plan_bundle`): a candidate dict with `bundle` (the members)."""
+    candidates come as one bundle (`plan_bundle`): a candidate dict with `bundle` (the members).
+    `slots`: the trials the budget still fits (None: no limit), see `fit_budget`."""
     ranked: list[tuple[float, int, dict[str, Any], str]] = []
     bundle = plan_bundle(candidates, verdicts, tried)
     if bundle is not None:
         members, why = bundle
-        cost = max(restart_cost(c) for c in members)
-        value = sum(expected_value(c, verdicts.get(c["flag"])) * restart_cost(c) for c in members) / cost
-        flags = " + ".join(c["flag"] for c in members)
-        ranked.append((value, -1, {"flag": flags, "bundle": members}, why))
+        value, entry = _bundle(members, verdicts, "small levers tried together")
+        ranked.append((value, -1, entry, why))
     in_bundle = {c["flag"] for c in bundle[0]} if bundle else set()
     for i, c in enumerate(candidates):
         if c["flag"] in in_bundle:
@@ -184,4 +241,4 @@ def next_trials(
         elif len(results) == 1 and (miss := results[0].get("near_miss")):
             ranked.append((second_look_value(c, miss), i, c, "second look at a near miss"))
     ranked.sort(key=lambda x: (-x[0], x[1]))
-    return [(c, why) for _, _, c, why in ranked]
+    return [(c, why) for _, _, c, why in fit_budget(ranked, slots, verdicts)]

@@ -45,6 +45,8 @@ def trial_result(deps: Any, record: Any) -> dict[str, Any]:
         "disturbed": record.disturbed,
         "won_at": won_at(record, deps.runner.bench.min_effect if deps.runner is not None else 0.02),
         "halted": deps.runner.halted if deps.runner is not None else None,
+        # what the rest of the run can still try (the planner bundles what does not fit)
+        "trials_left": deps.runner.trials_left() if deps.runner is not None else None,
     }
 
 

@@ -99,6 +99,20 @@ class TrialRunner:
         shape = (4 * self.bench.reps + 2) * rep_seconds(self.baseline.reps)
         return max([shape] + [t.seconds - t.third_seconds for t in self.trials if t.deployed])
 
+    def trials_left(self) -> int:
+        """About how many more trials the budget fits: the wall time left over what a trial took
+        in this run on average (`trial_estimate` before any), the restarts left over a trial's
+        average (two before any: deploy and rollback), and the trial count left."""
+        done = [t for t in self.trials if t.deployed]
+        seconds = sum(t.seconds for t in done) / len(done) if done else self.trial_estimate()
+        restarts = sum(t.restarts for t in done) / len(done) if done else 2.0
+        fits = [float(self.max_trials - len(self.trials))]
+        if self.deadline != float("inf"):
+            fits.append((self.deadline - time.monotonic()) / max(seconds, 1e-9))
+        if self.max_restarts is not None:
+            fits.append((self.max_restarts - self.restarts) / max(restarts, 1.0))
+        return max(0, int(min(fits)))
+
     def budget_left(self, *, reserve: float = 0.0) -> str | None:
         """None when another trial may start (leaving `reserve` seconds), else why not."""
         if self.halted:
