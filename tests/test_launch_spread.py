@@ -112,6 +112,15 @@ def test_spread_of_blocks_is_per_level_and_overall():
     assert all(0.01 < v < 0.025 for v in spread.per_level.values())
 
 
+def test_launches_that_agree_within_their_repetitions_give_the_block_s_resolution_not_zero():
+    # three launches at one speed: repetition noise 0.2%, so a block's mean resolves ~0.1%
+    fake = Launches(a=[1.0], b=[])
+    blocks = [fake.block() for _ in range(3)]
+    spread = spread_of_blocks(blocks, GOAL, 0.01)
+    assert all(0.0005 < v < 0.003 for v in spread.per_level.values())
+    assert spread.value > 0.0005
+
+
 def test_every_block_sends_prompts_of_its_own(monkeypatch):
     """A second block of known-good on one launch must not replay the first one's prompts (the
     server's radix cache would serve their prefill)."""

@@ -90,11 +90,17 @@ def known_spread(bench: Any) -> LaunchSpread:
 
 def spread_of_blocks(blocks: list[list[Any]], objective: Any, declared: float) -> LaunchSpread:
     """The spread of known-good's launches (one block each), per level and overall (root mean
-    square of the levels' spreads), weighed with `declared` as `DECLARED_WEIGHT` launches."""
-    from tools.bench.paired import block_spread
+    square of the levels' spreads), weighed with `declared` as `DECLARED_WEIGHT` launches. At a
+    level where the launches agree within what a block's repetitions resolve, that resolution is
+    the figure: a few launches that happen to agree cannot show that a restart moves nothing (a
+    spread of 0 would leave the launch term out of every interval)."""
+    from tools.bench.paired import block_resolution, block_spread
 
     levels = sorted({lv.max_concurrency for lv in blocks[0][0].levels}) if blocks and blocks[0] else []
-    per_level = {c: math.expm1(block_spread(blocks, objective, [c])) for c in levels}
+    per_level = {
+        c: math.expm1(max(block_spread(blocks, objective, [c]), block_resolution(blocks, objective, [c])))
+        for c in levels
+    }
     measured = math.sqrt(sum(v**2 for v in per_level.values()) / len(per_level)) if per_level else 0.0
     df = len(blocks) - 1
     pooled = math.sqrt((DECLARED_WEIGHT * declared**2 + df * measured**2) / (DECLARED_WEIGHT + df))

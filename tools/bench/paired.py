@@ -115,16 +115,31 @@ def block_spread(blocks: list[list[SweepResult]] | None, objective: Objective, l
     return _spread(blocks, objective, levels)[0]
 
 
-def _spread(
+def block_resolution(blocks: list[list[SweepResult]] | None, objective: Objective, levels: list[int]) -> float:
+    """The standard error (log) of one block's mean from its own repetitions, averaged over the
+    blocks: a spread between launches smaller than this, repeated blocks cannot tell from none."""
+    within = _within(blocks, objective, levels)[1]
+    return math.sqrt(_mean(within)) if within else 0.0
+
+
+def _within(
     blocks: list[list[SweepResult]] | None, objective: Objective, levels: list[int]
-) -> tuple[float, int]:
-    """(block_spread, its degrees of freedom)."""
+) -> tuple[list[float], list[float]]:
+    """(each block's mean, the variance of that mean from its repetitions), blocks of 2+ repetitions."""
     means, within = [], []
     for b in blocks or []:
         v = _values(b, objective, levels)
         if len(v) >= 2:
             means.append(_mean(v))
             within.append(_ss(v) / (len(v) - 1) / len(v))
+    return means, within
+
+
+def _spread(
+    blocks: list[list[SweepResult]] | None, objective: Objective, levels: list[int]
+) -> tuple[float, int]:
+    """(block_spread, its degrees of freedom)."""
+    means, within = _within(blocks, objective, levels)
     if len(means) < 3:
         return 0.0, 0
     spread = _ss(means) / (len(means) - 1) - _mean(within)
