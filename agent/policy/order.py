@@ -18,6 +18,10 @@ however real, so the untried small ones go into one change (`plan_bundle`), rank
 their values for one restart. A kept bundle is then pruned of its doubtful members
 (`doubtful_members`: low certainty, or no mechanism at the level that won), each left out in a
 trial of its own (`agent.trial.prune`).
+
+The budget is counted too: when more candidates are open than the trials the budget still fits (the
+runner's `trials_left`, in every trial result), the ones research is sure enough of that would not
+be reached go into one change in the last slot (`fit_budget`), rather than not being tried at all.
 """
 
 from __future__ import annotations
