@@ -232,13 +232,22 @@ def test_the_runner_counts_the_trials_its_wall_time_and_restarts_still_fit():
     assert runner.trials_left() == 3  # 12 restarts left, 4 a trial
     runner.deadline = time.monotonic() + 250
     assert runner.trials_left() == 2  # 250 s left, 100 s a trial
+    runner.deadline = time.monotonic() + 150
+    assert runner.trials_left() == 1  # 1.5 by the average, and the next one may still start
     runner.deadline = time.monotonic() - 1
-    assert runner.trials_left() == 0
+    assert runner.trials_left() == 0  # the budget lets none start
 
 
 def test_the_builtin_planner_bundles_what_the_budget_left_cannot_try_alone():
     cands = [cand(f"--{n}", "high", bar=0.02) for n in ("a", "b", "c", "d")]
     verdicts = {c["flag"]: {**APPLIES, "flag": c["flag"]} for c in cands}
+    # before any trial, the candidate list says what the budget fits
+    run = _calls(planner_policy_for([{**c, "trials_left": 3} for c in cands], verdicts, []))["run_trial"]
+    assert [c["flag"] for c in run["changes"]] == ["--a"]
+    run = _calls(planner_policy_for([{**c, "trials_left": 2} for c in cands], verdicts, []))["run_trial"]
+    assert [c["flag"] for c in run["changes"]] == ["--a"]
+    run = _calls(planner_policy_for([{**c, "trials_left": 1} for c in cands], verdicts, []))["run_trial"]
+    assert [c["flag"] for c in run["changes"]] == ["--a", "--b", "--c", "--d"]
     first = {"trial": 1, "changes": ["--a"], "decision": "kept", "why": "improved", "trials_left": 2}
     run = _calls(planner_policy_for(cands, verdicts, [({"changes": [{"flag": "--a"}]}, first)]))["run_trial"]
     assert [c["flag"] for c in run["changes"]] == ["--b"]

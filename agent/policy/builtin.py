@@ -146,7 +146,8 @@ def planner_policy(messages: list[Any], info: Any) -> Any:
     budget_out: str | None = None
     bundles: list[tuple[list[str], dict]] = []
     left_out: dict[str, dict] = {}
-    slots: int | None = None  # the trials the budget still fits, as the latest trial result says
+    # the trials the budget still fits, as the latest trial result (else the candidate list) says
+    slots: int | None = next((c.get("trials_left") for c in cands if isinstance(c, dict)), None)
     for name, content, args in returns:
         if name not in ("run_trial", "leave_out") or not isinstance(content, dict):
             continue

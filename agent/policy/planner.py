@@ -72,8 +72,9 @@ class PlannerDeps:
 
 def candidates_view(deps: PlannerDeps) -> list[dict[str, Any]]:
     """The playbook candidates as the planner sees them, with what the baseline's state makes of
-    each (`state_factor`, `state_why`, `acts_at_levels`) and the smallest gain one trial can
-    establish here (`establishable`, `agent.policy.order`)."""
+    each (`state_factor`, `state_why`, `acts_at_levels`), the smallest gain one trial can
+    establish here (`establishable`, `agent.policy.order`) and the trials the budget fits
+    (`trials_left`)."""
     from agent.policy.loadstate import acts_at, state_factor
     from agent.policy.order import establishable
 
@@ -104,6 +105,8 @@ def candidates_view(deps: PlannerDeps) -> list[dict[str, Any]]:
             "restart_cost": getattr(c.lever, "restart_cost", None),
             "establishable": bar,
             "min_effect": bench.min_effect if bench is not None else None,
+            # the trials the budget fits as the list is made (each trial result says it again)
+            "trials_left": deps.runner.trials_left() if deps.runner is not None else None,
             **state(c),
         }
         for c in deps.candidates

@@ -102,7 +102,10 @@ class TrialRunner:
     def trials_left(self) -> int:
         """About how many more trials the budget fits: the wall time left over what a trial took
         in this run on average (`trial_estimate` before any), the restarts left over a trial's
-        average (two before any: deploy and rollback), and the trial count left."""
+        average (two before any: deploy and rollback), and the trial count left; at least one
+        while `budget_left` lets another start, none when it does not."""
+        if self.budget_left() is not None:
+            return 0
         done = [t for t in self.trials if t.deployed]
         seconds = sum(t.seconds for t in done) / len(done) if done else self.trial_estimate()
         restarts = sum(t.restarts for t in done) / len(done) if done else 2.0
@@ -111,7 +114,7 @@ class TrialRunner:
             fits.append((self.deadline - time.monotonic()) / max(seconds, 1e-9))
         if self.max_restarts is not None:
             fits.append((self.max_restarts - self.restarts) / max(restarts, 1.0))
-        return max(0, int(min(fits)))
+        return max(1, int(min(fits)))
 
     def budget_left(self, *, reserve: float = 0.0) -> str | None:
         """None when another trial may start (leaving `reserve` seconds), else why not."""
