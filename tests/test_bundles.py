@@ -207,7 +207,7 @@ def test_what_the_budget_cannot_try_one_at_a_time_goes_together_in_its_last_slot
     ]  # fmt: skip
     queue = next_trials(cands, verdicts, {}, slots=2)
     assert [c["flag"] for c, _ in queue] == ["--a", "--b + --c + --d", "--unsure"]
-    assert "fits about 2 more trials and 5 are open" in queue[1][1]
+    assert queue[1][1].startswith("the budget left fits about 2 more trials and 5 are open: --b, --c, --d")
     assert queue[1][0]["together"].startswith("more levers than the budget has trials for")
     # one slot: every sure candidate in it; an unsure one is never bundled (it would be left out again)
     assert [c["flag"] for c, _ in next_trials(cands, verdicts, {}, slots=1)][0] == "--a + --b + --c + --d"
@@ -216,6 +216,17 @@ def test_what_the_budget_cannot_try_one_at_a_time_goes_together_in_its_last_slot
     low = [*cands[1:4], {**cand("--tiny", "low", bar=0.02), "expected_gain": 0.01}]
     queue = next_trials([cands[0], *low], verdicts | {"--tiny": APPLIES}, tried, slots=1)
     assert {c["flag"] for c, _ in queue} == {"--b + --c + --d", "--a", "--tiny"}
+
+
+def test_the_sure_members_of_a_bundle_of_small_levers_join_the_budget_s_and_the_rest_stays_together():
+    # 1.7% spread: one trial establishes ~4.8%; medium (4%) and the two 1% levers are small
+    cands = [cand(f, "high", factor=1.5, bar=0.048) for f in ("--a", "--b")] + [cand("--mid", "medium", bar=0.048)]
+    cands += [{**cand(f, "low", bar=0.048), "expected_gain": 0.01} for f in ("--tiny", "--tinier")]
+    verdicts = {c["flag"]: APPLIES for c in cands}
+    assert [c["flag"] for c, _ in next_trials(cands, verdicts, {})] == ["--a", "--b", "--mid + --tiny + --tinier"]
+    queue = next_trials(cands, verdicts, {}, slots=2)
+    assert [c["flag"] for c, _ in queue] == ["--a", "--b + --mid", "--tiny + --tinier"]
+    assert queue[2][0]["together"] == "small levers tried together"
 
 
 def test_the_runner_counts_the_trials_its_wall_time_and_restarts_still_fit():
@@ -255,4 +266,4 @@ def test_the_builtin_planner_bundles_what_the_budget_left_cannot_try_alone():
     history = [({"changes": [{"flag": "--a"}]}, first), ({"changes": [{"flag": "--b"}]}, second)]
     run = _calls(planner_policy_for(cands, verdicts, history))["run_trial"]
     assert [c["flag"] for c in run["changes"]] == ["--c", "--d"]
-    assert run["reason"].startswith("more levers than the budget") and "fits about 1 more trial " in run["together_reason"]
+    assert run["reason"].startswith("more levers than the budget") and "fits about 1 more trial and" in run["together_reason"]

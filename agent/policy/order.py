@@ -198,20 +198,25 @@ def fit_budget(
     members: list[dict[str, Any]] = []
     rest = []
     for entry in tail:
-        c, why = entry[2], entry[3]
-        group = c.get("bundle") or [c]
-        if (why == "untried" or "bundle" in c) and all(_sure_enough(m, verdicts) for m in group):
-            members += group
-        else:
+        value, i, c, why = entry
+        if why != "untried" and "bundle" not in c:  # a near miss or a retry stays as it is
             rest.append(entry)
+            continue
+        group = c.get("bundle") or [c]
+        members += [m for m in group if _sure_enough(m, verdicts)]
+        others = [m for m in group if not _sure_enough(m, verdicts)]
+        if len(others) > 1:  # what is left of a bundle of small levers stays one
+            left, entry = _bundle(others, verdicts, c["together"])
+            rest.append((left, i, entry, why))
+        elif others:
+            rest.append((expected_value(others[0], verdicts.get(others[0]["flag"])), i, others[0], "untried"))
     if len(members) < 2:
         return ranked
     value, bundle = _bundle(members, verdicts, "more levers than the budget has trials for, tried together")
     names = ", ".join(m["flag"] for m in members)
     why = (
-        f"tried together: the budget left fits about {slots} more trial{'s' * (slots > 1)} and "
-        f"{len(ranked)} are open; {names}, each applying here by research, would otherwise not be "
-        f"tried at all"
+        f"the budget left fits about {slots} more trial{'s' * (slots > 1)} and {len(ranked)} are "
+        f"open: {names}, each applying here by research, would otherwise not be tried at all"
     )
     return [*head, (value, -2, bundle, why), *rest]
 
