@@ -211,11 +211,11 @@ def test_what_the_budget_cannot_try_one_at_a_time_goes_together_in_its_last_slot
     assert queue[1][0]["together"].startswith("more levers than the budget has trials for")
     # one slot: every sure candidate in it; an unsure one is never bundled (it would be left out again)
     assert [c["flag"] for c, _ in next_trials(cands, verdicts, {}, slots=1)][0] == "--a + --b + --c + --d"
-    # a near miss's second look and a lever expected below the minimum effect stay alone
+    # a near miss's second look and levers expected at or below the minimum effect stay alone
     tried = {"--a": [{"near_miss": {"ratio": 1.05, "ci_low": 1.01, "ci_high": 1.09}}]}
-    low = [*cands[1:4], {**cand("--tiny", "low", bar=0.02), "expected_gain": 0.01}]
-    queue = next_trials([cands[0], *low], verdicts | {"--tiny": APPLIES}, tried, slots=1)
-    assert {c["flag"] for c, _ in queue} == {"--b + --c + --d", "--a", "--tiny"}
+    low = [*cands[1:4], {**cand("--tiny", "low", bar=0.02), "expected_gain": 0.01}, cand("--low", "low", bar=0.02)]
+    queue = next_trials([cands[0], *low], verdicts | {"--tiny": APPLIES, "--low": APPLIES}, tried, slots=1)
+    assert {c["flag"] for c, _ in queue} == {"--b + --c + --d", "--a", "--tiny", "--low"}
 
 
 def test_the_sure_members_of_a_bundle_of_small_levers_join_the_budget_s_and_the_rest_stays_together():
