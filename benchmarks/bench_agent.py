@@ -164,9 +164,14 @@ def levels_for_flags(name: str, flags: list[str], workload: str = "random") -> d
             return None
         return {
             c: throughput_for_plan(
-                scn, model, plan, concurrency=c, output_len=OUT_LEN, requests=max(2 * c, 8),
+                scn,
+                model,
+                plan,
+                concurrency=c,
+                output_len=OUT_LEN,
+                requests=max(2 * c, 8),
                 prompts=level_prompts(settings, c, seed=0) if workload != "random" else None,
-            )  # fmt: skip
+            )
             for c in LEVELS
         }
     except (Exception, SystemExit):  # StartupError, or argparse refusing the flags
@@ -246,7 +251,11 @@ def oracle(
         for ch in changes:
             workload = "mix" if ch in on_mix else "random"
             got, without = levels(changes, workload), levels([x for x in changes if x != ch], workload)
-            if got is None or without is None or not any(got[lv] >= without[lv] * (1 + MIN_EFFECT) for lv in LEVELS):
+            if (
+                got is None
+                or without is None
+                or not any(got[lv] >= without[lv] * (1 + MIN_EFFECT) for lv in LEVELS)
+            ):
                 return False
         return True
 

@@ -198,7 +198,10 @@ def test_a_member_expected_below_the_minimum_effect_is_doubtful_however_sure_res
 
 
 def test_what_the_budget_cannot_try_one_at_a_time_goes_together_in_its_last_slot():
-    cands = [cand(f"--{n}", p, bar=0.02) for n, p in (("a", "high"), ("b", "high"), ("c", "medium"), ("d", "medium"))]
+    cands = [
+        cand(f"--{n}", p, bar=0.02)
+        for n, p in (("a", "high"), ("b", "high"), ("c", "medium"), ("d", "medium"))
+    ]
     cands.append({**cand("--unsure", "medium", bar=0.02)})
     verdicts = {c["flag"]: APPLIES for c in cands} | {"--unsure": {"verdict": "applies", "certainty": 0.3}}
     # room for everything: one at a time, as before
@@ -213,17 +216,27 @@ def test_what_the_budget_cannot_try_one_at_a_time_goes_together_in_its_last_slot
     assert [c["flag"] for c, _ in next_trials(cands, verdicts, {}, slots=1)][0] == "--a + --b + --c + --d"
     # a near miss's second look and levers expected at or below the minimum effect stay alone
     tried = {"--a": [{"near_miss": {"ratio": 1.05, "ci_low": 1.01, "ci_high": 1.09}}]}
-    low = [*cands[1:4], {**cand("--tiny", "low", bar=0.02), "expected_gain": 0.01}, cand("--low", "low", bar=0.02)]
+    low = [
+        *cands[1:4],
+        {**cand("--tiny", "low", bar=0.02), "expected_gain": 0.01},
+        cand("--low", "low", bar=0.02),
+    ]
     queue = next_trials([cands[0], *low], verdicts | {"--tiny": APPLIES, "--low": APPLIES}, tried, slots=1)
     assert {c["flag"] for c, _ in queue} == {"--b + --c + --d", "--a", "--tiny", "--low"}
 
 
 def test_the_sure_members_of_a_bundle_of_small_levers_join_the_budget_s_and_the_rest_stays_together():
     # 1.7% spread: one trial establishes ~4.8%; medium (4%) and the two 1% levers are small
-    cands = [cand(f, "high", factor=1.5, bar=0.048) for f in ("--a", "--b")] + [cand("--mid", "medium", bar=0.048)]
+    cands = [cand(f, "high", factor=1.5, bar=0.048) for f in ("--a", "--b")] + [
+        cand("--mid", "medium", bar=0.048)
+    ]
     cands += [{**cand(f, "low", bar=0.048), "expected_gain": 0.01} for f in ("--tiny", "--tinier")]
     verdicts = {c["flag"]: APPLIES for c in cands}
-    assert [c["flag"] for c, _ in next_trials(cands, verdicts, {})] == ["--a", "--b", "--mid + --tiny + --tinier"]
+    assert [c["flag"] for c, _ in next_trials(cands, verdicts, {})] == [
+        "--a",
+        "--b",
+        "--mid + --tiny + --tinier",
+    ]
     queue = next_trials(cands, verdicts, {}, slots=2)
     assert [c["flag"] for c, _ in queue] == ["--a", "--b + --mid", "--tiny + --tinier"]
     assert queue[2][0]["together"] == "small levers tried together"
@@ -238,7 +251,9 @@ def test_the_runner_counts_the_trials_its_wall_time_and_restarts_still_fit():
         max_trials=12, max_restarts=20,
     )  # fmt: skip
     assert runner.trials_left() == 10  # 20 restarts, two a trial before any was measured
-    runner.trials = [TrialRecord(number=i, changes=[], deployed=True, seconds=100.0, restarts=4) for i in (1, 2)]
+    runner.trials = [
+        TrialRecord(number=i, changes=[], deployed=True, seconds=100.0, restarts=4) for i in (1, 2)
+    ]
     runner.restarts = 8
     assert runner.trials_left() == 3  # 12 restarts left, 4 a trial
     runner.deadline = time.monotonic() + 250
@@ -266,4 +281,7 @@ def test_the_builtin_planner_bundles_what_the_budget_left_cannot_try_alone():
     history = [({"changes": [{"flag": "--a"}]}, first), ({"changes": [{"flag": "--b"}]}, second)]
     run = _calls(planner_policy_for(cands, verdicts, history))["run_trial"]
     assert [c["flag"] for c in run["changes"]] == ["--c", "--d"]
-    assert run["reason"].startswith("more levers than the budget") and "fits about 1 more trial and" in run["together_reason"]
+    assert (
+        run["reason"].startswith("more levers than the budget")
+        and "fits about 1 more trial and" in run["together_reason"]
+    )

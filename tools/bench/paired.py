@@ -115,7 +115,9 @@ def block_spread(blocks: list[list[SweepResult]] | None, objective: Objective, l
     return _spread(blocks, objective, levels)[0]
 
 
-def block_resolution(blocks: list[list[SweepResult]] | None, objective: Objective, levels: list[int]) -> float:
+def block_resolution(
+    blocks: list[list[SweepResult]] | None, objective: Objective, levels: list[int]
+) -> float:
     """The standard error (log) of one block's mean from its own repetitions, averaged over the
     blocks: a spread between launches smaller than this, repeated blocks cannot tell from none."""
     within = _within(blocks, objective, levels)[1]
