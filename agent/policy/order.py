@@ -208,8 +208,8 @@ def fit_budget(
         members += [m for m in group if _sure_enough(m, verdicts)]
         others = [m for m in group if not _sure_enough(m, verdicts)]
         if len(others) > 1:  # what is left of a bundle of small levers stays one
-            left, entry = _bundle(others, verdicts, c["together"])
-            rest.append((left, i, entry, why))
+            left, still_small = _bundle(others, verdicts, c["together"])
+            rest.append((left, i, still_small, why))
         elif others:
             rest.append((expected_value(others[0], verdicts.get(others[0]["flag"])), i, others[0], "untried"))
     if len(members) < 2:
