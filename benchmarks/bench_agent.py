@@ -7,7 +7,9 @@ Per scenario it prints:
   `sim.offline`; combinations that cannot start, are lossy, or lose more than the 3% tolerance at a
   level are excluded),
 - rule oracle: the same, over combinations in which every lever adds at least the goal's 2%
-  minimum effect at some level (the most the Pareto rule can keep, however long a run lasts),
+  minimum effect at some level (the most the Pareto rule can keep, however long a run lasts); a
+  lever acting on caching, scheduling or memory is judged on the random/shared-prefix mix its trial
+  runs on (what it adds there, and the set within the tolerance there too),
 - gain kept: the noise-free objective of the configuration the run left deployed,
 - restarts of the run vs a one-at-a-time grid (deploy + rollback of every lever of the playbook
   that exists in this version and is not already set),
