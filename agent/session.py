@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent.policy.order import slow_start_flags
 from agent.trial.record import Baseline, lossy_flags, mean_throughput, mechanism_flags
 from agent.trial.runner import TRIAL_RESTARTS, TrialRunner
 from agent.ui import RunUI
@@ -225,6 +226,7 @@ def make_runner(
         allow_lossy=allow_lossy,
         lossy=lossy_flags(candidates),
         mechanisms=mechanism_flags(candidates),
+        slow_starts=slow_start_flags(candidates),
         max_trials=max_trials,
         max_restarts=max_restarts,
         deadline=deadline,

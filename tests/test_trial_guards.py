@@ -314,6 +314,29 @@ def test_a_trial_starts_when_it_fits_should_it_win():
     assert runner.budget_left() == "wall-time budget spent"
 
 
+def test_a_flag_that_starts_slowly_is_budgeted_with_its_longer_launches():
+    import time
+
+    from agent.trial.record import TrialRecord
+
+    fake = FakeDeployment()
+    runner = _runner(fake, slow_starts={"--enable-torch-compile": 2.0})
+    runner.trials.append(TrialRecord(number=1, changes=[TrialChange(flag="--a")], deployed=True, seconds=100.0))
+    for seconds in (30.0, 20.0, 200.0):  # restarts so far; the slow one does not set the figure
+        runner.note_restart(DeployOutcome(ok=True, seconds=seconds))
+    compile_ = [TrialChange(flag="--enable-torch-compile")]
+    # an ordinary trial: the longest so far; a slow start: two launches a median restart longer each
+    assert runner.trial_estimate() == 100.0 and runner.trial_estimate(compile_) == 160.0
+    runner.deadline = time.monotonic() + 130
+    assert runner.budget_left(changes=[TrialChange(flag="--enable-mixed-chunk")]) is None
+    why = runner.budget_left(changes=compile_)
+    assert why is not None and "--enable-torch-compile takes longer" in why
+    # skipped before anything is deployed; a trial that fits may still run after it
+    record = asyncio.run(runner.run(compile_, reason="t"))
+    assert fake.events == [] and record.decision == "skipped" and why in record.why
+    assert runner.exhausted is None and runner.budget_left() is None
+
+
 def test_a_trial_records_every_repetition_so_a_reviewer_can_recompute_its_interval(sim_server):
     from agent.trial.record import TrialRecord, samples_as_sweeps
     from tools.bench.objective import Objective

@@ -81,6 +81,13 @@ def restart_cost(candidate: dict[str, Any]) -> float:
     return float(candidate.get("restart_cost") or (2.0 if candidate["flag"] in SLOW_START else 1.0))
 
 
+def slow_start_flags(candidates: list[Any]) -> dict[str, float]:
+    """Flag → `restart_cost` of the playbook candidates whose start takes longer than a restart."""
+    costs = {c.flag: restart_cost({"flag": c.flag, "restart_cost": getattr(c.lever, "restart_cost", None)})
+             for c in candidates}  # fmt: skip
+    return {flag: cost for flag, cost in costs.items() if cost > 1}
+
+
 def second_look_value(candidate: dict[str, Any], near_miss: dict[str, Any]) -> float:
     """certainty x gain / restart cost of trying a near miss again, from its best judged interval."""
     ratio, low, high = (near_miss.get(k) for k in ("ratio", "ci_low", "ci_high"))

@@ -129,6 +129,7 @@ async def _deploy(r: Any, record: TrialRecord, text: str, label: str) -> bool:
     itself is the problem or the rollback failed. True when the candidate runs healthy."""
     what = ", ".join(c.describe() for c in record.changes)
     outcome = await r.deployment.deploy(text, reason=f"trial {record.number} ({label}): {what}")
+    r.note_restart(outcome)
     record.restarts += 1
     r.restarts += 1
     r.reference = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,6 +47,11 @@ class TrialRunner:
     mechanisms: dict[str, list[str]] = field(default_factory=dict)
     """Flag → what it acts on (the playbook's lever, else research's readers of the flag): a flag on
     cache, scheduling or memory is measured on shared prefixes too (`tools.bench.workload`)."""
+    slow_starts: dict[str, float] = field(default_factory=dict)
+    """Flag → restarts' worth of one start of a server with it (the playbook's `restart_cost`;
+    torch.compile's is 2): a trial of it is budgeted with its longer launches."""
+    launch_seconds: list[float] = field(default_factory=list)
+    """Wall seconds of every restart so far (deploy or rollback until healthy)."""
     max_trials: int = 12
     max_restarts: int | None = None
     """Restarts trials may spend in all (None: no limit). A trial starts only if its A/B/A, a
@@ -90,14 +96,24 @@ class TrialRunner:
         """The unit file text of the best configuration (the baseline when nothing was kept)."""
         return apply_changes(self.baseline.text, self.kept_changes)
 
-    def trial_estimate(self) -> float:
-        """Seconds the next trial may take if it wins on its second launch: a winner's blocks
-        (known-good, candidate, known-good, confirm) and two restarts at the time one baseline
-        repetition took in this run, or the longest trial measured without its third launch when
-        one took longer. A third launch is not budgeted here: it starts only if the deadline
-        leaves room for it (`paired._second_launch`)."""
-        shape = (4 * self.bench.reps + 2) * rep_seconds(self.baseline.reps)
-        return max([shape] + [t.seconds - t.third_seconds for t in self.trials if t.deployed])
+    def trial_estimate(self, changes: list[TrialChange] | None = None) -> float:
+        """Seconds the next trial (of `changes`, when known) may take if it wins on its second
+        launch: a winner's blocks (known-good, candidate, known-good, confirm) and two restarts at
+        the time one baseline repetition took in this run, or the longest trial measured without its
+        third launch when one took longer; plus, for a flag that starts slowly (`slow_starts`), what
+        its two launches take beyond an ordinary restart (the median one so far). A third launch is
+        not budgeted here: it starts only if the deadline leaves room for it (`paired._second_launch`)."""
+        one_rep = rep_seconds(self.baseline.reps)
+        shape = (4 * self.bench.reps + 2) * one_rep
+        longest = max([shape] + [t.seconds - t.third_seconds for t in self.trials if t.deployed])
+        cost = max([self.slow_starts.get(c.flag, 1.0) for c in changes or []] + [1.0])
+        restart = statistics.median(self.launch_seconds) if self.launch_seconds else one_rep
+        return longest + 2 * (cost - 1) * restart
+
+    def note_restart(self, outcome: Any) -> None:
+        """Count a deploy's or rollback's time (when it restarted something)."""
+        if getattr(outcome, "changed", True) and getattr(outcome, "seconds", 0) > 0:
+            self.launch_seconds.append(outcome.seconds)
 
     def trials_left(self) -> int:
         """About how many more trials the budget fits: the wall time left over what a trial took
@@ -116,16 +132,18 @@ class TrialRunner:
             fits.append((self.max_restarts - self.restarts) / max(restarts, 1.0))
         return max(1, int(min(fits)))
 
-    def budget_left(self, *, reserve: float = 0.0) -> str | None:
-        """None when another trial may start (leaving `reserve` seconds), else why not."""
+    def budget_left(self, *, reserve: float = 0.0, changes: list[TrialChange] | None = None) -> str | None:
+        """None when another trial (of `changes`, when known) may start, leaving `reserve`
+        seconds, else why not."""
         if self.halted:
             return f"trials stopped: {self.halted}"
         if len(self.trials) >= self.max_trials:
             return f"trial budget spent ({self.max_trials} trials)"
         if not self.restarts_left(TRIAL_RESTARTS):
             return f"restart budget spent ({self.restarts} of {self.max_restarts}; a trial may need {TRIAL_RESTARTS})"
-        if time.monotonic() + self.trial_estimate() + reserve > self.deadline:
-            return "wall-time budget spent"
+        if time.monotonic() + self.trial_estimate(changes) + reserve > self.deadline:
+            slow = [c.flag for c in changes or [] if self.slow_starts.get(c.flag, 1.0) > 1]
+            return "wall-time budget spent" + (f" (a start with {', '.join(slow)} takes longer)" if slow else "")
         return None
 
     def restarts_left(self, n: int) -> bool:
@@ -163,7 +181,8 @@ class TrialRunner:
         """Deploy `changes` on top of the best configuration, probe, measure A/B/A, keep or roll back
         (`kind="leave_out"`: the best configuration without `changes`, see `agent.trial.prune`).
 
-        Raises `BudgetExhausted` before touching the target when no budget is left. Whatever
+        Raises `BudgetExhausted` before touching the target when no budget is left; a change whose
+        slow start alone does not fit the time left is skipped (the next candidate may fit). Whatever
         happens inside (including cancellation), the target ends on the best known configuration.
         """
         why_not = self.budget_left()
@@ -182,7 +201,7 @@ class TrialRunner:
         )  # fmt: skip
         self.trials.append(record)
         started = time.monotonic()
-        refusal = self._lossy_refusal(changes)
+        refusal = self._lossy_refusal(changes) or self.budget_left(changes=changes)
         if refusal:
             record.why = f"refused before deploying: {refusal}"
             self.on_event("trial", record.model_dump(mode="json"))
@@ -232,6 +251,7 @@ class TrialRunner:
     async def rollback(self, record: TrialRecord) -> bool:
         """Back to known-good; on failure stop all trials and restore known-good before anything else."""
         outcome = await self.deployment.rollback()
+        self.note_restart(outcome)
         if outcome.changed:
             record.restarts += 1
             self.restarts += 1

@@ -170,6 +170,7 @@ async def relaunch_known_good(r: Any, n: int, *, label: str = "spread launch") -
             )
         else:
             outcome = await r.deployment.rollback()
+        r.note_restart(outcome)
         # a failed deploy rolled back by itself: one more restart (a rollback's own outcome says
         # rolled_back too, and is one restart)
         r.restarts += 1 + int(i % 2 == 0 and bool(getattr(outcome, "rolled_back", False)))
