@@ -321,7 +321,9 @@ def test_a_flag_that_starts_slowly_is_budgeted_with_its_longer_launches():
 
     fake = FakeDeployment()
     runner = _runner(fake, slow_starts={"--enable-torch-compile": 2.0})
-    runner.trials.append(TrialRecord(number=1, changes=[TrialChange(flag="--a")], deployed=True, seconds=100.0))
+    runner.trials.append(
+        TrialRecord(number=1, changes=[TrialChange(flag="--a")], deployed=True, seconds=100.0)
+    )
     for seconds in (30.0, 20.0, 200.0):  # restarts so far; the slow one does not set the figure
         runner.note_restart(DeployOutcome(ok=True, seconds=seconds))
     compile_ = [TrialChange(flag="--enable-torch-compile")]

@@ -143,7 +143,9 @@ class TrialRunner:
             return f"restart budget spent ({self.restarts} of {self.max_restarts}; a trial may need {TRIAL_RESTARTS})"
         if time.monotonic() + self.trial_estimate(changes) + reserve > self.deadline:
             slow = [c.flag for c in changes or [] if self.slow_starts.get(c.flag, 1.0) > 1]
-            return "wall-time budget spent" + (f" (a start with {', '.join(slow)} takes longer)" if slow else "")
+            return "wall-time budget spent" + (
+                f" (a start with {', '.join(slow)} takes longer)" if slow else ""
+            )
         return None
 
     def restarts_left(self, n: int) -> bool:
