@@ -10,7 +10,7 @@ measured `--history` known-good launches (their spread is pooled with the declar
 gain of 0 gives the false-keep rate of a no-op; a true restart spread above the declared 1% shows
 what a wrong `bench.launch_noise` costs.
 
-    python benchmarks/bench_rule_power.py [--trials 1000] [--where c64|all] [--history 4] [--no-third] [--step 0.04]
+    python benchmarks/bench_rule_power.py [--trials 1000] [--where c64|all] [--history 4] [--earlier 3] [--no-third] [--step 0.04]
 """
 
 from __future__ import annotations
@@ -103,11 +103,14 @@ def one_trial(  # type: ignore[no-untyped-def]
     history: int,
     step: float = 0.0,
     measured: bool = False,
+    earlier_configs: int = 0,
 ):
     """(kept, restarts, candidate launches) of one trial after `history` known-good launches, the
     last block of them (the previous trial's block after, still running) measured `step` slower
     than its launch (a transient load). `measured`: the run measured its restart spread on its
-    `history` known-good launches (`agent.trial.spread`) and its intervals use that figure."""
+    `history` known-good launches (`agent.trial.spread`) and its intervals use that figure.
+    `earlier_configs`: configurations launched three times each by earlier trials (their spread is
+    pooled in, `TrialRunner.launch_groups`)."""
     target = Launches(rng, gain, launch_sd, rep_sd)
 
     simulate_measurements(target.sweep)
@@ -130,7 +133,15 @@ def one_trial(  # type: ignore[no-untyped-def]
 
         runner.launch_prior = spread_of_blocks(earlier, runner.objective, bench.launch_noise).prior
         runner.known_good_blocks = [earlier[-1]]
-    target.restarts = 0
+    running = target.factor
+    for i in range(earlier_configs):  # launches drawn beside the run's, known-good still running
+        for k in range(3):
+            target.relaunch(False)
+            runner.launch_blocks[-1 - 3 * i - k] = (
+                f"earlier {i}",
+                [target.sweep() for _ in range(bench.reps)],
+            )
+    target.factor, target.restarts = running, 0
     record = asyncio.run(runner.run([TrialChange(flag="--enable-mixed-chunk")], reason="power"))
     launches = ((record.comparison or {}).get("overall") or {}).get("launches_candidate", 1)
     return record.decision == "kept", target.restarts, launches
@@ -151,6 +162,10 @@ def main() -> None:
     ap.add_argument(
         "--measured", action="store_true",
         help="the restart spread measured on the --history known-good launches (as a run does), not declared",
+    )  # fmt: skip
+    ap.add_argument(
+        "--earlier", type=int, default=0,
+        help="configurations earlier trials launched three times each (their spread is pooled in)",
     )  # fmt: skip
     ap.add_argument("--gains", default="0,0.02,0.025,0.03,0.04,0.05,0.08", help="true gains, comma separated")
     ap.add_argument(
@@ -175,7 +190,9 @@ def main() -> None:
             rng = random.Random(1)
             gain = {c: math.log1p(g) for c in at}
             runs = [
-                one_trial(rng, gain, launch_sd, args.rep_noise, args.history, args.step, args.measured)
+                one_trial(
+                    rng, gain, launch_sd, args.rep_noise, args.history, args.step, args.measured, args.earlier
+                )
                 for _ in range(args.trials)
             ]
             kept = sum(k for k, _, _ in runs) / len(runs)

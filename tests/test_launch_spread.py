@@ -7,12 +7,12 @@ from __future__ import annotations
 import asyncio
 import math
 
-from agent.trial.record import Baseline
+from agent.trial.record import Baseline, TrialChange
 from agent.trial.runner import TrialRunner
 from agent.trial.spread import MARK, measure_spread, spread_of_blocks
 from tests.test_paired_trial import UNIT, Launches, script_blocks
 from tools.bench.objective import objective_from_goal
-from tools.bench.paired import launch_spread, paired_compare
+from tools.bench.paired import launch_spread, paired_compare, pooled_spread
 from tools.config import BenchConfig
 
 GOAL = objective_from_goal("improve throughput")
@@ -28,8 +28,8 @@ class Marked(Launches):
         return await super().deploy(text, reason=reason)
 
 
-def runner_on(monkeypatch, launches: Launches, bench: BenchConfig) -> TrialRunner:  # type: ignore[no-untyped-def]
-    script_blocks(monkeypatch, launches, probe=True)
+def runner_on(monkeypatch, launches: Launches, bench: BenchConfig, probe: bool = True) -> TrialRunner:  # type: ignore[no-untyped-def]
+    script_blocks(monkeypatch, launches, probe=probe)
     baseline = Baseline(reps=launches.block(), probe=None, text=UNIT)
     return TrialRunner(
         deployment=launches, endpoint="http://127.0.0.1:9", bench=bench, objective=GOAL, baseline=baseline
@@ -99,6 +99,49 @@ def test_the_pooled_spread_counts_a_measured_prior_with_its_own_degrees_of_freed
     assert launch_spread(0.02, (0.0, 0), 4) == (0.02, 4)
     value, df = launch_spread(0.02, (0.04, 2), 4)
     assert df == 6 and abs(value - math.sqrt((4 * 0.02**2 + 2 * 0.04**2) / 6)) < 1e-12
+
+
+def blocks_at(fake: Launches, factors: tuple[float, ...]) -> list:  # type: ignore[type-arg]
+    out = []
+    for f in factors:
+        fake.factor = f
+        out.append(fake.block())
+    return out
+
+
+def test_the_spread_seen_is_pooled_over_configurations_each_around_its_own_mean():
+    fake = Launches(a=[1.0], b=[])
+    # two configurations 10% apart, each launched three times with the same spread (~2%)
+    one, other = blocks_at(fake, (1.0, 1.02, 0.98)), blocks_at(fake, (1.1, 1.122, 1.078))
+    alone, df_alone = pooled_spread([one], GOAL, [64])
+    both, df = pooled_spread([one, other], GOAL, [64])
+    assert df_alone == 2 and df == 4  # the difference between them is their effect, not spread
+    assert 0.015 < alone < 0.025 and 0.015 < both < 0.025
+    assert pooled_spread([one[:2]], GOAL, [64]) == (0.0, 0)  # one degree of freedom: too little
+    # as one configuration, the 10% between them would be taken for spread
+    assert pooled_spread([one + other], GOAL, [64])[0] > 0.04
+
+
+def test_a_trial_counts_the_launches_of_earlier_configurations_but_not_its_candidate_s(monkeypatch):
+    launches = Launches(a=[1.0, 1.0, 1.0], b=[1.0, 1.0, 1.0])
+    runner = runner_on(monkeypatch, launches, BenchConfig(), probe=False)
+    runner.launch_prior = (0.01, 2)  # measured 1% on three launches
+    fake = Launches(a=[1.0], b=[])
+    # an earlier trial's candidate, launched three times 5% apart: this deployment's restarts move it
+    for i, block in enumerate(blocks_at(fake, (1.0, 1.05, 0.95))):
+        runner.launch_blocks[-1 - i] = ("an earlier candidate", block)
+    record = asyncio.run(runner.run([TrialChange(flag="--enable-mixed-chunk")], reason="test"))
+    spread = record.comparison["overall"]["launch_spread"]
+    assert spread > 0.03  # the earlier candidate's 5% (4 df) outweighs the 1% prior (2 df)
+    # this trial's launches count for later ones: known-good's two (the block before settled with
+    # the baseline's of the same launch, the one after the rollback) and the candidate's one
+    assert set(record.blocks) == {"before", "candidate", "after"}
+    assert sorted(len(g) for g in runner.launch_groups) == [1, 2, 3]
+    # the candidate's launches, however far apart, never set the spread its own trial is judged with
+    runner2 = runner_on(monkeypatch, Launches(a=[1.0, 1.0, 1.0], b=[1.03, 0.97, 1.0]), BenchConfig(), False)
+    runner2.launch_prior = (0.01, 2)
+    record2 = asyncio.run(runner2.run([TrialChange(flag="--enable-mixed-chunk")], reason="test"))
+    assert record2.comparison["overall"]["launch_spread"] < 0.02
 
 
 def test_spread_of_blocks_is_per_level_and_overall():

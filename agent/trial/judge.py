@@ -20,9 +20,17 @@ def _cmp(
 
     b = r.bench
     noise, prior_df = getattr(r, "launch_prior", None) or (b.launch_noise, None)
+    # The launches of every configuration so far tell the restart spread, but not the candidate's
+    # own: its second launch is asked for because the first measured high, so a second that agrees
+    # would make its spread small exactly when its mean is high (a no-op was kept 5.7% of the time
+    # instead of 3.8%, `benchmarks/bench_rule_power.py --earlier 3`). Known-good blocks the trials
+    # did not measure (the baseline's, the last relaunch of the spread phase) count beside them.
+    groups = [g for g in r.launch_groups if not any(block is cand for block in g)]
+    held = {id(block) for group in groups for block in group}
     return paired_compare(
         before, cand, after, r.objective, min_effect=b.min_effect, regress_tolerance=b.regress_tolerance,
-        launch_noise=noise, prior_df=prior_df, history=r.known_good_blocks, confirm=confirm, third=third,
+        launch_noise=noise, prior_df=prior_df, confirm=confirm, third=third, groups=groups,
+        history=[block for block in r.known_good_blocks if id(block) not in held],
     )  # fmt: skip
 
 

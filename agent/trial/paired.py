@@ -92,6 +92,7 @@ async def known_good_block(r: Any, record: TrialRecord | None = None, name: str 
     history = [reps if b is earlier else b for b in r.known_good_blocks]  # this launch's entry
     r.known_good_blocks = history if any(b is reps for b in history) else [*history, reps]
     r.reference = reps
+    r.note_launch(r.deployed_text, reps)
     return reps
 
 
@@ -176,6 +177,7 @@ async def run_paired(r: Any, record: TrialRecord, new_text: str) -> None:
             record.environment = env
             r.halted = f"environment failure: {env}"
         return await _reject(r, record, f"errors under load: {errors}")
+    r.note_launch(new_text, cand)
     first = _cmp(r, before, cand, None)
     # A block from the launch that just won a trial is biased upward (it was kept because it measured
     # high): an A/B look against it must not stop a candidate early; the after block (a fresh
@@ -230,6 +232,7 @@ async def _known_good_again(r: Any, record: TrialRecord, judge: Any, name: str =
         return None
     r.reference = good
     r.known_good_blocks.append(good)
+    r.note_launch(r.deployed_text, good)
     return good
 
 
@@ -249,7 +252,10 @@ async def _launch_again(
     await r.deployment.keepalive()
     more = lambda reps: _worth_more(judge(reps), r.bench)  # noqa: E731
     name = "confirm" if label == "second launch" else "third"
-    return await _block(r, record, name, more=more, max_reps=r.max_reps)
+    block = await _block(r, record, name, more=more, max_reps=r.max_reps)
+    if block and not any(s.partial for s in block):
+        r.note_launch(new_text, block)
+    return block
 
 
 async def _second_launch(r: Any, record: TrialRecord, new_text: str, blocks: tuple, cmp: Any) -> None:

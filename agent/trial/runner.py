@@ -75,6 +75,11 @@ class TrialRunner:
     launch_prior: tuple[float, float | None] | None = None
     """The restart spread every interval assumes, with its degrees of freedom (None: the declared
     `bench.launch_noise`; `agent.trial.spread.measure_spread` sets the deployment's own)."""
+    launch_blocks: dict[int, tuple[str, list[Any]]] = field(default_factory=dict)
+    """One block per launch measured by the trials (keyed by the restart count it ran at, so a
+    later block of the same launch replaces an earlier one), with the configuration it ran: the
+    restart spread every interval assumes is pooled over every configuration launched more than
+    once (`launch_groups`), not only the current known-good one."""
     exhausted: str | None = None
     """Why a trial was refused for lack of budget (None while budget was left)."""
     halted: str | None = None
@@ -95,6 +100,19 @@ class TrialRunner:
     def deployed_text(self) -> str:
         """The unit file text of the best configuration (the baseline when nothing was kept)."""
         return apply_changes(self.baseline.text, self.kept_changes)
+
+    def note_launch(self, config: str, block: list[Any]) -> None:
+        """`block` is the one to count for the running launch of `config` (known-good's unit text,
+        or a trial's candidate), on the workload measured now."""
+        self.launch_blocks[self.restarts] = (f"{config}\n{self.bench.workload!r}", block)
+
+    @property
+    def launch_groups(self) -> list[list[Any]]:
+        """The blocks of `launch_blocks`, one group per configuration (and workload)."""
+        groups: dict[str, list[Any]] = {}
+        for config, block in self.launch_blocks.values():
+            groups.setdefault(config, []).append(block)
+        return list(groups.values())
 
     def trial_estimate(self, changes: list[TrialChange] | None = None) -> float:
         """Seconds the next trial (of `changes`, when known) may take if it wins on its second

@@ -13,8 +13,10 @@ in this order:
 3. declared: `bench.launch_noise`, when neither is possible.
 
 A measured figure counts with its own degrees of freedom (the t quantile of every interval widens
-accordingly, so three launches that happened to agree cannot make a trial overconfident); later
-known-good launches of the run are pooled with it (`tools.bench.paired.launch_spread`). Weighing
+accordingly, so three launches that happened to agree cannot make a trial overconfident); the
+run's later launches of every configuration launched more than once (known-good's, earlier
+candidates': `TrialRunner.launch_groups`, `tools.bench.paired.pooled_spread`) are pooled with it
+(`tools.bench.paired.launch_spread`). Weighing
 the declared 1% in as two launches pulled a true 2.5% spread down and kept 6% of no-ops
 (`python benchmarks/bench_rule_power.py --measured --history 3 --gains 0`, 300 trials a cell: 3.7%
 without it, 8.7% with the declared figure alone).

@@ -141,11 +141,25 @@ def _spread(
     blocks: list[list[SweepResult]] | None, objective: Objective, levels: list[int]
 ) -> tuple[float, int]:
     """(block_spread, its degrees of freedom)."""
-    means, within = _within(blocks, objective, levels)
-    if len(means) < 3:
+    return pooled_spread([blocks or []], objective, levels)
+
+
+def pooled_spread(
+    groups: list[list[list[SweepResult]]], objective: Objective, levels: list[int]
+) -> tuple[float, int]:
+    """(restart spread as a log sd, its degrees of freedom) seen in `groups`, each the blocks of one
+    configuration, one block per launch: the spread of each configuration's launch means around
+    their own mean, beyond what their repetitions explain, pooled over the configurations (a
+    restart moves any configuration alike; what differs between configurations is their own
+    effect, which each group's mean takes out). (0, 0) below 2 degrees of freedom (too little to tell)."""
+    ss, df, within = 0.0, 0, []
+    for blocks in groups:
+        means, w = _within(blocks, objective, levels)
+        if len(means) >= 2:
+            ss, df, within = ss + _ss(means), df + len(means) - 1, within + w
+    if df < 2:
         return 0.0, 0
-    spread = _ss(means) / (len(means) - 1) - _mean(within)
-    return math.sqrt(max(0.0, spread)), len(means) - 1
+    return math.sqrt(max(0.0, ss / df - _mean(within))), df
 
 
 def _ss(xs: list[float]) -> float:
@@ -296,11 +310,14 @@ def paired_compare(
     confirm: list[SweepResult] | None = None,
     third: tuple[list[SweepResult], list[SweepResult]] | None = None,
     prior_df: float | None = None,
+    groups: list[list[list[SweepResult]]] | None = None,
 ) -> PairedComparison:
     """The A/B/A verdict of `cand` against the known-good blocks `before` and `after` (may be empty:
     a provisional A/B look used to stop early or to add repetitions). `history`: every block of the
-    same known-good configuration measured in this run; the spread of their means is the
-    launch-to-launch noise actually seen (pooled with `launch_noise`, see `launch_spread`).
+    same known-good configuration measured in this run, one per launch; the spread of their means is
+    the launch-to-launch noise actually seen (pooled with `launch_noise`, see `launch_spread`).
+    `groups`: more such launches, each group one configuration's (`pooled_spread`: every
+    configuration the run launched more than once tells how far a restart moves a server).
     `confirm`: a block on a second launch of the candidate (after `after`): both candidate launches
     are judged. `third`: (known-good, candidate) blocks of one more launch of each, in that order
     after `confirm`: three launches of each side are judged."""
@@ -317,7 +334,7 @@ def paired_compare(
 
         return interval(
             v([before, after, more_good]), v([cand, confirm or [], more_cand]),
-            spread=_spread(history, objective, at),
+            spread=pooled_spread([*(groups or []), *([history] if history else [])], objective, at),
             concurrency=concurrency, **kw,
         )  # fmt: skip
 
