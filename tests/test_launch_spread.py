@@ -144,6 +144,15 @@ def test_a_trial_counts_the_launches_of_earlier_configurations_but_not_its_candi
     assert record2.comparison["overall"]["launch_spread"] < 0.02
 
 
+def test_the_last_trial_a_budget_allows_is_deployed(monkeypatch):
+    # the trial count must not refuse the trial it has just counted (a one-trial run deployed nothing)
+    launches = Launches(a=[1.0, 1.0], b=[1.0])
+    runner = runner_on(monkeypatch, launches, BenchConfig(), probe=False)
+    runner.max_trials = 1
+    record = asyncio.run(runner.run([TrialChange(flag="--enable-mixed-chunk")], reason="test"))
+    assert launches.events[:2] == ["deploy", "rollback"] and record.deployed
+
+
 def test_spread_of_blocks_is_per_level_and_overall():
     fake = Launches(a=[1.0], b=[])
     blocks = []

@@ -209,6 +209,7 @@ class TrialRunner:
         if why_not:
             self.exhausted = why_not
             raise BudgetExhausted(why_not)
+        too_slow = self.budget_left(changes=changes)
         base = [c for c in self.kept_changes if c.flag not in {ch.flag for ch in changes}]
         if kind == "leave_out":  # the kept configuration without `changes`: they must be in it
             missing = {ch.flag for ch in changes} - {c.flag for c in self.kept_changes}
@@ -221,7 +222,7 @@ class TrialRunner:
         )  # fmt: skip
         self.trials.append(record)
         started = time.monotonic()
-        refusal = self._lossy_refusal(changes) or self.budget_left(changes=changes)
+        refusal = self._lossy_refusal(changes) or too_slow
         if refusal:
             record.why = f"refused before deploying: {refusal}"
             self.on_event("trial", record.model_dump(mode="json"))
