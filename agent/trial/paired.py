@@ -253,8 +253,7 @@ async def _launch_again(
     more = lambda reps: _worth_more(judge(reps), r.bench)  # noqa: E731
     name = "confirm" if label == "second launch" else "third"
     block = await _block(r, record, name, more=more, max_reps=r.max_reps)
-    if block and not any(s.partial for s in block):
-        r.note_launch(new_text, block)
+    r.note_launch(new_text, block)
     return block
 
 

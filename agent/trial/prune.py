@@ -85,8 +85,7 @@ async def run_leave_out(r: Any, record: TrialRecord, new_text: str) -> None:
         return await _reject(r, record, f"without {member}, again: {why}")
     again = await _block(r, record, "confirm", max_reps=r.bench.reps)
     _record_blocks(r, record, confirm=again)
-    if again and not any(s.partial for s in again):
-        r.note_launch(new_text, again)
+    r.note_launch(new_text, again)
     await _drop(r, record, [cand, again], f"{member} left out: without it {_levels(cmp)} (A/B/A)")
 
 

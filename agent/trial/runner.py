@@ -48,8 +48,8 @@ class TrialRunner:
     """Flag → what it acts on (the playbook's lever, else research's readers of the flag): a flag on
     cache, scheduling or memory is measured on shared prefixes too (`tools.bench.workload`)."""
     slow_starts: dict[str, float] = field(default_factory=dict)
-    """Flag → restarts' worth of one start of a server with it (the playbook's `restart_cost`;
-    torch.compile's is 2): a trial of it is budgeted with its longer launches."""
+    """Flag → restarts' worth (above 1) of one start of a server with it (the playbook's
+    `restart_cost`; torch.compile's is 2): a trial of it is budgeted with its longer launches."""
     launch_seconds: list[float] = field(default_factory=list)
     """Wall seconds of every restart so far (deploy or rollback until healthy)."""
     max_trials: int = 12
@@ -103,8 +103,9 @@ class TrialRunner:
 
     def note_launch(self, config: str, block: list[Any]) -> None:
         """`block` is the one to count for the running launch of `config` (known-good's unit text,
-        or a trial's candidate), on the workload measured now."""
-        self.launch_blocks[self.restarts] = (f"{config}\n{self.bench.workload!r}", block)
+        or a trial's candidate), on the workload measured now; an empty or partial block is not."""
+        if block and not any(s.partial for s in block):
+            self.launch_blocks[self.restarts] = (f"{config}\n{self.bench.workload!r}", block)
 
     @property
     def launch_groups(self) -> list[list[Any]]:
@@ -160,7 +161,7 @@ class TrialRunner:
         if not self.restarts_left(TRIAL_RESTARTS):
             return f"restart budget spent ({self.restarts} of {self.max_restarts}; a trial may need {TRIAL_RESTARTS})"
         if time.monotonic() + self.trial_estimate(changes) + reserve > self.deadline:
-            slow = [c.flag for c in changes or [] if self.slow_starts.get(c.flag, 1.0) > 1]
+            slow = [c.flag for c in changes or [] if c.flag in self.slow_starts]
             return "wall-time budget spent" + (
                 f" (a start with {', '.join(slow)} takes longer)" if slow else ""
             )
