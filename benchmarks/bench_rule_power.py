@@ -40,10 +40,15 @@ class Launches:
     gain: dict[int, float]
     launch_sd: float
     rep_sd: float
+    prompt_sd: float = 0.0
+    fresh_prompts: bool = False
     factor: float = 1.0
     candidate: bool = False
     restarts: int = 0
     events: list[str] = field(default_factory=list)
+    prompts: dict[tuple[int, int], float] = field(default_factory=dict)
+    """(seed, level): the speed of that seed's prompts at that level, the same on every launch."""
+    blocks: int = 0
 
     def relaunch(self, candidate: bool) -> None:
         self.candidate, self.factor = candidate, math.exp(self.rng.gauss(0, self.launch_sd))
@@ -67,16 +72,24 @@ class Launches:
     async def keepalive(self) -> bool:
         return True
 
-    def sweep(self) -> SweepResult:
+    def sweep(self, rep: int) -> SweepResult:
+        """Repetition `rep` of a block: seed `rep` as the trial code sends (`agent.trial.measure`),
+        or with `fresh_prompts` a seed no other block used (each block with prompts of its own)."""
+        if rep == 0:
+            self.blocks += 1
+        seed = self.blocks * 1000 + rep if self.fresh_prompts else rep
+
         def tput(c: int, base: float) -> float:
             g = self.gain.get(c, 0.0) if self.candidate else 0.0
-            return base * self.factor * math.exp(g + self.rng.gauss(0, self.rep_sd))
+            if (seed, c) not in self.prompts:
+                self.prompts[seed, c] = self.rng.gauss(0, self.prompt_sd)
+            return base * self.factor * math.exp(g + self.prompts[seed, c] + self.rng.gauss(0, self.rep_sd))
 
         levels = [
             LevelResult(max_concurrency=c, num_prompts=8, completed=8, output_throughput=tput(c, t))
             for c, t in LEVELS.items()
         ]
-        return SweepResult(endpoint="http://sim", api="completions", levels=levels)
+        return SweepResult(endpoint="http://sim", api="completions", levels=levels, seed=seed)
 
 
 def simulate_measurements(sweep) -> None:  # type: ignore[no-untyped-def]
@@ -84,9 +97,9 @@ def simulate_measurements(sweep) -> None:  # type: ignore[no-untyped-def]
     no warm-up and identical outputs."""
 
     async def measure(endpoint: str, bench: BenchConfig, *, more=None, max_reps: int, on_progress=None):  # type: ignore[no-untyped-def]
-        reps = [sweep() for _ in range(bench.reps)]
+        reps = [sweep(r) for r in range(bench.reps)]
         while more is not None and len(reps) < max_reps and more(reps):
-            reps.append(sweep())
+            reps.append(sweep(len(reps)))
         return reps
 
     async def nothing(*args: object) -> None:
@@ -104,14 +117,17 @@ def one_trial(  # type: ignore[no-untyped-def]
     step: float = 0.0,
     measured: bool = False,
     earlier_configs: int = 0,
+    prompt_sd: float = 0.0,
+    fresh_prompts: bool = False,
 ):
     """(kept, restarts, candidate launches) of one trial after `history` known-good launches, the
     last block of them (the previous trial's block after, still running) measured `step` slower
     than its launch (a transient load). `measured`: the run measured its restart spread on its
     `history` known-good launches (`agent.trial.spread`) and its intervals use that figure.
     `earlier_configs`: configurations launched three times each by earlier trials (their spread is
-    pooled in, `TrialRunner.launch_groups`)."""
-    target = Launches(rng, gain, launch_sd, rep_sd)
+    pooled in, `TrialRunner.launch_groups`). `prompt_sd`: how far one seed's prompts move a
+    repetition (the same on every launch); `fresh_prompts`: every block on prompts of its own."""
+    target = Launches(rng, gain, launch_sd, rep_sd, prompt_sd, fresh_prompts)
 
     simulate_measurements(target.sweep)
     bench = BenchConfig()
@@ -121,7 +137,7 @@ def one_trial(  # type: ignore[no-untyped-def]
         speed = target.factor
         if i == history - 1:  # the last block of known-good, measured under a transient load step
             target.factor *= 1 - step
-        earlier.append([target.sweep() for _ in range(bench.reps)])
+        earlier.append([target.sweep(r) for r in range(bench.reps)])
         target.factor = speed
     runner = TrialRunner(
         deployment=target, endpoint="http://sim", bench=bench,
@@ -139,7 +155,7 @@ def one_trial(  # type: ignore[no-untyped-def]
             target.relaunch(False)
             runner.launch_blocks[-1 - 3 * i - k] = (
                 f"earlier {i}",
-                [target.sweep() for _ in range(bench.reps)],
+                [target.sweep(r) for r in range(bench.reps)],
             )
     target.factor, target.restarts = running, 0
     record = asyncio.run(runner.run([TrialChange(flag="--enable-mixed-chunk")], reason="power"))
@@ -150,8 +166,18 @@ def one_trial(  # type: ignore[no-untyped-def]
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trials", type=int, default=1000)
-    ap.add_argument("--where", choices=["c64", "all"], default="c64", help="levels the true gain applies at")
+    ap.add_argument(
+        "--where", choices=["c1", "c8", "c64", "all"], default="c64", help="levels the true gain applies at"
+    )
     ap.add_argument("--rep-noise", type=float, default=0.006, help="relative sd of one repetition at a level")
+    ap.add_argument(
+        "--prompt-noise", type=float, default=0.0,
+        help="relative sd of one seed's prompts at a level, the same on every launch (the simulated "
+        "seed's speculative decoding: ~0.025 at c=1 and c=8 with --rep-noise ~0.003)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--fresh-prompts", action="store_true", help="every block on prompts of its own (before 2026-12-04)"
+    )
     ap.add_argument("--history", type=int, default=4, help="known-good launches earlier in the run")
     ap.add_argument("--no-third", action="store_true", help="never a third launch (to see what it buys)")
     ap.add_argument(
@@ -175,9 +201,11 @@ def main() -> None:
     if args.no_third:
         pt._near_miss = lambda cmp, bench: False  # type: ignore[assignment]
     gains = tuple(float(g) for g in args.gains.split(","))
-    at = [64] if args.where == "c64" else list(LEVELS)
+    at = list(LEVELS) if args.where == "all" else [int(args.where[1:])]
     print(
         f"restart spread {f'measured on {args.history} launches' if args.measured else 'declared 1%'}, minimum effect 2%, load step {args.step:.0%}, gain at {', '.join(f'c={c}' for c in at)}, "
+        f"repetition noise {args.rep_noise:.1%}, prompts {args.prompt_noise:.1%} "
+        f"({'each block its own' if args.fresh_prompts else 'the same in every block'}), "
         f"{args.trials} trials a cell; keep rate / mean restarts / share with a third launch; a keep "
         f"rate near 60% is within +-{196 * math.sqrt(0.24 / args.trials):.0f} points of the truth (95%): "
         "read smaller differences between runs or variants as noise"
@@ -191,8 +219,17 @@ def main() -> None:
             gain = {c: math.log1p(g) for c in at}
             runs = [
                 one_trial(
-                    rng, gain, launch_sd, args.rep_noise, args.history, args.step, args.measured, args.earlier
-                )
+                    rng,
+                    gain,
+                    launch_sd,
+                    args.rep_noise,
+                    args.history,
+                    args.step,
+                    args.measured,
+                    args.earlier,
+                    args.prompt_noise,
+                    args.fresh_prompts,
+                )  # fmt: skip
                 for _ in range(args.trials)
             ]
             kept = sum(k for k, _, _ in runs) / len(runs)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import random
+import zlib
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -86,6 +87,10 @@ class Request:
     generated: int = 0
     cached: int = 0
     """Prompt tokens the last admission found in the prefix cache (not prefilled again)."""
+    draws: random.Random | None = None
+    """The request's own draws of how many speculative tokens are accepted, seeded by its prompt:
+    greedy decoding of one prompt writes the same output on every launch, so the draft model agrees
+    with it at the same places (None: the scheduler's draws)."""
     to_prefill: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -100,6 +105,7 @@ class Request:
             max_new=max_new,
             stop_at=stop_at,
             prefix=prefix_blocks(prompt),
+            draws=random.Random(zlib.crc32(repr(prompt_tokens(prompt)).encode())),
         )
 
     @property
@@ -239,9 +245,9 @@ class Scheduler:
         out = []
         p = self.perf.acceptance if self.plan.spec_steps else 0.0
         for req in reqs:
-            n = 1
+            n, draw = 1, (req.draws or self.rng).random
             if mean_tokens > 1.0:
-                while n <= self.plan.spec_steps and self.rng.random() < p:
+                while n <= self.plan.spec_steps and draw() < p:
                     n += 1
             n = min(n, req.stop_at - req.generated)
             if n > 0:

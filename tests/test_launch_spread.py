@@ -171,22 +171,3 @@ def test_launches_that_agree_within_their_repetitions_give_the_block_s_resolutio
     spread = spread_of_blocks(blocks, GOAL, 0.01)
     assert all(0.0005 < v < 0.003 for v in spread.per_level.values())
     assert spread.value > 0.0005
-
-
-def test_every_block_sends_prompts_of_its_own(monkeypatch):
-    """A second block of known-good on one launch must not replay the first one's prompts (the
-    server's radix cache would serve their prefill)."""
-    import tools.bench.loadgen as loadgen
-    from agent.trial.measure import measure
-
-    seeds: list[int] = []
-
-    async def run_sweep(endpoint: str, bench: BenchConfig, *, seed: int, **kw: object):  # type: ignore[no-untyped-def]
-        seeds.append(seed)
-        return Launches(a=[1.0], b=[]).block()[0]
-
-    monkeypatch.setattr(loadgen, "run_sweep", run_sweep)
-    bench = BenchConfig(reps=3)
-    asyncio.run(measure("http://127.0.0.1:9", bench, max_reps=3))
-    asyncio.run(measure("http://127.0.0.1:9", bench, max_reps=3))
-    assert len(seeds) == 6 and len(set(seeds)) == 6 and not set(seeds) & {0, 1, 2}  # the baseline's

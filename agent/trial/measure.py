@@ -9,7 +9,6 @@ interval actually reached is what the record and the report show.
 
 from __future__ import annotations
 
-import itertools
 import re
 from collections.abc import Callable
 from typing import Any
@@ -33,13 +32,11 @@ def environment_failure(*texts: str | None) -> str | None:
     return None
 
 
-_BLOCKS = itertools.count(1)
-SEEDS_PER_BLOCK = 1000
-"""Each block's prompts come from seeds of its own (block n: n x 1000 + repetition; the baseline's
-sweeps use 0..reps-1): SGLang keeps the prompts it served in its radix cache, so a second block of
-known-good on the same launch replaying the first one's prompts could skip their prefill, while a
-candidate is always measured on a fresh launch. (The simulator caches only shared prefixes: on its
-random prompts two replays measured the same, 3,836 and 3,850 tok/s at c=64 on the seed.)"""
+# Every block sends the same prompts: repetition r uses seed r, as the baseline's sweeps do (common
+# random numbers). A prompt has a speed of its own (with speculative decoding, how many draft tokens
+# its greedy output accepts: on the simulated seed a c=1 repetition moves 2.5% between seeds, 0.2%
+# on the same seed), which the comparison takes out (`tools.bench.blockfit`). The prefix cache is
+# flushed before each level, so a second block of one launch does not find the first one's prompts.
 
 
 async def measure(
@@ -56,10 +53,9 @@ async def measure(
 
     reps: list[Any] = []
     target = bench.reps
-    first = next(_BLOCKS) * SEEDS_PER_BLOCK
     while len(reps) < target:
         sweep = await run_sweep(
-            endpoint, bench, on_progress=on_progress, seed=first + len(reps), rep=len(reps), reps=target
+            endpoint, bench, on_progress=on_progress, seed=len(reps), rep=len(reps), reps=target
         )
         reps.append(sweep)
         if sweep.partial:

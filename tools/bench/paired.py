@@ -25,8 +25,10 @@ from __future__ import annotations
 import math
 from typing import Literal
 
+import numpy as np
 from pydantic import BaseModel
 
+from tools.bench.blockfit import Block, fit_blocks
 from tools.bench.objective import Objective
 from tools.bench.results import SweepResult
 
@@ -93,6 +95,11 @@ class PairedComparison(BaseModel):
 def _values(reps: list[SweepResult], objective: Objective, levels: list[int]) -> list[float]:
     """Per repetition: the mean log metric over `levels`, oriented so that higher is better
     (a repetition missing any value is left out)."""
+    return [v for _, v in _pairs(reps, objective, levels)]
+
+
+def _pairs(reps: list[SweepResult], objective: Objective, levels: list[int]) -> Block:
+    """(seed, value) per repetition, as `_values`: the seed names the prompts it was measured on."""
     sign = 1.0 if objective.higher_is_better else -1.0
     out = []
     for s in reps:
@@ -105,43 +112,40 @@ def _values(reps: list[SweepResult], objective: Objective, levels: list[int]) ->
                 break
             logs += [sign * math.log(v) for v in got]
         if logs:
-            out.append(sum(logs) / len(logs))
+            out.append((s.seed, sum(logs) / len(logs)))
     return out
 
 
 def block_spread(blocks: list[list[SweepResult]] | None, objective: Objective, levels: list[int]) -> float:
     """Standard deviation of the block means (log) of repeated blocks of one configuration, beyond
     what their repetitions explain; 0 with fewer than 3 blocks (too little to tell)."""
-    return _spread(blocks, objective, levels)[0]
+    return pooled_spread([blocks or []], objective, levels)[0]
 
 
 def block_resolution(
     blocks: list[list[SweepResult]] | None, objective: Objective, levels: list[int]
 ) -> float:
-    """The standard error (log) of one block's mean from its own repetitions, averaged over the
-    blocks: a spread between launches smaller than this, repeated blocks cannot tell from none."""
-    within = _within(blocks, objective, levels)[1]
-    return math.sqrt(_mean(within)) if within else 0.0
+    """The standard error (log) of one block's mean from its repetitions (beyond its prompts): a
+    spread between launches smaller than this, repeated blocks cannot tell from none."""
+    got = _group_noise(blocks or [], objective, levels)
+    return math.sqrt(got[2] / got[1]) if got and got[1] else 0.0
 
 
-def _within(
-    blocks: list[list[SweepResult]] | None, objective: Objective, levels: list[int]
-) -> tuple[list[float], list[float]]:
-    """(each block's mean, the variance of that mean from its repetitions), blocks of 2+ repetitions."""
-    means, within = [], []
-    for b in blocks or []:
-        v = _values(b, objective, levels)
-        if len(v) >= 2:
-            means.append(_mean(v))
-            within.append(_ss(v) / (len(v) - 1) / len(v))
-    return means, within
-
-
-def _spread(
-    blocks: list[list[SweepResult]] | None, objective: Objective, levels: list[int]
-) -> tuple[float, int]:
-    """(block_spread, its degrees of freedom)."""
-    return pooled_spread([blocks or []], objective, levels)
+def _group_noise(
+    blocks: list[list[SweepResult]], objective: Objective, levels: list[int]
+) -> tuple[float, int, float] | None:
+    """(sum of squares of the block means around their mean, its degrees of freedom, what repetition
+    noise alone puts into that sum) for the blocks of 2+ repetitions of one configuration, their
+    prompts' effect taken out (`fit_blocks`); None below two such blocks."""
+    kept = [p for b in blocks if len(p := _pairs(b, objective, levels)) >= 2]
+    if len(kept) < 2:
+        return None
+    fit = fit_blocks(kept)
+    if fit.df < 1:
+        return None
+    centre = np.eye(len(kept)) - 1 / len(kept)
+    means = centre @ fit.means
+    return float(means @ means), len(kept) - 1, fit.var * float(np.trace(centre @ fit.cov @ centre))
 
 
 def pooled_spread(
@@ -152,19 +156,13 @@ def pooled_spread(
     their own mean, beyond what their repetitions explain, pooled over the configurations (a
     restart moves any configuration alike; what differs between configurations is their own
     effect, which each group's mean takes out). (0, 0) below 2 degrees of freedom (too little to tell)."""
-    ss, df, within = 0.0, 0, []
+    ss, df, noise = 0.0, 0, 0.0
     for blocks in groups:
-        means, w = _within(blocks, objective, levels)
-        if len(means) >= 2:
-            ss, df, within = ss + _ss(means), df + len(means) - 1, within + w
+        if got := _group_noise(blocks, objective, levels):
+            ss, df, noise = ss + got[0], df + got[1], noise + got[2]
     if df < 2:
         return 0.0, 0
-    return math.sqrt(max(0.0, ss / df - _mean(within))), df
-
-
-def _ss(xs: list[float]) -> float:
-    m = _mean(xs)
-    return sum((x - m) ** 2 for x in xs)
+    return math.sqrt(max(0.0, (ss - noise) / df)), df
 
 
 def _mean(xs: list[float]) -> float:
@@ -176,7 +174,7 @@ def settle(
 ) -> tuple[list[SweepResult], list[SweepResult] | None, str]:
     """Two blocks of one launch of a configuration, measured at different times, as one: (the block
     to judge with, the block set aside or None, why). They agree unless some level's means differ
-    significantly (Welch t over the repetitions, alpha over the levels); then the slower one is set
+    significantly (t over the repetitions, their prompts' effect taken out, alpha over the levels); then the slower one is set
     aside. Within one launch nothing but a transient load (another process, a throttled GPU) makes a
     server slower for a while, and nothing makes it faster: a known-good block measured under load
     would pass a candidate's ordinary speed for a gain (`bench_rule_power.py --step`)."""
@@ -190,13 +188,17 @@ def settle(
     ]
     family = alpha / max(1, len(levels))
     for c in levels:
-        a, b = _values(first, objective, [c]), _values(second, objective, [c])
-        if len(a) < 2 or len(b) < 2 or (_ss(a) == 0 and _ss(b) == 0):
+        a, b = _pairs(first, objective, [c]), _pairs(second, objective, [c])
+        if len(a) < 2 or len(b) < 2:
             continue
-        p = float(sps.ttest_ind(a, b, equal_var=False).pvalue)
+        fit = fit_blocks([a, b])
+        gap, var = fit.contrast([-1.0, 1.0])  # second minus first
+        if not var > 0:  # no noise seen (or no degrees of freedom): nothing to test
+            continue
+        p = float(2 * sps.t.sf(abs(gap) / math.sqrt(var), fit.df))
         if p < family:
-            gap = math.exp(abs(_mean(a) - _mean(b))) - 1
-            slow, fast = (first, second) if _mean(a) < _mean(b) else (second, first)
+            slow, fast = (first, second) if gap > 0 else (second, first)
+            gap = math.expm1(abs(gap))
             if _mean(_values(slow, objective, levels)) > _mean(_values(fast, objective, levels)):
                 slow, fast = fast, slow  # the faster block over all levels is kept
             which = "earlier" if slow is first else "later"
@@ -239,12 +241,14 @@ def launch_spread(
 
 
 def interval(
-    known_good: list[list[float]], cand: list[list[float]], *, launch_noise: float, alpha: float,
+    known_good: list[Block], cand: list[Block], *, launch_noise: float, alpha: float,
     spread: tuple[float, int] = (0.0, 0), concurrency: int | None = None,
     prior_df: float | None = None,
 ) -> Interval:  # fmt: skip
     """The candidate's launches vs the known-good launches around them, on log values oriented so
-    that > 0 is better. Each argument holds one block per launch, in time order.
+    that > 0 is better. Each argument holds one block per launch, in time order, of (seed, value)
+    repetitions: blocks measured on the same prompts are compared with their effect taken out
+    (`tools.bench.blockfit`).
 
     Variance: the repetition noise of every block mean, the launch-to-launch spread of each launch
     (the candidate's mean launch and the known-good mean launch), and what the first and last
@@ -261,15 +265,16 @@ def interval(
     )  # fmt: skip
     if not a or not b:
         return out
-    diff = _mean([_mean(g) for g in b]) - _mean([_mean(g) for g in a])
+    fit = fit_blocks(a + b)
+    diff, within = fit.contrast([-1 / len(a)] * len(a) + [1 / len(b)] * len(b))
     out.ratio = math.exp(diff)
+    drift = (0.0, 0.0)
     if len(a) > 1:
-        out.drift = _mean(a[-1]) - _mean(a[0])
-    df = sum(len(g) - 1 for g in a + b)
+        drift = fit.contrast([-1.0] + [0.0] * (len(a) - 2) + [1.0] + [0.0] * len(b))
+        out.drift = drift[0]
+    df = fit.df
     if df < 1:
         return out
-    pooled = sum(_ss(g) for g in a + b) / df
-    within = pooled * (sum(1 / len(g) for g in a) / len(a) ** 2 + sum(1 / len(g) for g in b) / len(b) ** 2)
     per_launch, launch_df = launch_spread(math.log1p(launch_noise), spread, prior_df)
     out.launch_spread = math.expm1(per_launch)
     # what the two A blocks disagree on beyond their own noise and beyond the restart spread (they
@@ -277,8 +282,7 @@ def interval(
     # half of it may sit anywhere between them
     extra = 0.0
     if len(a) > 1:
-        expected = pooled * (1 / len(a[0]) + 1 / len(a[-1])) + 2 * per_launch**2
-        extra = max(0.0, out.drift**2 - expected) / 4
+        extra = max(0.0, out.drift**2 - drift[1] - 2 * per_launch**2) / 4
     launch = (1 / len(a) + 1 / len(b)) * per_launch**2
     var = within + launch + extra
     se = math.sqrt(var)
@@ -329,8 +333,8 @@ def paired_compare(
     kw = dict(launch_noise=launch_noise, alpha=alpha, prior_df=prior_df)
 
     def judged(at: list[int], concurrency: int | None = None) -> Interval:
-        def v(blocks: list[list[SweepResult]]) -> list[list[float]]:
-            return [_values(x, objective, at) for x in blocks]
+        def v(blocks: list[list[SweepResult]]) -> list[Block]:
+            return [_pairs(x, objective, at) for x in blocks]
 
         return interval(
             v([before, after, more_good]), v([cand, confirm or [], more_cand]),
