@@ -227,7 +227,7 @@ def test_a_known_good_block_measured_under_load_is_set_aside_before_the_candidat
     assert record.blocks["before_set_aside"] == 3 and "slower one was set aside" in record.notes[0]
     # that launch's entry in the known-good history is the block measured at its speed
     assert [len(b) for b in runner.known_good_blocks] == [3]
-    blocks = {k: samples_as_sweeps(v) for k, v in record.samples.items()}
+    blocks = {k: samples_as_sweeps(v, record.seeds[k]) for k, v in record.samples.items()}
     # against the loaded block the same candidate measured a gain
     loaded = paired_compare(blocks["before_set_aside"], blocks["candidate"], None, runner.objective)
     assert loaded.verdict == "improved" and loaded.ratio > 1.03

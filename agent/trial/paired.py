@@ -65,6 +65,7 @@ def _record_blocks(r: Any, record: TrialRecord, **blocks: list[Any]) -> None:
     for name, reps in blocks.items():
         record.blocks[name] = len(reps)
         record.samples[name] = block_samples(reps, metrics)
+        record.seeds[name] = [s.seed for s in reps]
 
 
 async def known_good_block(r: Any, record: TrialRecord | None = None, name: str = "before") -> list[Any]:

@@ -77,6 +77,9 @@ class TrialRecord(BaseModel):
     samples: dict[str, list[dict[int, dict[str, float | None]]]] = Field(default_factory=dict)
     """Per block (as in `blocks`): each repetition's value of the goal's metrics per level, so a
     reviewer can recompute the interval from the transcript (`samples_as_sweeps`)."""
+    seeds: dict[str, list[int]] = Field(default_factory=dict)
+    """Per block: the seed of each repetition's prompts (repetition r of every block sends seed r's:
+    the comparison takes each seed's own speed out, `tools.bench.blockfit`)."""
 
     def full_changes(self) -> list[TrialChange]:
         """The whole configuration of this trial, relative to the baseline (a leave-out trial: what
@@ -115,8 +118,11 @@ def block_samples(reps: list[Any], metrics: list[str]) -> list[dict[int, dict[st
     ]
 
 
-def samples_as_sweeps(block: list[dict[Any, dict[str, float | None]]]) -> list[Any]:
-    """A recorded block back as sweep results (for `tools.bench.paired.paired_compare`)."""
+def samples_as_sweeps(
+    block: list[dict[Any, dict[str, float | None]]], seeds: list[int] | None = None
+) -> list[Any]:
+    """A recorded block back as sweep results (for `tools.bench.paired.paired_compare`), with the
+    seeds of its repetitions' prompts (`TrialRecord.seeds`)."""
     from tools.bench.results import LevelResult, SweepResult
 
     def level(c: Any, values: dict[str, float | None]) -> LevelResult:
@@ -126,8 +132,10 @@ def samples_as_sweeps(block: list[dict[Any, dict[str, float | None]]]) -> list[A
         )
 
     return [
-        SweepResult(endpoint="recorded", api="completions", levels=[level(c, v) for c, v in rep.items()])
-        for rep in block
+        SweepResult(
+            endpoint="recorded", api="completions", levels=[level(c, v) for c, v in rep.items()], seed=seed
+        )
+        for rep, seed in zip(block, seeds or [0] * len(block), strict=True)
     ]
 
 

@@ -35,7 +35,8 @@ from tools.bench.results import SweepResult
 Verdict = Literal["improved", "regressed", "no_change", "inconclusive"]
 METHOD = (
     "paired A/B/A: candidate launch(es) vs the mean of the known-good launches measured before and "
-    "after it; t interval on log(metric) (Welch-Satterthwaite df), widened by the restart spread "
+    "after it, each seed's prompts' own speed taken out; t interval on log(metric) "
+    "(Welch-Satterthwaite df), widened by the restart spread "
     "(declared, pooled with this run's known-good launches) and by A-A drift beyond it"
 )
 
