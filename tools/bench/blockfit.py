@@ -6,7 +6,8 @@ speculative decoding, how many draft tokens greedy decoding of that prompt accep
 seed one repetition's c=1 throughput moves 2.5% between seeds and 0.2% on the same seed). So a
 repetition is modelled as its block's mean + its seed's effect + noise (two-way additive, least
 squares) and a comparison of blocks sees only the noise. Blocks whose seeds do not tie them
-together (each with prompts of its own, as measured before this) are plain means.
+together (each with prompts of its own, as measured before this), or seeds that explain nothing,
+leave plain means.
 """
 
 from __future__ import annotations
@@ -35,8 +36,18 @@ class BlockFit:
         return float(w @ self.means), float(self.var * (w @ self.cov @ w))
 
 
+SEED_TEST = 0.25
+"""The seeds are taken out only where they explain part of the spread (F test, p below this): both
+fits are sound, but taking out seeds that do not matter costs degrees of freedom, and a repetition
+on a seed no other block measured tells nothing (a deployment without speculative decoding, whose
+repetitions move with the machine, not the prompts)."""
+
+
 def fit_blocks(blocks: list[Block]) -> BlockFit:
-    """The two-way fit of non-empty `blocks`; seeds are used only when they tie every block to the others."""
+    """The fit of non-empty `blocks`: block + seed when the seeds tie every block to the others and
+    explain part of the spread (`SEED_TEST`), else each block's plain mean."""
+    from scipy import stats as sps
+
     rows = [(b, s, v) for b, block in enumerate(blocks) for s, v in block]
     n_blocks = len(blocks)
     seeds = sorted({s for _, s, _ in rows})[1:]  # the first seed is the reference level
@@ -45,12 +56,24 @@ def fit_blocks(blocks: list[Block]) -> BlockFit:
         x[i, b] = 1.0
         if s in seeds:
             x[i, n_blocks + seeds.index(s)] = 1.0
-    if seeds and np.linalg.matrix_rank(x) < x.shape[1]:
-        x = x[:, :n_blocks]  # some block shares no seed with the rest: its seed effect cannot be told apart
     y = np.array([v for _, _, v in rows])
+    plain = _least_squares(x[:, :n_blocks], y, n_blocks)
+    if not seeds or np.linalg.matrix_rank(x) < x.shape[1]:
+        return plain  # some block shares no seed with the rest: its seed effect cannot be told apart
+    both = _least_squares(x, y, n_blocks)
+    if both.df < 1 or not plain.df > both.df:
+        return plain
+    rss_plain, rss_both = plain.var * plain.df, both.var * both.df
+    if rss_both <= 0:
+        return both if rss_plain > 0 else plain
+    f = (rss_plain - rss_both) / (plain.df - both.df) / both.var
+    return both if float(sps.f.sf(f, plain.df - both.df, both.df)) < SEED_TEST else plain
+
+
+def _least_squares(x: np.ndarray, y: np.ndarray, n_blocks: int) -> BlockFit:
     inv = np.linalg.pinv(x.T @ x)
     beta = inv @ x.T @ y
-    df = len(rows) - x.shape[1]
+    df = len(y) - x.shape[1]
     resid = y - x @ beta
     var = float(resid @ resid / df) if df > 0 else float("nan")
     return BlockFit(means=beta[:n_blocks], cov=inv[:n_blocks, :n_blocks], var=var, df=df)
