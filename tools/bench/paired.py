@@ -175,8 +175,8 @@ def settle(
 ) -> tuple[list[SweepResult], list[SweepResult] | None, str]:
     """Two blocks of one launch of a configuration, measured at different times, as one: (the block
     to judge with, the block set aside or None, why). They agree unless some level's means differ
-    significantly (t over the repetitions, their prompts' effect taken out, alpha over the levels); then the slower one is set
-    aside. Within one launch nothing but a transient load (another process, a throttled GPU) makes a
+    significantly (t over the repetitions, their prompts' effect taken out, alpha over the levels);
+    then the slower one is set aside. Within one launch nothing but a transient load (another process, a throttled GPU) makes a
     server slower for a while, and nothing makes it faster: a known-good block measured under load
     would pass a candidate's ordinary speed for a gain (`bench_rule_power.py --step`)."""
     from scipy import stats as sps
