@@ -73,11 +73,11 @@ class Launches:
         return True
 
     def sweep(self, rep: int) -> SweepResult:
-        """Repetition `rep` of a block: seed `rep` as the trial code sends (`agent.trial.measure`),
+        """Repetition `rep` of a block: seed `rep` mod reps as the trial code sends (`agent.trial.measure`),
         or with `fresh_prompts` a seed no other block used (each block with prompts of its own)."""
         if rep == 0:
             self.blocks += 1
-        seed = self.blocks * 1000 + rep if self.fresh_prompts else rep
+        seed = self.blocks * 1000 + rep if self.fresh_prompts else rep % BenchConfig().reps
 
         def tput(c: int, base: float) -> float:
             g = self.gain.get(c, 0.0) if self.candidate else 0.0

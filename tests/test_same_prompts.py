@@ -117,8 +117,8 @@ def test_a_load_inside_one_launch_is_seen_through_the_prompts_spread():
 
 
 def test_a_second_block_on_one_launch_finds_none_of_the_first_ones_prompts_cached(sim_server):
-    """Two blocks of known-good on one launch send the same prompts: the prefix cache flushed before
-    each level keeps the second from skipping their prefill."""
+    """Two blocks of known-good on one launch send the same prompts (and a repetition beyond `reps`
+    one of them again): the prefix cache flushed before each level keeps them from skipping prefill."""
     import asyncio
     import re
 
@@ -127,8 +127,9 @@ def test_a_second_block_on_one_launch_finds_none_of_the_first_ones_prompts_cache
     srv = sim_server("seed", [], time_scale=0.002)
     bench = BenchConfig(concurrency=[4], output_len=4, warmup=0, reps=2, input_len=256)
     first = asyncio.run(measure(srv.endpoint, bench, max_reps=2))
-    second = asyncio.run(measure(srv.endpoint, bench, max_reps=2))
-    assert [s.seed for s in first] == [s.seed for s in second] == [0, 1]
+    # one more repetition than `reps`: on seed 0 again, whose prompts the other block measured too
+    second = asyncio.run(measure(srv.endpoint, bench, more=lambda reps: True, max_reps=3))
+    assert [s.seed for s in first] == [0, 1] and [s.seed for s in second] == [0, 1, 0]
     assert all(s.level(4).completed == 8 for s in first + second)
     cached = [int(n) for n in re.findall(r"#cached-token: (\d+)", srv.log())]
     assert len(cached) >= 4 and sum(cached) == 0  # random prompts share nothing but themselves

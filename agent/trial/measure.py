@@ -33,10 +33,12 @@ def environment_failure(*texts: str | None) -> str | None:
 
 
 # Every block sends the same prompts: repetition r uses seed r, as the baseline's sweeps do (common
-# random numbers). A prompt has a speed of its own (with speculative decoding, how many draft tokens
-# its greedy output accepts: on the simulated seed a c=1 repetition moves 2.5% between seeds, 0.2%
-# on the same seed), which the comparison takes out (`tools.bench.blockfit`). The prefix cache is
-# flushed before each level, so a second block of one launch does not find the first one's prompts.
+# random numbers), and a repetition beyond `bench.reps` one of those seeds again (r mod reps), so
+# that the other blocks have measured its prompts too. A prompt has a speed of its own (with
+# speculative decoding, how many draft tokens its greedy output accepts: on the simulated seed a c=1
+# repetition moves 2.5% between seeds, 0.2% on the same seed), which the comparison takes out
+# (`tools.bench.blockfit`); a seed no other block measured would tell it nothing. The prefix cache
+# is flushed before each level, so a block does not find earlier prompts of its launch cached.
 
 
 async def measure(
@@ -55,7 +57,7 @@ async def measure(
     target = bench.reps
     while len(reps) < target:
         sweep = await run_sweep(
-            endpoint, bench, on_progress=on_progress, seed=len(reps), rep=len(reps), reps=target
+            endpoint, bench, on_progress=on_progress, seed=len(reps) % bench.reps, rep=len(reps), reps=target
         )
         reps.append(sweep)
         if sweep.partial:
