@@ -22,6 +22,7 @@ import random
 from dataclasses import dataclass, field
 
 import agent.trial.paired as pt
+from agent.trial.measure import rep_seed
 from agent.trial.record import Baseline, TrialChange
 from agent.trial.runner import TrialRunner
 from tools.bench.objective import objective_from_goal
@@ -49,6 +50,7 @@ class Launches:
     prompts: dict[tuple[int, int], float] = field(default_factory=dict)
     """(seed, level): the speed of that seed's prompts at that level, the same on every launch."""
     blocks: int = 0
+    bench: BenchConfig = field(default_factory=BenchConfig)
 
     def relaunch(self, candidate: bool) -> None:
         self.candidate, self.factor = candidate, math.exp(self.rng.gauss(0, self.launch_sd))
@@ -77,7 +79,7 @@ class Launches:
         or with `fresh_prompts` a seed no other block used (each block with prompts of its own)."""
         if rep == 0:
             self.blocks += 1
-        seed = self.blocks * 1000 + rep if self.fresh_prompts else rep % BenchConfig().reps
+        seed = self.blocks * 1000 + rep if self.fresh_prompts else rep_seed(rep, self.bench)
 
         def tput(c: int, base: float) -> float:
             g = self.gain.get(c, 0.0) if self.candidate else 0.0
@@ -127,10 +129,10 @@ def one_trial(  # type: ignore[no-untyped-def]
     `earlier_configs`: configurations launched three times each by earlier trials (their spread is
     pooled in, `TrialRunner.launch_groups`). `prompt_sd`: how far one seed's prompts move a
     repetition (the same on every launch); `fresh_prompts`: every block on prompts of its own."""
-    target = Launches(rng, gain, launch_sd, rep_sd, prompt_sd, fresh_prompts)
+    bench = BenchConfig()
+    target = Launches(rng, gain, launch_sd, rep_sd, prompt_sd, fresh_prompts, bench=bench)
 
     simulate_measurements(target.sweep)
-    bench = BenchConfig()
     earlier = []
     for i in range(history):
         target.relaunch(False)
@@ -224,11 +226,11 @@ def main() -> None:
                     launch_sd,
                     args.rep_noise,
                     args.history,
-                    args.step,
-                    args.measured,
-                    args.earlier,
-                    args.prompt_noise,
-                    args.fresh_prompts,
+                    step=args.step,
+                    measured=args.measured,
+                    earlier_configs=args.earlier,
+                    prompt_sd=args.prompt_noise,
+                    fresh_prompts=args.fresh_prompts,
                 )  # fmt: skip
                 for _ in range(args.trials)
             ]

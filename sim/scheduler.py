@@ -100,12 +100,13 @@ class Request:
     def for_prompt(cls, prompt: Any, *, max_new: int, stop_at: int) -> Request:
         """The request a prompt (token ids or text) makes, as the server admits it: its length and
         its prefix blocks, which the radix cache matches (the served API and `sim.offline` both)."""
+        tokens = prompt_tokens(prompt)
         return cls(
             prompt_len=count_prompt_tokens(prompt),
             max_new=max_new,
             stop_at=stop_at,
-            prefix=prefix_blocks(prompt),
-            draws=random.Random(zlib.crc32(repr(prompt_tokens(prompt)).encode())),
+            prefix=prefix_blocks(tokens),
+            draws=random.Random(zlib.crc32(repr(tokens).encode())),
         )
 
     @property

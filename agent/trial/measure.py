@@ -41,6 +41,11 @@ def environment_failure(*texts: str | None) -> str | None:
 # is flushed before each level, so a block does not find earlier prompts of its launch cached.
 
 
+def rep_seed(rep: int, bench: Any) -> int:
+    """The seed of repetition `rep` of any block (see above)."""
+    return rep % bench.reps
+
+
 async def measure(
     endpoint: str,
     bench: Any,
@@ -57,7 +62,12 @@ async def measure(
     target = bench.reps
     while len(reps) < target:
         sweep = await run_sweep(
-            endpoint, bench, on_progress=on_progress, seed=len(reps) % bench.reps, rep=len(reps), reps=target
+            endpoint,
+            bench,
+            on_progress=on_progress,
+            seed=rep_seed(len(reps), bench),
+            rep=len(reps),
+            reps=target,
         )
         reps.append(sweep)
         if sweep.partial:

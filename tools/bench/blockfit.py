@@ -50,18 +50,19 @@ def fit_blocks(blocks: list[Block]) -> BlockFit:
 
     rows = [(b, s, v) for b, block in enumerate(blocks) for s, v in block]
     n_blocks = len(blocks)
-    seeds = sorted({s for _, s, _ in rows})[1:]  # the first seed is the reference level
+    # one column per seed but the first (the reference level)
+    seeds = {s: n_blocks + k for k, s in enumerate(sorted({s for _, s, _ in rows})[1:])}
     x = np.zeros((len(rows), n_blocks + len(seeds)))
     for i, (b, s, _) in enumerate(rows):
         x[i, b] = 1.0
         if s in seeds:
-            x[i, n_blocks + seeds.index(s)] = 1.0
+            x[i, seeds[s]] = 1.0
     y = np.array([v for _, _, v in rows])
     plain = _least_squares(x[:, :n_blocks], y, n_blocks)
     if not seeds or np.linalg.matrix_rank(x) < x.shape[1]:
         return plain  # some block shares no seed with the rest: its seed effect cannot be told apart
     both = _least_squares(x, y, n_blocks)
-    if both.df < 1 or not plain.df > both.df:
+    if both.df < 1:
         return plain
     rss_plain, rss_both = plain.var * plain.df, both.var * both.df
     if rss_both <= 0:
