@@ -375,3 +375,24 @@ def test_a_trial_records_every_repetition_so_a_reviewer_can_recompute_its_interv
     )  # fmt: skip
     assert again.ratio == pytest.approx(record.comparison["ratio"], rel=1e-9)
     assert again.overall.ci_low == pytest.approx(record.comparison["overall"]["ci_low"], rel=1e-9)
+
+
+def test_a_slow_start_costs_what_its_launches_add_to_a_trial_here():
+    from agent.policy.order import expected_value
+    from agent.trial.record import TrialRecord
+
+    runner = _runner(FakeDeployment(), slow_starts={"--enable-torch-compile": 2.0})
+    # before any restart is timed: the playbook's figure (two restarts' worth)
+    assert runner.trial_cost("--enable-torch-compile") == 2.0 and runner.trial_cost("--a") == 1.0
+    runner.trials.append(
+        TrialRecord(number=1, changes=[TrialChange(flag="--a")], deployed=True, seconds=300.0)
+    )
+    runner.note_restart(DeployOutcome(ok=True, seconds=30.0))
+    # blocks dominate a trial: two launches 30 s longer each add a fifth to a 300 s trial
+    assert runner.trial_cost("--enable-torch-compile") == 1.2 and runner.trial_cost("--a") == 1.0
+    cand = {"flag": "--enable-torch-compile", "priority": "medium", "trial_cost": 1.2}
+    assert expected_value(cand, {"verdict": "applies"}) == 0.8 * 0.04 / 1.2
+    # start-up dominates: a 300 s restart doubles the cost of the same trial, and more
+    runner.note_restart(DeployOutcome(ok=True, seconds=300.0))
+    runner.note_restart(DeployOutcome(ok=True, seconds=300.0))
+    assert runner.trial_cost("--enable-torch-compile") == 3.0

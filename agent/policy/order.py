@@ -4,9 +4,11 @@
 
 Certainty comes from the research verdict (its `certainty` when the researcher gives one, else from
 the verdict itself: `applies` is likely to matter, `unknown` is a coin flip); the plausible gain from
-the playbook lever's priority (its `expected_gain` when it has one); the restart cost from the
-lever's `restart_cost` (1 = one ordinary restart; torch.compile and the like take longer). A run
-with a budget then spends it on the candidates most likely to pay for their restart.
+the playbook lever's priority (its `expected_gain` when it has one); the cost from the runner's
+`trial_cost` (1 = an ordinary trial; torch.compile and the like start slower, and a trial of them
+takes as much longer as their two slow launches add to a trial measured here), else the lever's
+`restart_cost`. A run with a budget then spends it on the candidates most likely to pay for their
+restart.
 
 A near miss (rejected as not established although it still looked like a winner) may get one
 second look, ranked with the untried candidates: its certainty is the chance, given what was
@@ -77,8 +79,11 @@ def expected_value(candidate: dict[str, Any], verdict: Any) -> float:
 
 
 def restart_cost(candidate: dict[str, Any]) -> float:
-    """Restarts a trial of the candidate is worth (the playbook's `restart_cost`, else 2 for a slow start)."""
-    return float(candidate.get("restart_cost") or (2.0 if candidate["flag"] in SLOW_START else 1.0))
+    """Ordinary trials' time a trial of the candidate takes: the runner's `trial_cost` (its slow
+    launches against the length of a trial measured here), else the playbook's `restart_cost`
+    (restarts' worth of one start), else 2 for a flag known to start slowly."""
+    given = candidate.get("trial_cost") or candidate.get("restart_cost")
+    return float(given or (2.0 if candidate["flag"] in SLOW_START else 1.0))
 
 
 def slow_start_flags(candidates: list[Any]) -> dict[str, float]:

@@ -73,8 +73,8 @@ class PlannerDeps:
 def candidates_view(deps: PlannerDeps) -> list[dict[str, Any]]:
     """The playbook candidates as the planner sees them, with what the baseline's state makes of
     each (`state_factor`, `state_why`, `acts_at_levels`), the smallest gain one trial can
-    establish here (`establishable`, `agent.policy.order`) and the trials the budget fits
-    (`trials_left`)."""
+    establish here (`establishable`, `agent.policy.order`), what a trial of it costs here
+    (`trial_cost`) and the trials the budget fits (`trials_left`)."""
     from agent.policy.loadstate import acts_at, state_factor
     from agent.policy.order import establishable
 
@@ -103,6 +103,8 @@ def candidates_view(deps: PlannerDeps) -> list[dict[str, Any]]:
             "risk": c.lever.risk,
             "expected_gain": getattr(c.lever, "expected_gain", None),
             "restart_cost": getattr(c.lever, "restart_cost", None),
+            # ordinary trials' time a trial of it takes here (a slow start's launches, as measured)
+            "trial_cost": deps.runner.trial_cost(c.flag) if deps.runner is not None else None,
             "establishable": bar,
             "min_effect": bench.min_effect if bench is not None else None,
             # the trials the budget fits as the list is made (each trial result says it again)

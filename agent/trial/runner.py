@@ -129,6 +129,15 @@ class TrialRunner:
         restart = statistics.median(self.launch_seconds) if self.launch_seconds else one_rep
         return longest + 2 * (cost - 1) * restart
 
+    def trial_cost(self, flag: str) -> float:
+        """How many ordinary trials' time a trial of `flag` takes (`trial_estimate` of it over that of
+        any trial): 1, more for a flag that starts slowly, as much more as its two longer launches
+        add to a trial here (little where the benchmark blocks dominate a trial, much where start-up does)."""
+        ordinary = self.trial_estimate()
+        if ordinary <= 0 or not self.launch_seconds:  # no restart timed yet: the playbook's figure
+            return self.slow_starts.get(flag, 1.0)
+        return self.trial_estimate([TrialChange(flag=flag)]) / ordinary
+
     def note_restart(self, outcome: Any) -> None:
         """Count a deploy's or rollback's time (when it restarted something)."""
         if getattr(outcome, "changed", True) and getattr(outcome, "seconds", 0) > 0:
