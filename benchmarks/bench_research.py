@@ -163,7 +163,9 @@ def main() -> None:
         seed = {n for n, p in PROFILES.items() if (p["config"], p["sm"]) == (story["config"], story["sm"])}
         others = [r for c, _, _, r in taught + held if c["profile"] not in seed]
         sure = [r for _, _, k, r in taught + held if k >= 0.9]
-        print(f"\nall sets, deployments other than the seed's ({', '.join(sorted(seed))}): {sum(others)}/{len(others)} right")
+        print(
+            f"\nall sets, deployments other than the seed's ({', '.join(sorted(seed))}): {sum(others)}/{len(others)} right"
+        )
         print(f"all sets, certainty >= 0.9: {sum(sure)}/{len(sure)} right")
         return
     trees = (

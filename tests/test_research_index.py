@@ -254,7 +254,9 @@ def test_a_file_over_the_size_limit_is_skipped_with_a_note(tmp_path, monkeypatch
     assert any("not read, over 4 MB: sglang/srt/layers/table.py" in n for n in verdict.notes)
 
 
-def test_flashinfer_is_installed_where_the_versions_server_requirements_say_so(sglang_049, sglang_0523) -> None:  # type: ignore[no-untyped-def]
+def test_flashinfer_is_installed_where_the_versions_server_requirements_say_so(
+    sglang_049, sglang_0523
+) -> None:  # type: ignore[no-untyped-def]
     """0.4.9 requires flashinfer_python for its `srt` extra (every server installs it), 0.5.23 for
     every install: on an NVIDIA GPU `software.flashinfer` is a fact, not a missing one."""
     from tools.research.facts import installed
@@ -264,7 +266,6 @@ def test_flashinfer_is_installed_where_the_versions_server_requirements_say_so(s
         assert "flashinfer_python" in index.requires, sorted(index.requires)[:20]
         assert installed(index, {"gpu.sm": 90})["software.flashinfer"] is True
         assert installed(index, {"gpu.vendor": "amd"}) == {}
-
 
 
 def test_module_status_is_cached_on_disk_under_one_key_whatever_the_hash_seed(tree) -> None:  # type: ignore[no-untyped-def]

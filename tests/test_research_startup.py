@@ -171,7 +171,11 @@ def test_a_setting_filled_in_at_model_load_is_the_value_that_runs(sglang_049) ->
     assert installed(index, {"gpu.sm": 90})["software.cuda"] == "12.6"
     given = profile_facts("deepseekv3-h200x8")
     startup = startup_answer(
-        sglang_049, given, ["--enable-mixed-chunk"], base_argv=profile_argv("deepseekv3-h200x8"), model_config=DEEPSEEK
+        sglang_049,
+        given,
+        ["--enable-mixed-chunk"],
+        base_argv=profile_argv("deepseekv3-h200x8"),
+        model_config=DEEPSEEK,
     )
     facts = deployment_facts(index, given, startup, default_facts(index.catalog))
     assert facts["server.attention_backend"] is None  # what start-up leaves

@@ -118,7 +118,7 @@ def test_a_value_stored_and_read_back_only_to_store_again_is_unknown(index) -> N
 
 
 def test_an_applies_the_code_could_not_settle_leaves_a_fact_based_rule_standing() -> None:
-    """"applies" at certainty 0.55 (a reader whose conditions are open at run time) against the
+    """ "applies" at certainty 0.55 (a reader whose conditions are open at run time) against the
     playbook's "needs server.tp_size > 1" on one GPU: the rule, decided on a fact, stands; a sure
     "applies" (0.9) still overrules it."""
     need = {"condition": "server.tp_size > 1", "actual": 1, "outcome": "fail"}

@@ -224,7 +224,9 @@ def test_list_and_review_keep_every_column_at_80_columns(sessions: tuple[Path, s
     flat = re.sub(r"\s+", "", listed.stdout)
     for field in (good, cut, "improvethroughput", "builtin", "sim", "kept--cuda-graph-max-bs256", "msgs"):
         assert field in flat, field
-    assert len(listed.stdout.splitlines()) <= 16  # two sessions; was one row over 12 lines, the outcome dropped
+    assert (
+        len(listed.stdout.splitlines()) <= 16
+    )  # two sessions; was one row over 12 lines, the outcome dropped
     shown = runner.invoke(app, ["transcripts", "review", good, "--dir", str(d)], env={"COLUMNS": "80"})
     assert shown.exit_code == 0 and "…" not in shown.stdout.split("Research verdicts")[1].split("Evidence")[0]
     assert "--cuda-graph-max-bs" in re.sub(r"\s+", "", shown.stdout.split("Research verdicts")[1])

@@ -176,7 +176,7 @@ def remote_probe_script() -> str:
         'case "$c" in ""|.) continue;; ..) cur=$(dirname "$cur"); continue;; esac; p="${cur%/}/$c"; '
         'if [ -L "$p" ]; then n=$((n+1)); [ $n -le 40 ] || exit 6; echo "link $n $(stat -c %u "$p") $p"; '
         'chain "link:$n" "$cur"; t=$(readlink "$p"); case "$t" in /*) cur=/;; esac; rest="$t${rest:+/$rest}"; '
-        'else cur=$p; fi; done; '
+        "else cur=$p; fi; done; "
         'r=$(cd "$1" && pwd -P) || exit 4; chain run "$r"; '
         'u=$(cd "$(dirname "$2")" 2>/dev/null && pwd -P) || exit 5; chain unit "$u"; echo entries; '
         'ents() { for f in "$1"/* "$1"/.[!.]* "$1"/..?*; do { [ -e "$f" ] || [ -L "$f" ]; } || continue; '
