@@ -285,3 +285,33 @@ def test_the_builtin_planner_bundles_what_the_budget_left_cannot_try_alone():
         run["reason"].startswith("more levers than the budget")
         and "fits about 1 more trial and" in run["together_reason"]
     )
+
+
+def test_a_sure_member_of_a_bundle_that_regressed_gets_one_trial_alone():
+    # a100x2-mixtral at 75f784a: torch.compile rode with --disable-radix-cache, whose lost prefix
+    # reuse cost -26% at c=64 on the shared-prefix mix; torch.compile itself was never judged
+    cands = [
+        cand("--compile", "medium"),
+        cand("--chunk", "low"),
+        {**cand("--radix", "low"), "expected_gain": 0.01},
+    ]
+    verdicts = {c["flag"]: {**APPLIES, "flag": c["flag"]} for c in cands}
+    run = _calls(planner_policy_for(cands, verdicts, []))["run_trial"]
+    assert [c["flag"] for c in run["changes"]] == ["--compile", "--chunk", "--radix"]
+    sunk = {
+        "trial": 1,
+        "kind": "bundle",
+        "decision": "rolled_back",
+        "verdict": "regressed",
+        "why": "regressed",
+    }
+    again = _calls(planner_policy_for(cands, verdicts, [(run, sunk)]))["run_trial"]
+    # only the member research is sure of and that may be worth the minimum effect, and not as a bundle
+    assert [c["flag"] for c in again["changes"]] == ["--compile"] and "together_reason" not in again
+    assert "a bundle it was in regressed" in again["reason"]
+    tried = {f: [sunk] for f in ("--compile", "--chunk", "--radix")}
+    assert [c["flag"] for c, _ in next_trials(cands, verdicts, tried)] == ["--compile"]
+    # judged alone once: never again; a bundle that merely was not established frees no member
+    assert next_trials(cands, verdicts, {**tried, "--compile": [sunk, {"decision": "rolled_back"}]}) == []
+    flat = {**sunk, "verdict": "no_change"}
+    assert next_trials(cands, verdicts, {f: [flat] for f in tried}) == []

@@ -19,7 +19,8 @@ establish with this deployment's restart spread (`establishable`) would be "not 
 however real, so the untried small ones go into one change (`plan_bundle`), ranked by the sum of
 their values for one restart. A kept bundle is then pruned of its doubtful members
 (`doubtful_members`: low certainty, or no mechanism at the level that won), each left out in a
-trial of its own (`agent.trial.prune`).
+trial of its own (`agent.trial.prune`); a bundle that regressed gives each member research is sure
+of one trial alone (one member's cost hides the others' gains).
 
 The budget is counted too: when more candidates are open than the trials the budget still fits (the
 runner's `trials_left`, in every trial result), the ones research is sure enough of that would not
@@ -117,6 +118,15 @@ def establishable(spread: float, min_effect: float) -> float:
     term's variance is one launch's) establishes about four times in five with restart spread
     `spread`; never below the minimum effect the rule asks."""
     return max(min_effect, Z_ESTABLISH * spread)
+
+
+def _sunk_by_its_bundle(results: list[dict[str, Any]]) -> bool:
+    """Tried only in one bundle, which regressed: the cost may be any member's (a cache lever's on
+    shared prefixes, say), so a member research is sure of has not been judged (`next_trials` gives
+    it one trial alone; it is never bundled again)."""
+    return (
+        len(results) == 1 and results[0].get("kind") == "bundle" and results[0].get("verdict") == "regressed"
+    )
 
 
 def _open(results: list[dict[str, Any]]) -> bool:
@@ -263,5 +273,10 @@ def next_trials(
             ranked.append((value, i, c, "retry: known-good moved beyond its spread during its trial"))
         elif len(results) == 1 and (miss := results[0].get("near_miss")):
             ranked.append((second_look_value(c, miss), i, c, "second look at a near miss"))
+        elif _sunk_by_its_bundle(results) and _sure_enough(c, verdicts):
+            value = RETRY_SHARE * expected_value(c, verdicts.get(c["flag"]))
+            ranked.append(
+                (value, i, c, "alone: a bundle it was in regressed, which another member may explain")
+            )
     ranked.sort(key=lambda x: (-x[0], x[1]))
     return [(c, why) for _, _, c, why in fit_budget(ranked, slots, verdicts)]

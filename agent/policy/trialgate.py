@@ -36,6 +36,7 @@ def trial_result(deps: Any, record: Any) -> dict[str, Any]:
         "output_tok_s": record.levels,
         "baseline_output_tok_s": deps.baseline_levels,
         "ratio": (record.comparison or {}).get("ratio"),
+        "verdict": (record.comparison or {}).get("verdict"),
         # what the decision compared: known-good vs candidate blocks, change with its 95% interval
         "decided": decided_levels(record.model_dump(mode="json")),
         "headline": headline(record.model_dump(mode="json")),
