@@ -62,7 +62,9 @@ def test_restarts_records_the_launch_spread_and_a_run_then_uses_it(sim_host, tmp
     text = path.read_text()
     assert text.startswith(original.split("reps = 3")[0]) and "# the levels production sees" in text
     bench = tomllib.loads(text)["bench"]
-    assert bench["launch_spread_df"] == 3 and 0 <= bench["launch_spread"] < 0.2
+    # a figure, not a claim about its size: these blocks last milliseconds of wall time at time scale
+    # 0.01, so a launch measured while the other test worker is busy runs slower (0.33 seen in CI)
+    assert bench["launch_spread_df"] == 3 and 0 < bench["launch_spread"] < 1.0
     assert bench["concurrency"] == [1, 8, 64] and bench["reps"] == 3
     assert f"launch_spread = {bench['launch_spread']:.4f}" in out
 
