@@ -105,8 +105,9 @@ def second_look_value(candidate: dict[str, Any], near_miss: dict[str, Any]) -> f
 
 
 RETRY_SHARE = 0.8
-"""A trial the machine disturbed (known-good moved beyond its spread) is tried once more, at this
-share of its untried value (it spent a restart or two without an answer)."""
+"""A trial the machine disturbed (known-good moved beyond its spread), or a sure member of a bundle
+that regressed, is tried once more, at this share of its untried value (it spent a restart or two
+without an answer)."""
 Z_ESTABLISH = 1.96 + 0.84
 """A 95% interval's half width plus the distance at which four trials in five clear it."""
 DOUBTFUL_CERTAINTY = 0.5

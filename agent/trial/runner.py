@@ -133,9 +133,10 @@ class TrialRunner:
         """How many ordinary trials' time a trial of `flag` takes (`trial_estimate` of it over that of
         any trial): 1, more for a flag that starts slowly, as much more as its two longer launches
         add to a trial here (little where the benchmark blocks dominate a trial, much where start-up does)."""
+        slow = self.slow_starts.get(flag, 1.0)
         ordinary = self.trial_estimate()
-        if ordinary <= 0 or not self.launch_seconds:  # no restart timed yet: the playbook's figure
-            return self.slow_starts.get(flag, 1.0)
+        if slow == 1.0 or ordinary <= 0 or not self.launch_seconds:  # untimed: the playbook's figure
+            return slow
         return self.trial_estimate([TrialChange(flag=flag)]) / ordinary
 
     def note_restart(self, outcome: Any) -> None:
