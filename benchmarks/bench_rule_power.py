@@ -150,7 +150,7 @@ def one_trial(  # type: ignore[no-untyped-def]
         from agent.trial.spread import spread_of_blocks
 
         runner.launch_prior = spread_of_blocks(earlier, runner.objective, bench.launch_noise).prior
-        runner.known_good_blocks = [earlier[-1]]
+        runner.prior_blocks = earlier[:-1]  # as `agent.trial.spread.measure_spread` leaves them
     running = target.factor
     for i in range(earlier_configs):  # launches drawn beside the run's, known-good still running
         for k in range(3):

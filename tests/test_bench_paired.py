@@ -253,3 +253,26 @@ def test_a_loaded_known_good_block_no_longer_passes_a_no_op_for_a_gain():
     assert aside is loaded
     assert paired_compare(before, cand, None, THROUGHPUT, **kw).verdict != "improved"
     assert paired_compare(before, cand, after, THROUGHPUT, **kw).verdict != "improved"
+
+
+def test_earlier_launches_of_known_good_narrow_the_interval_only_when_they_agree():
+    rng = random.Random(11)
+    # a +3% candidate on one launch against known-good's before and after launches
+    before, cand, after = (
+        block(rng, noise=0.003),
+        block(rng, noise=0.003, shift=1.03),
+        block(rng, noise=0.003),
+    )
+    alone = paired_compare(before, cand, after, THROUGHPUT, launch_noise=0.01)
+    # four earlier launches of known-good, 1% apart (the restart spread): more launches to average
+    earlier = [block(rng, noise=0.003, shift=f) for f in (1.01, 0.99, 1.005, 0.995)]
+    pooled = paired_compare(before, cand, after, THROUGHPUT, launch_noise=0.01, earlier=earlier)
+    width = lambda c: c.overall.ci_high - c.overall.ci_low  # noqa: E731
+    assert alone.overall.earlier_launches == 0 and alone.overall.launches_known_good == 2
+    assert pooled.overall.earlier_launches == 4 and pooled.overall.launches_known_good == 6
+    assert width(pooled) < 0.9 * width(alone) and abs(pooled.ratio - alone.ratio) < 0.01
+    # the same launches measured 8% slower (a load then, or the machine has changed since): they
+    # would make the candidate look 5% better, so they are left out
+    slow = [block(rng, noise=0.003, shift=f * 0.92) for f in (1.01, 0.99, 1.005, 0.995)]
+    moved = paired_compare(before, cand, after, THROUGHPUT, launch_noise=0.01, earlier=slow)
+    assert moved.overall.earlier_launches == 0 and moved.ratio == alone.ratio

@@ -47,7 +47,10 @@ def test_the_baseline_phase_relaunches_known_good_and_measures_how_far_it_moves(
     assert 0.025 < spread.measured < 0.035  # sd of log(1.00, 1.03, 0.97) = 3.0%
     # used instead of the declared 1%, with its own two degrees of freedom
     assert spread.value == spread.measured and runner.launch_prior == (spread.value, 2)
-    assert runner.known_good_blocks == [runner.reference]  # the last launch is the next trial's A
+    # all three are launches of known-good a trial judges against; the last is the next trial's A,
+    # and the two before it are not pooled into the spread again (the prior holds them)
+    assert len(runner.known_good_blocks) == 3 and runner.known_good_blocks[-1] is runner.reference
+    assert [id(b) for b in runner.prior_blocks] == [id(b) for b in runner.known_good_blocks[:2]]
     assert (
         "over 3 launches of known-good (c=1 3." in spread.describe() and "declared 1.0%" in spread.describe()
     )
@@ -171,3 +174,25 @@ def test_launches_that_agree_within_their_repetitions_give_the_block_s_resolutio
     spread = spread_of_blocks(blocks, GOAL, 0.01)
     assert all(0.0005 < v < 0.003 for v in spread.per_level.values())
     assert spread.value > 0.0005
+
+
+def test_trials_judge_against_every_earlier_launch_of_known_good_but_not_the_one_that_won(monkeypatch):
+    # the spread phase's three launches of known-good, a lever worth +8% kept, then three no-ops
+    # (each a new launch of the new known-good when it is rolled back)
+    launches = Marked(a=[1.0, 1.0, 1.0, *[1.08] * 6], b=[1.0, 1.08, 1.08, *[1.08] * 6])
+    runner = runner_on(monkeypatch, launches, BenchConfig(), probe=False)
+    asyncio.run(measure_spread(runner))
+    runner.launch_prior = (0.01, 2)  # 1% measured on the three launches (they were scripted alike)
+
+    def trial(flag: str) -> dict:
+        record = asyncio.run(runner.run([TrialChange(flag=flag)], reason="test"))
+        return {"decision": record.decision, **record.comparison["overall"]}
+
+    first = trial("--enable-mixed-chunk")
+    # the two relaunches before the running one are launches of the same known-good
+    assert first["decision"] == "kept" and first["earlier_launches"] == 2
+    # the launch that won measured high by luck as well: it is never an earlier launch to judge by
+    assert trial("--enable-torch-compile")["earlier_launches"] == 0
+    assert trial("--enable-two-batch-overlap")["earlier_launches"] == 0
+    # the new known-good's own relaunch (the second trial's rollback) is
+    assert trial("--enable-dp-attention")["earlier_launches"] == 1

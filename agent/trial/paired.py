@@ -313,6 +313,7 @@ async def _commit(r: Any, record: TrialRecord, final: Any, launches: list[list[A
     record.improved = True
     record.decision, record.why = "kept", final.summary + (f" ({note})" if note else "")
     r.best, r.best_reps, r.reference = record, launches[-1], launches[-1]
+    r.won_launch = r.restarts
     r.known_good_blocks = [launches[-1]]  # a new known-good configuration: its own history starts here
 
 

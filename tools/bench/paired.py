@@ -61,6 +61,11 @@ class Interval(BaseModel):
     """Share of the variance that more repetitions in the same launch can still reduce."""
     launch_spread: float = 0.0
     """Restart-to-restart spread (relative sd) the interval assumed for each launch."""
+    launches_known_good: int = 0
+    """Launches of known-good the interval averages over: this trial's, and the earlier ones of the
+    same configuration when they measure as this trial's do (`earlier_launches`)."""
+    earlier_launches: int = 0
+    """Of those, launches measured before this trial."""
 
     def pct(self) -> str:
         """`+4.1% [+2.0..+6.2]`."""
@@ -244,12 +249,15 @@ def launch_spread(
 def interval(
     known_good: list[Block], cand: list[Block], *, launch_noise: float, alpha: float,
     spread: tuple[float, int] = (0.0, 0), concurrency: int | None = None,
-    prior_df: float | None = None,
+    prior_df: float | None = None, earlier: list[Block] | None = None,
 ) -> Interval:  # fmt: skip
     """The candidate's launches vs the known-good launches around them, on log values oriented so
     that > 0 is better. Each argument holds one block per launch, in time order, of (seed, value)
     repetitions: blocks measured on the same prompts are compared with their effect taken out
-    (`tools.bench.blockfit`).
+    (`tools.bench.blockfit`). `earlier`: known-good's launches before these, one block each; when
+    they agree with `known_good` (`_agrees`) known-good's mean is taken over all its launches (the
+    launch term shrinks with their number: a +3% lever at c=64 is kept 85% of the time instead of
+    75% when known-good has six earlier launches, `bench_rule_power.py --history 7`).
 
     Variance: the repetition noise of every block mean, the launch-to-launch spread of each launch
     (the candidate's mean launch and the known-good mean launch), and what the first and last
@@ -266,17 +274,22 @@ def interval(
     )  # fmt: skip
     if not a or not b:
         return out
-    fit = fit_blocks(a + b)
-    diff, within = fit.contrast([-1 / len(a)] * len(a) + [1 / len(b)] * len(b))
+    per_launch, launch_df = launch_spread(math.log1p(launch_noise), spread, prior_df)
+    e = [g for g in earlier or [] if g]
+    if e and not _agrees(e, a, per_launch, launch_df, alpha):
+        e = []
+    out.launches_known_good, out.earlier_launches = len(e) + len(a), len(e)
+    fit = fit_blocks(e + a + b)
+    na = len(e) + len(a)
+    diff, within = fit.contrast([-1 / na] * na + [1 / len(b)] * len(b))
     out.ratio = math.exp(diff)
     drift = (0.0, 0.0)
     if len(a) > 1:
-        drift = fit.contrast([-1.0] + [0.0] * (len(a) - 2) + [1.0] + [0.0] * len(b))
+        drift = fit.contrast([0.0] * len(e) + [-1.0] + [0.0] * (len(a) - 2) + [1.0] + [0.0] * len(b))
         out.drift = drift[0]
     df = fit.df
     if df < 1:
         return out
-    per_launch, launch_df = launch_spread(math.log1p(launch_noise), spread, prior_df)
     out.launch_spread = math.expm1(per_launch)
     # what the two A blocks disagree on beyond their own noise and beyond the restart spread (they
     # are two launches; the launch term below counts that part) is drift that need not be linear:
@@ -284,7 +297,7 @@ def interval(
     extra = 0.0
     if len(a) > 1:
         extra = max(0.0, out.drift**2 - drift[1] - 2 * per_launch**2) / 4
-    launch = (1 / len(a) + 1 / len(b)) * per_launch**2
+    launch = (1 / na + 1 / len(b)) * per_launch**2
     var = within + launch + extra
     se = math.sqrt(var)
     if se <= 1e-12:
@@ -299,6 +312,29 @@ def interval(
     out.ci_low, out.ci_high = math.exp(diff - half), math.exp(diff + half)
     out.p_value = float(2 * sps.t.sf(abs(diff) / se, dof))
     return out
+
+
+def _agrees(
+    earlier: list[Block], known_good: list[Block], per_launch: float, launch_df: float, alpha: float
+) -> bool:
+    """The known-good launches measured before a trial agree with the trial's own (their means
+    within the t interval that the restart spread and their repetitions allow): then they are more
+    launches of the same server, and known-good's mean over all of them is what a candidate is
+    measured against. Ones that moved (a load then or now, a drift) are left out."""
+    from scipy import stats as sps
+
+    fit = fit_blocks(earlier + known_good)
+    if fit.df < 1:
+        return False
+    w = [1 / len(earlier)] * len(earlier) + [-1 / len(known_good)] * len(known_good)
+    diff, within = fit.contrast(w)
+    launch = (1 / len(earlier) + 1 / len(known_good)) * per_launch**2
+    var = within + launch
+    if var <= 1e-24:
+        return abs(diff) < 1e-12
+    noise = within**2 / fit.df + launch**2 / launch_df
+    dof = var**2 / noise if noise > 0 else math.inf
+    return abs(diff) <= float(sps.t.ppf(1 - alpha / 2, dof)) * math.sqrt(var)
 
 
 def paired_compare(
@@ -316,6 +352,7 @@ def paired_compare(
     third: tuple[list[SweepResult], list[SweepResult]] | None = None,
     prior_df: float | None = None,
     groups: list[list[list[SweepResult]]] | None = None,
+    earlier: list[list[SweepResult]] | None = None,
 ) -> PairedComparison:
     """The A/B/A verdict of `cand` against the known-good blocks `before` and `after` (may be empty:
     a provisional A/B look used to stop early or to add repetitions). `history`: every block of the
@@ -325,7 +362,9 @@ def paired_compare(
     configuration the run launched more than once tells how far a restart moves a server).
     `confirm`: a block on a second launch of the candidate (after `after`): both candidate launches
     are judged. `third`: (known-good, candidate) blocks of one more launch of each, in that order
-    after `confirm`: three launches of each side are judged."""
+    after `confirm`: three launches of each side are judged. `earlier`: known-good's launches before
+    `before`'s, one block each (none that won a trial: it was kept because it measured high); the
+    ones that agree with this trial's known-good launches join them (`interval`)."""
     after = after or []
     more_good, more_cand = third or ([], [])
     levels = sorted(_ok_levels(before))
@@ -340,7 +379,7 @@ def paired_compare(
         return interval(
             v([before, after, more_good]), v([cand, confirm or [], more_cand]),
             spread=pooled_spread([*(groups or []), *([history] if history else [])], objective, at),
-            concurrency=concurrency, **kw,
+            concurrency=concurrency, earlier=v(earlier or []), **kw,
         )  # fmt: skip
 
     overall = judged(wanted)
@@ -416,5 +455,7 @@ def _describe(overall: Interval, per_level: list[Interval], rule: str, objective
     n = f"{overall.n_before}+{overall.n_after} known-good vs {overall.n_candidate} candidate repetitions"
     if overall.launches_candidate > 1:
         n += f" on {overall.launches_candidate} launches"
+    if overall.earlier_launches:
+        n += f", known-good over {overall.launches_known_good} launches ({overall.earlier_launches} before this trial)"
     drift = f", A-A drift {overall.drift * 100:+.1f}%" if overall.n_after else ""
     return f"{objective.description} {overall.pct()} (95% CI); {levels}; {n}{drift}; rule: {rule}"
