@@ -35,7 +35,10 @@ def test_the_api_key_is_never_printed(ssh_sim, tmp_path: Path) -> None:  # type:
         cli("deploy", "--set", "mem-fraction-static=0.5", "--yes", config=with_key, timeout=120),
     ]
     assert outputs[1].returncode == 0 and "--api-key" in outputs[1].stdout
-    assert outputs[4].returncode == 1 and "last log lines" in outputs[4].stdout
+    # a failure is told on stderr, its error text as the host gave it (no markup tags shown)
+    failed = outputs[4]
+    assert failed.returncode == 1 and "last log lines" in failed.stderr, failed.stdout + failed.stderr
+    assert "deploy failed: " in failed.stderr and "[red]" not in failed.stderr + failed.stdout
     for result in outputs:
         assert KEY not in result.stdout + result.stderr, result.args
     assert "[REDACTED]" in outputs[0].stdout and "[REDACTED]" in outputs[2].stdout

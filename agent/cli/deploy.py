@@ -120,16 +120,19 @@ def _print_outcome(outcome: Any, what: str, cfg: Config | None = None) -> None:
             f"[green]{what}[/] in {outcome.seconds:.1f}s{health}" + (f" [dim]({steps})[/]" if steps else "")
         )
         return
-    console.print(f"[red]{what} failed:[/] {_secret(outcome.error, cfg)}", markup=False, highlight=False)
+    # a failure goes to stderr, as every other error; its text is the host's, never markup
+    from rich.text import Text
+
+    err_console.print(Text.assemble((f"{what} failed: ", "red"), _secret(outcome.error, cfg)), highlight=False)
     if outcome.rolled_back and outcome.restored:
-        console.print("the known-good configuration was restored")
+        err_console.print("the known-good configuration was restored")
     elif outcome.rolled_back:  # never together with "restored": it is not serving
-        console.print(
+        err_console.print(
             "[red bold]the known-good configuration was put back but is NOT serving: check the host[/]"
         )
     if outcome.log_tail:
-        console.print("[bold]last log lines:[/]")
-        console.print(_secret(outcome.log_tail, cfg), markup=False, highlight=False)
+        err_console.print("[bold]last log lines:[/]")
+        err_console.print(_secret(outcome.log_tail, cfg), markup=False, highlight=False)
 
 
 def deploy(
