@@ -123,7 +123,9 @@ def _print_outcome(outcome: Any, what: str, cfg: Config | None = None) -> None:
     # a failure goes to stderr, as every other error; its text is the host's, never markup
     from rich.text import Text
 
-    err_console.print(Text.assemble((f"{what} failed: ", "red"), _secret(outcome.error, cfg)), highlight=False)
+    err_console.print(
+        Text.assemble((f"{what} failed: ", "red"), _secret(outcome.error, cfg)), highlight=False
+    )
     if outcome.rolled_back and outcome.restored:
         err_console.print("the known-good configuration was restored")
     elif outcome.rolled_back:  # never together with "restored": it is not serving
