@@ -276,3 +276,18 @@ def test_earlier_launches_of_known_good_narrow_the_interval_only_when_they_agree
     slow = [block(rng, noise=0.003, shift=f * 0.92) for f in (1.01, 0.99, 1.005, 0.995)]
     moved = paired_compare(before, cand, after, THROUGHPUT, launch_noise=0.01, earlier=slow)
     assert moved.overall.earlier_launches == 0 and moved.ratio == alone.ratio
+    # 1.5% slower: within what four launches 1% apart may show, so they count, but the shift moves
+    # the estimate by their share and the interval says so
+    near = [block(random.Random(5), noise=0.003, shift=f * 0.985) for f in (1.01, 0.99, 1.005, 0.995)]
+    level = [block(random.Random(5), noise=0.003, shift=f) for f in (1.01, 0.99, 1.005, 0.995)]
+    shifted, same = (
+        paired_compare(before, cand, after, THROUGHPUT, launch_noise=0.01, earlier=e) for e in (near, level)
+    )
+    assert shifted.overall.earlier_launches == same.overall.earlier_launches == 4
+    assert width(shifted) > 1.2 * width(same)
+    # known-good moved 10% between its blocks in this trial: the machine is changing, and its earlier
+    # launches are not the server measured now
+    drifting = paired_compare(
+        before, cand, block(rng, noise=0.003, shift=0.9), THROUGHPUT, launch_noise=0.01, earlier=earlier
+    )
+    assert drifting.overall.earlier_launches == 0 and drifting.overall.launches_known_good == 2

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import math
 
+from agent.trial.paired import known_good_block
 from agent.trial.record import Baseline, TrialChange
 from agent.trial.runner import TrialRunner
 from agent.trial.spread import MARK, measure_spread, spread_of_blocks
@@ -191,6 +192,12 @@ def test_trials_judge_against_every_earlier_launch_of_known_good_but_not_the_one
     first = trial("--enable-mixed-chunk")
     # the two relaunches before the running one are launches of the same known-good
     assert first["decision"] == "kept" and first["earlier_launches"] == 2
+    # a trial on a workload of its own measures the winning launch afresh (nothing to settle with)
+    # and hands known-good's history back afterwards: the winner's first block stays out all the same
+    history = runner.known_good_blocks
+    runner.known_good_blocks, runner.reference = [], None
+    asyncio.run(known_good_block(runner))
+    runner.known_good_blocks, runner.reference = history, None
     # the launch that won measured high by luck as well: it is never an earlier launch to judge by
     assert trial("--enable-torch-compile")["earlier_launches"] == 0
     assert trial("--enable-two-batch-overlap")["earlier_launches"] == 0

@@ -44,14 +44,10 @@ def _cmp(
 def earlier_good(r: Any, in_trial: list[Any]) -> list[Any]:
     """Known-good's launches measured before this trial, one block each: the current known-good
     configuration's (`r.known_good_blocks`, the spread phase's relaunches among them) but not the
-    blocks this trial measured, nor the launch that won a trial (`r.won_launch`: it was kept because
-    it measured high, and a block on it shares its luck)."""
-    won = {id(block) for k, (_, block) in r.launch_blocks.items() if k == r.won_launch}
-    return [
-        block
-        for block in r.known_good_blocks
-        if block and not any(block is x for x in in_trial) and id(block) not in won
-    ]
+    blocks this trial measured, nor a block on the launch that won a trial (`r.won_blocks`: it was
+    kept because it measured high, and every block on it shares its luck)."""
+    skip = [*in_trial, *r.won_blocks]
+    return [block for block in r.known_good_blocks if block and not any(block is x for x in skip)]
 
 
 def _judged(cmp: Any) -> list[Any]:
@@ -136,8 +132,8 @@ def _clear_win(r: Any, first: Any, before: list[Any], on_winner: bool) -> bool:
     """An A/B win no drift or launch can explain: improved with the interval's low end at least
     twice the minimum effect at a judged level, and known-good measured as it measured before (the
     launch that just won, or a block within the minimum effect of the latest earlier block of
-    known-good and not significantly apart from it; the first block of a run has nothing to agree
-    with). Keeping it at once saves the rollback and the second launch (two restarts); anything
+    known-good and not significantly apart from it; a run that relaunched nothing before its first
+    trial has nothing to agree with). Keeping it at once saves the rollback and the second launch (two restarts); anything
     less clear goes through A/B/A."""
     b = r.bench
     clear = any(i.ci_low is not None and i.ci_low >= 1 + 2 * b.min_effect for i in _judged(first))

@@ -255,7 +255,7 @@ def interval(
     that > 0 is better. Each argument holds one block per launch, in time order, of (seed, value)
     repetitions: blocks measured on the same prompts are compared with their effect taken out
     (`tools.bench.blockfit`). `earlier`: known-good's launches before these, one block each; when
-    they agree with `known_good` (`_agrees`) known-good's mean is taken over all its launches (the
+    they agree with `known_good` (`_earlier_shift`) known-good's mean is taken over all its launches (the
     launch term shrinks with their number: a +3% lever at c=64 is kept 85% of the time instead of
     75% when known-good has six earlier launches, `bench_rule_power.py --history 7`).
 
@@ -276,8 +276,9 @@ def interval(
         return out
     per_launch, launch_df = launch_spread(math.log1p(launch_noise), spread, prior_df)
     e = [g for g in earlier or [] if g]
-    if e and not _agrees(e, a, per_launch, launch_df, alpha):
-        e = []
+    shift = _earlier_shift(e, a, per_launch, launch_df, alpha) if e else None
+    if shift is None:
+        e, shift = [], 0.0
     out.launches_known_good, out.earlier_launches = len(e) + len(a), len(e)
     fit = fit_blocks(e + a + b)
     na = len(e) + len(a)
@@ -297,8 +298,15 @@ def interval(
     extra = 0.0
     if len(a) > 1:
         extra = max(0.0, out.drift**2 - drift[1] - 2 * per_launch**2) / 4
+    if e and extra > 0:  # known-good moved within this trial: its earlier launches are another server
+        return interval(
+            known_good, cand, launch_noise=launch_noise, alpha=alpha, spread=spread,
+            concurrency=concurrency, prior_df=prior_df,
+        )  # fmt: skip
     launch = (1 / na + 1 / len(b)) * per_launch**2
-    var = within + launch + extra
+    # what the earlier launches' mean sits from this trial's beyond chance may be a real shift, and
+    # moves the estimate by their share of known-good's mean: a bound, like the drift term
+    var = within + launch + extra + (len(e) / na) ** 2 * shift
     se = math.sqrt(var)
     if se <= 1e-12:
         out.ci_low = out.ci_high = out.ratio
@@ -314,27 +322,30 @@ def interval(
     return out
 
 
-def _agrees(
+def _earlier_shift(
     earlier: list[Block], known_good: list[Block], per_launch: float, launch_df: float, alpha: float
-) -> bool:
-    """The known-good launches measured before a trial agree with the trial's own (their means
-    within the t interval that the restart spread and their repetitions allow): then they are more
-    launches of the same server, and known-good's mean over all of them is what a candidate is
-    measured against. Ones that moved (a load then or now, a drift) are left out."""
+) -> float | None:
+    """How far (squared, log) the mean of known-good's earlier launches sits from this trial's own
+    known-good launches beyond what the restart spread and their repetitions explain; None when the
+    difference is significant (t test at `alpha`: a load then or now, a machine that changed), and
+    they are left out. Otherwise they are more launches of the same server, and known-good's mean
+    is taken over all of them, the shift kept in the interval as a bias bound (`interval`)."""
     from scipy import stats as sps
 
     fit = fit_blocks(earlier + known_good)
     if fit.df < 1:
-        return False
+        return None
     w = [1 / len(earlier)] * len(earlier) + [-1 / len(known_good)] * len(known_good)
     diff, within = fit.contrast(w)
     launch = (1 / len(earlier) + 1 / len(known_good)) * per_launch**2
     var = within + launch
     if var <= 1e-24:
-        return abs(diff) < 1e-12
+        return 0.0 if abs(diff) < 1e-12 else None
     noise = within**2 / fit.df + launch**2 / launch_df
     dof = var**2 / noise if noise > 0 else math.inf
-    return abs(diff) <= float(sps.t.ppf(1 - alpha / 2, dof)) * math.sqrt(var)
+    if abs(diff) > float(sps.t.ppf(1 - alpha / 2, dof)) * math.sqrt(var):
+        return None
+    return max(0.0, diff**2 - var)
 
 
 def paired_compare(
