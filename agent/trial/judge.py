@@ -133,8 +133,8 @@ def _clear_win(r: Any, first: Any, before: list[Any], on_winner: bool) -> bool:
     twice the minimum effect at a judged level, and known-good measured as it measured before (the
     launch that just won, or a block within the minimum effect of the latest earlier block of
     known-good and not significantly apart from it; a run that relaunched nothing before its first
-    trial has nothing to agree with). Keeping it at once saves the rollback and the second launch (two restarts); anything
-    less clear goes through A/B/A."""
+    trial has nothing to agree with). Keeping it at once saves the rollback and the second launch
+    (two restarts); anything less clear goes through A/B/A."""
     b = r.bench
     clear = any(i.ci_low is not None and i.ci_low >= 1 + 2 * b.min_effect for i in _judged(first))
     if first.verdict != "improved" or not clear or first.significantly_worse:

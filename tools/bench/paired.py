@@ -255,9 +255,9 @@ def interval(
     that > 0 is better. Each argument holds one block per launch, in time order, of (seed, value)
     repetitions: blocks measured on the same prompts are compared with their effect taken out
     (`tools.bench.blockfit`). `earlier`: known-good's launches before these, one block each; when
-    they agree with `known_good` (`_earlier_shift`) known-good's mean is taken over all its launches (the
-    launch term shrinks with their number: a +3% lever at c=64 is kept 85% of the time instead of
-    75% when known-good has six earlier launches, `bench_rule_power.py --history 7`).
+    they agree with `known_good` (`_earlier_shift`) known-good's mean is taken over all its
+    launches (the launch term shrinks with their number: a +3% lever at c=64 is kept 83% of the
+    time instead of 75% when known-good has six earlier launches, `bench_rule_power.py --history 7`).
 
     Variance: the repetition noise of every block mean, the launch-to-launch spread of each launch
     (the candidate's mean launch and the known-good mean launch), and what the first and last
