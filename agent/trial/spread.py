@@ -16,7 +16,8 @@ A measured figure counts with its own degrees of freedom (the t quantile of ever
 accordingly, so three launches that happened to agree cannot make a trial overconfident); the
 run's later launches of every configuration launched more than once (known-good's, earlier
 candidates': `TrialRunner.launch_groups`, `tools.bench.paired.pooled_spread`) are pooled with it
-(`tools.bench.paired.launch_spread`). Weighing
+(`tools.bench.paired.launch_spread`). The launches measured here are also launches of known-good
+that every trial's known-good mean takes in (`agent.trial.judge.earlier_good`). Weighing
 the declared 1% in as two launches pulled a true 2.5% spread down and kept 6% of no-ops
 (`python benchmarks/bench_rule_power.py --measured --history 3 --gains 0`, 300 trials a cell: 3.7%
 without it, 8.7% with the declared figure alone).
