@@ -139,12 +139,9 @@ async def measure_spread(r: Any) -> LaunchSpread:
     measured = spread_of_blocks(blocks, r.objective, r.bench.launch_noise)
     r.launch_prior = measured.prior
     # every launch measured is a launch of known-good a trial may judge against (its spread is in
-    # the prior already, so it is not pooled again)
+    # the prior already, so it is not pooled again); the running one, when measured, is the last
     r.prior_blocks = [b for b in blocks if b is not r.reference]
-    r.known_good_blocks = [
-        *r.prior_blocks,
-        *(b for b in r.known_good_blocks if not any(b is p for p in r.prior_blocks)),
-    ]
+    r.known_good_blocks = list(blocks)
     return measured
 
 
