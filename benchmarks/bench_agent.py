@@ -47,8 +47,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 from rich.console import Console
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -227,7 +229,7 @@ def objective(base: dict[int, float], now: dict[int, float]) -> float:
 
 def oracle(
     name: str, candidates: list, base: dict[int, float]
-) -> tuple[dict[str, tuple[float, list[str]]], dict]:
+) -> tuple[dict[str, tuple[float, list[str]]], dict, list[dict]]:
     """Best objective over every combination of the playbook's levers (any status but absent from
     the version; lossy ones excluded), and each lever's own levels.
 
@@ -277,7 +279,7 @@ def oracle(
         for c in levers
         if (a := alone[c.change]) is not None and any(a[x] > base[x] * 1.001 for x in LEVELS)
     ]
-    best = {"all": (1.0, []), "rule": (1.0, [])}
+    best: dict[str, tuple[float, list[str]]] = {"all": (1.0, []), "rule": (1.0, [])}
     for k in range(1, len(useful) + 1):
         for combo in itertools.combinations(useful, k):
             changes = [c.change for c in combo]
@@ -289,7 +291,64 @@ def oracle(
                 best["all"] = (value, changes)
             if value > best["rule"][0] and each_adds(changes):
                 best["rule"] = (value, changes)
-    return best, alone
+    return best, alone, margins(best["rule"][1], levels, on_mix, base)
+
+
+def margins(
+    rule_set: list[str],
+    levels: Callable[..., dict[int, float] | None],
+    on_mix: set[str],
+    base: dict[int, float],
+) -> list[dict]:
+    """Per member of the rule oracle: what it adds over the set without it at its best level, on the
+    workload its trial runs on (the margin the rule must establish), and its share of the set's
+    objective on the benchmark's random prompts (log of the set's value over the set without it)."""
+    rows = []
+    for ch in rule_set:
+        others = [x for x in rule_set if x != ch]
+        workload = "mix" if ch in on_mix else "random"
+        got, without = levels(rule_set, workload), levels(others, workload)
+        level = max(LEVELS, key=lambda c: got[c] / without[c])  # type: ignore[index]
+        value, rest = levels(rule_set), levels(others)
+        rows.append({
+            "change": ch, "level": level, "margin": got[level] / without[level] - 1,  # type: ignore[index]
+            "share": math.log(objective(base, value) / objective(base, rest)),  # type: ignore[arg-type]
+        })  # fmt: skip
+    return rows
+
+
+KEEP_CHANCE = (
+    (0.02, 0.408), (0.025, 0.635), (0.03, 0.797), (0.035, 0.892), (0.04, 0.947),
+    (0.05, 0.983), (0.06, 0.988), (0.08, 0.993), (0.12, 0.997),
+)  # fmt: skip
+"""(true gain at one level, chance one trial keeps it): `python benchmarks/bench_rule_power.py
+--measured --history 3 --earlier 2 --where c64 --spreads 0.01 --gains 0.02,0.025,...`, 1000 trials a
+cell (±3 points): a run's first trials, three launches of known-good measured, 1% restart spread, the
+gain at one level. A lever that adds at several levels, or one tried late in a run, does a little
+better; a restart spread of 2% does worse."""
+
+
+def keep_chance(gain: float) -> float:
+    """The chance one trial keeps a change worth `gain` at one level (0 below the minimum effect)."""
+    if gain < KEEP_CHANCE[0][0]:
+        return 0.0
+    return float(np.interp(gain, [g for g, _ in KEEP_CHANCE], [p for _, p in KEEP_CHANCE]))
+
+
+def reach(rule_oracle: float, members: list[dict]) -> float:
+    """The rule oracle as one run's statistics can reach it: each member's share of the set's
+    objective weighed by the chance one trial keeps a change of its margin. A yardstick that
+    separates what the rule's own power loses (a +2% lever is kept at most half the time, however
+    long a run lasts) from what a run lost to its budget, its order or its judging; it assumes every
+    member is tried once and alone (a bundle of small ones can do better)."""
+    shares = [max(m["share"], 0.0) for m in members]
+    if rule_oracle <= 0 or not members:
+        return 0.0
+    chances = [keep_chance(m["margin"]) for m in members]
+    if sum(shares) <= 0:
+        return rule_oracle * sum(chances) / len(chances)
+    weighed = sum(s * p for s, p in zip(shares, chances, strict=True)) / sum(shares)
+    return math.expm1(math.log1p(rule_oracle) * weighed)
 
 
 async def run_agent(config, tmp: Path, minutes: float, max_restarts: int | None = None):  # type: ignore[no-untyped-def]
@@ -333,7 +392,7 @@ def scenario_row(
                 shutil.copy(tmp / "console.txt", dest / "console.txt")
     base = noise_free(name, [])
     cands = evaluate(load_playbook(), facts, sim_catalog())
-    best, alone = oracle(name, cands, base)
+    best, alone, members = oracle(name, cands, base)
     final = noise_free(name, result.kept) or base
     noops = [
         k for k in result.kept if (a := alone.get(k)) and all(abs(a[c] / base[c] - 1) < 0.005 for c in LEVELS)
@@ -347,6 +406,7 @@ def scenario_row(
     return {**live,
         "scenario": name, "scale": scale, "oracle": best["all"][0] - 1, "oracle_set": best["all"][1],
         "rule_oracle": best["rule"][0] - 1, "rule_set": best["rule"][1], "kept": objective(base, final) - 1,
+        "margins": members, "reach": reach(best["rule"][0] - 1, members),
         "kept_set": result.kept, "restarts": result.restarts, "grid": grid, "noops": noops, "wall": wall,
         "status": result.status, "conclusion": result.conclusion,
         "spread": next((m for m in result.measured if m.startswith("launch spread")), ""),
@@ -467,7 +527,16 @@ def main() -> None:
         action="store_true",
         help="skip valuing the sets on the quiet simulator (the second table)",
     )
+    ap.add_argument(
+        "--rows",
+        type=Path,
+        nargs="+",
+        help="print the tables of earlier runs' output (their row lines) and stop",
+    )
     args = ap.parse_args()
+    if args.rows:
+        print_tables(rows_of(args.rows))
+        return
     names = [] if args.aa_only else args.scenario or sorted(p.stem for p in SCENARIO_DIR.glob("*.toml"))
     rows = []
     for name in names:
@@ -483,22 +552,48 @@ def main() -> None:
             f"  kept {r['kept_set']} ({r['status']}); oracle {r['oracle_set']}; rule oracle {r['rule_set']}",
             flush=True,
         )
+        print(f"  rule oracle members: {describe_margins(r['margins']) or 'none'}", flush=True)
         print("  " + r["conclusion"].replace("\n", "\n  "), flush=True)
         print(f"  row: {json.dumps({k: v for k, v in r.items() if k != 'conclusion'})}", flush=True)
-    sim_minutes = args.max_minutes / args.time_scale
-    print(f"\nbudget {sim_minutes:g} simulated min a run, levels {LEVELS}, 3 reps a block")
     print(
-        "| scenario | time scale | oracle gain | rule oracle | gain kept | % of oracle | % of rule oracle "
-        "| restarts | grid restarts | no-op kept | wall s |"
+        f"\nbudget {args.max_minutes / args.time_scale:g} simulated min a run, levels {LEVELS}, 3 reps a block"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|")
-    share = lambda got, best: f"{got / best * 100:.0f}%" if best > 0.005 else "-"  # noqa: E731
+    print_tables(rows)
+    if args.aa:
+        with tempfile.TemporaryDirectory() as d:
+            # sim.host's sync functions (up, down) run outside the event loop
+            scale = args.aa_scale or time_scale_for("seed", args.time_scale, args.wall_rate)
+            config = up("seed", Path(d), scale)
+            try:
+                n, paired, unpaired = asyncio.run(aa_trials(config, args.aa, spread=not args.aa_declared))
+            finally:
+                host.down(Path(d) / "sim")
+        print(
+            f"\nA/A with injected drift: {n} trials; false keeps A/B/A: {paired}/{n}; unpaired A/B: {unpaired}/{n}"
+        )
+
+
+def print_tables(rows: list[dict]) -> None:
+    """The scenario table, each row's rule-oracle members, and the sets served live (when measured)."""
+    print(
+        "| scenario | time scale | oracle gain | rule oracle | rule reach | gain kept | % of oracle "
+        "| % of rule oracle | % of reach | restarts | grid restarts | no-op kept | wall s |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|")
     for r in rows:
         print(
             f"| {r['scenario']} | {r['scale']:g} | {r['oracle'] * 100:+.1f}% | {r['rule_oracle'] * 100:+.1f}% | "
-            f"{r['kept'] * 100:+.1f}% | {share(r['kept'], r['oracle'])} | {share(r['kept'], r['rule_oracle'])} | "
-            f"{r['restarts']} | {r['grid']} | {', '.join(r['noops']) or 'none'} | {r['wall']:.0f} |"
+            f"{r['reach'] * 100:+.1f}% | {r['kept'] * 100:+.1f}% | {share(r['kept'], r['oracle'])} | "
+            f"{share(r['kept'], r['rule_oracle'])} | {share(r['kept'], r['reach'])} | {r['restarts']} | "
+            f"{r['grid']} | {', '.join(r['noops']) or 'none'} | {r['wall']:.0f} |"
         )
+    print(
+        "\nWhat each member of the rule oracle adds at its best level (the chance one trial keeps that much):"
+    )
+    for r in rows:
+        print(f"- {r['scenario']}: {describe_margins(r['margins']) or 'no lever'}")
+    if all(r.get("live_kept") is None for r in rows):
+        return
     print(
         "\nThe same sets served live (quiet simulator: no run or step noise; the benchmark's client; "
         "6 repetitions of one launch each):"
@@ -512,18 +607,27 @@ def main() -> None:
             f"| {r['scenario']} | {pct(o)} | {pct(ro)} | {pct(k)} | {share(k, o) if None not in (k, o) else '-'} "
             f"| {share(k, ro) if None not in (k, ro) else '-'} |"
         )
-    if args.aa:
-        with tempfile.TemporaryDirectory() as d:
-            # sim.host's sync functions (up, down) run outside the event loop
-            scale = args.aa_scale or time_scale_for("seed", args.time_scale, args.wall_rate)
-            config = up("seed", Path(d), scale)
-            try:
-                n, paired, unpaired = asyncio.run(aa_trials(config, args.aa, spread=not args.aa_declared))
-            finally:
-                host.down(Path(d) / "sim")
-        print(
-            f"\nA/A with injected drift: {n} trials; false keeps A/B/A: {paired}/{n}; unpaired A/B: {unpaired}/{n}"
-        )
+
+
+def share(got: float, best: float) -> str:
+    return f"{got / best * 100:.0f}%" if best > 0.005 else "-"
+
+
+def describe_margins(members: list[dict]) -> str:
+    return ", ".join(
+        f"{m['change']} {m['margin'] * 100:+.1f}% at c={m['level']} ({keep_chance(m['margin']):.0%})"
+        for m in members
+    )
+
+
+def rows_of(logs: list[Path]) -> list[dict]:
+    """The rows that earlier runs of this script printed (`row: {...}` lines)."""
+    return [
+        json.loads(line.split("row:", 1)[1])
+        for log in logs
+        for line in log.read_text().splitlines()
+        if line.strip().startswith("row:")
+    ]
 
 
 if __name__ == "__main__":

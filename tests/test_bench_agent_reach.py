@@ -1,0 +1,57 @@
+"""`benchmarks/bench_agent.py`'s yardstick beside the rule oracle (issue 29): each member of the rule
+oracle weighed by the chance one trial keeps a change of its margin, so a run can be read against
+what the rule's own statistics allow."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+
+spec = importlib.util.spec_from_file_location(
+    "bench_agent", Path(__file__).resolve().parents[1] / "benchmarks" / "bench_agent.py"
+)
+ba = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+spec.loader.exec_module(ba)  # type: ignore[union-attr]
+
+BASE = {1: 100.0, 8: 400.0, 64: 1000.0}
+
+
+def table(values: dict[tuple[frozenset, str], dict[int, float]]):  # type: ignore[no-untyped-def]
+    """A noise-free model given as a table: (set, workload) -> tok/s per level."""
+    return lambda changes, workload="random": values[(frozenset(changes), workload)]
+
+
+def test_a_members_margin_is_what_it_adds_over_the_set_without_it_at_its_best_level_on_its_workload():
+    a, b = "--enable-torch-compile", "--enable-mixed-chunk"
+    levels = table({
+        (frozenset({a, b}), "random"): {1: 110.0, 8: 420.0, 64: 1020.0},
+        (frozenset({a}), "random"): {1: 110.0, 8: 420.0, 64: 1000.0},
+        (frozenset({b}), "random"): {1: 100.0, 8: 400.0, 64: 1020.0},
+        # b acts on scheduling: its trial runs on the mix, where it adds 3% at c=64
+        (frozenset({a, b}), "mix"): {1: 90.0, 8: 300.0, 64: 824.0},
+        (frozenset({a}), "mix"): {1: 90.0, 8: 300.0, 64: 800.0},
+    })  # fmt: skip
+    got = {m["change"]: m for m in ba.margins([a, b], levels, {b}, BASE)}
+    assert got[a]["level"] == 1 and got[a]["margin"] == pytest.approx(0.10)
+    assert got[b]["level"] == 64 and got[b]["margin"] == pytest.approx(0.03)
+    # shares are on the random prompts: a's c=1 +10% and c=8 +5% against b's c=64 +2%
+    assert got[a]["share"] == pytest.approx((math.log(1.1) + math.log(1.05)) / 3)
+    assert got[b]["share"] == pytest.approx(math.log(1.02) / 3)
+
+
+def test_the_reach_weighs_each_member_by_the_chance_the_rule_keeps_its_margin():
+    chance = dict(ba.KEEP_CHANCE)
+    big = {"change": "x", "level": 64, "margin": 0.12, "share": math.log(1.08)}
+    edge = {"change": "y", "level": 8, "margin": 0.02, "share": math.log(1.02)}
+    assert ba.keep_chance(0.019) == 0.0 and ba.keep_chance(0.02) == chance[0.02]
+    assert ba.keep_chance(0.2) == chance[0.12]  # no better than the largest gain measured
+    assert chance[0.02] < ba.keep_chance(0.022) < chance[0.025]  # interpolated
+    assert ba.reach(0.02, [edge]) == pytest.approx(math.expm1(math.log(1.02) * chance[0.02]))
+    both = ba.reach(1.08 * 1.02 - 1, [big, edge])
+    alone = math.expm1(math.log(1.08) * chance[0.12] + math.log(1.02) * chance[0.02])
+    assert both == pytest.approx(alone)
+    assert ba.reach(1.08 * 1.02 - 1, [big, edge]) < 1.08 * 1.02 - 1
+    assert ba.reach(0.0, []) == 0.0
