@@ -10,7 +10,7 @@ measured `--history` known-good launches (their spread is pooled with the declar
 gain of 0 gives the false-keep rate of a no-op; a true restart spread above the declared 1% shows
 what a wrong `bench.launch_noise` costs.
 
-    python benchmarks/bench_rule_power.py [--trials 1000] [--where c64|all] [--history 4] [--earlier 3] [--no-third] [--step 0.04]
+    python benchmarks/bench_rule_power.py [--trials 1000] [--where c64|all] [--history 4] [--earlier 3] [--no-third] [--step 0.04] [--drift 0.005]
 """
 
 from __future__ import annotations
@@ -51,6 +51,10 @@ class Launches:
     """(seed, level): the speed of that seed's prompts at that level, the same on every launch."""
     blocks: int = 0
     bench: BenchConfig = field(default_factory=BenchConfig)
+    drift: float = 0.0
+    """How much faster every configuration runs with each block measured (log scale): slow drift
+    over the run's hours, as a warming room or a neighbour's load would make it."""
+    trend: float = 0.0
 
     def relaunch(self, candidate: bool) -> None:
         self.candidate, self.factor = candidate, math.exp(self.rng.gauss(0, self.launch_sd))
@@ -79,13 +83,18 @@ class Launches:
         or with `fresh_prompts` a seed no other block used (each block with prompts of its own)."""
         if rep == 0:
             self.blocks += 1
+            self.trend += self.drift
         seed = self.blocks * 1000 + rep if self.fresh_prompts else rep_seed(rep, self.bench)
 
         def tput(c: int, base: float) -> float:
             g = self.gain.get(c, 0.0) if self.candidate else 0.0
             if (seed, c) not in self.prompts:
                 self.prompts[seed, c] = self.rng.gauss(0, self.prompt_sd)
-            return base * self.factor * math.exp(g + self.prompts[seed, c] + self.rng.gauss(0, self.rep_sd))
+            return (
+                base
+                * self.factor
+                * math.exp(g + self.trend + self.prompts[seed, c] + self.rng.gauss(0, self.rep_sd))
+            )
 
         levels = [
             LevelResult(max_concurrency=c, num_prompts=8, completed=8, output_throughput=tput(c, t))
@@ -121,6 +130,8 @@ def one_trial(  # type: ignore[no-untyped-def]
     earlier_configs: int = 0,
     prompt_sd: float = 0.0,
     fresh_prompts: bool = False,
+    drift: float = 0.0,
+    gap: int = 0,
 ):
     """(kept, restarts, candidate launches) of one trial after `history` known-good launches, the
     last block of them (the previous trial's block after, still running) measured `step` slower
@@ -128,13 +139,16 @@ def one_trial(  # type: ignore[no-untyped-def]
     `history` known-good launches (`agent.trial.spread`) and its intervals use that figure.
     `earlier_configs`: configurations launched three times each by earlier trials (their spread is
     pooled in, `TrialRunner.launch_groups`). `prompt_sd`: how far one seed's prompts move a
-    repetition (the same on every launch); `fresh_prompts`: every block on prompts of its own."""
+    repetition (the same on every launch); `fresh_prompts`: every block on prompts of its own;
+    `drift`: every block measured that much faster than the one before it (`Launches.drift`);
+    `gap`: blocks of other trials between two of the known-good launches (they age in the drift)."""
     bench = BenchConfig()
-    target = Launches(rng, gain, launch_sd, rep_sd, prompt_sd, fresh_prompts, bench=bench)
+    target = Launches(rng, gain, launch_sd, rep_sd, prompt_sd, fresh_prompts, bench=bench, drift=drift)
 
     simulate_measurements(target.sweep)
     earlier = []
     for i in range(history):
+        target.trend += gap * target.drift * (i > 0)
         target.relaunch(False)
         speed = target.factor
         if i == history - 1:  # the last block of known-good, measured under a transient load step
@@ -151,7 +165,7 @@ def one_trial(  # type: ignore[no-untyped-def]
 
         runner.launch_prior = spread_of_blocks(earlier, runner.objective, bench.launch_noise).prior
         runner.prior_blocks = earlier[:-1]  # as `agent.trial.spread.measure_spread` leaves them
-    running = target.factor
+    running, now = target.factor, target.trend
     for i in range(earlier_configs):  # launches drawn beside the run's, known-good still running
         for k in range(3):
             target.relaunch(False)
@@ -159,7 +173,8 @@ def one_trial(  # type: ignore[no-untyped-def]
                 f"earlier {i}",
                 [target.sweep(r) for r in range(bench.reps)],
             )
-    target.factor, target.restarts = running, 0
+    # beside the run: the trial starts right after known-good's last block (the running launch's)
+    target.factor, target.trend, target.restarts = running, now, 0
     record = asyncio.run(runner.run([TrialChange(flag="--enable-mixed-chunk")], reason="power"))
     launches = ((record.comparison or {}).get("overall") or {}).get("launches_candidate", 1)
     return record.decision == "kept", target.restarts, launches
@@ -195,6 +210,16 @@ def main() -> None:
         "--earlier", type=int, default=0,
         help="configurations earlier trials launched three times each (their spread is pooled in)",
     )  # fmt: skip
+    ap.add_argument(
+        "--drift", type=float, default=0.0,
+        help="slow drift: every block measured this much faster than the one before it (0.005: +0.5%%)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--gap",
+        type=int,
+        default=0,
+        help="blocks of other trials between two known-good launches (with --drift)",
+    )
     ap.add_argument("--gains", default="0,0.02,0.025,0.03,0.04,0.05,0.08", help="true gains, comma separated")
     ap.add_argument(
         "--spreads", default="0.005,0.01,0.015,0.02", help="true restart spreads, comma separated"
@@ -208,7 +233,7 @@ def main() -> None:
         f"restart spread {f'measured on {args.history} launches' if args.measured else 'declared 1%'}, minimum effect 2%, load step {args.step:.0%}, gain at {', '.join(f'c={c}' for c in at)}, "
         f"repetition noise {args.rep_noise:.1%}, prompts {args.prompt_noise:.1%} "
         f"({'each block its own' if args.fresh_prompts else 'the same in every block'}), "
-        f"{args.trials} trials a cell; keep rate / mean restarts / share with a third launch; a keep "
+        f"slow drift {args.drift:+.1%} a block ({args.gap} between known-good launches), {args.trials} trials a cell; keep rate / mean restarts / share with a third launch; a keep "
         f"rate near 60% is within +-{196 * math.sqrt(0.24 / args.trials):.0f} points of the truth (95%): "
         "read smaller differences between runs or variants as noise"
     )
@@ -231,6 +256,8 @@ def main() -> None:
                     earlier_configs=args.earlier,
                     prompt_sd=args.prompt_noise,
                     fresh_prompts=args.fresh_prompts,
+                    drift=math.log1p(args.drift),
+                    gap=args.gap,
                 )  # fmt: skip
                 for _ in range(args.trials)
             ]

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import math
 
-from agent.trial.paired import known_good_block
 from agent.trial.record import Baseline, TrialChange
 from agent.trial.runner import TrialRunner
 from agent.trial.spread import MARK, measure_spread, spread_of_blocks
@@ -177,29 +176,17 @@ def test_launches_that_agree_within_their_repetitions_give_the_block_s_resolutio
     assert spread.value > 0.0005
 
 
-def test_trials_judge_against_every_earlier_launch_of_known_good_but_not_the_one_that_won(monkeypatch):
-    # the spread phase's three launches of known-good, a lever worth +8% kept, then three no-ops
-    # (each a new launch of the new known-good when it is rolled back)
-    launches = Marked(a=[1.0, 1.0, 1.0, *[1.08] * 6], b=[1.0, 1.08, 1.08, *[1.08] * 6])
+def test_known_good_s_level_in_a_trial_is_its_own_launches_not_the_spread_phase_s(monkeypatch):
+    # the server got 1.5% faster after the spread phase's first two launches (a slow drift: a room
+    # warming, a neighbour gone) and a no-op is tried on it now; averaging those two launches into
+    # known-good's level would make the no-op look +0.75% better, too little for any test to call
+    launches = Marked(a=[0.985, 1.0, *[1.0] * 6], b=[0.985, *[1.0] * 6])
     runner = runner_on(monkeypatch, launches, BenchConfig(), probe=False)
     asyncio.run(measure_spread(runner))
-    runner.launch_prior = (0.01, 2)  # 1% measured on the three launches (they were scripted alike)
-
-    def trial(flag: str) -> dict:
-        record = asyncio.run(runner.run([TrialChange(flag=flag)], reason="test"))
-        return {"decision": record.decision, **record.comparison["overall"]}
-
-    first = trial("--enable-mixed-chunk")
-    # the two relaunches before the running one are launches of the same known-good
-    assert first["decision"] == "kept" and first["earlier_launches"] == 2
-    # a trial on a workload of its own measures the winning launch afresh (nothing to settle with)
-    # and hands known-good's history back afterwards: the winner's first block stays out all the same
-    history = runner.known_good_blocks
-    runner.known_good_blocks, runner.reference = [], None
-    asyncio.run(known_good_block(runner))
-    runner.known_good_blocks, runner.reference = history, None
-    # the launch that won measured high by luck as well: it is never an earlier launch to judge by
-    assert trial("--enable-torch-compile")["earlier_launches"] == 0
-    assert trial("--enable-two-batch-overlap")["earlier_launches"] == 0
-    # the new known-good's own relaunch (the second trial's rollback) is
-    assert trial("--enable-dp-attention")["earlier_launches"] == 1
+    runner.launch_prior = (0.01, 2)  # the declared 1%, as if measured
+    record = asyncio.run(runner.run([TrialChange(flag="--enable-mixed-chunk")], reason="test"))
+    overall = record.comparison["overall"]
+    assert record.decision != "kept"
+    assert abs(overall["ratio"] - 1) < 0.004, overall["ratio"]
+    # the spread phase's launches still count in the restart spread
+    assert len(runner.known_good_blocks) >= 3

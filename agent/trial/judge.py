@@ -15,11 +15,10 @@ def _cmp(
     after: list[Any] | None,
     confirm: Any = None,
     third: Any = None,
-    *,
-    pooled: bool = True,
 ) -> Any:
-    """The comparison of a candidate's blocks with known-good's around them; `pooled`: with
-    known-good's earlier launches too (`earlier_good`; not when known-good is compared with itself)."""
+    """The comparison of a candidate's blocks with known-good's around them (the trial's own
+    launches of known-good: earlier ones count in the restart spread, not in known-good's level,
+    see `tools.bench.paired.interval`)."""
     from tools.bench.paired import paired_compare
 
     b = r.bench
@@ -32,22 +31,11 @@ def _cmp(
     groups = [g for g in r.launch_groups if not any(block is cand for block in g)]
     held = {id(block) for group in groups for block in group}
     counted = held | {id(block) for block in r.prior_blocks}  # the measured spread holds these
-    in_trial = [before, after, *(third[:1] if third else [])]
     return paired_compare(
         before, cand, after, r.objective, min_effect=b.min_effect, regress_tolerance=b.regress_tolerance,
         launch_noise=noise, prior_df=prior_df, confirm=confirm, third=third, groups=groups,
         history=[block for block in r.known_good_blocks if id(block) not in counted],
-        earlier=earlier_good(r, in_trial) if pooled else None,
     )  # fmt: skip
-
-
-def earlier_good(r: Any, in_trial: list[Any]) -> list[Any]:
-    """Known-good's launches measured before this trial, one block each: the current known-good
-    configuration's (`r.known_good_blocks`, the spread phase's relaunches among them) but not the
-    blocks this trial measured, nor a block on the launch that won a trial (`r.won_blocks`: it was
-    kept because it measured high, and every block on it shares its luck)."""
-    skip = [*in_trial, *r.won_blocks]
-    return [block for block in r.known_good_blocks if block and not any(block is x for x in skip)]
 
 
 def _judged(cmp: Any) -> list[Any]:
@@ -124,7 +112,7 @@ def _moved(r: Any, before: list[Any]) -> bool:
     if not earlier:
         return False
     bound = _disturbance_bound(r)
-    aa = _cmp(r, earlier[-1], before, None, pooled=False)
+    aa = _cmp(r, earlier[-1], before, None)
     return any(i.ratio is not None and abs(i.ratio - 1) > bound for i in aa.per_level)
 
 
@@ -144,7 +132,7 @@ def _clear_win(r: Any, first: Any, before: list[Any], on_winner: bool) -> bool:
     earlier = [block for block in r.known_good_blocks if block is not before]
     if not earlier:
         return False
-    aa = _cmp(r, earlier[-1], before, None, pooled=False)  # known-good now against its latest block before
+    aa = _cmp(r, earlier[-1], before, None)  # known-good now against its latest block before
     return all(
         abs(i.ratio - 1) < b.min_effect and (i.ci_low or 0) <= 1 <= (i.ci_high or 0)
         for i in [*aa.per_level, aa.overall]

@@ -90,8 +90,6 @@ async def known_good_block(r: Any, record: TrialRecord | None = None, name: str 
         if aside is not None and record is not None:
             record.notes.append(f"known-good ({name}): {why}")
             _record_blocks(r, record, **{f"{name}_set_aside": aside})
-    if r.restarts == r.won_launch:  # still the launch that won: its luck is in this block too
-        r.won_blocks.append(reps)
     history = [reps if b is earlier else b for b in r.known_good_blocks]  # this launch's entry
     r.known_good_blocks = history if any(b is reps for b in history) else [*history, reps]
     r.reference = reps
@@ -315,7 +313,6 @@ async def _commit(r: Any, record: TrialRecord, final: Any, launches: list[list[A
     record.improved = True
     record.decision, record.why = "kept", final.summary + (f" ({note})" if note else "")
     r.best, r.best_reps, r.reference = record, launches[-1], launches[-1]
-    r.won_launch, r.won_blocks = r.restarts, [launches[-1]]
     r.known_good_blocks = [launches[-1]]  # a new known-good configuration: its own history starts here
 
 

@@ -95,7 +95,6 @@ async def _drop(r: Any, record: TrialRecord, launches: list[list[Any]], why: str
     record.decision, record.why = "kept", why + "; costs less than the minimum effect at every level"
     record.improved = False
     r.best, r.best_reps, r.reference = record, launches[-1], launches[-1]
-    r.won_launch, r.won_blocks = r.restarts, [launches[-1]]
     r.known_good_blocks = [launches[-1]]
 
 

@@ -75,11 +75,6 @@ class TrialRunner:
     prior_blocks: list[Any] = field(default_factory=list)
     """Blocks of `known_good_blocks` whose spread `launch_prior` already holds (the spread phase's
     launches before the running one): known-good launches, but not pooled into the spread again."""
-    won_launch: int | None = None
-    """The restart count at which the launch that won the latest kept trial started."""
-    won_blocks: list[Any] = field(default_factory=list)
-    """Every block measured on that launch, on any workload: it was kept because it measured high,
-    so none of them is an earlier known-good launch to judge against (`agent.trial.judge.earlier_good`)."""
     launch_prior: tuple[float, float | None] | None = None
     """The restart spread every interval assumes, with its degrees of freedom (None: the declared
     `bench.launch_noise`; `agent.trial.spread.measure_spread` sets the deployment's own)."""

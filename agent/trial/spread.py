@@ -16,8 +16,8 @@ A measured figure counts with its own degrees of freedom (the t quantile of ever
 accordingly, so three launches that happened to agree cannot make a trial overconfident); the
 run's later launches of every configuration launched more than once (known-good's, earlier
 candidates': `TrialRunner.launch_groups`, `tools.bench.paired.pooled_spread`) are pooled with it
-(`tools.bench.paired.launch_spread`). The launches measured here are also launches of known-good
-that every trial's known-good mean takes in (`agent.trial.judge.earlier_good`). Weighing
+(`tools.bench.paired.launch_spread`). They tell how far a launch moves, not where known-good
+stands now: a trial's known-good level is its own launches' (`tools.bench.paired.interval`). Weighing
 the declared 1% in as two launches pulled a true 2.5% spread down and kept 6% of no-ops
 (`python benchmarks/bench_rule_power.py --measured --history 3 --gains 0`, 300 trials a cell: 3.7%
 without it, 8.7% with the declared figure alone).
@@ -138,8 +138,8 @@ async def measure_spread(r: Any) -> LaunchSpread:
         return spread
     measured = spread_of_blocks(blocks, r.objective, r.bench.launch_noise)
     r.launch_prior = measured.prior
-    # every launch measured is a launch of known-good a trial may judge against (its spread is in
-    # the prior already, so it is not pooled again); the running one, when measured, is the last
+    # known-good's history (its spread is in the prior already: not pooled again); the running
+    # launch, when measured, is the last
     r.prior_blocks = [b for b in blocks if b is not r.reference]
     r.known_good_blocks = list(blocks)
     return measured

@@ -61,11 +61,6 @@ class Interval(BaseModel):
     """Share of the variance that more repetitions in the same launch can still reduce."""
     launch_spread: float = 0.0
     """Restart-to-restart spread (relative sd) the interval assumed for each launch."""
-    launches_known_good: int = 0
-    """Launches of known-good the interval averages over: this trial's, and the earlier ones of the
-    same configuration when they measure as this trial's do (`earlier_launches`)."""
-    earlier_launches: int = 0
-    """Of those, launches measured before this trial."""
 
     def pct(self) -> str:
         """`+4.1% [+2.0..+6.2]`."""
@@ -249,15 +244,15 @@ def launch_spread(
 def interval(
     known_good: list[Block], cand: list[Block], *, launch_noise: float, alpha: float,
     spread: tuple[float, int] = (0.0, 0), concurrency: int | None = None,
-    prior_df: float | None = None, earlier: list[Block] | None = None,
+    prior_df: float | None = None,
 ) -> Interval:  # fmt: skip
     """The candidate's launches vs the known-good launches around them, on log values oriented so
     that > 0 is better. Each argument holds one block per launch, in time order, of (seed, value)
     repetitions: blocks measured on the same prompts are compared with their effect taken out
-    (`tools.bench.blockfit`). `earlier`: known-good's launches before these, one block each; when
-    they agree with `known_good` (`_earlier_shift`) known-good's mean is taken over all its
-    launches (the launch term shrinks with their number: a +3% lever at c=64 is kept 83% of the
-    time instead of 75% when known-good has six earlier launches, `bench_rule_power.py --history 7`).
+    (`tools.bench.blockfit`). Known-good's launches before these are not averaged in: under a slow
+    drift (the server +0.1% faster a block) their mean lags this trial's, and a no-op was kept 10.5%
+    of the time instead of 2.6% (`bench_rule_power.py --history 7 --gap 4 --drift 0.001`); their
+    spread counts (`launch_spread`), their level does not.
 
     Variance: the repetition noise of every block mean, the launch-to-launch spread of each launch
     (the candidate's mean launch and the known-good mean launch), and what the first and last
@@ -275,18 +270,12 @@ def interval(
     if not a or not b:
         return out
     per_launch, launch_df = launch_spread(math.log1p(launch_noise), spread, prior_df)
-    e = [g for g in earlier or [] if g]
-    shift = _earlier_shift(e, a, per_launch, launch_df, alpha) if e else None
-    if shift is None:
-        e, shift = [], 0.0
-    out.launches_known_good, out.earlier_launches = len(e) + len(a), len(e)
-    fit = fit_blocks(e + a + b)
-    na = len(e) + len(a)
-    diff, within = fit.contrast([-1 / na] * na + [1 / len(b)] * len(b))
+    fit = fit_blocks(a + b)
+    diff, within = fit.contrast([-1 / len(a)] * len(a) + [1 / len(b)] * len(b))
     out.ratio = math.exp(diff)
     drift = (0.0, 0.0)
     if len(a) > 1:
-        drift = fit.contrast([0.0] * len(e) + [-1.0] + [0.0] * (len(a) - 2) + [1.0] + [0.0] * len(b))
+        drift = fit.contrast([-1.0] + [0.0] * (len(a) - 2) + [1.0] + [0.0] * len(b))
         out.drift = drift[0]
     df = fit.df
     if df < 1:
@@ -298,15 +287,8 @@ def interval(
     extra = 0.0
     if len(a) > 1:
         extra = max(0.0, out.drift**2 - drift[1] - 2 * per_launch**2) / 4
-    if e and extra > 0:  # known-good moved within this trial: its earlier launches are another server
-        return interval(
-            known_good, cand, launch_noise=launch_noise, alpha=alpha, spread=spread,
-            concurrency=concurrency, prior_df=prior_df,
-        )  # fmt: skip
-    launch = (1 / na + 1 / len(b)) * per_launch**2
-    # what the earlier launches' mean sits from this trial's beyond chance may be a real shift, and
-    # moves the estimate by their share of known-good's mean: a bound, like the drift term
-    var = within + launch + extra + (len(e) / na) ** 2 * shift
+    launch = (1 / len(a) + 1 / len(b)) * per_launch**2
+    var = within + launch + extra
     se = math.sqrt(var)
     if se <= 1e-12:
         out.ci_low = out.ci_high = out.ratio
@@ -328,31 +310,6 @@ def _welch_df(var: float, *parts: tuple[float, float]) -> float:
     return var**2 / noise if noise > 0 else math.inf
 
 
-def _earlier_shift(
-    earlier: list[Block], known_good: list[Block], per_launch: float, launch_df: float, alpha: float
-) -> float | None:
-    """How far (squared, log) the mean of known-good's earlier launches sits from this trial's own
-    known-good launches beyond what the restart spread and their repetitions explain; None when the
-    difference is significant (t test at `alpha`: a load then or now, a machine that changed), and
-    they are left out. Otherwise they are more launches of the same server, and known-good's mean
-    is taken over all of them, the shift kept in the interval as a bias bound (`interval`)."""
-    from scipy import stats as sps
-
-    fit = fit_blocks(earlier + known_good)
-    if fit.df < 1:
-        return None
-    w = [1 / len(earlier)] * len(earlier) + [-1 / len(known_good)] * len(known_good)
-    diff, within = fit.contrast(w)
-    launch = (1 / len(earlier) + 1 / len(known_good)) * per_launch**2
-    var = within + launch
-    if var <= 1e-24:
-        return 0.0 if abs(diff) < 1e-12 else None
-    dof = _welch_df(var, (within, fit.df), (launch, launch_df))
-    if abs(diff) > float(sps.t.ppf(1 - alpha / 2, dof)) * math.sqrt(var):
-        return None
-    return max(0.0, diff**2 - var)
-
-
 def paired_compare(
     before: list[SweepResult],
     cand: list[SweepResult],
@@ -368,7 +325,6 @@ def paired_compare(
     third: tuple[list[SweepResult], list[SweepResult]] | None = None,
     prior_df: float | None = None,
     groups: list[list[list[SweepResult]]] | None = None,
-    earlier: list[list[SweepResult]] | None = None,
 ) -> PairedComparison:
     """The A/B/A verdict of `cand` against the known-good blocks `before` and `after` (may be empty:
     a provisional A/B look used to stop early or to add repetitions). `history`: every block of the
@@ -378,9 +334,7 @@ def paired_compare(
     configuration the run launched more than once tells how far a restart moves a server).
     `confirm`: a block on a second launch of the candidate (after `after`): both candidate launches
     are judged. `third`: (known-good, candidate) blocks of one more launch of each, in that order
-    after `confirm`: three launches of each side are judged. `earlier`: known-good's launches before
-    `before`'s, one block each (none that won a trial: it was kept because it measured high); the
-    ones that agree with this trial's known-good launches join them (`interval`)."""
+    after `confirm`: three launches of each side are judged."""
     after = after or []
     more_good, more_cand = third or ([], [])
     levels = sorted(_ok_levels(before))
@@ -395,7 +349,7 @@ def paired_compare(
         return interval(
             v([before, after, more_good]), v([cand, confirm or [], more_cand]),
             spread=pooled_spread([*(groups or []), *([history] if history else [])], objective, at),
-            concurrency=concurrency, earlier=v(earlier or []), **kw,
+            concurrency=concurrency, **kw,
         )  # fmt: skip
 
     overall = judged(wanted)
@@ -471,7 +425,5 @@ def _describe(overall: Interval, per_level: list[Interval], rule: str, objective
     n = f"{overall.n_before}+{overall.n_after} known-good vs {overall.n_candidate} candidate repetitions"
     if overall.launches_candidate > 1:
         n += f" on {overall.launches_candidate} launches"
-    if overall.earlier_launches:
-        n += f", known-good over {overall.launches_known_good} launches ({overall.earlier_launches} before this trial)"
     drift = f", A-A drift {overall.drift * 100:+.1f}%" if overall.n_after else ""
     return f"{objective.description} {overall.pct()} (95% CI); {levels}; {n}{drift}; rule: {rule}"
