@@ -318,8 +318,8 @@ def margins(
 
 
 KEEP_CHANCE = (
-    (0.02, 0.408), (0.025, 0.635), (0.03, 0.797), (0.035, 0.892), (0.04, 0.947),
-    (0.05, 0.983), (0.06, 0.988), (0.08, 0.993), (0.12, 0.997),
+    (0.02, 0.404), (0.025, 0.583), (0.03, 0.769), (0.035, 0.876), (0.04, 0.946),
+    (0.05, 0.978), (0.06, 0.983), (0.08, 0.994), (0.12, 0.990),
 )  # fmt: skip
 """(true gain at one level, chance one trial keeps it): `python benchmarks/bench_rule_power.py
 --measured --history 3 --earlier 2 --where c64 --spreads 0.01 --gains 0.02,0.025,...`, 1000 trials a
