@@ -14,7 +14,13 @@ Per scenario it prints:
 - restarts of the run vs a one-at-a-time grid (deploy + rollback of every lever of the playbook
   that exists in this version and is not already set),
 - no-op kept: kept flags whose own noise-free effect is below 0.5% at every level,
-- wall time.
+- wall time;
+- rule reach: the rule oracle with each member weighed by the chance one trial keeps a change of
+  its margin (what it adds at its best level over the set without it; `KEEP_CHANCE`, from
+  `bench_rule_power.py`): what a run can expect of the rule oracle, whatever its budget; each
+  member's margin is listed under the table.
+`--rows LOG...` prints the tables again from earlier runs' output (their `row:` lines), so runs made
+one scenario at a time read as one table.
 A second table values the oracle's sets and the kept set as the benchmark's own client measures
 them on the simulator with its noise off, at the run's time scale (one launch of 6 repetitions
 each): where the offline model and the served simulator disagree (arrival timing, HTTP, the client),
@@ -33,6 +39,7 @@ left out. The A/A trials measure the spread first too (`--aa-declared`: not).
 
     python benchmarks/bench_agent.py [--scenario NAME]... [--time-scale 0.1] [--wall-rate 4000] [--aa 30]
         [--aa-only] [--aa-scale S] [--no-live] [--keep DIR]
+    python benchmarks/bench_agent.py --rows LOG...
 """
 
 from __future__ import annotations
@@ -324,15 +331,16 @@ KEEP_CHANCE = (
 """(true gain at one level, chance one trial keeps it): `python benchmarks/bench_rule_power.py
 --measured --history 3 --earlier 2 --where c64 --spreads 0.01 --gains 0.02,0.025,...`, 1000 trials a
 cell (±3 points): a run's first trials, three launches of known-good measured, 1% restart spread, the
-gain at one level. A lever that adds at several levels, or one tried late in a run, does a little
-better; a restart spread of 2% does worse."""
+gain at one level. A lever that adds at several levels does a little better, a restart spread of 2%
+worse. Read monotone (the last cells differ by Monte Carlo noise)."""
 
 
 def keep_chance(gain: float) -> float:
     """The chance one trial keeps a change worth `gain` at one level (0 below the minimum effect)."""
     if gain < KEEP_CHANCE[0][0]:
         return 0.0
-    return float(np.interp(gain, [g for g, _ in KEEP_CHANCE], [p for _, p in KEEP_CHANCE]))
+    chances = np.maximum.accumulate([p for _, p in KEEP_CHANCE])
+    return float(np.interp(gain, [g for g, _ in KEEP_CHANCE], chances))
 
 
 def reach(rule_oracle: float, members: list[dict]) -> float:
@@ -340,13 +348,14 @@ def reach(rule_oracle: float, members: list[dict]) -> float:
     objective weighed by the chance one trial keeps a change of its margin. A yardstick that
     separates what the rule's own power loses (a +2% lever is kept at most half the time, however
     long a run lasts) from what a run lost to its budget, its order or its judging; it assumes every
-    member is tried once and alone (a bundle of small ones can do better)."""
+    member is tried once and alone (a bundle of small ones can do better). A member that costs on
+    the random prompts (it earns its place on the mix) has no share: the set's gain is the others'."""
     shares = [max(m["share"], 0.0) for m in members]
     if rule_oracle <= 0 or not members:
         return 0.0
     chances = [keep_chance(m["margin"]) for m in members]
     if sum(shares) <= 0:
-        return rule_oracle * sum(chances) / len(chances)
+        return math.expm1(math.log1p(rule_oracle) * sum(chances) / len(chances))
     weighed = sum(s * p for s, p in zip(shares, chances, strict=True)) / sum(shares)
     return math.expm1(math.log1p(rule_oracle) * weighed)
 
@@ -583,15 +592,15 @@ def print_tables(rows: list[dict]) -> None:
     for r in rows:
         print(
             f"| {r['scenario']} | {r['scale']:g} | {r['oracle'] * 100:+.1f}% | {r['rule_oracle'] * 100:+.1f}% | "
-            f"{r['reach'] * 100:+.1f}% | {r['kept'] * 100:+.1f}% | {share(r['kept'], r['oracle'])} | "
-            f"{share(r['kept'], r['rule_oracle'])} | {share(r['kept'], r['reach'])} | {r['restarts']} | "
+            f"{pct(r.get('reach'))} | {r['kept'] * 100:+.1f}% | {share(r['kept'], r['oracle'])} | "
+            f"{share(r['kept'], r['rule_oracle'])} | {share(r['kept'], r.get('reach', 0.0))} | {r['restarts']} | "
             f"{r['grid']} | {', '.join(r['noops']) or 'none'} | {r['wall']:.0f} |"
         )
     print(
         "\nWhat each member of the rule oracle adds at its best level (the chance one trial keeps that much):"
     )
     for r in rows:
-        print(f"- {r['scenario']}: {describe_margins(r['margins']) or 'no lever'}")
+        print(f"- {r['scenario']}: {describe_margins(r.get('margins', [])) or 'no lever (or not recorded)'}")
     if all(r.get("live_kept") is None for r in rows):
         return
     print(
@@ -600,13 +609,16 @@ def print_tables(rows: list[dict]) -> None:
     )
     print("| scenario | oracle set | rule oracle set | kept set | % of oracle | % of rule oracle |")
     print("|---|---:|---:|---:|---:|---:|")
-    pct = lambda v: "n/a" if v is None else f"{v * 100:+.1f}%"  # noqa: E731
     for r in rows:
         o, ro, k = r["live_all"], r["live_rule"], r["live_kept"]
         print(
             f"| {r['scenario']} | {pct(o)} | {pct(ro)} | {pct(k)} | {share(k, o) if None not in (k, o) else '-'} "
             f"| {share(k, ro) if None not in (k, ro) else '-'} |"
         )
+
+
+def pct(v: float | None) -> str:
+    return "n/a" if v is None else f"{v * 100:+.1f}%"
 
 
 def share(got: float, best: float) -> str:

@@ -10,7 +10,7 @@ measured `--history` known-good launches (their spread is pooled with the declar
 gain of 0 gives the false-keep rate of a no-op; a true restart spread above the declared 1% shows
 what a wrong `bench.launch_noise` costs.
 
-    python benchmarks/bench_rule_power.py [--trials 1000] [--where c64|all] [--history 4] [--earlier 3] [--no-third] [--step 0.04] [--drift 0.005]
+    python benchmarks/bench_rule_power.py [--trials 1000] [--where c64|all] [--history 4] [--earlier 3] [--no-third] [--step 0.04] [--drift 0.001 --gap 4]
 """
 
 from __future__ import annotations
@@ -233,7 +233,7 @@ def main() -> None:
         f"restart spread {f'measured on {args.history} launches' if args.measured else 'declared 1%'}, minimum effect 2%, load step {args.step:.0%}, gain at {', '.join(f'c={c}' for c in at)}, "
         f"repetition noise {args.rep_noise:.1%}, prompts {args.prompt_noise:.1%} "
         f"({'each block its own' if args.fresh_prompts else 'the same in every block'}), "
-        f"slow drift {args.drift:+.1%} a block ({args.gap} between known-good launches), {args.trials} trials a cell; keep rate / mean restarts / share with a third launch; a keep "
+        f"slow drift {args.drift:+.2%} a block ({args.gap} between known-good launches), {args.trials} trials a cell; keep rate / mean restarts / share with a third launch; a keep "
         f"rate near 60% is within +-{196 * math.sqrt(0.24 / args.trials):.0f} points of the truth (95%): "
         "read smaller differences between runs or variants as noise"
     )

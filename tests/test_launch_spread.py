@@ -47,8 +47,8 @@ def test_the_baseline_phase_relaunches_known_good_and_measures_how_far_it_moves(
     assert 0.025 < spread.measured < 0.035  # sd of log(1.00, 1.03, 0.97) = 3.0%
     # used instead of the declared 1%, with its own two degrees of freedom
     assert spread.value == spread.measured and runner.launch_prior == (spread.value, 2)
-    # all three are launches of known-good a trial judges against; the last is the next trial's A,
-    # and the two before it are not pooled into the spread again (the prior holds them)
+    # all three are known-good's history; the last is the next trial's A, and the two before it
+    # are not pooled into the spread again (the prior holds them)
     assert len(runner.known_good_blocks) == 3 and runner.known_good_blocks[-1] is runner.reference
     assert [id(b) for b in runner.prior_blocks] == [id(b) for b in runner.known_good_blocks[:2]]
     assert (
@@ -182,11 +182,11 @@ def test_known_good_s_level_in_a_trial_is_its_own_launches_not_the_spread_phase_
     # known-good's level would make the no-op look +0.75% better, too little for any test to call
     launches = Marked(a=[0.985, 1.0, *[1.0] * 6], b=[0.985, *[1.0] * 6])
     runner = runner_on(monkeypatch, launches, BenchConfig(), probe=False)
-    asyncio.run(measure_spread(runner))
-    runner.launch_prior = (0.01, 2)  # the declared 1%, as if measured
+    spread = asyncio.run(measure_spread(runner))
     record = asyncio.run(runner.run([TrialChange(flag="--enable-mixed-chunk")], reason="test"))
     overall = record.comparison["overall"]
     assert record.decision != "kept"
     assert abs(overall["ratio"] - 1) < 0.004, overall["ratio"]
-    # the spread phase's launches still count in the restart spread
-    assert len(runner.known_good_blocks) >= 3
+    # the step between the spread phase's launches still counts, in the restart spread
+    assert 0.006 < spread.value < 0.012  # sd of log(0.985, 0.985, 1.0)
+    assert overall["launch_spread"] > 0.006
