@@ -314,6 +314,23 @@ def test_a_trial_starts_when_it_fits_should_it_win():
     assert runner.budget_left() == "wall-time budget spent"
 
 
+def test_a_trial_is_budgeted_by_the_trials_on_its_own_workload():
+    from agent.trial.record import TrialRecord
+
+    runner = _runner(FakeDeployment())
+    cache, compile_ = (
+        [TrialChange(flag="--disable-radix-cache")],
+        [TrialChange(flag="--enable-torch-compile")],
+    )
+    # a caching flag's trial runs on the shared-prefix mix, whose blocks take longer
+    runner.trials.append(TrialRecord(number=1, changes=cache, deployed=True, seconds=300.0))
+    # no trial on random prompts yet: every trial sets the figure
+    assert runner.trial_estimate(compile_) == 300.0
+    runner.trials.append(TrialRecord(number=2, changes=compile_, deployed=True, seconds=100.0))
+    assert runner.trial_estimate(compile_) == runner.trial_estimate() == 100.0
+    assert runner.trial_estimate([TrialChange(flag="--chunked-prefill-size", value="8192")]) == 300.0
+
+
 def test_a_flag_that_starts_slowly_is_budgeted_with_its_longer_launches():
     import time
 

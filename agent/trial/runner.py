@@ -124,13 +124,25 @@ class TrialRunner:
         the time one baseline repetition took in this run, or the longest trial measured without its
         third launch when one took longer; plus, for a flag that starts slowly (`slow_starts`), what
         its two launches take beyond an ordinary restart (the median one so far). A third launch is
-        not budgeted here: it starts only if the deadline leaves room for it (`paired._second_launch`)."""
+        not budgeted here: it starts only if the deadline leaves room for it (`paired._second_launch`).
+        Trials on the workload this one runs on set the figure (a trial on the shared-prefix mix
+        took 346 s where one on random prompts took 243 s, and the longer one left torch.compile
+        untried with 5.5 of 18 minutes left); until one has, every trial does."""
         one_rep = rep_seconds(self.baseline.reps)
         shape = (4 * self.bench.reps + 2) * one_rep
-        longest = max([shape] + [t.seconds - t.third_seconds for t in self.trials if t.deployed])
+        done = [t for t in self.trials if t.deployed]
+        here = self._workload(changes or [])
+        same = [t for t in done if self._workload(t.changes) == here]
+        longest = max([shape] + [t.seconds - t.third_seconds for t in same or done])
         cost = max([self.slow_starts.get(c.flag, 1.0) for c in changes or []] + [1.0])
         restart = statistics.median(self.launch_seconds) if self.launch_seconds else one_rep
         return longest + 2 * (cost - 1) * restart
+
+    def _workload(self, changes: list[TrialChange]) -> Any:
+        """The workload a trial of `changes` is measured on (`tools.bench.workload.workload_for`)."""
+        from tools.bench.workload import workload_for
+
+        return workload_for([c.flag for c in changes], self.bench, mechanisms=self.mechanisms).workload
 
     def trial_cost(self, flag: str) -> float:
         """How many ordinary trials' time a trial of `flag` takes (`trial_estimate` of it over that of
