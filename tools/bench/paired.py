@@ -251,8 +251,8 @@ def interval(
     repetitions: blocks measured on the same prompts are compared with their effect taken out
     (`tools.bench.blockfit`). Known-good's launches before these are not averaged in: under a slow
     drift (the server +0.1% faster a block) their mean lags this trial's, and a no-op was kept 10.5%
-    of the time instead of 2.6% (`bench_rule_power.py --measured --earlier 2 --history 7 --gap 4 --drift 0.001`); their
-    spread counts (`launch_spread`), their level does not.
+    of the time instead of 2.6% (`bench_rule_power.py --measured --earlier 2 --history 7 --gap 4
+    --drift 0.001`); their spread counts (`launch_spread`), their level does not.
 
     Variance: the repetition noise of every block mean, the launch-to-launch spread of each launch
     (the candidate's mean launch and the known-good mean launch), and what the first and last
