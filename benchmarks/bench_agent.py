@@ -333,14 +333,13 @@ KEEP_CHANCE = (
 cell (±3 points): a run's first trials, three launches of known-good measured, 1% restart spread, the
 gain at one level. A lever that adds at several levels does a little better, a restart spread of 2%
 worse. Read monotone (the last cells differ by Monte Carlo noise)."""
+_GAINS = [g for g, _ in KEEP_CHANCE]
+_CHANCES = np.maximum.accumulate([p for _, p in KEEP_CHANCE])
 
 
 def keep_chance(gain: float) -> float:
     """The chance one trial keeps a change worth `gain` at one level (0 below the minimum effect)."""
-    if gain < KEEP_CHANCE[0][0]:
-        return 0.0
-    chances = np.maximum.accumulate([p for _, p in KEEP_CHANCE])
-    return float(np.interp(gain, [g for g, _ in KEEP_CHANCE], chances))
+    return 0.0 if gain < _GAINS[0] else float(np.interp(gain, _GAINS, _CHANCES))
 
 
 def reach(rule_oracle: float, members: list[dict]) -> float:
@@ -350,13 +349,11 @@ def reach(rule_oracle: float, members: list[dict]) -> float:
     long a run lasts) from what a run lost to its budget, its order or its judging; it assumes every
     member is tried once and alone (a bundle of small ones can do better). A member that costs on
     the random prompts (it earns its place on the mix) has no share: the set's gain is the others'."""
-    shares = [max(m["share"], 0.0) for m in members]
     if rule_oracle <= 0 or not members:
         return 0.0
-    chances = [keep_chance(m["margin"]) for m in members]
-    if sum(shares) <= 0:
-        return math.expm1(math.log1p(rule_oracle) * sum(chances) / len(chances))
-    weighed = sum(s * p for s, p in zip(shares, chances, strict=True)) / sum(shares)
+    shares = [max(m["share"], 0.0) for m in members]
+    weights = shares if sum(shares) > 0 else [1.0] * len(members)  # none with a share: all alike
+    weighed = sum(w * keep_chance(m["margin"]) for w, m in zip(weights, members, strict=True)) / sum(weights)
     return math.expm1(math.log1p(rule_oracle) * weighed)
 
 

@@ -215,11 +215,8 @@ def main() -> None:
         help="slow drift: every block measured this much faster than the one before it (0.005: +0.5%%)",
     )  # fmt: skip
     ap.add_argument(
-        "--gap",
-        type=int,
-        default=0,
-        help="blocks of other trials between two known-good launches (with --drift)",
-    )
+        "--gap", type=int, default=0, help="blocks of other trials between two known-good launches (with --drift)"
+    )  # fmt: skip
     ap.add_argument("--gains", default="0,0.02,0.025,0.03,0.04,0.05,0.08", help="true gains, comma separated")
     ap.add_argument(
         "--spreads", default="0.005,0.01,0.015,0.02", help="true restart spreads, comma separated"

@@ -296,18 +296,12 @@ def interval(
         return out
     out.within_share = within / var
     # the drift term is a bound taken as given, like the declared spread
-    dof = _welch_df(var, (within, df), (launch, launch_df))
+    noise = within**2 / df + launch**2 / launch_df
+    dof = var**2 / noise if noise > 0 else math.inf
     half = float(sps.t.ppf(1 - alpha / 2, dof)) * se
     out.ci_low, out.ci_high = math.exp(diff - half), math.exp(diff + half)
     out.p_value = float(2 * sps.t.sf(abs(diff) / se, dof))
     return out
-
-
-def _welch_df(var: float, *parts: tuple[float, float]) -> float:
-    """Welch-Satterthwaite degrees of freedom of `var`, given its estimated parts as (variance,
-    degrees of freedom); whatever else `var` holds (a bound taken as given) adds none."""
-    noise = sum(v**2 / df for v, df in parts)
-    return var**2 / noise if noise > 0 else math.inf
 
 
 def paired_compare(
