@@ -25,6 +25,7 @@ import agent.trial.paired as pt
 from agent.trial.measure import rep_seed
 from agent.trial.record import Baseline, TrialChange
 from agent.trial.runner import TrialRunner
+from agent.trial.spread import spread_of_blocks
 from tools.bench.objective import objective_from_goal
 from tools.bench.results import LevelResult, SweepResult
 from tools.config import BenchConfig
@@ -132,6 +133,7 @@ def one_trial(  # type: ignore[no-untyped-def]
     fresh_prompts: bool = False,
     drift: float = 0.0,
     gap: int = 0,
+    floor_weight: float = 0.0,
 ):
     """(kept, restarts, candidate launches) of one trial after `history` known-good launches, the
     last block of them (the previous trial's block after, still running) measured `step` slower
@@ -141,7 +143,9 @@ def one_trial(  # type: ignore[no-untyped-def]
     pooled in, `TrialRunner.launch_groups`). `prompt_sd`: how far one seed's prompts move a
     repetition (the same on every launch); `fresh_prompts`: every block on prompts of its own;
     `drift`: every block measured that much faster than the one before it (`Launches.drift`);
-    `gap`: blocks of other trials between two of the known-good launches (they age in the drift)."""
+    `gap`: blocks of other trials between two of the known-good launches (they age in the drift);
+    `floor_weight`: launches' worth the declared spread keeps where the measured one is lower (a
+    floor the agent does not use: it did not pay, see README)."""
     bench = BenchConfig()
     target = Launches(rng, gain, launch_sd, rep_sd, prompt_sd, fresh_prompts, bench=bench, drift=drift)
 
@@ -161,9 +165,9 @@ def one_trial(  # type: ignore[no-untyped-def]
         reference=earlier[-1], known_good_blocks=earlier,
     )  # fmt: skip
     if measured:
-        from agent.trial.spread import spread_of_blocks
-
-        runner.launch_prior = spread_of_blocks(earlier, runner.objective, bench.launch_noise).prior
+        value, df = spread_of_blocks(earlier, runner.objective, bench.launch_noise).prior
+        floor = math.sqrt((floor_weight * bench.launch_noise**2 + df * value**2) / (floor_weight + df))
+        runner.launch_prior = max(value, floor), df
         runner.prior_blocks = earlier[:-1]  # as `agent.trial.spread.measure_spread` leaves them
     running, now = target.factor, target.trend
     for i in range(earlier_configs):  # launches drawn beside the run's, known-good still running
@@ -217,6 +221,10 @@ def main() -> None:
     ap.add_argument(
         "--gap", type=int, default=0, help="blocks of other trials between two known-good launches (with --drift)"
     )  # fmt: skip
+    ap.add_argument(
+        "--floor-weight", type=float, default=0.0,
+        help="launches' worth the declared spread keeps where the measured one is lower (with --measured)",
+    )  # fmt: skip
     ap.add_argument("--gains", default="0,0.02,0.025,0.03,0.04,0.05,0.08", help="true gains, comma separated")
     ap.add_argument(
         "--spreads", default="0.005,0.01,0.015,0.02", help="true restart spreads, comma separated"
@@ -227,7 +235,8 @@ def main() -> None:
     gains = tuple(float(g) for g in args.gains.split(","))
     at = list(LEVELS) if args.where == "all" else [int(args.where[1:])]
     print(
-        f"restart spread {f'measured on {args.history} launches' if args.measured else 'declared 1%'}, minimum effect 2%, load step {args.step:.0%}, gain at {', '.join(f'c={c}' for c in at)}, "
+        f"restart spread {f'measured on {args.history} launches' if args.measured else 'declared 1%'}"
+        f"{f' (the declared 1% as {args.floor_weight:g} launches below it)' if args.measured and args.floor_weight else ''}, minimum effect 2%, load step {args.step:.0%}, gain at {', '.join(f'c={c}' for c in at)}, "
         f"repetition noise {args.rep_noise:.1%}, prompts {args.prompt_noise:.1%} "
         f"({'each block its own' if args.fresh_prompts else 'the same in every block'}), "
         f"slow drift {args.drift:+.2%} a block ({args.gap} between known-good launches), {args.trials} trials a cell; keep rate / mean restarts / share with a third launch; a keep "
@@ -255,6 +264,7 @@ def main() -> None:
                     fresh_prompts=args.fresh_prompts,
                     drift=math.log1p(args.drift),
                     gap=args.gap,
+                    floor_weight=args.floor_weight,
                 )  # fmt: skip
                 for _ in range(args.trials)
             ]
