@@ -37,7 +37,7 @@ The run measures its own launch spread before its first trial (two relaunches of
 counted in its restarts); each row says the figure, what was tried together and which members were
 left out. The A/A trials measure the spread first too (`--aa-declared`: not).
 
-    python benchmarks/bench_agent.py [--scenario NAME]... [--time-scale 0.1] [--wall-rate 4000] [--aa 30]
+    python benchmarks/bench_agent.py [--scenario NAME|FILE]... [--time-scale 0.1] [--wall-rate 4000] [--aa 30]
         [--aa-only] [--aa-scale S] [--no-live] [--keep DIR]
     python benchmarks/bench_agent.py --rows LOG...
 """
@@ -77,15 +77,21 @@ from +0.9% to +3.3% at c=64 (mean +2.0%), so whether the rule oracle held it was
 
 
 def fast_scenario(name: str, tmp: Path, changes: list[str] | None = None, quiet: bool = False) -> Path:
-    """The scenario with a 5 s simulated start-up (the time scale shortens it further); with
-    `changes`, launched with them; `quiet`: without the simulator's run and step noise."""
-    text = re.sub(r"startup_s = [\d.]+", "startup_s = 5", (SCENARIO_DIR / f"{name}.toml").read_text())
+    """The scenario (a shipped name or a scenario file) with a 5 s simulated start-up (the time
+    scale shortens it further); with `changes`, launched with them; `quiet`: without the
+    simulator's run and step noise."""
+    from sim.scenario import load_scenario
+
+    scn = load_scenario(name)
+    text = re.sub(r"startup_s = [\d.]+", "startup_s = 5", scn.source.read_text())
+    # the copy lives elsewhere: its model config by absolute path
+    text = re.sub(r'(?m)^config = ".*"$', f"config = {json.dumps(str(scn.model_dir))}", text)
     if changes is not None:
         flags = json.dumps(launch_flags(name, changes))
         text = re.sub(r"(?s)\[launch\]\nflags = \[.*?\]\n", f"[launch]\nflags = {flags}\n", text)
     if quiet:
         text = re.sub(r"(run|step)_sigma = [\d.]+", r"\1_sigma = 0", text)
-    path = tmp / f"{name}.toml"
+    path = tmp / f"{Path(name).stem}.toml"
     path.write_text(text)
     return path
 
@@ -393,7 +399,7 @@ def scenario_row(
             if keep is not None:  # the transcript, report and console of the run, for a reviewer
                 import shutil
 
-                dest = keep / f"{name}-{int(time.time())}"
+                dest = keep / f"{Path(name).stem}-{int(time.time())}"
                 shutil.copytree(tmp / "transcripts", dest, dirs_exist_ok=True)
                 shutil.copy(tmp / "console.txt", dest / "console.txt")
     base = noise_free(name, [])
@@ -410,7 +416,7 @@ def scenario_row(
         _measured_gains(name, scale, sets) if live else dict.fromkeys(("live_all", "live_rule", "live_kept"))
     )
     return {**live,
-        "scenario": name, "scale": scale, "oracle": best["all"][0] - 1, "oracle_set": best["all"][1],
+        "scenario": Path(name).stem, "scale": scale, "oracle": best["all"][0] - 1, "oracle_set": best["all"][1],
         "rule_oracle": best["rule"][0] - 1, "rule_set": best["rule"][1], "kept": objective(base, final) - 1,
         "margins": members, "reach": reach(best["rule"][0] - 1, members),
         "kept_set": result.kept, "restarts": result.restarts, "grid": grid, "noops": noops, "wall": wall,
@@ -503,7 +509,9 @@ class _Quiet:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--scenario", action="append", help="default: every shipped scenario")
+    ap.add_argument(
+        "--scenario", action="append", help="a shipped name or a scenario file (default: every shipped one)"
+    )
     ap.add_argument("--time-scale", type=float, default=0.1, help="the fastest time scale a run may use")
     ap.add_argument(
         "--max-minutes", type=float, default=6.0, help="the agent's wall-time budget per run at --time-scale"

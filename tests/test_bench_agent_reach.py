@@ -1,6 +1,6 @@
 """`benchmarks/bench_agent.py`'s yardstick beside the rule oracle (issue 29): each member of the rule
 oracle weighed by the chance one trial keeps a change of its margin, so a run can be read against
-what the rule's own statistics allow."""
+what the rule's own statistics allow; and a scenario file nobody shipped runs like a shipped one."""
 
 from __future__ import annotations
 
@@ -71,3 +71,27 @@ def test_the_reach_weighs_each_member_by_the_chance_the_rule_keeps_its_margin():
 
 def both_weight(*members: dict) -> float:
     return sum(m["share"] * ba.keep_chance(m["margin"]) for m in members) / sum(m["share"] for m in members)
+
+
+def test_a_scenario_file_outside_the_shipped_ones_is_benchmarked_with_its_own_model(tmp_path):
+    # a held-out deployment: its file elsewhere, its model config beside it (relative path); the
+    # fast copy the run launches lives in another folder and must still find that model
+    from sim.scenario import SCENARIO_DIR, load_scenario
+
+    (tmp_path / "models" / "tiny").mkdir(parents=True)
+    model = tmp_path / "models" / "tiny" / "config.json"
+    model.write_text((SCENARIO_DIR.parent / "models" / "Llama-3.1-8B" / "config.json").read_text())
+    text = (
+        (SCENARIO_DIR / "l40s-llama8b.toml")
+        .read_text()
+        .replace('config = "Llama-3.1-8B"', 'config = "models/tiny"')
+    )
+    held_out = tmp_path / "held-out.toml"
+    held_out.write_text(text.replace('name = "l40s-llama8b"', 'name = "held-out"'))
+    out = tmp_path / "run"
+    out.mkdir()
+    copy = ba.fast_scenario(str(held_out), out, changes=["--enable-mixed-chunk"])
+    scn = load_scenario(copy)
+    assert copy.parent == out and scn.name == "held-out" and scn.model_dir == model.parent.resolve()
+    assert "--enable-mixed-chunk" in scn.launch.flags and scn.timing.startup_s == 5
+    assert ba.noise_free(str(held_out), [])[64] == pytest.approx(ba.noise_free("l40s-llama8b", [])[64])
