@@ -154,3 +154,48 @@ def test_two_kept_changes_each_show_their_own_effect_and_one_cumulative_table(tm
     cumulative = md.split("Cumulative, all kept changes together", 1)[1]
     assert "Cumulative, all kept changes together" in report
     assert all(r in cumulative and r in report for r in rows), cumulative
+
+
+def test_the_run_s_before_and_after_are_measured_on_the_same_workload(tmp_path: Path) -> None:
+    # the last winner was judged on the shared-prefix mix (a scheduling flag), the baseline on random
+    # prompts: the before/after must not set one against the other (the seed read +26% at c=64 for two
+    # kept changes of +3% each), so the final configuration is measured again on the baseline's prompts
+    import asyncio
+    import io
+    import time
+
+    from rich.console import Console
+
+    from agent.session import _final
+    from agent.transcripts.transcript import Transcript
+    from agent.trial.record import Baseline
+    from agent.ui import RunUI
+    from sim import host
+    from tests.fixtures.sim import free_port
+    from tools.bench.loadgen import run_repeated
+    from tools.bench.workload import TRIAL_MIX
+
+    config = host.ensure_up(tmp_path / "sim", scenario="seed", port=free_port(), time_scale=0.05)
+    try:
+        bench = config.bench.model_copy(
+            update={"concurrency": [1, 8], "input_len": 256, "output_len": 32, "warmup": 0, "reps": 2}
+        )
+        config = config.model_copy(update={"bench": bench})
+        endpoint = config.target.endpoint
+        before = asyncio.run(run_repeated(endpoint, bench))
+        mix = asyncio.run(run_repeated(endpoint, bench.model_copy(update={"workload": dict(TRIAL_MIX)})))
+        transcript = Transcript.create(tmp_path / "t", kind="run", goal="g", model="builtin", target="sim")
+        ui = RunUI(Console(file=io.StringIO()), transcript)
+        runner = SimpleNamespace(
+            best_reps=mix, kept_changes=[], trials=[], restarts=0, exhausted=None, halted=None
+        )
+        baseline = Baseline(reps=before, probe=None, text="")
+        result = asyncio.run(_final(ui, config, runner, baseline, "done", "completed", time.monotonic(), 0.0))
+        transcript.close({"status": "test"})
+    finally:
+        host.down(tmp_path / "sim")
+    final = load_transcript(transcript.path).events_of("final")[0]["data"]["reps"]
+    assert [r["settings"]["workload"] for r in final] == [before[0].settings["workload"]] * 2
+    assert final[0]["levels"][1]["total_input_tokens"] == before[0].levels[1].total_input_tokens
+    # the same configuration on the same prompts: within the simulator's noise of the baseline
+    assert all(abs(result.final[c] / result.baseline[c] - 1) < 0.1 for c in (1, 8)), result
