@@ -180,6 +180,24 @@ def test_a_trial_of_a_caching_flag_measures_every_block_on_shared_prefixes(monke
     assert {"before", "candidate"} <= set(record.blocks) and len(workloads) >= 2
     assert all(w == TRIAL_MIX for w in workloads)
     assert runner.known_good_blocks == [earlier] and runner.reference is None
+    # the record, the report and the review say so: its numbers are not the baseline's workload's
+    assert (
+        record.workload
+        == "50% random prompts (1024 tokens in), 50% shared-prefix prompts (64 groups of 16 sharing a 2048-token system prompt)"
+    )  # noqa: E501
+    from agent.session import RunResult
+    from agent.transcripts.markdown import kept_caption
+    from agent.transcripts.report import _review_trial, render_report
+
+    report = render_report(RunResult(status="completed", trials=[record]), plot_name=None)
+    assert f"  - measured on {record.workload} (both sides)" in report
+    assert _review_trial(record).extra["workload"] == record.workload  # the review's trial section
+    kept = _review_trial(record.model_copy(update={"decision": "kept"}))
+    assert f"both measured on {record.workload}, not the baseline's workload)" in kept_caption(kept)
+    plain = trial_workloads(monkeypatch, "--cuda-graph-max-bs")[2]
+    assert plain.workload is None and "measured on" not in render_report(
+        RunResult(status="completed", trials=[plain]), plot_name=None
+    )
 
 
 FLAGS_0523 = {

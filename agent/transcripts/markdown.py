@@ -73,6 +73,7 @@ _LABELS = {
     "probe": "Correctness probe",
 }
 _LABELS |= {"restarts": "Restarts", "seconds": "Seconds", "notes": "Noticed"}
+_LABELS["workload"] = "Measured on (both sides; not the baseline's workload)"
 _STATUS_MARK = {"completed": "[x]", "in_progress": "[~]", "cancelled": "[-]", "pending": "[ ]"}
 
 
@@ -128,14 +129,22 @@ def trial_table(trial: TrialRecord) -> list[str]:
     return _table(["concurrency", "run baseline tok/s", "candidate tok/s", "change"], rows)
 
 
+def kept_caption(t: Any) -> str:
+    """The line above a kept trial's table: its decision, and what the numbers are."""
+    where = t.extra.get("workload")
+    on = f"; both measured on {where}, not the baseline's workload" if where else ""
+    return (
+        f"Trial {t.number}, {t.change}: {t.headline} (its own effect, over the configuration "
+        f"deployed before it{on})"
+    )
+
+
 def final_gain_lines(review: Review) -> list[str]:
     """What each kept change did (its own effect over what was deployed before it, as decided),
     then, when several were kept, the cumulative before/after of the run, labelled as such."""
     out = []
     for t in review.kept_trials:
-        out += [f"Trial {t.number}, {t.change}: {t.headline} (its own effect, over the configuration "
-                "deployed before it)", ""]  # fmt: skip
-        out += [*trial_table(t), ""]
+        out += [kept_caption(t), "", *trial_table(t), ""]
     if review.kept_trials and len(review.kept_trials) < 2 and all(t.effect for t in review.kept_trials):
         return out[:-1]
     if not review.gain:

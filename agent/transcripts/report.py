@@ -27,13 +27,12 @@ def _review_trial(t: Any) -> Any:
 def kept_lines(result: Any) -> list[str]:
     """Each kept trial's own effect over what was deployed before it (the paired blocks its
     decision used, with intervals); with several kept, the run's cumulative before/after, labelled."""
-    from agent.transcripts.markdown import trial_table
+    from agent.transcripts.markdown import kept_caption, trial_table
 
     kept = [_review_trial(t) for t in result.trials if t.decision == "kept"]
     out = ["## What the kept change did" if len(kept) < 2 else "## What each kept change did", ""]
     for t in kept:
-        out += [f"Trial {t.number}, {t.change}: {t.headline} (its own effect, over the configuration "
-                "deployed before it)", "", *trial_table(t), ""]  # fmt: skip
+        out += [kept_caption(t), "", *trial_table(t), ""]
     if not kept:
         out += ["Nothing was kept: the baseline configuration stays deployed.", ""]
     if len(kept) > 1:
@@ -78,6 +77,8 @@ def _trial_line(t: Any) -> list[str]:
         line += ", " + headline.split(": ", 1)[1]
     line += f" — restarts {t.restarts}, {t.seconds:.0f} s"
     out = [line, f"  - {t.why}"]
+    if getattr(t, "workload", None):
+        out.append(f"  - measured on {t.workload} (both sides): it touches caching, scheduling or memory")
     if getattr(t, "blocks", None):
         out.append("  - repetitions: " + ", ".join(f"{k} {v}" for k, v in t.blocks.items()))
     out += [f"  - {note}" for note in getattr(t, "notes", None) or []]

@@ -68,6 +68,10 @@ class TrialRecord(BaseModel):
     """Not decided on its merits: known-good moved far beyond its launch spread between the blocks
     the candidate was judged against (concurrency, drift as a ratio, bound): the machine, not the
     flag. Worth one retry (`agent.policy.order.next_trials`)."""
+    workload: str | None = None
+    """The workload both sides were measured on, when not the run's own (a caching, scheduling or
+    memory flag on shared prefixes, `tools.bench.workload.workload_for`): its numbers are not
+    comparable with the baseline's."""
     notes: list[str] = Field(default_factory=list)
     """What the trial noticed on the way (a known-good block set aside as measured under load)."""
     blocks: dict[str, int] = Field(default_factory=dict)

@@ -271,9 +271,8 @@ class TrialRunner:
         return record
 
     async def _deploy_and_measure(self, record: TrialRecord, new_text: str) -> None:
-
         from agent.trial.prune import run_leave_out
-        from tools.bench.workload import workload_for
+        from tools.bench.workload import describe_workload, workload_for
 
         # A caching, scheduling or memory flag is measured on a workload that can show its cost;
         # blocks measured on another workload serve neither as its reference nor as launch history.
@@ -282,6 +281,7 @@ class TrialRunner:
         own = self.bench is not bench
         if own:
             history, self.known_good_blocks, self.reference = self.known_good_blocks, [], None
+            record.workload = describe_workload(self.bench)
         try:
             await (run_leave_out if record.kind == "leave_out" else run_paired)(self, record, new_text)
         except BaseException as e:

@@ -73,6 +73,21 @@ def workload_mix(settings: BenchConfig) -> dict[str, float]:
     return {w: 1.0} if isinstance(w, str) else dict(w)
 
 
+def describe_workload(settings: BenchConfig) -> str:
+    """The workload in words, for a report: `50% random prompts, 50% shared-prefix prompts (...)`."""
+    words = {
+        "random": f"random prompts ({settings.input_len} tokens in)",
+        "shared-prefix": (
+            f"shared-prefix prompts ({settings.gsp_num_groups} groups of {settings.gsp_prompts_per_group} "
+            f"sharing a {settings.gsp_system_prompt_len}-token system prompt)"
+        ),
+    }
+    mix = workload_mix(settings)
+    if len(mix) == 1:
+        return words.get(next(iter(mix)), next(iter(mix)))
+    return ", ".join(f"{share:.0%} {words.get(name, name)}" for name, share in mix.items())
+
+
 def mechanisms_of_readers(readers: Iterable[Mapping[str, str]]) -> set[Mechanism]:
     """The mechanisms of a flag from the modules that read it (research's readers: `location`
     `path:line`, `state`), counting only readers that may act here (`LIVE_STATES`)."""
