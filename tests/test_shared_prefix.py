@@ -187,10 +187,14 @@ def test_a_trial_of_a_caching_flag_measures_every_block_on_shared_prefixes(monke
     )  # noqa: E501
     from agent.session import RunResult
     from agent.transcripts.markdown import kept_caption
-    from agent.transcripts.report import _review_trial, render_report
+    from agent.transcripts.report import _review_trial, render_report, run_summary
 
     report = render_report(RunResult(status="completed", trials=[record]), plot_name=None)
     assert f"  - measured on {record.workload} (both sides)" in report
+    assert (
+        run_summary(RunResult(status="completed", trials=[record]))["trials"][0]["workload"]
+        == record.workload
+    )
     assert _review_trial(record).extra["workload"] == record.workload  # the review's trial section
     kept = _review_trial(record.model_copy(update={"decision": "kept"}))
     assert f"both measured on {record.workload}, not the baseline's workload)" in kept_caption(kept)

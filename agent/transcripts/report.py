@@ -165,7 +165,8 @@ def run_summary(result: Any) -> dict[str, Any]:
         }
         kept.append({"trial": t.number, "changes": [c.describe() for c in t.changes],
                      "on_top_of": [c.describe() for c in t.on_top_of], "headline": headline(data),
-                     "rule": effect.rule if effect else None, "levels": levels})  # fmt: skip
+                     "rule": effect.rule if effect else None, "levels": levels,
+                     "workload": t.workload})  # fmt: skip
     return {
         "status": result.status,
         "deployed": list(result.kept),
@@ -175,6 +176,7 @@ def run_summary(result: Any) -> dict[str, Any]:
                 "trial": t.number,
                 "changes": [c.describe() for c in t.changes],
                 "headline": headline(t.model_dump(mode="json")),
+                "workload": t.workload,
                 "seconds": round(t.seconds),
             }
             for t in result.trials
