@@ -10,7 +10,8 @@ measured `--history` known-good launches (their spread is pooled with the declar
 gain of 0 gives the false-keep rate of a no-op; a true restart spread above the declared 1% shows
 what a wrong `bench.launch_noise` costs.
 
-    python benchmarks/bench_rule_power.py [--trials 1000] [--where c64|all] [--history 4] [--earlier 3] [--no-third] [--step 0.04] [--drift 0.001 --gap 4]
+    python benchmarks/bench_rule_power.py [--trials 1000] [--where c64|all] [--history 4] [--earlier 3] [--no-third]
+        [--step 0.04] [--drift 0.001 --gap 4] [--measured --floor-weight 2]
 """
 
 from __future__ import annotations
@@ -166,8 +167,11 @@ def one_trial(  # type: ignore[no-untyped-def]
     )  # fmt: skip
     if measured:
         value, df = spread_of_blocks(earlier, runner.objective, bench.launch_noise).prior
-        floor = math.sqrt((floor_weight * bench.launch_noise**2 + df * value**2) / (floor_weight + df))
-        runner.launch_prior = max(value, floor), df
+        if floor_weight:
+            value = max(
+                value, math.sqrt((floor_weight * bench.launch_noise**2 + df * value**2) / (floor_weight + df))
+            )
+        runner.launch_prior = value, df
         runner.prior_blocks = earlier[:-1]  # as `agent.trial.spread.measure_spread` leaves them
     running, now = target.factor, target.trend
     for i in range(earlier_configs):  # launches drawn beside the run's, known-good still running
