@@ -354,7 +354,7 @@ async def _final(
     best_reps = runner.best_reps if runner else None
     final_levels = mean_throughput(baseline.reps)  # nothing kept: the baseline stays deployed
     if best_reps:
-        if _workload(best_reps) != _workload(baseline.reps):
+        if runner.best is not None and runner.best.workload:  # judged on another workload
             best_reps = await _final_on_baseline_workload(ui, config) if health.ok else None
         final_levels = mean_throughput(best_reps) if best_reps else {}  # {}: shown as missing
     kept = [c.describe() for c in runner.kept_changes] if runner else []
@@ -379,10 +379,6 @@ async def _final(
     result.report = write_report(result, baseline_reps=baseline.reps, best_reps=best_reps, ui=ui)
     ui.console.print(conclusion)
     return result
-
-
-def _workload(reps: list[Any]) -> Any:
-    return reps[0].settings.get("workload") if reps else None
 
 
 async def _final_on_baseline_workload(ui: RunUI, config: Any) -> list[Any] | None:

@@ -64,7 +64,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agent.policy.playbook import evaluate, grid_size, load_playbook  # noqa: E402
 from sim import host  # noqa: E402
-from sim.scenario import SCENARIO_DIR  # noqa: E402
+from sim.scenario import SCENARIO_DIR, load_scenario  # noqa: E402
 
 LEVELS = [1, 8, 64]
 OUT_LEN = 128
@@ -80,8 +80,6 @@ def fast_scenario(name: str, tmp: Path, changes: list[str] | None = None, quiet:
     """The scenario (a shipped name or a scenario file) with a 5 s simulated start-up (the time
     scale shortens it further); with `changes`, launched with them; `quiet`: without the
     simulator's run and step noise."""
-    from sim.scenario import load_scenario
-
     scn = load_scenario(name)
     text = re.sub(r"startup_s = [\d.]+", "startup_s = 5", scn.source.read_text())
     # the copy lives elsewhere: its model config by absolute path
@@ -140,8 +138,6 @@ def sim_catalog() -> dict[str, object]:
 
 def launch_flags(name: str, changes: list[str]) -> list[str]:
     """The scenario's baseline flags with `changes` (`--flag value`, `--flag`, `unset --flag`) applied."""
-    from sim.scenario import load_scenario
-
     flags = list(load_scenario(name).launch.flags)
     for ch in changes:
         flag = ch.removeprefix("unset ").split(" ", 1)[0]

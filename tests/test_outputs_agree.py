@@ -186,8 +186,9 @@ def test_the_run_s_before_and_after_are_measured_on_the_same_workload(tmp_path: 
         mix = asyncio.run(run_repeated(endpoint, bench.model_copy(update={"workload": dict(TRIAL_MIX)})))
         transcript = Transcript.create(tmp_path / "t", kind="run", goal="g", model="builtin", target="sim")
         ui = RunUI(Console(file=io.StringIO()), transcript)
+        best = SimpleNamespace(workload="50% random prompts, 50% shared-prefix prompts")  # its record
         runner = SimpleNamespace(
-            best_reps=mix, kept_changes=[], trials=[], restarts=0, exhausted=None, halted=None
+            best=best, best_reps=mix, kept_changes=[], trials=[], restarts=0, exhausted=None, halted=None
         )
         baseline = Baseline(reps=before, probe=None, text="")
         result = asyncio.run(_final(ui, config, runner, baseline, "done", "completed", time.monotonic(), 0.0))
