@@ -11,7 +11,7 @@ gain of 0 gives the false-keep rate of a no-op; a true restart spread above the 
 what a wrong `bench.launch_noise` costs.
 
     python benchmarks/bench_rule_power.py [--trials 1000] [--where c64|all] [--history 4] [--earlier 3] [--no-third]
-        [--step 0.04] [--drift 0.001 --gap 4] [--measured --floor-weight 2]
+        [--step 0.04] [--drift 0.001 --gap 4] [--measured --floor-weight 2] [--block-reps 2]
 """
 
 from __future__ import annotations
@@ -48,6 +48,8 @@ class Launches:
     factor: float = 1.0
     candidate: bool = False
     restarts: int = 0
+    sweeps: int = 0
+    """Repetitions measured (the trial's measuring time, in repetitions)."""
     events: list[str] = field(default_factory=list)
     prompts: dict[tuple[int, int], float] = field(default_factory=dict)
     """(seed, level): the speed of that seed's prompts at that level, the same on every launch."""
@@ -83,6 +85,7 @@ class Launches:
     def sweep(self, rep: int) -> SweepResult:
         """Repetition `rep` of a block: seed `rep` mod reps as the trial code sends (`agent.trial.measure`),
         or with `fresh_prompts` a seed no other block used (each block with prompts of its own)."""
+        self.sweeps += 1
         if rep == 0:
             self.blocks += 1
             self.trend += self.drift
@@ -109,8 +112,8 @@ def simulate_measurements(sweep) -> None:  # type: ignore[no-untyped-def]
     """The trial code measures with `sweep()` (one repetition each, adaptive as in `measure`), with
     no warm-up and identical outputs."""
 
-    async def measure(endpoint: str, bench: BenchConfig, *, more=None, max_reps: int, on_progress=None):  # type: ignore[no-untyped-def]
-        reps = [sweep(r) for r in range(bench.reps)]
+    async def measure(endpoint: str, bench: BenchConfig, *, more=None, max_reps: int, start=None, on_progress=None):  # type: ignore[no-untyped-def]
+        reps = [sweep(r) for r in range(start or bench.reps)]
         while more is not None and len(reps) < max_reps and more(reps):
             reps.append(sweep(len(reps)))
         return reps
@@ -135,8 +138,9 @@ def one_trial(  # type: ignore[no-untyped-def]
     drift: float = 0.0,
     gap: int = 0,
     floor_weight: float = 0.0,
+    block_reps: int = 0,
 ):
-    """(kept, restarts, candidate launches) of one trial after `history` known-good launches, the
+    """(kept, restarts, candidate launches, repetitions measured) of one trial after `history` known-good launches, the
     last block of them (the previous trial's block after, still running) measured `step` slower
     than its launch (a transient load). `measured`: the run measured its restart spread on its
     `history` known-good launches (`agent.trial.spread`) and its intervals use that figure.
@@ -146,7 +150,8 @@ def one_trial(  # type: ignore[no-untyped-def]
     `drift`: every block measured that much faster than the one before it (`Launches.drift`);
     `gap`: blocks of other trials between two of the known-good launches (they age in the drift);
     `floor_weight`: launches' worth the declared spread keeps where the measured one is lower (a
-    floor the agent does not use: it did not pay, see README)."""
+    floor the agent does not use: it did not pay, see README); `block_reps`: repetitions a trial's
+    block starts with (0: `bench.reps`, as the known-good launches before it took)."""
     bench = BenchConfig()
     target = Launches(rng, gain, launch_sd, rep_sd, prompt_sd, fresh_prompts, bench=bench, drift=drift)
 
@@ -163,7 +168,7 @@ def one_trial(  # type: ignore[no-untyped-def]
     runner = TrialRunner(
         deployment=target, endpoint="http://sim", bench=bench,
         objective=objective_from_goal("improve throughput"), baseline=Baseline(reps=[], probe=None, text=UNIT),
-        reference=earlier[-1], known_good_blocks=earlier,
+        reference=earlier[-1], known_good_blocks=earlier, block_reps=block_reps,
     )  # fmt: skip
     if measured:
         value, df = spread_of_blocks(earlier, runner.objective, bench.launch_noise).prior
@@ -182,10 +187,10 @@ def one_trial(  # type: ignore[no-untyped-def]
                 [target.sweep(r) for r in range(bench.reps)],
             )
     # beside the run: the trial starts right after known-good's last block (the running launch's)
-    target.factor, target.trend, target.restarts = running, now, 0
+    target.factor, target.trend, target.restarts, target.sweeps = running, now, 0, 0
     record = asyncio.run(runner.run([TrialChange(flag="--enable-mixed-chunk")], reason="power"))
     launches = ((record.comparison or {}).get("overall") or {}).get("launches_candidate", 1)
-    return record.decision == "kept", target.restarts, launches
+    return record.decision == "kept", target.restarts, launches, target.sweeps
 
 
 def main() -> None:
@@ -229,6 +234,10 @@ def main() -> None:
         "--floor-weight", type=float, default=0.0,
         help="launches' worth the declared spread keeps where the measured one is lower (with --measured)",
     )  # fmt: skip
+    ap.add_argument(
+        "--block-reps", type=int, default=0,
+        help="repetitions a trial's block starts with (0: bench.reps, 3; the agent picks 2 where restarts dominate)",
+    )  # fmt: skip
     ap.add_argument("--gains", default="0,0.02,0.025,0.03,0.04,0.05,0.08", help="true gains, comma separated")
     ap.add_argument(
         "--spreads", default="0.005,0.01,0.015,0.02", help="true restart spreads, comma separated"
@@ -243,7 +252,7 @@ def main() -> None:
         f"{f' (the declared 1% as {args.floor_weight:g} launches below it)' if args.measured and args.floor_weight else ''}, minimum effect 2%, load step {args.step:.0%}, gain at {', '.join(f'c={c}' for c in at)}, "
         f"repetition noise {args.rep_noise:.1%}, prompts {args.prompt_noise:.1%} "
         f"({'each block its own' if args.fresh_prompts else 'the same in every block'}), "
-        f"slow drift {args.drift:+.2%} a block ({args.gap} between known-good launches), {args.trials} trials a cell; keep rate / mean restarts / share with a third launch; a keep "
+        f"trial blocks of {args.block_reps or 3} repetitions, slow drift {args.drift:+.2%} a block ({args.gap} between known-good launches), {args.trials} trials a cell; keep rate / mean restarts / share with a third launch / mean repetitions; a keep "
         f"rate near 60% is within +-{196 * math.sqrt(0.24 / args.trials):.0f} points of the truth (95%): "
         "read smaller differences between runs or variants as noise"
     )
@@ -269,13 +278,15 @@ def main() -> None:
                     drift=math.log1p(args.drift),
                     gap=args.gap,
                     floor_weight=args.floor_weight,
+                    block_reps=args.block_reps,
                 )  # fmt: skip
                 for _ in range(args.trials)
             ]
-            kept = sum(k for k, _, _ in runs) / len(runs)
-            restarts = sum(r for _, r, _ in runs) / len(runs)
-            third = sum(n == 3 for _, _, n in runs) / len(runs)
-            cells.append(f"{kept:.1%} / {restarts:.1f} / {third:.0%}")
+            kept = sum(k for k, *_ in runs) / len(runs)
+            restarts = sum(r for _, r, *_ in runs) / len(runs)
+            third = sum(n == 3 for _, _, n, _ in runs) / len(runs)
+            sweeps = sum(n for *_, n in runs) / len(runs)
+            cells.append(f"{kept:.1%} / {restarts:.1f} / {third:.0%} / {sweeps:.1f}")
         print(f"| {launch_sd:.1%} | " + " | ".join(cells) + " |")
 
 

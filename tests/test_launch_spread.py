@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import math
+import random
 
 from agent.trial.record import Baseline, TrialChange
 from agent.trial.runner import TrialRunner
-from agent.trial.spread import MARK, measure_spread, spread_of_blocks
+from agent.trial.spread import MARK, block_reps, measure_spread, spread_of_blocks
 from tests.test_paired_trial import UNIT, Launches, script_blocks
 from tools.bench.objective import objective_from_goal
 from tools.bench.paired import launch_spread, paired_compare, pooled_spread
@@ -190,3 +191,52 @@ def test_known_good_s_level_in_a_trial_is_its_own_launches_not_the_spread_phase_
     # the step between the spread phase's launches still counts, in the restart spread
     assert 0.006 < spread.value < 0.012  # sd of log(0.985, 0.985, 1.0)
     assert overall["launch_spread"] > 0.006
+
+
+def _blocks_at(factors: list[float], noise: float, reps: int = 3) -> list[list]:
+    """One block of `reps` repetitions per launch at each speed factor, each repetition `noise` (relative sd) apart."""
+    fake = Launches(a=[1.0], b=[], rng=random.Random(7))
+    out = []
+    for f in factors:
+        fake.factor = f
+        out.append([_jitter(s, fake.rng, noise) for s in fake.block()[:reps]])
+    return out
+
+
+def _jitter(sweep, rng, noise: float):  # type: ignore[no-untyped-def]
+    for lv in sweep.levels:
+        lv.output_throughput *= math.exp(rng.gauss(0, noise))
+    return sweep
+
+
+def test_a_trial_s_blocks_start_at_two_repetitions_where_restarts_move_the_server_far_more():
+    # launches 2% apart, repetitions 0.3%: a third repetition would narrow no interval
+    blocks = _blocks_at([1.0, 1.02, 0.98], 0.003)
+    n, noise = block_reps(blocks, GOAL, 0.02, 3)
+    assert n == 2 and set(noise) == {1, 8, 64} and all(0.001 < v < 0.008 for v in noise.values())
+    # repetitions as noisy as launches: every block keeps the configured three
+    noisy = _blocks_at([1.0, 1.01, 0.99], 0.02)
+    assert block_reps(noisy, GOAL, 0.01, 3)[0] == 3
+    # nothing to tell them apart by (one launch, or no spread): the configured number
+    assert block_reps(blocks[:1], GOAL, 0.02, 3) == (3, {})
+    assert block_reps(blocks, GOAL, 0.0, 3)[0] == 3
+
+
+def test_the_spread_phase_sets_the_block_size_every_trial_block_starts_at(monkeypatch):
+    import agent.trial.paired as pt
+
+    launches = Marked(a=[1.0, 0.97, *[1.0] * 6], b=[1.03, *[1.05] * 4])
+    runner = runner_on(monkeypatch, launches, BenchConfig(), probe=False)
+    spread = asyncio.run(measure_spread(runner))
+    assert runner.block_reps == spread.block_reps == 2
+    assert "a trial's blocks start at 2 repetitions" in spread.describe()
+    asked = []
+
+    async def measure(*args: object, start: int | None = None, **kw: object):  # type: ignore[no-untyped-def]
+        asked.append(start)
+        return launches.block()[: start or 3]
+
+    monkeypatch.setattr(pt, "measure", measure)
+    record = asyncio.run(runner.run([TrialChange(flag="--enable-mixed-chunk")], reason="test"))
+    assert record.deployed and asked and set(asked) == {2}
+    assert record.blocks["candidate"] == 2

@@ -225,12 +225,19 @@ def write_report(
     return path
 
 
+def _block_reps(runner: Any, bench: Any) -> str:
+    start = runner.block_reps if runner is not None and runner.block_reps else bench.reps
+    if start == bench.reps:
+        return str(start)
+    return f"{start} (of the {bench.reps} the baseline's took: a restart moves the server far more than a repetition)"
+
+
 def explain_run(result: Any, deps: Any, runner: Any, opts: Any, config: Any) -> None:
     """Fill in the budget sentence, the rule, and why each untried candidate was not tried."""
     bench = config.bench
     cap = runner.max_reps if runner else 2 * bench.reps
     result.rule = RULE.format(
-        reps=bench.reps, cap=cap, min_effect=bench.min_effect, tolerance=bench.regress_tolerance
+        reps=_block_reps(runner, bench), cap=cap, min_effect=bench.min_effect, tolerance=bench.regress_tolerance
     )
     spent = runner is not None and runner.exhausted is not None
     restarts = (

@@ -1,6 +1,7 @@
 """How a trial measures: adaptive repetitions, A/B/A pairing, and failures that are not the flag's.
 
-Adaptive repetitions: a configuration is measured `bench.reps` times, then compared with the
+Adaptive repetitions: a configuration is measured a block's repetitions (`bench.reps`, or fewer where
+the restart spread dominates: `agent.trial.spread.block_reps`), then compared with the
 known-good block measured next to it. The measurement stops as soon as the answer is clear (no
 interval reaches the minimum effect, a significant regression, or a clear improvement) and adds one
 repetition at a time, up to `max_reps`, while a gain is still possible but not established. The
@@ -52,14 +53,16 @@ async def measure(
     *,
     more: Callable[[list[Any]], bool] | None = None,
     max_reps: int,
+    start: int | None = None,
     on_progress: Any = None,
 ) -> list[Any]:
-    """`bench.reps` sweeps, then one more at a time (up to `max_reps`) while `more(reps)` says the
-    comparison is worth sharpening. Stops at a partial sweep (its numbers are not trusted)."""
+    """`start` sweeps (None: `bench.reps`), then one more at a time (up to `max_reps`) while
+    `more(reps)` says the comparison is worth sharpening. Stops at a partial sweep (its numbers are
+    not trusted)."""
     from tools.bench.loadgen import run_sweep
 
+    target = start or bench.reps
     reps: list[Any] = []
-    target = bench.reps
     while len(reps) < target:
         sweep = await run_sweep(
             endpoint,

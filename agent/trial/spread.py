@@ -50,6 +50,10 @@ class LaunchSpread:
     """Launches of known-good measured (the baseline's included)."""
     per_level: dict[int, float] | None = None
     declared: float = 0.01
+    block_reps: int | None = None
+    """Repetitions a trial's block starts with (`block_reps`; None: `bench.reps`, not measured)."""
+    rep_noise: dict[int, float] | None = None
+    """Per level, how far one repetition moves within a launch (relative sd), where measured."""
 
     @property
     def prior(self) -> tuple[float, float | None]:
@@ -73,7 +77,16 @@ class LaunchSpread:
         )
         return (
             f"launch spread: measured {self.measured:.1%} over {self.launches} launches of known-good "
-            f"({levels}); {weighed} ({self.df:g} degrees of freedom)"
+            f"({levels}); {weighed} ({self.df:g} degrees of freedom)" + self._blocks()
+        )
+
+    def _blocks(self) -> str:
+        if self.block_reps is None or not self.rep_noise:
+            return ""
+        noise = ", ".join(f"c={c} {v:.1%}" for c, v in self.rep_noise.items())
+        return (
+            f"; one repetition moves a launch's result {noise}: a trial's blocks start at "
+            f"{self.block_reps} repetitions"
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -113,6 +126,36 @@ def spread_of_blocks(blocks: list[list[Any]], objective: Any, declared: float) -
     )  # fmt: skip
 
 
+WITHIN_SHARE = 0.25
+"""Repetition noise below this share of a comparison's variance is not worth another repetition
+(as `agent.trial.judge._worth_more` decides within a trial)."""
+MIN_BLOCK_REPS = 2
+"""Fewest repetitions a block starts with: two blocks of one launch are compared over their
+repetitions (`tools.bench.paired.settle`), which one repetition each cannot do."""
+
+
+def block_reps(blocks: list[list[Any]], objective: Any, spread: float, most: int) -> tuple[int, dict[int, float]]:
+    """(repetitions a trial's block starts with, per level the relative sd of one repetition) from
+    known-good's launches (`blocks`, one each) and the restart spread the run uses: the fewest, from
+    MIN_BLOCK_REPS to `most`, at which a block mean's repetition noise stays below WITHIN_SHARE of
+    it plus one launch's spread at every level. Every launch of a comparison adds the spread and a
+    block's repetitions cannot shrink it: where a restart moves the server several times more than a
+    repetition does, a third repetition narrows no interval (`bench_rule_power.py --block-reps 2`
+    keeps the same share of true +2.5..3% levers and of no-ops) and costs a quarter of a trial's
+    measuring, which buys more launches instead. `most` (and no per-level figures) with fewer
+    than two launches or no spread."""
+    from tools.bench.paired import block_resolution
+
+    if len(blocks) < 2 or spread <= 0:
+        return most, {}
+    size = sum(map(len, blocks)) / len(blocks)
+    levels = sorted({lv.max_concurrency for lv in blocks[0][0].levels}) if blocks[0] else []
+    one = {c: block_resolution(blocks, objective, [c]) * math.sqrt(size) for c in levels}
+    launch = math.log1p(spread) ** 2
+    need = max((math.ceil(v**2 * (1 - WITHIN_SHARE) / WITHIN_SHARE / launch) for v in one.values()), default=most)
+    return max(MIN_BLOCK_REPS, min(most, need)), {c: math.expm1(v) for c, v in one.items()}
+
+
 def spread_restarts(bench: Any) -> int:
     """Restarts `measure_spread` spends on this configuration (0 when a spread is recorded)."""
     if known_spread(bench).source == "recorded":
@@ -137,7 +180,9 @@ async def measure_spread(r: Any) -> LaunchSpread:
         r.launch_prior = spread.prior
         return spread
     measured = spread_of_blocks(blocks, r.objective, r.bench.launch_noise)
+    measured.block_reps, measured.rep_noise = block_reps(blocks, r.objective, measured.value, r.bench.reps)
     r.launch_prior = measured.prior
+    r.block_reps = measured.block_reps
     # known-good's history (its spread is in the prior already: not pooled again); the running
     # launch, when measured, is the last
     r.prior_blocks = [b for b in blocks if b is not r.reference]
@@ -151,7 +196,7 @@ async def launch_block(r: Any, label: str) -> tuple[list[Any], str]:
     from agent.trial.paired import _block, _warm
 
     await _warm(r)
-    block = await _block(r, None, label, max_reps=r.bench.reps)
+    block = await _block(r, None, label, start=r.bench.reps, max_reps=r.bench.reps)
     if block and not any(s.partial for s in block):
         return block, ""
     return (
