@@ -220,6 +220,7 @@ def test_a_trial_s_blocks_start_at_two_repetitions_where_restarts_move_the_serve
     # nothing to tell them apart by (one launch, or no spread): the configured number
     assert block_reps(blocks[:1], GOAL, 0.02, 3) == (3, {})
     assert block_reps(blocks, GOAL, 0.0, 3)[0] == 3
+    assert block_reps(blocks, GOAL, 0.02, 1)[0] == 1  # never more than the configured number
 
 
 def test_the_spread_phase_sets_the_block_size_every_trial_block_starts_at(monkeypatch):

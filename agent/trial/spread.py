@@ -153,7 +153,7 @@ def block_reps(blocks: list[list[Any]], objective: Any, spread: float, most: int
     one = {c: block_resolution(blocks, objective, [c]) * math.sqrt(size) for c in levels}
     launch = math.log1p(spread) ** 2
     need = max((math.ceil(v**2 * (1 - WITHIN_SHARE) / WITHIN_SHARE / launch) for v in one.values()), default=most)
-    return max(MIN_BLOCK_REPS, min(most, need)), {c: math.expm1(v) for c, v in one.items()}
+    return min(most, max(MIN_BLOCK_REPS, need)), {c: math.expm1(v) for c, v in one.items()}
 
 
 def spread_restarts(bench: Any) -> int:
