@@ -49,7 +49,7 @@ RULE = (
     "load cancel. Known-good is measured again right before each candidate (and before its launch is "
     "left for another candidate launch); two blocks of one launch that disagree significantly at a "
     "level were not both measured at its speed, and the slower one is set aside. Repetitions are "
-    "adaptive: {reps} per block, stopping early when no gain of the "
+    "adaptive: {reps}, stopping early when no gain of the "
     "minimum effect is possible, and one more at a time (up to {cap}) while a gain is possible but "
     "not established and repetition noise is still a real part of the interval (the restart-to-"
     'restart spread does not shrink with repetitions of one launch). For "improve throughput" the '
@@ -190,7 +190,7 @@ def run_summary(result: Any) -> dict[str, Any]:
     }
 
 
-RULE_DEFAULT = RULE.format(reps=3, cap=6, min_effect=0.02, tolerance=0.03)
+RULE_DEFAULT = RULE.format(reps="3 per block", cap=6, min_effect=0.02, tolerance=0.03)
 
 
 def write_report(
@@ -226,10 +226,11 @@ def write_report(
 
 
 def _block_reps(runner: Any, bench: Any) -> str:
+    """How many repetitions a trial's block starts with, and why when not the configured number."""
     start = runner.block_reps if runner is not None and runner.block_reps else bench.reps
     if start == bench.reps:
-        return str(start)
-    return f"{start} (of the {bench.reps} the baseline's took: a restart moves the server far more than a repetition)"
+        return f"{start} per block"
+    return f"{start} per block (the baseline's took {bench.reps}: a restart moves this server far more than a repetition does)"
 
 
 def explain_run(result: Any, deps: Any, runner: Any, opts: Any, config: Any) -> None:
