@@ -566,7 +566,8 @@ def main() -> None:
         print("  " + r["conclusion"].replace("\n", "\n  "), flush=True)
         print(f"  row: {json.dumps({k: v for k, v in r.items() if k != 'conclusion'})}", flush=True)
     print(
-        f"\nbudget {args.max_minutes / args.time_scale:g} simulated min a run, levels {LEVELS}, 3 reps a block"
+        f"\nbudget {args.max_minutes / args.time_scale:g} simulated min a run, levels {LEVELS}, 3 reps a "
+        "baseline block (a trial's start at 2 where the restart spread dominates: each run's launch-spread line)"
     )
     print_tables(rows)
     if args.aa:

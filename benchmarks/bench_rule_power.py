@@ -112,7 +112,9 @@ def simulate_measurements(sweep) -> None:  # type: ignore[no-untyped-def]
     """The trial code measures with `sweep()` (one repetition each, adaptive as in `measure`), with
     no warm-up and identical outputs."""
 
-    async def measure(endpoint: str, bench: BenchConfig, *, more=None, max_reps: int, start=None, on_progress=None):  # type: ignore[no-untyped-def]
+    async def measure(  # type: ignore[no-untyped-def]
+        endpoint: str, bench: BenchConfig, *, more=None, max_reps: int, start=None, on_progress=None
+    ):
         reps = [sweep(r) for r in range(start or bench.reps)]
         while more is not None and len(reps) < max_reps and more(reps):
             reps.append(sweep(len(reps)))

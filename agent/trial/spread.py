@@ -134,7 +134,9 @@ MIN_BLOCK_REPS = 2
 repetitions (`tools.bench.paired.settle`), which one repetition each cannot do."""
 
 
-def block_reps(blocks: list[list[Any]], objective: Any, spread: float, most: int) -> tuple[int, dict[int, float]]:
+def block_reps(
+    blocks: list[list[Any]], objective: Any, spread: float, most: int
+) -> tuple[int, dict[int, float]]:
     """(repetitions a trial's block starts with, per level the relative sd of one repetition) from
     known-good's launches (`blocks`, one each) and the restart spread the run uses: the fewest, from
     MIN_BLOCK_REPS to `most`, at which a block mean's repetition noise stays below WITHIN_SHARE of
@@ -152,7 +154,9 @@ def block_reps(blocks: list[list[Any]], objective: Any, spread: float, most: int
     levels = sorted({lv.max_concurrency for lv in blocks[0][0].levels}) if blocks[0] else []
     one = {c: block_resolution(blocks, objective, [c]) * math.sqrt(size) for c in levels}
     launch = math.log1p(spread) ** 2
-    need = max((math.ceil(v**2 * (1 - WITHIN_SHARE) / WITHIN_SHARE / launch) for v in one.values()), default=most)
+    need = max(
+        (math.ceil(v**2 * (1 - WITHIN_SHARE) / WITHIN_SHARE / launch) for v in one.values()), default=most
+    )
     return min(most, max(MIN_BLOCK_REPS, need)), {c: math.expm1(v) for c, v in one.items()}
 
 
