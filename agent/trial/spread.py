@@ -143,7 +143,7 @@ def block_reps(
     it plus one launch's spread at every level. Every launch of a comparison adds the spread and a
     block's repetitions cannot shrink it: where a restart moves the server several times more than a
     repetition does, a third repetition narrows no interval (`bench_rule_power.py --block-reps 2`
-    keeps the same share of true +2.5..3% levers and of no-ops) and costs a quarter of a trial's
+    keeps the same share of true +2.5..3% levers and of no-ops) and costs a third of a trial's
     measuring, which buys more launches instead. `most` (and no per-level figures) with fewer
     than two launches or no spread."""
     from tools.bench.paired import block_resolution
