@@ -227,7 +227,7 @@ def write_report(
 
 def _block_reps(runner: Any, bench: Any) -> str:
     """How many repetitions a trial's block starts with, and why when not the configured number."""
-    start = runner.block_reps if runner is not None and runner.block_reps else bench.reps
+    start = runner.block_reps if runner is not None else bench.reps
     if start == bench.reps:
         return f"{start} per block"
     return f"{start} per block (the baseline's took {bench.reps}: a restart moves this server far more than a repetition does)"
@@ -238,7 +238,10 @@ def explain_run(result: Any, deps: Any, runner: Any, opts: Any, config: Any) -> 
     bench = config.bench
     cap = runner.max_reps if runner else 2 * bench.reps
     result.rule = RULE.format(
-        reps=_block_reps(runner, bench), cap=cap, min_effect=bench.min_effect, tolerance=bench.regress_tolerance
+        reps=_block_reps(runner, bench),
+        cap=cap,
+        min_effect=bench.min_effect,
+        tolerance=bench.regress_tolerance,
     )
     spent = runner is not None and runner.exhausted is not None
     restarts = (

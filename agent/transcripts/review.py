@@ -166,7 +166,9 @@ def trial_record(number: int, event: dict[str, Any], baseline: dict[int, float |
     base = levels_of(first_key(data, "baseline", "baseline_sweeps"))
     reason = first_key(data, "why", "error", "deploy_error") or first_key(comparison, "summary") or ""
     verdict = first_key(comparison, "verdict") or first_key(data, "verdict", "comparison_verdict") or MISSING
-    extra = {k: data[k] for k in ("kind", "reason", "override", "probe", "restarts", "workload") if data.get(k)}
+    extra = {
+        k: data[k] for k in ("kind", "reason", "override", "probe", "restarts", "workload") if data.get(k)
+    }
     if isinstance(data.get("seconds"), int | float) and data["seconds"]:
         extra["seconds"] = f"{data['seconds']:.0f}"
     if isinstance(data.get("notes"), list) and data["notes"]:

@@ -54,7 +54,7 @@ async def _block(r: Any, record: TrialRecord | None, name: str, **kw: Any) -> li
             "label": BLOCK_LABELS.get(name, name)}  # fmt: skip
     r.on_event("block", {**info, "state": "start"})
     started = time.monotonic()
-    kw.setdefault("start", r.block_reps or r.bench.reps)
+    kw.setdefault("start", r.block_reps)
     reps = await measure(r.endpoint, r.bench, on_progress=r.on_progress, **kw)
     r.on_event("block", {**info, "state": "done", "reps": len(reps), "seconds": time.monotonic() - started})
     return reps

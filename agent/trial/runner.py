@@ -61,7 +61,7 @@ class TrialRunner:
     max_reps: int = 0
     """Cap of the adaptive repetitions per block (0: twice `bench.reps`)."""
     block_reps: int = 0
-    """Repetitions a trial's block starts with (0: `bench.reps`; `agent.trial.spread.block_reps`
+    """Repetitions a trial's block starts with (0 given: `bench.reps`; `agent.trial.spread.measure_spread`
     sets fewer where the restart spread dominates)."""
     on_event: EventFn = lambda kind, data: None
     on_progress: Callable[[Any], None] | None = None
@@ -96,6 +96,7 @@ class TrialRunner:
             self.reference = list(self.baseline.reps)
             self.known_good_blocks.append(self.reference)
         self.max_reps = self.max_reps or 2 * self.bench.reps
+        self.block_reps = self.block_reps or self.bench.reps
 
     @property
     def kept_changes(self) -> list[TrialChange]:
@@ -132,7 +133,7 @@ class TrialRunner:
         took 346 s where one on random prompts took 243 s, and the longer one left torch.compile
         untried with 5.5 of 18 minutes left); until one has, every trial does."""
         one_rep = rep_seconds(self.baseline.reps)
-        shape = (4 * (self.block_reps or self.bench.reps) + 2) * one_rep
+        shape = (4 * self.block_reps + 2) * one_rep
         done = [t for t in self.trials if t.deployed]
         here = self._workload(changes or [])
         same = [t for t in done if self._workload(t.changes) == here]
