@@ -315,3 +315,78 @@ def test_a_sure_member_of_a_bundle_that_regressed_gets_one_trial_alone():
     assert next_trials(cands, verdicts, {**tried, "--compile": [sunk, {"decision": "rolled_back"}]}) == []
     flat = {**sunk, "verdict": "no_change"}
     assert next_trials(cands, verdicts, {f: [flat] for f in tried}) == []
+
+
+def _miss(level: int, ratio: float, low: float, high: float) -> dict:
+    return {"concurrency": level, "ratio": ratio, "ci_low": low, "ci_high": high, "launches_candidate": 3}
+
+
+def test_near_misses_at_one_level_get_one_second_look_together_and_a_near_missed_bundle_whole():
+    from agent.policy.order import second_look_value, second_looks
+
+    # h200x8-deepseekv3 at 934fd69: mixed chunk came near at c=64 alone (+2.3% [-1.0..+5.7]), the
+    # fused-MoE sum in a bundle (+1.7% [-1.0..+4.4]); each was then worth a trial alone
+    cands = [cand(f, "medium") for f in ("--mixed", "--moe-sum", "--compile", "--other")]
+    verdicts = {c["flag"]: APPLIES for c in cands}
+    alone = {"trial": 1, "decision": "rolled_back", "near_miss": _miss(64, 1.023, 0.990, 1.057)}
+    bundle = {
+        "trial": 2,
+        "kind": "bundle",
+        "decision": "rolled_back",
+        "near_miss": _miss(64, 1.017, 0.990, 1.044),
+    }
+    far = {"trial": 3, "decision": "rolled_back", "near_miss": _miss(8, 1.05, 1.01, 1.09)}
+    tried = {"--mixed": [alone], "--moe-sum": [bundle], "--compile": [bundle], "--other": [far]}
+    queue = next_trials(cands, verdicts, tried)
+    assert [c["flag"] for c, _ in queue] == ["--other", "--mixed + --moe-sum + --compile"]
+    look, why = queue[1]
+    assert look["second_look"] and [m["flag"] for m in look["bundle"]] == [
+        "--mixed",
+        "--moe-sum",
+        "--compile",
+    ]
+    assert why.startswith("second look together: --mixed, --moe-sum, --compile came near at c=64")
+    assert "+2.3%, +1.7% in 2 trials" in why and queue[0][1] == "second look at a near miss"
+    # worth more than the two second looks apart: the gains add (+4.0%), their noise in quadrature
+    together = next(v for v, _, c, _ in second_looks(cands, tried) if c.get("second_look"))
+    apart = second_look_value(cands[0], alone["near_miss"]) + second_look_value(cands[1], bundle["near_miss"])
+    assert together > 0.035 and together > apart
+    # a bundle that came near on its own is tried again whole, once: not member by member
+    queue = next_trials(cands, verdicts, {"--moe-sum": [bundle], "--compile": [bundle]})
+    assert [c["flag"] for c, _ in queue][-1] == "--moe-sum + --compile"
+    assert "in 1 trial)" in queue[-1][1]
+    # the budget's last slot leaves a second look as it is
+    queue = next_trials(cands, verdicts, tried, slots=1)
+    assert [c["flag"] for c, _ in queue] == ["--other", "--mixed + --moe-sum + --compile"]
+    # tried a second time (together): no third look
+    again = {
+        "trial": 4,
+        "kind": "bundle",
+        "decision": "rolled_back",
+        "near_miss": _miss(64, 1.03, 0.99, 1.07),
+    }
+    twice = {f: [*r, again] for f, r in tried.items() if f != "--other"}
+    assert [(c["flag"], why) for c, why in next_trials(cands, verdicts, twice)] == [("--other", "untried")]
+
+
+def test_the_builtin_planner_tries_near_misses_at_one_level_together_then_leaves_out_the_doubtful():
+    cands = [cand("--mixed", "medium", acts=[8, 64]), cand("--compile", "medium", acts=[1, 8])]
+    cands.append(cand("--moe-sum", "high", acts=[64]))
+    verdicts = {c["flag"]: {**APPLIES, "flag": c["flag"]} for c in cands}
+    history = [
+        ({"changes": [{"flag": "--moe-sum"}]}, {"trial": 1, "decision": "rolled_back", "why": "not established",
+                                                "near_miss": _miss(64, 1.025, 0.99, 1.06)}),
+        ({"changes": [{"flag": "--mixed"}]}, {"trial": 2, "decision": "rolled_back", "why": "not established",
+                                              "near_miss": _miss(64, 1.02, 0.99, 1.05)}),
+        ({"changes": [{"flag": "--compile"}]}, {"trial": 3, "decision": "rolled_back", "why": "no_change"}),
+    ]  # fmt: skip
+    run = _calls(planner_policy_for(cands, verdicts, history))["run_trial"]
+    assert [c["flag"] for c in run["changes"]] == ["--moe-sum", "--mixed"]
+    assert run["together_reason"].startswith("second look together: --moe-sum, --mixed came near at c=64")
+    kept = {"trial": 4, "kind": "bundle", "decision": "kept", "why": "improved", "won_at": [64]}
+    calls = _calls(planner_policy_for(cands, verdicts, [*history, (run, kept)]))
+    # both act at c=64 and research is sure of both: kept together, nothing to leave out, no other look
+    assert "leave_out" not in calls and "run_trial" not in calls
+    unsure = verdicts | {"--mixed": {**verdicts["--mixed"], "certainty": 0.3}}
+    calls = _calls(planner_policy_for(cands, unsure, [*history, (run, kept)]))
+    assert calls["leave_out"]["flag"] == "--mixed"

@@ -12,7 +12,10 @@ restart.
 
 A near miss (rejected as not established although it still looked like a winner) may get one
 second look, ranked with the untried candidates: its certainty is the chance, given what was
-measured, that it helps at all, its plausible gain the estimate measured.
+measured, that it helps at all, its plausible gain the estimate measured. Near misses that came
+nearest at the same level get theirs as one change (`second_looks`): what was measured says each is
+small there, and together their gains add at that level; a bundle that came near is tried again
+whole.
 
 Small levers are tried together: a candidate whose plausible gain is below what one trial can
 establish with this deployment's restart spread (`establishable`) would be "not established" alone
@@ -94,14 +97,60 @@ def slow_start_flags(candidates: list[Any]) -> dict[str, float]:
     return {flag: cost for flag, cost in costs.items() if cost > 1}
 
 
-def second_look_value(candidate: dict[str, Any], near_miss: dict[str, Any]) -> float:
-    """certainty x gain / restart cost of trying a near miss again, from its best judged interval."""
+def _log_estimate(near_miss: dict[str, Any]) -> tuple[float, float] | None:
+    """(log ratio, its standard error) of a near miss's best judged interval (None: malformed)."""
     ratio, low, high = (near_miss.get(k) for k in ("ratio", "ci_low", "ci_high"))
     if not (ratio and low and high and 0 < low < high):
+        return None
+    return math.log(ratio), (math.log(high) - math.log(low)) / (2 * 1.96)
+
+
+def _look_value(estimates: list[tuple[float, float] | None], cost: float) -> float:
+    """certainty x gain / restart cost of one change whose parts measured `estimates` (independent
+    trials: log ratios add, so do their variances)."""
+    if not estimates or None in estimates:
         return 0.0
-    se = (math.log(high) - math.log(low)) / (2 * 1.96)
-    sure = NormalDist().cdf(math.log(ratio) / se)
-    return sure * max(0.0, ratio - 1) / restart_cost(candidate)
+    total = sum(e[0] for e in estimates if e)
+    se = math.sqrt(sum(e[1] ** 2 for e in estimates if e))
+    return NormalDist().cdf(total / se) * max(0.0, math.expm1(total)) / cost
+
+
+def second_look_value(candidate: dict[str, Any], near_miss: dict[str, Any]) -> float:
+    """certainty x gain / restart cost of trying a near miss again, from its best judged interval."""
+    return _look_value([_log_estimate(near_miss)], restart_cost(candidate))
+
+
+def second_looks(
+    candidates: list[dict[str, Any]], tried: dict[str, list[dict[str, Any]]]
+) -> list[tuple[float, int, dict[str, Any], str]]:
+    """(value, index, candidate, why) of one second look per level: the near misses tried once
+    whose best judged level is the same go into one change. Alone each is a gain one trial could
+    not establish at that level; their gains add there, so one trial of them together is likelier
+    to establish it, for one trial's restarts instead of one each. A bundle that came near is tried
+    again whole (its members share one result), not one member at a time at the bundle's value."""
+    groups: dict[Any, list[tuple[int, dict[str, Any], dict[str, Any]]]] = {}
+    for i, c in enumerate(candidates):
+        results = tried.get(c["flag"], [])
+        if len(results) == 1 and not results[0].get("disturbed") and (miss := results[0].get("near_miss")):
+            groups.setdefault(miss.get("concurrency"), []).append((i, c, results[0]))
+    out = []
+    for level, group in groups.items():
+        if len(group) == 1:
+            i, c, result = group[0]
+            out.append((second_look_value(c, result["near_miss"]), i, c, "second look at a near miss"))
+            continue
+        misses = {(r.get("trial"), repr(r["near_miss"])): r["near_miss"] for _, _, r in group}
+        members = [c for _, c, _ in group]
+        cost = max(restart_cost(c) for c in members)
+        value = _look_value([_log_estimate(m) for m in misses.values()], cost)
+        parts = ", ".join(f"{m['ratio'] - 1:+.1%}" for m in misses.values())
+        why = (
+            f"second look together: {', '.join(c['flag'] for c in members)} came near at c={level} "
+            f"({parts} in {len(misses)} trial{'s' * (len(misses) > 1)}); their gains add there"
+        )
+        entry = {"flag": " + ".join(c["flag"] for c in members), "bundle": members, "together": why}
+        out.append((value, min(i for i, _, _ in group), {**entry, "second_look": True}, why))
+    return out
 
 
 RETRY_SHARE = 0.8
@@ -224,7 +273,7 @@ def fit_budget(
     rest = []
     for entry in tail:
         value, i, c, why = entry
-        if why != "untried" and "bundle" not in c:  # a near miss or a retry stays as it is
+        if c.get("second_look") or (why != "untried" and "bundle" not in c):  # a near miss, a retry
             rest.append(entry)
             continue
         group = c.get("bundle") or [c]
@@ -263,6 +312,7 @@ def next_trials(
         value, entry = _bundle(members, verdicts, "small levers tried together")
         ranked.append((value, -1, entry, why))
     in_bundle = {c["flag"] for c in bundle[0]} if bundle else set()
+    ranked += second_looks(candidates, tried)
     for i, c in enumerate(candidates):
         if c["flag"] in in_bundle:
             continue
@@ -272,8 +322,6 @@ def next_trials(
         elif len(results) == 1 and results[0].get("disturbed"):
             value = RETRY_SHARE * expected_value(c, verdicts.get(c["flag"]))
             ranked.append((value, i, c, "retry: known-good moved beyond its spread during its trial"))
-        elif len(results) == 1 and (miss := results[0].get("near_miss")):
-            ranked.append((second_look_value(c, miss), i, c, "second look at a near miss"))
         elif _sunk_by_its_bundle(results) and _sure_enough(c, verdicts):
             value = RETRY_SHARE * expected_value(c, verdicts.get(c["flag"]))
             ranked.append(
