@@ -71,11 +71,13 @@ def test_a_kept_bundle_s_doubtful_members_are_the_unsure_and_those_acting_elsewh
 
 
 def test_the_builtin_planner_tries_the_small_levers_as_one_change_then_leaves_out_the_doubtful():
-    cands = [cand("--mid", "medium", acts=[64]), cand("--small", "low", acts=[1])]
+    cands = [cand("--mid", "medium", acts=[1, 64]), cand("--small", "low", acts=[1])]
     verdicts = {c["flag"]: {**APPLIES, "flag": c["flag"]} for c in cands}
     run = _calls(planner_policy_for(cands, verdicts, []))["run_trial"]
     assert [c["flag"] for c in run["changes"]] == ["--mid", "--small"]
-    assert run["together_reason"].startswith("tried together: --mid (+4.0%), --small (+2.0%)")
+    assert run["together_reason"].startswith(
+        "tried together: --mid (+4.0%), --small (+2.0%) each expected below +6.0% at c=1,"
+    )
     kept = {
         "trial": 1,
         "changes": ["--mid", "--small"],
@@ -390,3 +392,19 @@ def test_the_builtin_planner_tries_near_misses_at_one_level_together_then_leaves
     unsure = verdicts | {"--mixed": {**verdicts["--mixed"], "certainty": 0.3}}
     calls = _calls(planner_policy_for(cands, unsure, [*history, (run, kept)]))
     assert calls["leave_out"]["flag"] == "--mixed"
+
+
+def test_small_levers_go_together_at_the_level_where_they_act_and_the_rest_alone():
+    # 2.5% spread: all three are small, but only two act at c=64, where their gains can add
+    cands = [cand("--graph", "medium", acts=[64]), cand("--mixed", "medium", acts=[8, 64])]
+    cands.append(cand("--compile", "low", acts=[1, 8]))
+    verdicts = {c["flag"]: APPLIES for c in cands}
+    members, why = plan_bundle(cands, verdicts, {})
+    assert [c["flag"] for c in members] == ["--graph", "--mixed"] and "below +6.0% at c=64," in why
+    assert [c["flag"] for c, _ in next_trials(cands, verdicts, {})] == ["--graph + --mixed", "--compile"]
+    # no two act at one level: each alone; a lever whose levels are unknown counts at every level
+    apart = [cand("--graph", "medium", acts=[64]), cand("--compile", "low", acts=[1, 8])]
+    assert plan_bundle(apart, verdicts, {}) is None
+    anywhere = {**cand("--any", "low"), "acts_at_levels": None}
+    members, why = plan_bundle([*apart, anywhere], verdicts | {"--any": APPLIES}, {})
+    assert [c["flag"] for c in members] == ["--graph", "--any"] and "at c=64," in why

@@ -188,9 +188,11 @@ def plan_bundle(
     candidates: list[dict[str, Any]], verdicts: dict[str, Any], tried: dict[str, list[dict[str, Any]]]
 ) -> tuple[list[dict[str, Any]], str] | None:
     """(the untried small candidates to try as one change, why), or None when fewer than two are
-    small. A candidate is small when its plausible gain is below its `establishable` figure; one the
-    playbook doubts, or whose mechanism acts at no measured level, is left out (alone at the end of
-    the queue it costs only what it is worth)."""
+    small at one level. A candidate is small when its plausible gain is below its `establishable`
+    figure; one the playbook doubts, or whose mechanism acts at no measured level, is left out
+    (alone at the end of the queue it costs only what it is worth). The members act at one level
+    (`acts_at_levels`; unknown: every level), the one where the most value is small: gains add only
+    where they show together, and a member acting elsewhere would only be left out again."""
     small = [
         c
         for c in candidates
@@ -201,12 +203,26 @@ def plan_bundle(
         and c.get("acts_at_levels") != []
         and certainty(verdicts.get(c["flag"])) > 0
     ]
+    levels = {lv for c in small for lv in c.get("acts_at_levels") or []}
+    at = {
+        lv: [c for c in small if c.get("acts_at_levels") is None or lv in c["acts_at_levels"]]
+        for lv in levels
+    }
+    level, small = max(
+        at.items() or [(None, small)],
+        key=lambda kv: (
+            sum(expected_value(c, verdicts.get(c["flag"])) for c in kv[1]),
+            len(kv[1]),
+            kv[0] or 0,
+        ),
+    )
     if len(small) < 2:
         return None
     bar = small[0]["establishable"]
     names = ", ".join(f"{c['flag']} (+{plausible_gain(c):.1%})" for c in small)
+    where = f" at c={level}" if level is not None and len(levels) > 1 else ""
     why = (
-        f"tried together: {names} each expected below +{bar:.1%}, the smallest gain one trial can "
+        f"tried together: {names} each expected below +{bar:.1%}{where}, the smallest gain one trial can "
         f"establish with this deployment's restart spread; alone each would stay 'not established'"
     )
     return small, why
