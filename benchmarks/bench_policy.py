@@ -143,13 +143,18 @@ def one_run(
     tried: dict[str, list[dict]] = {}
     while queue := [q for q in trial_queue(cands, verdicts, tried) if q[1] == "untried" or args.second_look]:
         c, why = queue[0]
+        members = c.get("bundle") or [c]  # a second look at near misses of one level goes as one change
+        changes = [TrialChange(flag=m["flag"], value=m["value"], action=m["action"]) for m in members]
         try:
             record = asyncio.run(
-                runner.run([TrialChange(flag=c["flag"], value=c["value"], action=c["action"])], reason=why)
+                runner.run(changes, reason=why, kind="bundle" if len(members) > 1 else "single")
             )
         except BudgetExhausted:
             break
-        tried.setdefault(c["flag"], []).append({"near_miss": record.near_miss, "decision": record.decision})
+        for m in members:
+            tried.setdefault(m["flag"], []).append(
+                {"trial": record.number, "near_miss": record.near_miss, "decision": record.decision}
+            )
     return [ch.describe() for ch in runner.kept_changes], target.restarts
 
 
