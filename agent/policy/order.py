@@ -144,9 +144,12 @@ def second_looks(
         cost = max(restart_cost(c) for c in members)
         value = _look_value([_log_estimate(m) for m in misses.values()], cost)
         parts = ", ".join(f"{m['ratio'] - 1:+.1%}" for m in misses.values())
+        names = ", ".join(c["flag"] for c in members)
         why = (
-            f"second look together: {', '.join(c['flag'] for c in members)} came near at c={level} "
-            f"({parts} in {len(misses)} trial{'s' * (len(misses) > 1)}); their gains add there"
+            f"second look together: {names} came near at c={level} ({parts} in {len(misses)} "
+            "trials); their gains add there"
+            if len(misses) > 1
+            else f"second look at a bundle that came near: {names} at c={level} ({parts})"
         )
         entry = {"flag": " + ".join(c["flag"] for c in members), "bundle": members, "together": why}
         out.append((value, min(i for i, _, _ in group), {**entry, "second_look": True}, why))
