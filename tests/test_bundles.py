@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
-from agent.policy.order import doubtful_members, establishable, next_trials, plan_bundle
+from agent.policy.order import establishable
+from agent.policy.trialqueue import doubtful_members, next_trials, plan_bundle
 from agent.trial.record import Baseline, TrialChange, TrialRecord
 from agent.trial.runner import TrialRunner
 from tests.test_order import _calls, _history
@@ -324,7 +325,8 @@ def _miss(level: int, ratio: float, low: float, high: float) -> dict:
 
 
 def test_near_misses_at_one_level_get_one_second_look_together_and_a_near_missed_bundle_whole():
-    from agent.policy.order import second_look_value, second_looks
+    from agent.policy.order import second_look_value
+    from agent.policy.trialqueue import second_looks
 
     # h200x8-deepseekv3 at 934fd69: mixed chunk came near at c=64 alone (+2.3% [-1.0..+5.7]), the
     # fused-MoE sum in a bundle (+1.7% [-1.0..+4.4]); each was then worth a trial alone

@@ -3,7 +3,8 @@ untried candidates, and one second look at a near miss ranked by what was measur
 
 from __future__ import annotations
 
-from agent.policy.order import expected_value, next_trials, second_look_value
+from agent.policy.order import expected_value, second_look_value
+from agent.policy.trialqueue import next_trials
 
 
 def cand(flag: str, priority: str = "medium", status: str = "candidate") -> dict:

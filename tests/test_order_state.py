@@ -5,8 +5,9 @@ priority, and says where its mechanism acts."""
 from __future__ import annotations
 
 from agent.policy.loadstate import load_state, state_factor
-from agent.policy.order import expected_value, next_trials
+from agent.policy.order import expected_value
 from agent.policy.playbook import load_playbook
+from agent.policy.trialqueue import next_trials
 from tools.bench.results import LevelResult, SweepResult
 from tools.config import BenchConfig
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from agent.policy.builtin_conclusion import conclusion
 from agent.policy.builtin_research import decide_verdict
-from agent.policy.order import doubtful_members, next_trials
+from agent.policy.trialqueue import doubtful_members, next_trials
 from agent.policy.verdict import doubtful_rejection, final_rejection
 
 _FLAG = re.compile(r"--[A-Za-z0-9][\w-]*(?:\.[\w-]+)*")
@@ -286,7 +286,7 @@ def trial_queue(
     tried: dict[str, list[dict]],
     slots: int | None = None,
 ) -> list[tuple[dict[str, Any], str]]:
-    """What the builtin planner trials next, best first: (candidate, why), see `agent.policy.order`;
+    """What the builtin planner trials next, best first: (candidate, why), see `agent.policy.trialqueue`;
     `slots`: the trials the budget still fits (None: not known yet)."""
     worth = [
         c

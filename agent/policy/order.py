@@ -1,4 +1,4 @@
-"""Which candidate to trial next: expected value per restart.
+"""What trialling a candidate is worth: expected value per restart.
 
     value = research certainty x plausible gain / restart cost
 
@@ -10,24 +10,8 @@ takes as much longer as their two slow launches add to a trial measured here), e
 `restart_cost`. A run with a budget then spends it on the candidates most likely to pay for their
 restart.
 
-A near miss (rejected as not established although it still looked like a winner) may get one
-second look, ranked with the untried candidates: its certainty is the chance, given what was
-measured, that it helps at all, its plausible gain the estimate measured. Near misses that came
-nearest at the same level get theirs as one change (`second_looks`): what was measured says each is
-small there, and together their gains add at that level; a bundle that came near is tried again
-whole.
-
-Small levers are tried together: a candidate whose plausible gain is below what one trial can
-establish with this deployment's restart spread (`establishable`) would be "not established" alone
-however real, so the untried small ones go into one change (`plan_bundle`), ranked by the sum of
-their values for one restart. A kept bundle is then pruned of its doubtful members
-(`doubtful_members`: low certainty, or no mechanism at the level that won), each left out in a
-trial of its own (`agent.trial.prune`); a bundle that regressed gives each member research is sure
-of one trial alone (one member's cost hides the others' gains).
-
-The budget is counted too: when more candidates are open than the trials the budget still fits (the
-runner's `trials_left`, in every trial result), the ones research is sure enough of that would not
-be reached go into one change in the last slot (`fit_budget`), rather than not being tried at all.
+A near miss's second look is worth what it measured (`second_look_value`); the queue built from
+these values is `agent.policy.trialqueue`.
 """
 
 from __future__ import annotations
@@ -97,7 +81,7 @@ def slow_start_flags(candidates: list[Any]) -> dict[str, float]:
     return {flag: cost for flag, cost in costs.items() if cost > 1}
 
 
-def _log_estimate(near_miss: dict[str, Any]) -> tuple[float, float] | None:
+def log_estimate(near_miss: dict[str, Any]) -> tuple[float, float] | None:
     """(log ratio, its standard error) of a near miss's best judged interval (None: malformed)."""
     ratio, low, high = (near_miss.get(k) for k in ("ratio", "ci_low", "ci_high"))
     if not (ratio and low and high and 0 < low < high):
@@ -105,7 +89,7 @@ def _log_estimate(near_miss: dict[str, Any]) -> tuple[float, float] | None:
     return math.log(ratio), (math.log(high) - math.log(low)) / (2 * 1.96)
 
 
-def _look_value(estimates: list[tuple[float, float] | None], cost: float) -> float:
+def look_value(estimates: list[tuple[float, float] | None], cost: float) -> float:
     """certainty x gain / restart cost of one change whose parts measured `estimates` (independent
     trials: log ratios add, so do their variances)."""
     if not estimates or None in estimates:
@@ -117,53 +101,11 @@ def _look_value(estimates: list[tuple[float, float] | None], cost: float) -> flo
 
 def second_look_value(candidate: dict[str, Any], near_miss: dict[str, Any]) -> float:
     """certainty x gain / restart cost of trying a near miss again, from its best judged interval."""
-    return _look_value([_log_estimate(near_miss)], restart_cost(candidate))
+    return look_value([log_estimate(near_miss)], restart_cost(candidate))
 
 
-def second_looks(
-    candidates: list[dict[str, Any]], tried: dict[str, list[dict[str, Any]]]
-) -> list[tuple[float, int, dict[str, Any], str]]:
-    """(value, index, candidate, why) of one second look per level: the near misses tried once
-    whose best judged level is the same go into one change. Alone each is a gain one trial could
-    not establish at that level; their gains add there, so one trial of them together is likelier
-    to establish it, for one trial's restarts instead of one each. A bundle that came near is tried
-    again whole (its members share one result), not one member at a time at the bundle's value."""
-    groups: dict[Any, list[tuple[int, dict[str, Any], dict[str, Any]]]] = {}
-    for i, c in enumerate(candidates):
-        results = tried.get(c["flag"], [])
-        if len(results) == 1 and not results[0].get("disturbed") and (miss := results[0].get("near_miss")):
-            groups.setdefault(miss.get("concurrency"), []).append((i, c, results[0]))
-    out = []
-    for level, group in groups.items():
-        if len(group) == 1:
-            i, c, result = group[0]
-            out.append((second_look_value(c, result["near_miss"]), i, c, "second look at a near miss"))
-            continue
-        misses = {(r.get("trial"), repr(r["near_miss"])): r["near_miss"] for _, _, r in group}
-        members = [c for _, c, _ in group]
-        cost = max(restart_cost(c) for c in members)
-        value = _look_value([_log_estimate(m) for m in misses.values()], cost)
-        parts = ", ".join(f"{m['ratio'] - 1:+.1%}" for m in misses.values())
-        names = ", ".join(c["flag"] for c in members)
-        why = (
-            f"second look together: {names} came near at c={level} ({parts} in {len(misses)} "
-            "trials); their gains add there"
-            if len(misses) > 1
-            else f"second look at a bundle that came near: {names} at c={level} ({parts})"
-        )
-        entry = {"flag": " + ".join(c["flag"] for c in members), "bundle": members, "together": why}
-        out.append((value, min(i for i, _, _ in group), {**entry, "second_look": True}, why))
-    return out
-
-
-RETRY_SHARE = 0.8
-"""A trial the machine disturbed (known-good moved beyond its spread), or a sure member of a bundle
-that regressed, is tried once more, at this share of its untried value (it spent a restart or two
-without an answer)."""
 Z_ESTABLISH = 1.96 + 0.84
 """A 95% interval's half width plus the distance at which four trials in five clear it."""
-DOUBTFUL_CERTAINTY = 0.5
-"""A bundle member research is less sure of than this is left out unless it proves itself."""
 
 
 def establishable(spread: float, min_effect: float) -> float:
@@ -171,180 +113,3 @@ def establishable(spread: float, min_effect: float) -> float:
     term's variance is one launch's) establishes about four times in five with restart spread
     `spread`; never below the minimum effect the rule asks."""
     return max(min_effect, Z_ESTABLISH * spread)
-
-
-def _sunk_by_its_bundle(results: list[dict[str, Any]]) -> bool:
-    """Tried only in one bundle, which regressed: the cost may be any member's (a cache lever's on
-    shared prefixes, say), so a member research is sure of has not been judged (`next_trials` gives
-    it one trial alone; it is never bundled again)."""
-    return (
-        len(results) == 1 and results[0].get("kind") == "bundle" and results[0].get("verdict") == "regressed"
-    )
-
-
-def _open(results: list[dict[str, Any]]) -> bool:
-    """Untried, or tried once in a trial the machine disturbed."""
-    return not results or (len(results) == 1 and bool(results[0].get("disturbed")))
-
-
-def plan_bundle(
-    candidates: list[dict[str, Any]], verdicts: dict[str, Any], tried: dict[str, list[dict[str, Any]]]
-) -> tuple[list[dict[str, Any]], str] | None:
-    """(the untried small candidates to try as one change, why), or None when fewer than two are
-    small at one level. A candidate is small when its plausible gain is below its `establishable`
-    figure; one the playbook doubts, or whose mechanism acts at no measured level, is left out
-    (alone at the end of the queue it costs only what it is worth). The members act at one level
-    (`acts_at_levels`; unknown: every level), the one where the most value is small: gains add only
-    where they show together, and a member acting elsewhere would only be left out again."""
-    small = [
-        c
-        for c in candidates
-        if _open(tried.get(c["flag"], []))
-        and c.get("establishable")
-        and plausible_gain(c) < c["establishable"]
-        and c.get("status") not in PLAYBOOK_DOUBTS
-        and c.get("acts_at_levels") != []
-        and certainty(verdicts.get(c["flag"])) > 0
-    ]
-    levels = {lv for c in small for lv in c.get("acts_at_levels") or []}
-    at = {
-        lv: [c for c in small if c.get("acts_at_levels") is None or lv in c["acts_at_levels"]]
-        for lv in levels
-    }
-    level, small = max(
-        at.items() or [(None, small)],
-        key=lambda kv: (
-            sum(expected_value(c, verdicts.get(c["flag"])) for c in kv[1]),
-            len(kv[1]),
-            kv[0] or 0,
-        ),
-    )
-    if len(small) < 2:
-        return None
-    bar = small[0]["establishable"]
-    names = ", ".join(f"{c['flag']} (+{plausible_gain(c):.1%})" for c in small)
-    where = f" at c={level}" if level is not None and len(levels) > 1 else ""
-    why = (
-        f"tried together: {names} each expected below +{bar:.1%}{where}, the smallest gain one trial can "
-        f"establish with this deployment's restart spread; alone each would stay 'not established'"
-    )
-    return small, why
-
-
-def doubtful_members(
-    members: list[dict[str, Any]], verdicts: dict[str, Any], won_at: list[int]
-) -> list[tuple[dict[str, Any], str]]:
-    """The members of a kept bundle that must prove themselves: (candidate, why doubtful): research
-    is unsure of it, its mechanism acts at none of the levels that won, or its plausible gain is
-    below the minimum effect (the rule keeps no lever that adds less)."""
-    out = []
-    for c in members:
-        sure = certainty(verdicts.get(c["flag"]))
-        acts = c.get("acts_at_levels")
-        floor = c.get("min_effect") or GAIN_BY_PRIORITY["low"]
-        if sure < DOUBTFUL_CERTAINTY:
-            out.append((c, f"research certainty {sure:.2f} < {DOUBTFUL_CERTAINTY}"))
-        elif plausible_gain(c) < floor:
-            out.append((c, f"expected +{plausible_gain(c):.1%} here, below the +{floor:.0%} minimum effect"))
-        elif acts is not None and won_at and not set(acts) & set(won_at):
-            where = ", ".join(f"c={x}" for x in won_at)
-            out.append((c, f"its mechanism acts at {acts or 'no measured level'}, the bundle won at {where}"))
-    return out
-
-
-def _bundle(
-    members: list[dict[str, Any]], verdicts: dict[str, Any], reason: str
-) -> tuple[float, dict[str, Any]]:
-    """(value for one restart, the candidate dict of a bundle): the members' values summed, over the
-    slowest member's restart cost. `reason`: why they go together, in a few words."""
-    cost = max(restart_cost(c) for c in members)
-    value = sum(expected_value(c, verdicts.get(c["flag"])) * restart_cost(c) for c in members) / cost
-    return value, {"flag": " + ".join(c["flag"] for c in members), "bundle": members, "together": reason}
-
-
-def _sure_enough(candidate: dict[str, Any], verdicts: dict[str, Any]) -> bool:
-    """A member a kept bundle would keep without leaving it out: research fairly sure it acts, a
-    plausible gain above the minimum effect, a mechanism that acts at some measured level, no
-    playbook doubt (see `doubtful_members`). A lever expected at no more than the minimum effect
-    is not one to keep untested beside bigger ones: on the L40S bench run `--chunked-prefill-size
-    8192` (low priority: 2%) rode in a kept bundle and cost 3% at c=64 beside the others."""
-    floor = candidate.get("min_effect") or GAIN_BY_PRIORITY["low"]
-    return (
-        certainty(verdicts.get(candidate["flag"])) >= DOUBTFUL_CERTAINTY
-        and plausible_gain(candidate) > floor * 1.001
-        and candidate.get("acts_at_levels") != []
-        and candidate.get("status") not in PLAYBOOK_DOUBTS
-    )
-
-
-def fit_budget(
-    ranked: list[tuple[float, int, dict[str, Any], str]], slots: int | None, verdicts: dict[str, Any]
-) -> list[tuple[float, int, dict[str, Any], str]]:
-    """The ranking cut to the trials the budget still fits: when more are open than `slots`, the
-    untried candidates from the last slot on that research is sure enough of (`_sure_enough`) go
-    into one change in that slot. Tried one at a time they would not be reached at all; together
-    each gets a chance, and a kept bundle still loses its doubtful members (`doubtful_members`).
-    Unchanged when everything fits, or fewer than two would go together."""
-    if slots is None or slots < 1 or len(ranked) <= slots:
-        return ranked
-    head, tail = ranked[: slots - 1], ranked[slots - 1 :]
-    members: list[dict[str, Any]] = []
-    rest = []
-    for entry in tail:
-        value, i, c, why = entry
-        if c.get("second_look") or (why != "untried" and "bundle" not in c):  # a near miss, a retry
-            rest.append(entry)
-            continue
-        group = c.get("bundle") or [c]
-        members += [m for m in group if _sure_enough(m, verdicts)]
-        others = [m for m in group if not _sure_enough(m, verdicts)]
-        if len(others) > 1:  # what is left of a bundle of small levers stays one
-            left, still_small = _bundle(others, verdicts, c["together"])
-            rest.append((left, i, still_small, why))
-        elif others:
-            rest.append((expected_value(others[0], verdicts.get(others[0]["flag"])), i, others[0], "untried"))
-    if len(members) < 2:
-        return ranked
-    value, bundle = _bundle(members, verdicts, "more levers than the budget has trials for, tried together")
-    names = ", ".join(m["flag"] for m in members)
-    why = (
-        f"the budget left fits about {slots} more trial{'s' * (slots > 1)} and {len(ranked)} are "
-        f"open: {names}, each applying here by research, would otherwise not be tried at all"
-    )
-    return [*head, (value, -2, bundle, why), *rest]
-
-
-def next_trials(
-    candidates: list[dict[str, Any]],
-    verdicts: dict[str, Any],
-    tried: dict[str, list[dict[str, Any]]],
-    slots: int | None = None,
-) -> list[tuple[dict[str, Any], str]]:
-    """What to trial next, best first: (candidate, why) for the untried candidates and for each near
-    miss tried once, ranked by value per restart. `tried`: flag -> its trial results so far. Small
-    candidates come as one bundle (`plan_bundle`): a candidate dict with `bundle` (the members).
-    `slots`: the trials the budget still fits (None: no limit), see `fit_budget`."""
-    ranked: list[tuple[float, int, dict[str, Any], str]] = []
-    bundle = plan_bundle(candidates, verdicts, tried)
-    if bundle is not None:
-        members, why = bundle
-        value, entry = _bundle(members, verdicts, "small levers tried together")
-        ranked.append((value, -1, entry, why))
-    in_bundle = {c["flag"] for c in bundle[0]} if bundle else set()
-    ranked += second_looks(candidates, tried)
-    for i, c in enumerate(candidates):
-        if c["flag"] in in_bundle:
-            continue
-        results = tried.get(c["flag"], [])
-        if not results:
-            ranked.append((expected_value(c, verdicts.get(c["flag"])), i, c, "untried"))
-        elif len(results) == 1 and results[0].get("disturbed"):
-            value = RETRY_SHARE * expected_value(c, verdicts.get(c["flag"]))
-            ranked.append((value, i, c, "retry: known-good moved beyond its spread during its trial"))
-        elif _sunk_by_its_bundle(results) and _sure_enough(c, verdicts):
-            value = RETRY_SHARE * expected_value(c, verdicts.get(c["flag"]))
-            ranked.append(
-                (value, i, c, "alone: a bundle it was in regressed, which another member may explain")
-            )
-    ranked.sort(key=lambda x: (-x[0], x[1]))
-    return [(c, why) for _, _, c, why in fit_budget(ranked, slots, verdicts)]

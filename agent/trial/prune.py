@@ -1,7 +1,7 @@
 """A member of a kept bundle left out: does the bundle need it?
 
 Small levers that the restart spread cannot establish one by one are tried together
-(`agent.policy.order.plan_bundle`); a bundle kept is established as a whole, not member by member.
+(`agent.policy.trialqueue.plan_bundle`); a bundle kept is established as a whole, not member by member.
 A member research is unsure of (low certainty, or no mechanism at the level that won) may be a
 no-op riding on the others' gain. The rule that keeps a change asks the change to prove itself, so
 here the member must: the bundle without it is deployed (A = the bundle, running; B = without the

@@ -33,7 +33,7 @@ class TrialRecord(BaseModel):
     number: int
     kind: Literal["single", "combined", "bundle", "leave_out"] = "single"
     """single: one flag; combined: flags kept alone, tried together; bundle: small levers tried as
-    one change (`agent.policy.order.plan_bundle`); leave_out: one member of a kept bundle left out
+    one change (`agent.policy.trialqueue.plan_bundle`); leave_out: one member of a kept bundle left out
     (`agent.trial.prune`)."""
     changes: list[TrialChange]
     on_top_of: list[TrialChange] = Field(default_factory=list)
@@ -63,11 +63,11 @@ class TrialRecord(BaseModel):
     """Rejected as not established although it still looked like a winner: its judged interval with
     the highest estimate (concurrency, ratio, ci_low, ci_high, launches_candidate). A second look
     at it, on top of the known-good configuration of that moment, may be worth its restarts
-    (`agent.policy.order.next_trials`)."""
+    (`agent.policy.trialqueue.next_trials`)."""
     disturbed: dict[str, Any] | None = None
     """Not decided on its merits: known-good moved far beyond its launch spread between the blocks
     the candidate was judged against (concurrency, drift as a ratio, bound): the machine, not the
-    flag. Worth one retry (`agent.policy.order.next_trials`)."""
+    flag. Worth one retry (`agent.policy.trialqueue.next_trials`)."""
     workload: str | None = None
     """The workload both sides were measured on, when not the run's own (a caching, scheduling or
     memory flag on shared prefixes, `tools.bench.workload.workload_for`): its numbers are not
