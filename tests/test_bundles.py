@@ -28,8 +28,10 @@ def cand(
     }  # fmt: skip
 
 
-def test_establishable_grows_with_the_restart_spread_and_never_falls_below_the_minimum_effect():
-    assert establishable(0.001, 0.02) == 0.02
+def test_establishable_grows_with_the_restart_spread_and_stays_above_the_minimum_effect():
+    assert abs(establishable(0.001, 0.02) - 0.02084) < 1e-9
+    # below 1.02% the minimum effect binds: at 0.5% a lever at exactly +2% would be kept half the time
+    assert abs(establishable(0.005, 0.02) - 0.0242) < 1e-9
     assert abs(establishable(0.025, 0.02) - 0.07) < 1e-9
 
 

@@ -104,12 +104,14 @@ def second_look_value(candidate: dict[str, Any], near_miss: dict[str, Any]) -> f
     return look_value([log_estimate(near_miss)], restart_cost(candidate))
 
 
-Z_ESTABLISH = 1.96 + 0.84
-"""A 95% interval's half width plus the distance at which four trials in five clear it."""
+Z_INTERVAL, Z_POWER = 1.96, 0.84
+"""A 95% interval's half width, and the distance beyond a bar at which four estimates in five clear it."""
 
 
 def establishable(spread: float, min_effect: float) -> float:
     """The smallest gain at one level that one trial (two launches of each side, so the launch
     term's variance is one launch's) establishes about four times in five with restart spread
-    `spread`; never below the minimum effect the rule asks."""
-    return max(min_effect, Z_ESTABLISH * spread)
+    `spread`. The rule asks two things of the estimate, both with the launch term as its noise: an
+    interval above no change (1.96 spreads) and at least the minimum effect; a lever worth exactly
+    the larger of the two is kept half the time, so four in five need 0.84 spreads more."""
+    return max(min_effect, Z_INTERVAL * spread) + Z_POWER * spread
