@@ -56,6 +56,8 @@ class Launches:
     rng: random.Random = field(default_factory=lambda: random.Random(3))
     slow: dict[int, float] = field(default_factory=dict)
     """Block number (0: the first measured) -> share of its launch's speed it runs at (a load)."""
+    gain: dict[int, float] = field(default_factory=dict)
+    """Level -> what the candidate's change itself multiplies there (the launch factor aside)."""
     measured: int = 0
 
     def __post_init__(self) -> None:
@@ -87,7 +89,11 @@ class Launches:
                     max_concurrency=c,
                     num_prompts=8,
                     completed=8,
-                    output_throughput=t * self.factor * load * (1 + self.rng.gauss(0, 0.002)),
+                    output_throughput=t
+                    * self.factor
+                    * load
+                    * (1 + self.rng.gauss(0, 0.002))
+                    * (self.gain.get(c, 1.0) if self.running == "B" else 1.0),
                 )  # fmt: skip
                 for c, t in LEVELS.items()
             ]
@@ -189,17 +195,31 @@ def test_a_candidate_is_not_stopped_early_against_the_launch_that_just_won(monke
 
 
 def test_a_clear_win_is_kept_on_one_launch_when_known_good_measures_as_before(monkeypatch):
-    # +10% against the launch that just won, or against a known-good block that agrees with an
-    # earlier one: kept at the A/B look, one restart instead of three
+    # +10% at c=64 against the launch that just won, or against a known-good block that agrees with
+    # an earlier one: kept at the A/B look, one restart instead of three
     for launches, kw in (
-        (Launches(a=[1.0], b=[1.10]), {"won": 1.0}),
-        (Launches(a=[1.0], b=[1.10]), {"earlier": 1.003}),
+        (Launches(a=[1.0], b=[1.0], gain={64: 1.10}), {"won": 1.0}),
+        (Launches(a=[1.0], b=[1.0], gain={64: 1.10}), {"earlier": 1.003}),
     ):
         runner, record = trial(monkeypatch, launches, **kw)
         assert launches.events == ["deploy", "commit"], kw
         assert record.decision == "kept" and record.restarts == runner.restarts == 1
         assert "one launch" in record.why and set(record.blocks) == {"before", "candidate"}
         assert runner.known_good_blocks == [runner.reference]
+
+
+def test_the_same_gain_at_every_level_goes_through_a_b_a_however_clear(monkeypatch):
+    # a flag that changes nothing, launched as the machine got quieter: known-good's block and its
+    # earlier one both ran 6% slow (they agree), the candidate 6.4% faster at every level. Not a
+    # win one launch can tell from the machine: the after block, on a fresh launch, is measured
+    launches = Launches(a=[1.0, 1.0, 1.0, 1.0], b=[1.0, 1.0, 1.0], slow={0: 0.94})
+    _, record = trial(monkeypatch, launches, earlier=0.94)
+    assert launches.events[:2] == ["deploy", "rollback"] and "after" in record.blocks
+    assert "one launch" not in record.why
+    # a real lever the same at every level still wins, over A/B/A and a second launch
+    uniform = Launches(a=[1.0, 1.0, 1.0], b=[1.10, 1.10])
+    _, record = trial(monkeypatch, uniform, earlier=1.003)
+    assert uniform.events == ["deploy", "rollback", "deploy", "commit"] and record.decision == "kept"
 
 
 def test_a_clear_looking_win_goes_through_a_b_a_when_known_good_measured_low_or_alone(monkeypatch):
