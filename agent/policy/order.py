@@ -92,10 +92,11 @@ def log_estimate(near_miss: dict[str, Any]) -> tuple[float, float] | None:
 def look_value(estimates: list[tuple[float, float] | None], cost: float) -> float:
     """certainty x gain / restart cost of one change whose parts measured `estimates` (independent
     trials: log ratios add, so do their variances)."""
-    if not estimates or None in estimates:
+    known = [e for e in estimates if e is not None]
+    if not known or len(known) < len(estimates):
         return 0.0
-    total = sum(e[0] for e in estimates if e)
-    se = math.sqrt(sum(e[1] ** 2 for e in estimates if e))
+    total = sum(log for log, _ in known)
+    se = math.sqrt(sum(err**2 for _, err in known))
     return NormalDist().cdf(total / se) * max(0.0, math.expm1(total)) / cost
 
 
