@@ -113,7 +113,7 @@ async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
     from agent.policy.researcher import build_researcher
     from agent.transcripts.report import explain_run
     from agent.trial.resolved import drop_pointless
-    from agent.trial.spread import known_spread, measure_spread, spread_restarts
+    from agent.trial.spread import known_spread, measure_spread
     from tools.bench.stats import objective_from_goal
     from tools.deploy.deployment import Deployment
     from tools.deploy.remote import make_transport
@@ -145,7 +145,7 @@ async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
                 runner = make_runner(
                     deployment, config, objective, baseline, candidates, ui,
                     allow_lossy=opts.allow_lossy, max_trials=opts.max_trials, deadline=deadline,
-                    max_restarts=restart_budget(opts.max_restarts, grid, spread_restarts(config.bench)),
+                    max_restarts=restart_budget(opts.max_restarts, grid),
                 )  # fmt: skip
             state = load_state(ctx.facts, config.bench, baseline.reps)
             ui.record("load_state", {"levels": state.levels, "facts": state.facts, "text": state.describe()})
@@ -195,11 +195,12 @@ def _order_notes(deps: Any) -> list[str]:
     return ["order from the load: " + ", ".join(out)] if out else []
 
 
-def restart_budget(given: int | None, grid: int, spread: int = 0) -> int:
+def restart_budget(given: int | None, grid: int) -> int:
     """The restarts a run may spend: `given`, else half of what a one-at-a-time grid of `grid`
-    levers costs (deploy and roll back each: one per lever), at least two trials' worth, plus the
-    `spread` relaunches of known-good that measure the launch spread (not spent on any lever)."""
-    return given if given is not None else max(grid, 2 * TRIAL_RESTARTS) + spread
+    levers costs (deploy and roll back each: one per lever), at least two trials' worth. The
+    relaunches of known-good that measure the launch spread are spent from it too: "half a grid"
+    is what the whole run restarts."""
+    return given if given is not None else max(grid, 2 * TRIAL_RESTARTS)
 
 
 def make_runner(

@@ -8,6 +8,7 @@ import asyncio
 import math
 import random
 
+from agent.session import restart_budget
 from agent.trial.record import Baseline, TrialChange
 from agent.trial.runner import TrialRunner
 from agent.trial.spread import MARK, block_reps, measure_spread, spread_of_blocks
@@ -41,8 +42,11 @@ def test_the_baseline_phase_relaunches_known_good_and_measures_how_far_it_moves(
     # known-good's three launches at 1.00, 1.03 and 0.97 of one speed (a relaunch is the marked copy)
     launches = Marked(a=[1.0, 0.97], b=[1.03])
     runner = runner_on(monkeypatch, launches, BenchConfig())
+    runner.max_restarts = restart_budget(None, 9)  # a grid of 9 levers: 9 restarts for the whole run
     spread = asyncio.run(measure_spread(runner))
     assert launches.events == ["deploy", "rollback"] and runner.restarts == 2
+    # the relaunches are spent from that budget: 7 restarts are left for the trials, not 9
+    assert runner.restarts_left(7) and not runner.restarts_left(8)
     assert launches.texts == [UNIT + MARK]  # the same server command: only a comment differs
     assert spread.source == "measured" and spread.launches == 3
     assert 0.025 < spread.measured < 0.035  # sd of log(1.00, 1.03, 0.97) = 3.0%
