@@ -11,7 +11,7 @@ gain of 0 gives the false-keep rate of a no-op; a true restart spread above the 
 what a wrong `bench.launch_noise` costs.
 
     python benchmarks/bench_rule_power.py [--trials 1000] [--where c64|all] [--history 4] [--earlier 3] [--no-third]
-        [--step 0.04] [--drift 0.001 --gap 4] [--measured --floor-weight 2] [--block-reps 2]
+        [--step 0.04] [--drift 0.001 --gap 4] [--measured --floor-weight 2] [--block-reps 2] [--another-look]
 """
 
 from __future__ import annotations
@@ -141,6 +141,7 @@ def one_trial(  # type: ignore[no-untyped-def]
     gap: int = 0,
     floor_weight: float = 0.0,
     block_reps: int = 0,
+    another_look: bool = False,
 ):
     """(kept, restarts, candidate launches, repetitions measured) of one trial after `history` known-good launches, the
     last block of them (the previous trial's block after, still running) measured `step` slower
@@ -153,7 +154,10 @@ def one_trial(  # type: ignore[no-untyped-def]
     `gap`: blocks of other trials between two of the known-good launches (they age in the drift);
     `floor_weight`: launches' worth the declared spread keeps where the measured one is lower (a
     floor the agent does not use: it did not pay, see README); `block_reps`: repetitions a trial's
-    block starts with (0: `bench.reps`, as the known-good launches before it took)."""
+    block starts with (0: `bench.reps`, as the known-good launches before it took); `another_look`:
+    a first launch that came short without ruling the change out is followed by one more trial of
+    it, judged together with that launch (`agent.trial.firstlook`), as a run with restarts left
+    gives it."""
     bench = BenchConfig()
     target = Launches(rng, gain, launch_sd, rep_sd, prompt_sd, fresh_prompts, bench=bench, drift=drift)
 
@@ -192,6 +196,8 @@ def one_trial(  # type: ignore[no-untyped-def]
     target.factor, target.trend, target.restarts, target.sweeps = running, now, 0, 0
     record = asyncio.run(runner.run([TrialChange(flag="--enable-mixed-chunk")], reason="power"))
     launches = ((record.comparison or {}).get("overall") or {}).get("launches_candidate", 1)
+    if another_look and record.first_look:  # the run's leftover restarts: one more look, pooled
+        record = asyncio.run(runner.run([TrialChange(flag="--enable-mixed-chunk")], reason="another look"))
     return record.decision == "kept", target.restarts, launches, target.sweeps
 
 
@@ -240,6 +246,10 @@ def main() -> None:
         "--block-reps", type=int, default=0,
         help="repetitions a trial's block starts with (0: bench.reps, 3; the agent picks 2 where restarts dominate)",
     )  # fmt: skip
+    ap.add_argument(
+        "--another-look", action="store_true",
+        help="one more trial, pooled with the first launch, of a change whose first launch came short",
+    )  # fmt: skip
     ap.add_argument("--gains", default="0,0.02,0.025,0.03,0.04,0.05,0.08", help="true gains, comma separated")
     ap.add_argument(
         "--spreads", default="0.005,0.01,0.015,0.02", help="true restart spreads, comma separated"
@@ -254,7 +264,7 @@ def main() -> None:
         f"{f' (the declared 1% as {args.floor_weight:g} launches below it)' if args.measured and args.floor_weight else ''}, minimum effect 2%, load step {args.step:.0%}, gain at {', '.join(f'c={c}' for c in at)}, "
         f"repetition noise {args.rep_noise:.1%}, prompts {args.prompt_noise:.1%} "
         f"({'each block its own' if args.fresh_prompts else 'the same in every block'}), "
-        f"trial blocks of {args.block_reps or 3} repetitions, slow drift {args.drift:+.2%} a block ({args.gap} between known-good launches), {args.trials} trials a cell; keep rate / mean restarts / share with a third launch / mean repetitions; a keep "
+        f"trial blocks of {args.block_reps or 3} repetitions{', one more look pooled with a first launch that came short' if args.another_look else ''}, slow drift {args.drift:+.2%} a block ({args.gap} between known-good launches), {args.trials} trials a cell; keep rate / mean restarts / share with a third launch / mean repetitions; a keep "
         f"rate near 60% is within +-{196 * math.sqrt(0.24 / args.trials):.0f} points of the truth (95%): "
         "read smaller differences between runs or variants as noise"
     )
@@ -281,6 +291,7 @@ def main() -> None:
                     gap=args.gap,
                     floor_weight=args.floor_weight,
                     block_reps=args.block_reps,
+                    another_look=args.another_look,
                 )  # fmt: skip
                 for _ in range(args.trials)
             ]

@@ -43,6 +43,7 @@ def trial_result(deps: Any, record: Any) -> dict[str, Any]:
         "restarts": record.restarts,
         "environment": record.environment,
         "near_miss": record.near_miss,
+        "first_look": record.first_look,
         "disturbed": record.disturbed,
         "won_at": won_at(record, deps.runner.bench.min_effect if deps.runner is not None else 0.02),
         "halted": deps.runner.halted if deps.runner is not None else None,

@@ -1,6 +1,10 @@
 """What the builtin planner trials next: the candidates ranked by value per restart
 (`agent.policy.order`), with near misses, small levers and what the budget cannot reach grouped.
 
+A change rejected on its first launch that the numbers did not rule out, research sure of it, gets
+one more look valued by what that launch measured (`another_looks`): mostly ranked after what is
+untried, it spends restarts a run would leave unspent, and its decision pools the first launch in.
+
 A near miss (rejected as not established although it still looked like a winner) may get one
 second look, ranked with the untried candidates: its certainty is the chance, given what was
 measured, that it helps at all, its plausible gain the estimate measured. Near misses that came
@@ -78,6 +82,35 @@ def second_looks(
         )
         entry = {"flag": " + ".join(c["flag"] for c in members), "bundle": members, "together": why}
         out.append((value, min(i for i, _, _ in group), {**entry, "second_look": True}, why))
+    return out
+
+
+def another_looks(
+    candidates: list[dict[str, Any]], verdicts: dict[str, Any], tried: dict[str, list[dict[str, Any]]]
+) -> list[tuple[float, int, dict[str, Any], str]]:
+    """(value, index, candidate, why) of one more look at each candidate research is sure enough of
+    (`_sure_enough`) whose only trial, alone, ended on its first launch without the numbers ruling
+    it out (`first_look`), while nothing has been kept since (the same base: that look is judged
+    together with the first launch, `agent.trial.firstlook`). Valued, as a near miss is, by what
+    that launch measured: below the bar of a likely winner, so it mostly ranks after what is
+    untried and takes restarts the run would otherwise leave unspent."""
+    results = [r for rs in tried.values() for r in rs if r.get("trial") is not None]
+    if not results:
+        return []
+    deployed = max(results, key=lambda r: r["trial"]).get("deployed")
+    out = []
+    for i, c in enumerate(candidates):
+        rs = tried.get(c["flag"], [])
+        if len(rs) != 1 or rs[0].get("kind") != "single" or not (look := rs[0].get("first_look")):
+            continue
+        if rs[0].get("deployed") != deployed or not _sure_enough(c, verdicts):
+            continue
+        value = look_value([log_estimate(look)], restart_cost(c))
+        why = (
+            f"another look, judged with its first launch (c={look.get('concurrency')} "
+            f"{look['ratio'] - 1:+.1%} [{look['ci_low'] - 1:+.1%}..{look['ci_high'] - 1:+.1%}] did not rule it out)"
+        )
+        out.append((value, i, c, why))
     return out
 
 
@@ -239,7 +272,7 @@ def next_trials(
         value, entry = _bundle(members, verdicts, "small levers tried together")
         ranked.append((value, -1, entry, why))
     in_bundle = {c["flag"] for c in bundle[0]} if bundle else set()
-    ranked += second_looks(candidates, tried)
+    ranked += second_looks(candidates, tried) + another_looks(candidates, verdicts, tried)
     for i, c in enumerate(candidates):
         if c["flag"] in in_bundle:
             continue

@@ -33,6 +33,7 @@ from agent.trial.judge import (
     _near_miss,
     _worth_more,
 )
+from agent.trial.firstlook import short_first_look, with_first_look
 from agent.trial.measure import environment_failure, measure
 from agent.trial.record import BudgetExhausted, TrialRecord, block_samples, comparison_dict, mean_throughput
 
@@ -187,8 +188,10 @@ async def run_paired(r: Any, record: TrialRecord, new_text: str) -> None:
     # moved far from known-good's latest block before it (a machine load that came or went).
     if first.clear_no and not on_winner and not _moved(r, before):
         record.comparison = comparison_dict(first)
+        record.first_look = short_first_look(first, r.bench)
         return await _reject(r, record, f"stopped after {len(cand)} repetitions: {first.summary}")
-    if _clear_win(r, first, before, on_winner) and not r._lossy_refusal(record.changes):
+    clear = _clear_win(r, first, before, on_winner) and not with_first_look(r, record, first)
+    if clear and not r._lossy_refusal(record.changes):
         record.comparison = {
             **comparison_dict(first),
             "ab_only": {"verdict": first.verdict, "ratio": first.ratio},
@@ -212,6 +215,7 @@ async def run_paired(r: Any, record: TrialRecord, new_text: str) -> None:
             f"(beyond {moved['bound']:.1%}): the machine, not the flag, decided this one"
         )
     if cmp.verdict != "improved" and not _looks_like_a_winner(cmp, r.bench):
+        record.first_look = None if record.disturbed else short_first_look(cmp, r.bench)
         return
     if refusal := r._lossy_refusal(record.changes):
         record.why = refusal
@@ -293,12 +297,13 @@ async def _second_launch(r: Any, record: TrialRecord, new_text: str, blocks: tup
             return
         final, block = third
         launches.append(block)
-    if final is None or final.verdict != "improved":
+    short = with_first_look(r, record, final) if final is not None and final.verdict == "improved" else None
+    if final is None or final.verdict != "improved" or short:
         record.comparison = {**record.comparison, **(comparison_dict(final) if final else {})}
         if final is not None and _near_miss(final, r.bench):
             record.near_miss = _best_judged(final)
         why = (
-            f"not established over {len(launches)} launches: {final.summary}"
+            f"not established over {len(launches)} launches: {short or final.summary}"
             if final
             else "errors on a relaunch"
         )

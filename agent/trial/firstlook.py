@@ -1,0 +1,99 @@
+"""A change rejected on its first launch that the numbers did not rule out, and the one later look at
+it that is judged together with that launch.
+
+One launch of each side measures a lever's gain give or take 1.5% at a 1% restart spread: a true
++2.5% lever ends its first launch below the bar that sends it to a second about one time in five
+(futility, or not looking like a winner). When the run has restarts left at its end, such a change
+may be tried again (`agent.policy.trialqueue.another_looks`). That look must not throw away the low
+first measurement: its decision to keep pools, at the level that decides, the first launch's
+interval with its own (inverse-variance on the log scale), and keeps only when the pooled estimate
+still clears the rule (interval above no change, at least the minimum effect). A no-op tried twice
+this way is kept no more often than once (`python benchmarks/bench_rule_power.py --another-look`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from agent.trial.judge import _judged
+
+Z = 1.96
+
+
+def short_first_look(cmp: Any, bench: Any) -> dict[str, Any] | None:
+    """The judged interval with the highest estimate when a first launch was rejected without the
+    numbers ruling the change out: an estimate above no change whose interval still reaches the
+    minimum effect, no level significantly worse. None otherwise (a regression, or nothing left)."""
+    if cmp.verdict == "regressed" or cmp.significantly_worse:
+        return None
+    best = max((i for i in _judged(cmp) if i.ratio is not None), key=lambda i: i.ratio, default=None)
+    if best is None or best.ratio <= 1 or (best.ci_high or 0) < 1 + bench.min_effect:
+        return None
+    return best.model_dump(include={"concurrency", "ratio", "ci_low", "ci_high"})
+
+
+def _log_se(ratio: Any, low: Any, high: Any) -> tuple[float, float] | None:
+    if not (ratio and low and high and 0 < low < high):
+        return None
+    return math.log(ratio), (math.log(high) - math.log(low)) / (2 * Z)
+
+
+def pooled(first: dict[str, Any], now: Any) -> tuple[float, float, float] | None:
+    """(ratio, low, high) of two independent intervals of one level pooled (None: either malformed)."""
+    a = _log_se(first.get("ratio"), first.get("ci_low"), first.get("ci_high"))
+    b = _log_se(now.ratio, now.ci_low, now.ci_high)
+    if a is None or b is None:
+        return None
+    wa, wb = a[1] ** -2, b[1] ** -2
+    mean, se = (wa * a[0] + wb * b[0]) / (wa + wb), (wa + wb) ** -0.5
+    return math.exp(mean), math.exp(mean - Z * se), math.exp(mean + Z * se)
+
+
+def earlier_look(trials: list[Any], record: Any) -> Any | None:
+    """The latest earlier trial of the same changes on the same base whose first launch came short
+    (`TrialRecord.first_look`), or None."""
+
+    def key(t: Any) -> tuple[Any, ...]:
+        return t.kind, sorted(c.describe() for c in t.changes), sorted(c.describe() for c in t.on_top_of)
+
+    same = [t for t in trials if t.number < record.number and t.first_look and key(t) == key(record)]
+    return same[-1] if same else None
+
+
+def _intervals(comparison: dict[str, Any] | None) -> dict[Any, dict[str, Any]]:
+    """A recorded comparison's judged intervals by level (None: the objective)."""
+    c = comparison or {}
+    judged = c.get("per_level") if c.get("rule") == "pareto" else [c.get("overall")]
+    return {i.get("concurrency"): i for i in judged or [] if i}
+
+
+def with_first_look(r: Any, record: Any, final: Any) -> str | None:
+    """Why `final`'s improvement does not hold once the change's earlier short first launch is
+    pooled in (None: it holds at some judged level, or there is no such launch): at each judged
+    level measured both times, the two intervals pooled must lie above no change with an estimate
+    of at least the minimum effect."""
+    earlier = earlier_look(r.trials, record)
+    if earlier is None:
+        return None
+    first = _intervals(earlier.comparison)
+    both = {
+        i.concurrency: p
+        for i in _judged(final)
+        if i.concurrency in first and (p := pooled(first[i.concurrency], i)) is not None
+    }
+    best = max(both.items(), key=lambda kv: kv[1][0], default=None)
+    where = lambda lv: "the objective" if lv is None else f"c={lv}"  # noqa: E731
+    if best is None:
+        return f"improved on this look, but no level to judge together with trial {earlier.number}'s first launch"
+    level, x = best
+    told = f"{where(level)} {_pct(x)} over both looks"
+    if x[1] > 1 and x[0] >= 1 + r.bench.min_effect:
+        record.notes.append(f"judged with trial {earlier.number}'s first launch: {told}")
+        return None
+    return f"improved on this look, but not with trial {earlier.number}'s first launch: best {told}"
+
+
+def _pct(x: tuple[float, float, float]) -> str:
+    ratio, low, high = x
+    return f"{(ratio - 1) * 100:+.1f}% [{(low - 1) * 100:+.1f}..{(high - 1) * 100:+.1f}]"

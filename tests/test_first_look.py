@@ -1,0 +1,91 @@
+"""A change whose first launch came short without being ruled out (agent/trial/firstlook.py): the
+runner remembers that launch, one more look at the same change on the same base is judged together
+with it, and the builtin planner offers that look only while nothing has been kept since
+(agent/policy/trialqueue.another_looks). The deployment is the scripted-launch fake of
+tests/test_paired_trial.py."""
+
+from __future__ import annotations
+
+import asyncio
+
+from agent.policy.trialqueue import another_looks, next_trials
+from agent.trial.firstlook import earlier_look, pooled
+from agent.trial.record import TrialChange, TrialRecord
+from tests.test_paired_trial import Launches, trial
+
+CHANGE = TrialChange(flag="--enable-mixed-chunk")
+
+
+def again(runner):  # type: ignore[no-untyped-def]
+    return asyncio.run(runner.run([CHANGE], reason="another look"))
+
+
+def test_a_short_first_launch_is_remembered_and_the_next_look_is_judged_with_it(monkeypatch):
+    # first launch +0.4% everywhere: stopped for futility, but an interval up to +3% rules nothing out
+    launches = Launches(a=[1.0] * 8, b=[1.004, 1.05, 1.05])
+    runner, first = trial(monkeypatch, launches)
+    assert first.decision == "rolled_back" and "futility" in first.why
+    assert first.first_look is not None and first.first_look["ratio"] > 1
+    assert first.first_look["ci_high"] >= 1.02
+    # +5% on both launches of the next look: kept, and together with the first launch it still holds
+    second = again(runner)
+    assert second.decision == "kept"
+    assert any("judged with trial 1's first launch" in n for n in second.notes)
+
+
+def test_a_next_look_that_only_clears_the_bar_alone_is_not_kept(monkeypatch):
+    # +2.6% on both launches of the next look would be kept on its own ...
+    alone = Launches(a=[1.0] * 8, b=[1.026, 1.026])
+    runner, record = trial(monkeypatch, alone)
+    assert record.decision == "kept" and record.comparison["overall"]["launches_candidate"] == 2
+    # ... but pooled with a first launch at +0.4% it is below the 2% minimum effect: rolled back
+    launches = Launches(a=[1.0] * 8, b=[1.004, 1.026, 1.026])
+    runner, first = trial(monkeypatch, launches)
+    second = again(runner)
+    assert first.first_look is not None
+    assert second.decision == "rolled_back" and launches.events[-1] == "rollback"
+    assert "not with trial 1's first launch" in second.why and runner.kept_changes == []
+
+
+def test_a_first_launch_below_no_change_or_regressed_is_not_a_short_look(monkeypatch):
+    for speed in (0.99, 0.94):  # -1% (futility) and -6% (regressed)
+        runner, record = trial(monkeypatch, Launches(a=[1.0] * 4, b=[speed]))
+        assert record.decision == "rolled_back" and record.first_look is None
+
+
+def test_only_the_same_change_on_the_same_base_is_pooled():
+    look = {"concurrency": 8, "ratio": 1.004, "ci_low": 0.98, "ci_high": 1.03}
+    first = TrialRecord(number=1, changes=[CHANGE], first_look=look)
+    other_base = TrialRecord(number=2, changes=[CHANGE], on_top_of=[TrialChange(flag="--enable-torch-compile")])
+    assert earlier_look([first], other_base) is None
+    now = TrialRecord(number=3, changes=[CHANGE])
+    assert earlier_look([first, other_base], now) is first
+    other = TrialRecord(number=3, changes=[TrialChange(flag="--enable-torch-compile")])
+    assert earlier_look([first], other) is None
+    # inverse-variance pooling on the log scale: the sharper interval weighs more, the result is sharper
+    sharp = type("I", (), {"ratio": 1.04, "ci_low": 1.03, "ci_high": 1.05})()
+    ratio, low, high = pooled(look, sharp)
+    assert 1.035 < ratio < 1.04 and high - low < 0.02
+
+
+def _candidate(flag: str) -> dict:
+    return {"flag": flag, "value": None, "action": "set", "expected_gain": 0.03, "helps": ""}
+
+
+def test_the_planner_offers_one_more_look_only_on_the_same_base_and_after_the_untried():
+    verdicts = {f: {"verdict": "applies", "confidence": "high"} for f in ("--a", "--b", "--c")}
+    cands = [_candidate("--a"), _candidate("--b"), _candidate("--c")]
+    look = {"concurrency": 8, "ratio": 1.004, "ci_low": 0.976, "ci_high": 1.032}
+    short = {"trial": 1, "kind": "single", "decision": "rolled_back", "deployed": [], "first_look": look}
+    tried = {"--a": [short]}
+    offered = another_looks(cands, verdicts, tried)
+    assert [(c["flag"], why.startswith("another look")) for _, _, c, why in offered] == [("--a", True)]
+    queue = next_trials(cands, verdicts, tried)
+    assert [c["flag"] for c, _ in queue] == ["--b", "--c", "--a"]  # the untried first
+    # something kept since: that first launch was on another base, no look pooled with it
+    kept = {"trial": 2, "kind": "single", "decision": "kept", "deployed": ["--b"]}
+    assert another_looks(cands, verdicts, {**tried, "--b": [kept]}) == []
+    # looked at twice already, or research unsure of it: none either
+    assert another_looks(cands, verdicts, {"--a": [short, {**short, "trial": 3}]}) == []
+    unsure = {**verdicts, "--a": {"verdict": "unknown", "confidence": "low"}}
+    assert another_looks(cands, unsure, tried) == []
