@@ -56,7 +56,9 @@ def test_a_first_launch_below_no_change_or_regressed_is_not_a_short_look(monkeyp
 def test_only_the_same_change_on_the_same_base_is_pooled():
     look = {"concurrency": 8, "ratio": 1.004, "ci_low": 0.98, "ci_high": 1.03}
     first = TrialRecord(number=1, changes=[CHANGE], first_look=look)
-    other_base = TrialRecord(number=2, changes=[CHANGE], on_top_of=[TrialChange(flag="--enable-torch-compile")])
+    other_base = TrialRecord(
+        number=2, changes=[CHANGE], on_top_of=[TrialChange(flag="--enable-torch-compile")]
+    )
     assert earlier_look([first], other_base) is None
     now = TrialRecord(number=3, changes=[CHANGE])
     assert earlier_look([first, other_base], now) is first
@@ -85,7 +87,37 @@ def test_the_planner_offers_one_more_look_only_on_the_same_base_and_after_the_un
     # something kept since: that first launch was on another base, no look pooled with it
     kept = {"trial": 2, "kind": "single", "decision": "kept", "deployed": ["--b"]}
     assert another_looks(cands, verdicts, {**tried, "--b": [kept]}) == []
+    # a leave-out trial (not in `tried`) changed what is deployed: the caller says so
+    assert another_looks(cands, verdicts, tried, deployed=["--c"]) == []
+    assert [c["flag"] for c, _ in next_trials(cands, verdicts, tried, deployed=["--c"])] == ["--b", "--c"]
     # looked at twice already, or research unsure of it: none either
     assert another_looks(cands, verdicts, {"--a": [short, {**short, "trial": 3}]}) == []
     unsure = {**verdicts, "--a": {"verdict": "unknown", "confidence": "low"}}
     assert another_looks(cands, unsure, tried) == []
+
+
+def test_the_builtin_planner_gives_the_look_when_the_untried_are_done_and_says_why():
+    from tests.test_bundles import APPLIES, _calls, cand, planner_policy_for
+
+    cands = [cand("--a", "high", bar=0.02), cand("--b", "high", bar=0.02)]
+    verdicts = {c["flag"]: {**APPLIES, "flag": c["flag"]} for c in cands}
+    look = {"concurrency": 8, "ratio": 1.006, "ci_low": 0.98, "ci_high": 1.033}
+    short = {
+        "trial": 1, "kind": "single", "changes": ["--a"], "decision": "rolled_back", "deployed": [],
+        "why": "stopped after 2 repetitions: no_change: no level can still reach +2% (futility)",
+        "first_look": look,
+    }  # fmt: skip
+    history = [({"changes": [{"flag": "--a"}]}, short)]
+    assert [
+        c["flag"] for c in _calls(planner_policy_for(cands, verdicts, history))["run_trial"]["changes"]
+    ] == ["--b"]
+    other = {**short, "trial": 2, "changes": ["--b"], "first_look": None}
+    run = _calls(planner_policy_for(cands, verdicts, [*history, ({"changes": [{"flag": "--b"}]}, other)]))
+    assert [c["flag"] for c in run["run_trial"]["changes"]] == ["--a"]
+    assert run["run_trial"]["reason"].startswith(
+        "another look, judged with its first launch (c=8 +0.6% [-2.0..+3.3]"
+    )
+    # --b kept instead: --a's first launch was on another base, and nothing is left to try
+    kept = {**other, "decision": "kept", "deployed": ["--b"]}
+    calls = _calls(planner_policy_for(cands, verdicts, [*history, ({"changes": [{"flag": "--b"}]}, kept)]))
+    assert "run_trial" not in calls

@@ -86,18 +86,23 @@ def second_looks(
 
 
 def another_looks(
-    candidates: list[dict[str, Any]], verdicts: dict[str, Any], tried: dict[str, list[dict[str, Any]]]
+    candidates: list[dict[str, Any]],
+    verdicts: dict[str, Any],
+    tried: dict[str, list[dict[str, Any]]],
+    deployed: list[str] | None = None,
 ) -> list[tuple[float, int, dict[str, Any], str]]:
     """(value, index, candidate, why) of one more look at each candidate research is sure enough of
     (`_sure_enough`) whose only trial, alone, ended on its first launch without the numbers ruling
     it out (`first_look`), while nothing has been kept since (the same base: that look is judged
     together with the first launch, `agent.trial.firstlook`). Valued, as a near miss is, by what
     that launch measured: below the bar of a likely winner, so it mostly ranks after what is
-    untried and takes restarts the run would otherwise leave unspent."""
+    untried and takes restarts the run would otherwise leave unspent. `deployed`: the changes
+    deployed now (None: as the latest trial in `tried` says; a leave-out trial changes it too)."""
     results = [r for rs in tried.values() for r in rs if r.get("trial") is not None]
     if not results:
         return []
-    deployed = max(results, key=lambda r: r["trial"]).get("deployed")
+    if deployed is None:
+        deployed = max(results, key=lambda r: r["trial"]).get("deployed")
     out = []
     for i, c in enumerate(candidates):
         rs = tried.get(c["flag"], [])
@@ -108,7 +113,8 @@ def another_looks(
         value = look_value([log_estimate(look)], restart_cost(c))
         why = (
             f"another look, judged with its first launch (c={look.get('concurrency')} "
-            f"{look['ratio'] - 1:+.1%} [{look['ci_low'] - 1:+.1%}..{look['ci_high'] - 1:+.1%}] did not rule it out)"
+            f"{(look['ratio'] - 1) * 100:+.1f}% [{(look['ci_low'] - 1) * 100:+.1f}.."
+            f"{(look['ci_high'] - 1) * 100:+.1f}] did not rule it out)"
         )
         out.append((value, i, c, why))
     return out
@@ -260,11 +266,13 @@ def next_trials(
     verdicts: dict[str, Any],
     tried: dict[str, list[dict[str, Any]]],
     slots: int | None = None,
+    deployed: list[str] | None = None,
 ) -> list[tuple[dict[str, Any], str]]:
     """What to trial next, best first: (candidate, why) for the untried candidates and for each near
     miss tried once, ranked by value per restart. `tried`: flag -> its trial results so far. Small
     candidates come as one bundle (`plan_bundle`): a candidate dict with `bundle` (the members).
-    `slots`: the trials the budget still fits (None: no limit), see `fit_budget`."""
+    `slots`: the trials the budget still fits (None: no limit), see `fit_budget`; `deployed`: see
+    `another_looks`."""
     ranked: list[tuple[float, int, dict[str, Any], str]] = []
     bundle = plan_bundle(candidates, verdicts, tried)
     if bundle is not None:
@@ -272,7 +280,7 @@ def next_trials(
         value, entry = _bundle(members, verdicts, "small levers tried together")
         ranked.append((value, -1, entry, why))
     in_bundle = {c["flag"] for c in bundle[0]} if bundle else set()
-    ranked += second_looks(candidates, tried) + another_looks(candidates, verdicts, tried)
+    ranked += second_looks(candidates, tried) + another_looks(candidates, verdicts, tried, deployed)
     for i, c in enumerate(candidates):
         if c["flag"] in in_bundle:
             continue

@@ -23,6 +23,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from agent.trial.firstlook import short_first_look, with_first_look
 from agent.trial.judge import (
     _best_judged,
     _clear_win,
@@ -33,7 +34,6 @@ from agent.trial.judge import (
     _near_miss,
     _worth_more,
 )
-from agent.trial.firstlook import short_first_look, with_first_look
 from agent.trial.measure import environment_failure, measure
 from agent.trial.record import BudgetExhausted, TrialRecord, block_samples, comparison_dict, mean_throughput
 
