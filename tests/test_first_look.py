@@ -1,7 +1,6 @@
 """A change whose first launch came short without being ruled out (agent/trial/firstlook.py): the
-runner remembers that launch, one more look at the same change on the same base is judged together
-with it, and the builtin planner offers that look only while nothing has been kept since
-(agent/policy/trialqueue.another_looks). The deployment is the scripted-launch fake of
+runner remembers that launch, one more look at the same change is judged together with it, and the
+builtin planner offers that look once, after what is untried (agent/policy/trialqueue.another_looks). The deployment is the scripted-launch fake of
 tests/test_paired_trial.py."""
 
 from __future__ import annotations
@@ -53,17 +52,18 @@ def test_a_first_launch_below_no_change_or_regressed_is_not_a_short_look(monkeyp
         assert record.decision == "rolled_back" and record.first_look is None
 
 
-def test_only_the_same_change_on_the_same_base_is_pooled():
+def test_only_the_same_change_is_pooled_whatever_was_kept_since():
     look = {"concurrency": 8, "ratio": 1.004, "ci_low": 0.98, "ci_high": 1.03}
     first = TrialRecord(number=1, changes=[CHANGE], first_look=look)
-    other_base = TrialRecord(
-        number=2, changes=[CHANGE], on_top_of=[TrialChange(flag="--enable-torch-compile")]
-    )
-    assert earlier_look([first], other_base) is None
-    now = TrialRecord(number=3, changes=[CHANGE])
-    assert earlier_look([first, other_base], now) is first
+    # kept since: the later look runs on top of it, and must be improved on its own as well
+    on_more = TrialRecord(number=3, changes=[CHANGE], on_top_of=[TrialChange(flag="--enable-torch-compile")])
+    assert earlier_look([first], on_more) is first
     other = TrialRecord(number=3, changes=[TrialChange(flag="--enable-torch-compile")])
     assert earlier_look([first], other) is None
+    value = TrialRecord(number=3, changes=[TrialChange(flag="--enable-mixed-chunk", value="x")])
+    assert earlier_look([first], value) is None
+    together = TrialRecord(number=3, kind="bundle", changes=[CHANGE])
+    assert earlier_look([first], together) is None
     # inverse-variance pooling on the log scale: the sharper interval weighs more, the result is sharper
     sharp = type("I", (), {"ratio": 1.04, "ci_low": 1.03, "ci_high": 1.05})()
     ratio, low, high = pooled(look, sharp)
@@ -74,7 +74,7 @@ def _candidate(flag: str) -> dict:
     return {"flag": flag, "value": None, "action": "set", "expected_gain": 0.03, "helps": ""}
 
 
-def test_the_planner_offers_one_more_look_only_on_the_same_base_and_after_the_untried():
+def test_the_planner_offers_one_more_look_after_the_untried_once():
     verdicts = {f: {"verdict": "applies", "confidence": "high"} for f in ("--a", "--b", "--c")}
     cands = [_candidate("--a"), _candidate("--b"), _candidate("--c")]
     look = {"concurrency": 8, "ratio": 1.004, "ci_low": 0.976, "ci_high": 1.032}
@@ -84,16 +84,13 @@ def test_the_planner_offers_one_more_look_only_on_the_same_base_and_after_the_un
     assert [(c["flag"], why.startswith("another look")) for _, _, c, why in offered] == [("--a", True)]
     queue = next_trials(cands, verdicts, tried)
     assert [c["flag"] for c, _ in queue] == ["--b", "--c", "--a"]  # the untried first
-    # something kept since: that first launch was on another base, no look pooled with it
-    kept = {"trial": 2, "kind": "single", "decision": "kept", "deployed": ["--b"]}
-    assert another_looks(cands, verdicts, {**tried, "--b": [kept]}) == []
-    # a leave-out trial (not in `tried`) changed what is deployed: the caller says so
-    assert another_looks(cands, verdicts, tried, deployed=["--c"]) == []
-    assert [c["flag"] for c, _ in next_trials(cands, verdicts, tried, deployed=["--c"])] == ["--b", "--c"]
-    # looked at twice already, or research unsure of it: none either
+    # looked at twice already, or research unsure of it: no look
     assert another_looks(cands, verdicts, {"--a": [short, {**short, "trial": 3}]}) == []
     unsure = {**verdicts, "--a": {"verdict": "unknown", "confidence": "low"}}
     assert another_looks(cands, unsure, tried) == []
+    # a first launch that ruled it out (no first_look), or a bundle's: none either
+    assert another_looks(cands, verdicts, {"--a": [{**short, "first_look": None}]}) == []
+    assert another_looks(cands, verdicts, {"--a": [{**short, "kind": "bundle"}]}) == []
 
 
 def test_the_builtin_planner_gives_the_look_when_the_untried_are_done_and_says_why():
@@ -117,7 +114,11 @@ def test_the_builtin_planner_gives_the_look_when_the_untried_are_done_and_says_w
     assert run["run_trial"]["reason"].startswith(
         "another look, judged with its first launch (c=8 +0.6% [-2.0..+3.3]"
     )
-    # --b kept instead: --a's first launch was on another base, and nothing is left to try
+    # --b kept instead: the look runs on top of it all the same
     kept = {**other, "decision": "kept", "deployed": ["--b"]}
     calls = _calls(planner_policy_for(cands, verdicts, [*history, ({"changes": [{"flag": "--b"}]}, kept)]))
-    assert "run_trial" not in calls
+    assert [c["flag"] for c in calls["run_trial"]["changes"]] == ["--a"]
+    # after that look nothing is left to try
+    again = {**short, "trial": 3, "first_look": None}
+    done = [*history, ({"changes": [{"flag": "--b"}]}, kept), ({"changes": [{"flag": "--a"}]}, again)]
+    assert "run_trial" not in _calls(planner_policy_for(cands, verdicts, done))

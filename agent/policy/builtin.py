@@ -146,7 +146,6 @@ def planner_policy(messages: list[Any], info: Any) -> Any:
     budget_out: str | None = None
     bundles: list[tuple[list[str], dict]] = []
     left_out: dict[str, dict] = {}
-    deployed: list[str] | None = None  # the changes deployed now, as the latest trial result says
     # the trials the budget still fits, as the latest trial result (else the candidate list) says
     slots: int | None = next((c.get("trials_left") for c in cands if isinstance(c, dict)), None)
     for name, content, args in returns:
@@ -158,7 +157,6 @@ def planner_policy(messages: list[Any], info: Any) -> Any:
             continue
         if content.get("halted"):
             budget_out = str(content["halted"])
-        deployed = content.get("deployed", deployed)
         if name == "leave_out":
             left_out["--" + str(args.get("flag", "")).lstrip("-")] = content
             continue
@@ -196,7 +194,7 @@ def planner_policy(messages: list[Any], info: Any) -> Any:
         )
     # highest expected value per restart first (research certainty x plausible gain / restart cost);
     # a near miss may get a second look, ranked by what was measured; small levers as one bundle
-    queue = trial_queue(cands, verdicts, tried, slots, deployed)
+    queue = trial_queue(cands, verdicts, tried, slots)
     nxt, look = (None, "") if budget_out or not queue else queue[0]
     if nxt is not None and "bundle" in nxt:
         todo = _todo(cands, verdicts, trials, extra)
@@ -287,17 +285,15 @@ def trial_queue(
     verdicts: dict[str, dict],
     tried: dict[str, list[dict]],
     slots: int | None = None,
-    deployed: list[str] | None = None,
 ) -> list[tuple[dict[str, Any], str]]:
     """What the builtin planner trials next, best first: (candidate, why), see `agent.policy.trialqueue`;
-    `slots`: the trials the budget still fits (None: not known yet); `deployed`: the changes
-    deployed now (None: as the latest trial in `tried` says)."""
+    `slots`: the trials the budget still fits (None: not known yet)."""
     worth = [
         c
         for c in _live(cands)
         if _worth(verdicts.get(c["flag"])) and not _lossy_blocked(c, verdicts.get(c["flag"]))
     ]
-    return next_trials(worth, verdicts, tried, slots, deployed)
+    return next_trials(worth, verdicts, tried, slots)
 
 
 def _worth(v: dict[str, Any] | None) -> bool:

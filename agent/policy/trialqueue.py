@@ -86,29 +86,20 @@ def second_looks(
 
 
 def another_looks(
-    candidates: list[dict[str, Any]],
-    verdicts: dict[str, Any],
-    tried: dict[str, list[dict[str, Any]]],
-    deployed: list[str] | None = None,
+    candidates: list[dict[str, Any]], verdicts: dict[str, Any], tried: dict[str, list[dict[str, Any]]]
 ) -> list[tuple[float, int, dict[str, Any], str]]:
     """(value, index, candidate, why) of one more look at each candidate research is sure enough of
     (`_sure_enough`) whose only trial, alone, ended on its first launch without the numbers ruling
-    it out (`first_look`), while nothing has been kept since (the same base: that look is judged
-    together with the first launch, `agent.trial.firstlook`). Valued, as a near miss is, by what
-    that launch measured: below the bar of a likely winner, so it mostly ranks after what is
-    untried and takes restarts the run would otherwise leave unspent. `deployed`: the changes
-    deployed now (None: as the latest trial in `tried` says; a leave-out trial changes it too)."""
-    results = [r for rs in tried.values() for r in rs if r.get("trial") is not None]
-    if not results:
-        return []
-    if deployed is None:
-        deployed = max(results, key=lambda r: r["trial"]).get("deployed")
+    it out (`first_look`). The look runs on the changes kept by then and is judged together with
+    that first launch (`agent.trial.firstlook`). Valued, as a near miss is, by what that launch
+    measured: below the bar of a likely winner, so it mostly ranks after what is untried and takes
+    restarts the run would otherwise leave unspent."""
     out = []
     for i, c in enumerate(candidates):
         rs = tried.get(c["flag"], [])
         if len(rs) != 1 or rs[0].get("kind") != "single" or not (look := rs[0].get("first_look")):
             continue
-        if rs[0].get("deployed") != deployed or not _sure_enough(c, verdicts):
+        if not _sure_enough(c, verdicts):
             continue
         value = look_value([log_estimate(look)], restart_cost(c))
         why = (
@@ -266,13 +257,11 @@ def next_trials(
     verdicts: dict[str, Any],
     tried: dict[str, list[dict[str, Any]]],
     slots: int | None = None,
-    deployed: list[str] | None = None,
 ) -> list[tuple[dict[str, Any], str]]:
     """What to trial next, best first: (candidate, why) for the untried candidates and for each near
     miss tried once, ranked by value per restart. `tried`: flag -> its trial results so far. Small
     candidates come as one bundle (`plan_bundle`): a candidate dict with `bundle` (the members).
-    `slots`: the trials the budget still fits (None: no limit), see `fit_budget`; `deployed`: see
-    `another_looks`."""
+    `slots`: the trials the budget still fits (None: no limit), see `fit_budget`."""
     ranked: list[tuple[float, int, dict[str, Any], str]] = []
     bundle = plan_bundle(candidates, verdicts, tried)
     if bundle is not None:
@@ -280,7 +269,7 @@ def next_trials(
         value, entry = _bundle(members, verdicts, "small levers tried together")
         ranked.append((value, -1, entry, why))
     in_bundle = {c["flag"] for c in bundle[0]} if bundle else set()
-    ranked += second_looks(candidates, tried) + another_looks(candidates, verdicts, tried, deployed)
+    ranked += second_looks(candidates, tried) + another_looks(candidates, verdicts, tried)
     for i, c in enumerate(candidates):
         if c["flag"] in in_bundle:
             continue

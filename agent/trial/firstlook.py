@@ -4,10 +4,11 @@ it that is judged together with that launch.
 One launch of each side measures a lever's gain give or take 1.5% at a 1% restart spread: a true
 +2.5% lever ends its first launch below the bar that sends it to a second about one time in five
 (futility, or not looking like a winner). When the run has restarts left at its end, such a change
-may be tried again (`agent.policy.trialqueue.another_looks`). That look must not throw away the low
-first measurement: its decision to keep pools, at the level that decides, the first launch's
-interval with its own (inverse-variance on the log scale), and keeps only when the pooled estimate
-still clears the rule (interval above no change, at least the minimum effect) at some level. In
+may be tried again (`agent.policy.trialqueue.another_looks`), on the changes kept by then. That look
+must not throw away the low first measurement: it is kept only when it is improved on its own and,
+with the first launch's interval pooled in at each judged level (inverse-variance on the log
+scale), the pooled estimate still clears the rule (interval above no change, at least the minimum
+effect) at some level. In
 `python benchmarks/bench_rule_power.py --where c8 --block-reps 2 --another-look` a true +2.5% lever
 is kept 64% -> 69% of the time; a no-op tried twice this way 3.3% -> 3.7% (the look itself about
 +0.5 points at a 1% spread, +1.3 at a true 1.5% under a declared 1%): the pooling refuses half of
@@ -54,11 +55,12 @@ def pooled(first: dict[str, Any], now: Any) -> tuple[float, float, float] | None
 
 
 def earlier_look(trials: list[Any], record: Any) -> Any | None:
-    """The latest earlier trial of the same changes on the same base whose first launch came short
-    (`TrialRecord.first_look`), or None."""
+    """The latest earlier trial of the same changes whose first launch came short
+    (`TrialRecord.first_look`), or None. On whatever base: the later look must be improved on its
+    own too, so pooling in a launch on another base can only make it harder to keep."""
 
     def key(t: Any) -> tuple[Any, ...]:
-        return t.kind, sorted(c.describe() for c in t.changes), sorted(c.describe() for c in t.on_top_of)
+        return t.kind, sorted(c.describe() for c in t.changes)
 
     same = [t for t in trials if t.number < record.number and t.first_look and key(t) == key(record)]
     return same[-1] if same else None
