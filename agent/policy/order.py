@@ -21,6 +21,7 @@ from statistics import NormalDist
 from typing import Any
 
 from agent.policy.verdict import REJECTED
+from agent.trial.firstlook import log_estimate
 
 GAIN_BY_PRIORITY = {"high": 0.06, "medium": 0.04, "low": 0.02}
 CERTAINTY_BY_VERDICT = {"applies": 0.8, "unknown": 0.4}
@@ -79,14 +80,6 @@ def slow_start_flags(candidates: list[Any]) -> dict[str, float]:
     costs = {c.flag: restart_cost({"flag": c.flag, "restart_cost": getattr(c.lever, "restart_cost", None)})
              for c in candidates}  # fmt: skip
     return {flag: cost for flag, cost in costs.items() if cost > 1}
-
-
-def log_estimate(near_miss: dict[str, Any]) -> tuple[float, float] | None:
-    """(log ratio, its standard error) of a near miss's best judged interval (None: malformed)."""
-    ratio, low, high = (near_miss.get(k) for k in ("ratio", "ci_low", "ci_high"))
-    if not (ratio and low and high and 0 < low < high):
-        return None
-    return math.log(ratio), (math.log(high) - math.log(low)) / (2 * 1.96)
 
 
 def look_value(estimates: list[tuple[float, float] | None], cost: float) -> float:

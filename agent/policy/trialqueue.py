@@ -40,6 +40,7 @@ from agent.policy.order import (
     restart_cost,
     second_look_value,
 )
+from tools.bench.paired import Interval
 
 RETRY_SHARE = 0.8
 """A trial the machine disturbed (known-good moved beyond its spread), or a sure member of a bundle
@@ -102,11 +103,8 @@ def another_looks(
         if not _sure_enough(c, verdicts):
             continue
         value = look_value([log_estimate(look)], restart_cost(c))
-        why = (
-            f"another look, judged with its first launch (c={look.get('concurrency')} "
-            f"{(look['ratio'] - 1) * 100:+.1f}% [{(look['ci_low'] - 1) * 100:+.1f}.."
-            f"{(look['ci_high'] - 1) * 100:+.1f}] did not rule it out)"
-        )
+        measured = Interval.model_validate(look).pct()
+        why = f"another look, judged with its first launch (c={look.get('concurrency')} {measured} did not rule it out)"
         out.append((value, i, c, why))
     return out
 

@@ -20,24 +20,30 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from agent.trial.judge import _judged
+from agent.trial.judge import _best_judged, _judged
+from tools.bench.paired import Interval
 
 Z = 1.96
 
 
 def short_first_look(cmp: Any, bench: Any) -> dict[str, Any] | None:
-    """The judged interval with the highest estimate when a first launch was rejected without the
-    numbers ruling the change out: an estimate above no change whose interval still reaches the
-    minimum effect, no level significantly worse. None otherwise (a regression, or nothing left)."""
+    """The judged interval with the highest estimate (`_best_judged`) when a first launch was
+    rejected without the numbers ruling the change out: an estimate above no change whose interval
+    still reaches the minimum effect, no level significantly worse. None otherwise (a regression,
+    or nothing left)."""
     if cmp.verdict == "regressed" or cmp.significantly_worse:
         return None
-    best = max((i for i in _judged(cmp) if i.ratio is not None), key=lambda i: i.ratio, default=None)
-    if best is None or best.ratio <= 1 or (best.ci_high or 0) < 1 + bench.min_effect:
+    if not any(i.ratio is not None for i in _judged(cmp)):
         return None
-    return best.model_dump(include={"concurrency", "ratio", "ci_low", "ci_high"})
+    best = _best_judged(cmp)
+    if best["ratio"] <= 1 or (best["ci_high"] or 0) < 1 + bench.min_effect:
+        return None
+    return best
 
 
-def _log_se(ratio: Any, low: Any, high: Any) -> tuple[float, float] | None:
+def log_estimate(interval: dict[str, Any]) -> tuple[float, float] | None:
+    """(log ratio, its standard error) of a recorded 95% interval (None: malformed)."""
+    ratio, low, high = (interval.get(k) for k in ("ratio", "ci_low", "ci_high"))
     if not (ratio and low and high and 0 < low < high):
         return None
     return math.log(ratio), (math.log(high) - math.log(low)) / (2 * Z)
@@ -45,8 +51,8 @@ def _log_se(ratio: Any, low: Any, high: Any) -> tuple[float, float] | None:
 
 def pooled(first: dict[str, Any], now: Any) -> tuple[float, float, float] | None:
     """(ratio, low, high) of two independent intervals of one level pooled (None: either malformed)."""
-    a = _log_se(first.get("ratio"), first.get("ci_low"), first.get("ci_high"))
-    b = _log_se(now.ratio, now.ci_low, now.ci_high)
+    a = log_estimate(first)
+    b = log_estimate({"ratio": now.ratio, "ci_low": now.ci_low, "ci_high": now.ci_high})
     if a is None or b is None:
         return None
     wa, wb = a[1] ** -2, b[1] ** -2
@@ -100,4 +106,4 @@ def with_first_look(r: Any, record: Any, final: Any) -> str | None:
 
 def _pct(x: tuple[float, float, float]) -> str:
     ratio, low, high = x
-    return f"{(ratio - 1) * 100:+.1f}% [{(low - 1) * 100:+.1f}..{(high - 1) * 100:+.1f}]"
+    return Interval(concurrency=None, ratio=ratio, ci_low=low, ci_high=high).pct()

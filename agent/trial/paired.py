@@ -190,8 +190,8 @@ async def run_paired(r: Any, record: TrialRecord, new_text: str) -> None:
         record.comparison = comparison_dict(first)
         record.first_look = short_first_look(first, r.bench)
         return await _reject(r, record, f"stopped after {len(cand)} repetitions: {first.summary}")
-    clear = _clear_win(r, first, before, on_winner) and not with_first_look(r, record, first)
-    if clear and not r._lossy_refusal(record.changes):
+    clear = _clear_win(r, first, before, on_winner) and not r._lossy_refusal(record.changes)
+    if clear and not with_first_look(r, record, first):
         record.comparison = {
             **comparison_dict(first),
             "ab_only": {"verdict": first.verdict, "ratio": first.ratio},

@@ -67,7 +67,7 @@ class TrialRecord(BaseModel):
     first_look: dict[str, Any] | None = None
     """Rejected on its first launch without the numbers ruling it out (an estimate above no change
     whose interval still reaches the minimum effect): that judged interval (concurrency, ratio,
-    ci_low, ci_high). One more look at the same change, when the run has restarts
+    ci_low, ci_high, launches_candidate). One more look at the same change, when the run has restarts
     left, is judged together with this launch (`agent.trial.firstlook`)."""
     disturbed: dict[str, Any] | None = None
     """Not decided on its merits: known-good moved far beyond its launch spread between the blocks
