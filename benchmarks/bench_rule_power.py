@@ -59,6 +59,10 @@ class Launches:
     """How much faster every configuration runs with each block measured (log scale): slow drift
     over the run's hours, as a warming room or a neighbour's load would make it."""
     trend: float = 0.0
+    transient: float = 0.0
+    """The chance that a block of the trial is measured under a transient load of `step`."""
+    step: float = 0.0
+    load: float = 1.0
 
     def relaunch(self, candidate: bool) -> None:
         self.candidate, self.factor = candidate, math.exp(self.rng.gauss(0, self.launch_sd))
@@ -89,6 +93,8 @@ class Launches:
         if rep == 0:
             self.blocks += 1
             self.trend += self.drift
+            if self.transient:
+                self.load = 1 - self.step if self.rng.random() < self.transient else 1.0
         seed = self.blocks * 1000 + rep if self.fresh_prompts else rep_seed(rep, self.bench)
 
         def tput(c: int, base: float) -> float:
@@ -98,6 +104,7 @@ class Launches:
             return (
                 base
                 * self.factor
+                * self.load
                 * math.exp(g + self.trend + self.prompts[seed, c] + self.rng.gauss(0, self.rep_sd))
             )
 
@@ -142,6 +149,7 @@ def one_trial(  # type: ignore[no-untyped-def]
     floor_weight: float = 0.0,
     block_reps: int = 0,
     another_look: bool = False,
+    transient: float = 0.0,
 ):
     """(kept, restarts, candidate launches, repetitions measured) of one trial after `history` known-good launches, the
     last block of them (the previous trial's block after, still running) measured `step` slower
@@ -157,7 +165,8 @@ def one_trial(  # type: ignore[no-untyped-def]
     block starts with (0: `bench.reps`, as the known-good launches before it took); `another_look`:
     a first launch that came short without ruling the change out is followed by one more trial of
     it, judged together with that launch (`agent.trial.firstlook`), as a run with restarts left
-    gives it."""
+    gives it. `transient`: the chance that a block of the trial itself is measured `step` slower (a
+    load that comes and goes at random, as another job on the host would)."""
     bench = BenchConfig()
     target = Launches(rng, gain, launch_sd, rep_sd, prompt_sd, fresh_prompts, bench=bench, drift=drift)
 
@@ -167,7 +176,7 @@ def one_trial(  # type: ignore[no-untyped-def]
         target.trend += gap * target.drift * (i > 0)
         target.relaunch(False)
         speed = target.factor
-        if i == history - 1:  # the last block of known-good, measured under a transient load step
+        if i == history - 1 and not transient:  # the last block of known-good, under a load step
             target.factor *= 1 - step
         earlier.append([target.sweep(r) for r in range(bench.reps)])
         target.factor = speed
@@ -194,6 +203,7 @@ def one_trial(  # type: ignore[no-untyped-def]
             )
     # beside the run: the trial starts right after known-good's last block (the running launch's)
     target.factor, target.trend, target.restarts, target.sweeps = running, now, 0, 0
+    target.transient, target.step = transient, step
     record = asyncio.run(runner.run([TrialChange(flag="--enable-mixed-chunk")], reason="power"))
     launches = ((record.comparison or {}).get("overall") or {}).get("launches_candidate", 1)
     if another_look and record.first_look:  # the run's leftover restarts: one more look, pooled
@@ -250,6 +260,10 @@ def main() -> None:
         "--another-look", action="store_true",
         help="one more trial, pooled with the first launch, of a change whose first launch came short",
     )  # fmt: skip
+    ap.add_argument(
+        "--transient", type=float, default=0.0,
+        help="the chance that a block of the trial is measured --step slower (a load that comes and goes)",
+    )  # fmt: skip
     ap.add_argument("--gains", default="0,0.02,0.025,0.03,0.04,0.05,0.08", help="true gains, comma separated")
     ap.add_argument(
         "--spreads", default="0.005,0.01,0.015,0.02", help="true restart spreads, comma separated"
@@ -261,7 +275,7 @@ def main() -> None:
     at = list(LEVELS) if args.where == "all" else [int(args.where[1:])]
     print(
         f"restart spread {f'measured on {args.history} launches' if args.measured else 'declared 1%'}"
-        f"{f' (the declared 1% as {args.floor_weight:g} launches below it)' if args.measured and args.floor_weight else ''}, minimum effect 2%, load step {args.step:.0%}, gain at {', '.join(f'c={c}' for c in at)}, "
+        f"{f' (the declared 1% as {args.floor_weight:g} launches below it)' if args.measured and args.floor_weight else ''}, minimum effect 2%, load step {args.step:.0%}{f' on {args.transient:.0%} of the trial blocks at random' if args.transient else ''}, gain at {', '.join(f'c={c}' for c in at)}, "
         f"repetition noise {args.rep_noise:.1%}, prompts {args.prompt_noise:.1%} "
         f"({'each block its own' if args.fresh_prompts else 'the same in every block'}), "
         f"trial blocks of {args.block_reps or 3} repetitions{', one more look pooled with a first launch that came short' if args.another_look else ''}, slow drift {args.drift:+.2%} a block ({args.gap} between known-good launches), {args.trials} trials a cell; keep rate / mean restarts / share with a third launch / mean repetitions; a keep "
@@ -292,6 +306,7 @@ def main() -> None:
                     floor_weight=args.floor_weight,
                     block_reps=args.block_reps,
                     another_look=args.another_look,
+                    transient=args.transient,
                 )  # fmt: skip
                 for _ in range(args.trials)
             ]

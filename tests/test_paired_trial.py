@@ -279,6 +279,19 @@ def test_a_loaded_block_after_the_rollback_is_set_aside_before_the_second_launch
     assert record.decision == "kept" and record.comparison["overall"]["launches_candidate"] >= 2
 
 
+def test_a_known_good_launch_that_came_out_faster_is_measured_once(monkeypatch):
+    # a real +4% whose known-good second launch runs 1% faster than its first: a load during that
+    # block could only hide a gain, so the block stands and the second candidate launch follows
+    faster = Launches(a=[1.0, 1.01], b=[1.04, 1.04])
+    _, record = trial(monkeypatch, faster)
+    assert faster.events == ["deploy", "rollback", "deploy", "commit"] and record.decision == "kept"
+    assert record.blocks["after"] == 3 and faster.measured == 4  # before, candidate, after, confirm
+    # 1% slower: measured once more before it is left, and the two blocks of that launch settle
+    slower = Launches(a=[1.0, 0.99], b=[1.04, 1.04])
+    _, record = trial(monkeypatch, slower)
+    assert slower.events == faster.events and record.blocks["after"] == 6 and slower.measured == 5
+
+
 def test_the_restart_budget_bounds_a_trial_and_its_third_launch(monkeypatch):
     from agent.trial.record import BudgetExhausted
 

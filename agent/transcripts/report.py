@@ -46,9 +46,10 @@ def kept_lines(result: Any) -> list[str]:
 RULE = (
     "A candidate is deployed on top of the changes kept so far and measured between two blocks of "
     "the known-good configuration (A/B/A: before it, and after the rollback), so drift and machine "
-    "load cancel. Known-good is measured again right before each candidate (and before its launch is "
-    "left for another candidate launch); two blocks of one launch that disagree significantly at a "
-    "level were not both measured at its speed, and the slower one is set aside. Repetitions are "
+    "load cancel. Known-good is measured again right before each candidate (and, when its launch came "
+    "out slower than the one before it, before that launch is left for another candidate launch); two "
+    "blocks of one launch that disagree significantly at a level were not both measured at its speed, "
+    "and the slower one is set aside. Repetitions are "
     "adaptive: {reps}, stopping early when no gain of the "
     "minimum effect is possible, and one more at a time (up to {cap}) while a gain is possible but "
     "not established and repetition noise is still a real part of the interval (the restart-to-"

@@ -105,6 +105,20 @@ def _drifted(r: Any, cmp: Any) -> dict[str, Any] | None:
     return None
 
 
+def _came_out_slower(r: Any, block: list[Any]) -> bool:
+    """Known-good's newest launch, measured in `block`, came out slower on the goal's objective than
+    its launch before it. A load during that block would pass for a candidate's gain, so the launch is
+    measured once more before it is left and the two blocks settle (`known_good_block`). Faster, a
+    load could only hide a gain: the block stands, and the trial saves that block's repetitions (a
+    no-op kept 1.9% of the time with every such launch measured twice, 1.7% this way, 2.9% never,
+    with a 4% load on a fifth of the blocks; `benchmarks/bench_rule_power.py --transient 0.2`)."""
+    earlier = [b for b in r.known_good_blocks if b is not block]
+    if not earlier:
+        return True
+    ratio = _cmp(r, earlier[-1], block, None).overall.ratio
+    return ratio is None or ratio < 1
+
+
 def _moved(r: Any, before: list[Any]) -> bool:
     """Known-good's block now is beyond `_disturbance_bound` from its latest earlier block at some
     level (nothing to compare with: False)."""
