@@ -36,6 +36,9 @@ class DeploymentContext:
     max_concurrency: int = 64
     kv_tokens_needed: int | None = None
     """KV tokens the benchmark's highest level holds at once (concurrency x (input + output))."""
+    prefix_share: float | None = None
+    """Share of shared-prefix prompts a trial of a caching flag is measured on
+    (`tools.bench.workload.prefix_share`)."""
     missing: dict[str, str] = field(default_factory=dict)
     """Piece name -> why it could not be read."""
 
@@ -45,6 +48,8 @@ class DeploymentContext:
         facts: dict[str, Any] = {"bench.max_concurrency": self.max_concurrency}
         if self.kv_tokens_needed:
             facts["bench.kv_tokens_needed"] = self.kv_tokens_needed
+        if self.prefix_share is not None:
+            facts["bench.prefix_share"] = self.prefix_share
         if self.version:
             facts["sglang.version"] = self.version
         # resolved values (catalog default < top level < internal_states); None where the server
@@ -156,9 +161,13 @@ async def gather_context(
     is loaded here (research needs it next) rather than inside the first research."""
     from tools.deploy.units.file import UnitFile
 
+    from tools.bench.workload import prefix_share
+
     b = config.bench
     ctx = DeploymentContext(
-        max_concurrency=max(b.concurrency), kv_tokens_needed=max(b.concurrency) * (b.input_len + b.output_len)
+        max_concurrency=max(b.concurrency),
+        kv_tokens_needed=max(b.concurrency) * (b.input_len + b.output_len),
+        prefix_share=prefix_share(b),
     )
     say = on_step or (lambda text: None)
     try:

@@ -278,3 +278,26 @@ def test_a_trial_of_a_scheduling_flag_the_playbook_names_runs_on_the_mix(monkeyp
     assert workloads and all(w == TRIAL_MIX for w in workloads)
     workloads, *_ = trial_workloads(monkeypatch, "--enable-mixed-chunk")  # nothing known: the name rule
     assert workloads and all(w == "random" for w in workloads)
+
+
+def test_giving_up_prefix_reuse_is_tried_only_where_production_shares_no_prefix():
+    from agent.context import DeploymentContext
+    from agent.policy.playbook import evaluate, grid_size, load_playbook
+    from tools.bench.workload import prefix_share
+
+    assert prefix_share(BenchConfig()) == 0.5  # a caching flag's trial runs on TRIAL_MIX
+    assert prefix_share(BenchConfig(workload="random")) == 0.0  # the user says production shares none
+    assert prefix_share(BenchConfig(workload={"random": 0.3, "shared-prefix": 0.7})) == 0.7
+    assert prefix_share(BenchConfig(backend="sglang")) == 1.0  # bench_serving: shared prefixes alone
+
+    def radix(bench: BenchConfig) -> tuple[object, int]:
+        ctx = DeploymentContext(server_info={"disable_radix_cache": False}, prefix_share=prefix_share(bench))
+        levers = load_playbook()
+        found = {c.flag: c for c in evaluate(levers, ctx.facts)}["--disable-radix-cache"]
+        return found, grid_size(levers, ctx.facts)
+
+    mixed, grid = radix(BenchConfig())
+    assert mixed.status == "already-set"  # not researched, not trialled
+    assert mixed.note.startswith("pointless on this server and load") and "0.5" in mixed.note
+    alone, same_grid = radix(BenchConfig(workload="random"))
+    assert alone.status == "candidate" and same_grid == grid  # the half-grid budget does not move

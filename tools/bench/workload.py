@@ -16,7 +16,7 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Iterable, Mapping
-from typing import Literal
+from typing import Any, Literal
 
 from tools.bench.prompts import Prompt, random_prompts, shared_prefix_prompts
 from tools.config import BenchConfig
@@ -124,9 +124,24 @@ def workload_for(
     known = mechanisms or {}
     if "workload" in settings.model_fields_set or not any(touches_cache(f, known.get(f)) for f in names):
         return settings
-    # bench_serving (backend "sglang") runs one dataset per level: the shared prefixes alone.
-    mix = "shared-prefix" if settings.backend == "sglang" else dict(TRIAL_MIX)
-    return settings.model_copy(update={"workload": mix})
+    return settings.model_copy(update={"workload": cost_workload(settings)})
+
+
+def cost_workload(settings: BenchConfig) -> Any:
+    """The workload a trial of a flag that touches caching, scheduling or memory runs on: the one
+    the configuration names (the production mix), else `TRIAL_MIX` (the shared prefixes alone with
+    bench_serving, which runs one dataset per level)."""
+    if "workload" in settings.model_fields_set:
+        return settings.workload
+    return "shared-prefix" if settings.backend == "sglang" else dict(TRIAL_MIX)
+
+
+def prefix_share(settings: BenchConfig) -> float:
+    """The share of prompts with a shared system prompt in that workload (`bench.prefix_share` of
+    the playbook's facts): 0 when the production mix shares no prefix, so a flag that gives up prefix
+    reuse can only gain there."""
+    w = cost_workload(settings)
+    return float(w == "shared-prefix") if isinstance(w, str) else float(w.get("shared-prefix", 0.0))
 
 
 def level_prompts(
