@@ -159,9 +159,8 @@ async def gather_context(
     context manager yielding a progress callback (`RunUI.waiting`): a fetch of the source or a build
     of its code index (30 s to minutes, cold) is shown while it lasts. With `index`, the code index
     is loaded here (research needs it next) rather than inside the first research."""
-    from tools.deploy.units.file import UnitFile
-
     from tools.bench.workload import prefix_share
+    from tools.deploy.units.file import UnitFile
 
     b = config.bench
     ctx = DeploymentContext(

@@ -111,7 +111,7 @@ async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
     from agent.policy.planner import PlannerDeps, build_planner
     from agent.policy.playbook import PLAYBOOK_PATH, evaluate, grid_size, load_playbook
     from agent.policy.researcher import build_researcher
-    from agent.transcripts.report import explain_run
+    from agent.transcripts.report import explain_run, time_use
     from agent.trial.resolved import drop_pointless
     from agent.trial.spread import known_spread, measure_spread
     from tools.bench.stats import objective_from_goal
@@ -132,12 +132,14 @@ async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
                 config, transport, on_step=lambda s: ui.note(f"reading {s}", record=False), waiting=ui.waiting
             )
             ui.record("context", {**ctx.summary(), "facts": ctx.facts})
+            phases = [("preflight and context", time.monotonic() - started)]
             _show_context(ui, ctx)
             playbook = load_playbook(opts.playbook or PLAYBOOK_PATH)
             candidates = drop_pointless(evaluate(playbook, ctx.facts, ctx.catalog or None), ctx.resolved_args)
             ui.step("baseline")
             text = Path(target.local_unit).read_text()
             baseline, bench_s = await measure_baseline(ui, target.endpoint, config.bench, text)
+            phases.append(("baseline", bench_s))
             objective = objective_from_goal(opts.goal)
             runner = None
             if not opts.dry_run:
@@ -150,7 +152,10 @@ async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
             state = load_state(ctx.facts, config.bench, baseline.reps)
             ui.record("load_state", {"levels": state.levels, "facts": state.facts, "text": state.describe()})
             ui.note(f"load at baseline: {state.describe()}")
+            mark = time.monotonic()
             spread = await measure_spread(runner) if runner is not None else known_spread(config.bench)
+            phases.append(("launch spread", time.monotonic() - mark))
+            spread_restarts = len(runner.launch_seconds) if runner is not None else 0
             ui.record("launch_spread", {**spread.as_dict(), "text": spread.describe()})
             ui.note(spread.describe())
             deps = PlannerDeps(
@@ -167,17 +172,25 @@ async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
                 spread=spread.value,
             )
             ui.step("planning, research and trials")
+            mark = time.monotonic()
             conclusion, status = await _plan(ui, deps, build_planner(models.planner), opts, objective)
             ui.note(f"model usage: {deps.tokens.line()}")
             ui.record("usage", {"agent": "run", "by_kind": deps.tokens.by_kind()})
             if runner is not None:
                 status = await _combine_if_needed(ui, runner, status)
                 await deployment.rollback()  # no-op unless something is still in flight
+            phases.append(("research, planning and trials", time.monotonic() - mark))
             measured = [spread.describe(), f"load at baseline: {state.describe()}", *_order_notes(deps)]
+
+            def explain(r: RunResult) -> None:
+                explain_run(r, deps, runner, opts, config)
+                used = time_use(r.seconds, phases, runner, spread_restarts)
+                ui.record("time_use", {"text": used})  # `optagent transcripts show` lists it too
+                r.measured.extend([*measured, used])
+
             result = await _final(
-                ui, config, runner, baseline, conclusion, status, started, bench_s,
-                explain=lambda r: (explain_run(r, deps, runner, opts, config), r.measured.extend(measured)),
-            )  # fmt: skip
+                ui, config, runner, baseline, conclusion, status, started, bench_s, explain=explain
+            )
     finally:
         await transport.close()
     return result

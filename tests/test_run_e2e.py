@@ -189,6 +189,17 @@ def test_seed_run_keeps_the_winner_and_rolls_back_the_rest(seed_host, tmp_path):
     assert "A/B/A" in report and "min wall-time budget" in report
     assert "## Candidates not tried" in report and "--kv-cache-dtype fp8_e4m3: lossy" in report
     assert report.count(f"trial {kept.number} `") == 1  # each trial listed once
+    # where the time went: the phases add up to the run's wall time, the trials to their own seconds
+    line = next(x for x in report.splitlines() if x.startswith("- time: "))
+    parts = [float(x) for x in re.findall(r"(\d+) s[,;]", re.sub(r"\s*\([^)]*\)", "", line))]
+    total = float(re.search(r"(\d+) s in all", line).group(1))
+    assert abs(sum(parts) - total) <= len(parts) / 2 and total == round(result.seconds)
+    trials_s = float(re.search(r"trials (\d+) s \((\d+) restarts", line).group(1))
+    assert abs(trials_s - sum(t.seconds for t in result.trials)) <= 0.5 and trials_s > 0
+    assert 1 <= int(re.search(r"trials \d+ s \((\d+) restarts", line).group(1)) <= result.restarts
+    from agent.transcripts.review import build_review
+
+    assert line.removeprefix("- ") in build_review(tx).measured  # `optagent transcripts show` too
     # the saved picture is the review's before/after plot with every trial (1200x480), not the baseline alone
     png = result.report.with_name(result.report.name.removesuffix(".report.md") + ".png")
     head = png.read_bytes()[:24]

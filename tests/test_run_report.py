@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agent.session import RunResult
-from agent.transcripts.report import RULE, render_report
+from agent.transcripts.report import RULE, render_report, time_use
 from agent.trial.record import TrialChange, TrialRecord
 
 
@@ -72,3 +72,22 @@ def test_a_flag_the_code_sent_to_a_trial_is_not_listed_as_ruled_out():
     assert "- --x auto: budget spent" in text and "--x" not in text.split("### Ruled out")[1].split("###")[0]
     # before research answers, a playbook no-op is being researched, not ruled out
     assert _todo(cands, {}, {}, [])[0]["content"] == "research --x auto"
+
+
+def test_the_time_line_splits_the_trials_from_research_and_the_restarts_from_the_measuring():
+    from types import SimpleNamespace
+
+    trials = [SimpleNamespace(seconds=200.4), SimpleNamespace(seconds=99.8)]
+    runner = SimpleNamespace(launch_seconds=[6.0, 6.5, 7.0, 6.0, 8.0], trials=trials)
+    phases = [("preflight and context", 2.2), ("baseline", 38.0), ("launch spread", 80.0),
+              ("research, planning and trials", 340.0)]  # fmt: skip
+    line = time_use(500.0, phases, runner, spread_restarts=2)
+    assert line == (
+        "time: preflight and context 2 s, baseline 38 s, launch spread 80 s (2 restarts 12 s), "
+        "research and planning 40 s, trials 300 s (3 restarts 21 s), final check 40 s; 500 s in all"
+    )
+    # a spread known already takes no time and is not listed; a dry run has no trials to split off
+    known = time_use(
+        100.0, [("baseline", 38.0), ("launch spread", 0.0), ("research, planning and trials", 40.0)], None, 0
+    )
+    assert known == "time: baseline 38 s, research, planning and trials 40 s, final check 22 s; 100 s in all"

@@ -234,6 +234,32 @@ def _block_reps(runner: Any, bench: Any) -> str:
     return f"{start} per block (the baseline's took {bench.reps}: a restart moves this server far more than a repetition does)"
 
 
+def time_use(seconds: float, phases: list[tuple[str, float]], runner: Any, spread_restarts: int) -> str:
+    """Where the run's wall time went: each phase of `phases` ((name, seconds), in order), the
+    trials apart from the research and planning around them, and what was restarting in both the
+    launch spread and the trials (a deploy until healthy) against the benchmarks and probes; the
+    rest, the final check. What a budget that ran out was spent on, and what more time would buy."""
+    launches = list(getattr(runner, "launch_seconds", None) or [])
+    trials = sum(t.seconds for t in getattr(runner, "trials", None) or [])
+
+    def restarts(part: list[float]) -> str:
+        return f" ({len(part)} restarts {sum(part):.0f} s)" if part else ""
+
+    parts = []
+    for name, s in phases:
+        if s < 0.5 and name != "baseline":  # a phase that did not run (a spread known already)
+            continue
+        if name == "launch spread":
+            parts.append(f"{name} {s:.0f} s{restarts(launches[:spread_restarts])}")
+        elif runner is not None and name.endswith("trials"):
+            parts.append(f"research and planning {max(0.0, s - trials):.0f} s")
+            parts.append(f"trials {trials:.0f} s{restarts(launches[spread_restarts:])}")
+        else:
+            parts.append(f"{name} {s:.0f} s")
+    parts.append(f"final check {max(0.0, seconds - sum(s for _, s in phases)):.0f} s")
+    return f"time: {', '.join(parts)}; {seconds:.0f} s in all"
+
+
 def explain_run(result: Any, deps: Any, runner: Any, opts: Any, config: Any) -> None:
     """Fill in the budget sentence, the rule, and why each untried candidate was not tried."""
     bench = config.bench

@@ -301,7 +301,8 @@ def build_review(loaded: LoadedTranscript) -> Review:
         measured=[
             str((e.get("data") or {}).get("text"))
             for e in loaded.events
-            if e.get("kind") in ("load_state", "launch_spread") and (e.get("data") or {}).get("text")
+            if e.get("kind") in ("load_state", "launch_spread", "time_use")
+            and (e.get("data") or {}).get("text")
         ],
     )
 
