@@ -59,6 +59,33 @@ def test_no_bundle_of_one_nor_of_a_lever_acting_nowhere_or_doubted_by_the_playbo
     )
 
 
+def test_a_lever_known_to_cost_at_a_measured_level_is_never_tried_together():
+    # fewer speculative steps: it acts at the batches of c=64 and costs single streams at c=1
+    costly = {**cand("--steps", "low", acts=[64]), "costs_at_levels": [1, 8]}
+    cands = [cand("--mid", "medium"), cand("--small", "low"), costly]
+    verdicts = {c["flag"]: APPLIES for c in cands}
+    members, _ = plan_bundle(cands, verdicts, {})
+    assert [c["flag"] for c in members] == ["--mid", "--small"]
+    assert plan_bundle([cand("--mid", "medium"), costly], verdicts, {}) is None
+    # nor in the bundle of what the budget cannot try one at a time: it keeps a slot of its own
+    queue = next_trials([cand("--a", "high", bar=0.02), *cands], verdicts, {}, slots=2)
+    assert {c["flag"] for c, _ in queue} == {"--a", "--mid + --small", "--steps"}
+
+
+def test_the_playbook_says_where_fewer_speculative_steps_cost():
+    from types import SimpleNamespace
+
+    from agent.policy.loadstate import acts_at, costs_at
+    from agent.policy.playbook import load_playbook
+
+    steps = next(lv for lv in load_playbook() if lv.flag == "--speculative-num-steps")
+    state = SimpleNamespace(levels={1: {}, 8: {}, 64: {}})
+    state.level_facts = lambda c: {"level.running": {1: 1.0, 8: 7.6, 64: 52.4}[c]}
+    assert acts_at(steps, state) == [64] and costs_at(steps, state) == [1, 8]
+    graphs = next(lv for lv in load_playbook() if lv.flag == "--cuda-graph-max-bs")
+    assert costs_at(graphs, state) == []  # no known cost: free to go together
+
+
 def test_a_kept_bundle_s_doubtful_members_are_the_unsure_and_those_acting_elsewhere():
     members = [
         cand("--sure", "medium", acts=[64]),

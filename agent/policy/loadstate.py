@@ -90,8 +90,17 @@ def load_state(facts: dict[str, Any], bench: Any, reps: list[Any]) -> LoadState:
 def acts_at(lever: Any, state: LoadState) -> list[int]:
     """The measured levels where the lever's mechanism acts (every level when it names none)."""
     conditions = list(getattr(lever, "acts_at", []) or [])
-    if not conditions:
-        return list(state.levels)
+    return _levels_where(conditions, state) if conditions else list(state.levels)
+
+
+def costs_at(lever: Any, state: LoadState) -> list[int]:
+    """The measured levels where the lever is known to cost (its `costs_at`; none when it names none)."""
+    conditions = list(getattr(lever, "costs_at", []) or [])
+    return _levels_where(conditions, state) if conditions else []
+
+
+def _levels_where(conditions: list[str], state: LoadState) -> list[int]:
+    """The measured levels where no condition fails (an unknown fact does not rule a level out)."""
     return [
         c for c in state.levels if all(check(x, state.level_facts(c)).outcome != "fail" for x in conditions)
     ]

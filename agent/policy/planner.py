@@ -72,10 +72,10 @@ class PlannerDeps:
 
 def candidates_view(deps: PlannerDeps) -> list[dict[str, Any]]:
     """The playbook candidates as the planner sees them, with what the baseline's state makes of
-    each (`state_factor`, `state_why`, `acts_at_levels`), the smallest gain one trial can
+    each (`state_factor`, `state_why`, `acts_at_levels`, `costs_at_levels`), the smallest gain one trial can
     establish here (`establishable`, `agent.policy.order`), what a trial of it costs here
     (`trial_cost`) and the trials the budget fits (`trials_left`)."""
-    from agent.policy.loadstate import acts_at, state_factor
+    from agent.policy.loadstate import acts_at, costs_at, state_factor
     from agent.policy.order import establishable
 
     bench = deps.runner.bench if deps.runner is not None else None
@@ -85,7 +85,12 @@ def candidates_view(deps: PlannerDeps) -> list[dict[str, Any]]:
         if deps.state is None:
             return {}
         factor, why = state_factor(c.lever, deps.state)
-        return {"state_factor": factor, "state_why": why, "acts_at_levels": acts_at(c.lever, deps.state)}
+        return {
+            "state_factor": factor,
+            "state_why": why,
+            "acts_at_levels": acts_at(c.lever, deps.state),
+            "costs_at_levels": costs_at(c.lever, deps.state),
+        }
 
     return [
         {

@@ -49,6 +49,10 @@ class Lever(BaseModel):
     """Conditions on a measured level's `level.*` facts (`agent.policy.loadstate`) under which the
     lever's mechanism acts there (none: every level). A bundle member with no mechanism at the
     level that won is doubtful."""
+    costs_at: list[str] = Field(default_factory=list)
+    """Conditions on a measured level's `level.*` facts under which the lever costs there (the other
+    side of its trade-off; none: no known cost). Such a lever is tried alone, never in a bundle: its
+    loss at that level would sink the members it went with without saying whose it was."""
     raise_when: list[str] = Field(default_factory=list)
     """Conditions on the baseline's `state.*` facts that make the lever worth more here."""
     lower_when: list[str] = Field(default_factory=list)

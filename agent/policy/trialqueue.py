@@ -128,8 +128,9 @@ def plan_bundle(
 ) -> tuple[list[dict[str, Any]], str] | None:
     """(the untried small candidates to try as one change, why), or None when fewer than two are
     small at one level. A candidate is small when its plausible gain is below its `establishable`
-    figure; one the playbook doubts, or whose mechanism acts at no measured level, is left out
-    (alone at the end of the queue it costs only what it is worth). The members act at one level
+    figure; one the playbook doubts, whose mechanism acts at no measured level, or that is known to
+    cost at a measured level (`costs_at_levels`: a loss there beyond the tolerance would sink the
+    others) is left out (alone at the end of the queue it costs only what it is worth). The members act at one level
     (`acts_at_levels`; unknown: every level), the one where the most value is small: gains add only
     where they show together, and a member acting elsewhere would only be left out again."""
     small = [
@@ -140,6 +141,7 @@ def plan_bundle(
         and plausible_gain(c) < c["establishable"]
         and c.get("status") not in PLAYBOOK_DOUBTS
         and c.get("acts_at_levels") != []
+        and not c.get("costs_at_levels")
         and certainty(verdicts.get(c["flag"])) > 0
     ]
     levels = {lv for c in small for lv in c.get("acts_at_levels") or []}
@@ -217,8 +219,8 @@ def fit_budget(
     ranked: list[tuple[float, int, dict[str, Any], str]], slots: int | None, verdicts: dict[str, Any]
 ) -> list[tuple[float, int, dict[str, Any], str]]:
     """The ranking cut to the trials the budget still fits: when more are open than `slots`, the
-    untried candidates from the last slot on that research is sure enough of (`_sure_enough`) go
-    into one change in that slot. Tried one at a time they would not be reached at all; together
+    untried candidates from the last slot on that research is sure enough of (`_sure_enough`) and
+    that cost at no measured level go into one change in that slot. Tried one at a time they would not be reached at all; together
     each gets a chance, and a kept bundle still loses its doubtful members (`doubtful_members`).
     Unchanged when everything fits, or fewer than two would go together."""
     if slots is None or slots < 1 or len(ranked) <= slots:
@@ -232,8 +234,10 @@ def fit_budget(
             rest.append(entry)
             continue
         group = c.get("bundle") or [c]
-        members += [m for m in group if _sure_enough(m, verdicts)]
-        others = [m for m in group if not _sure_enough(m, verdicts)]
+        # a lever with a known cost at a measured level goes alone (`plan_bundle`)
+        joins = [_sure_enough(m, verdicts) and not m.get("costs_at_levels") for m in group]
+        members += [m for m, j in zip(group, joins, strict=True) if j]
+        others = [m for m, j in zip(group, joins, strict=True) if not j]
         if len(others) > 1:  # what is left of a bundle of small levers stays one
             left, still_small = _bundle(others, verdicts, c["together"])
             rest.append((left, i, still_small, why))
