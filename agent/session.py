@@ -12,14 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.policy.order import slow_start_flags
-from agent.trial.record import Baseline, lossy_flags, mean_throughput, mechanism_flags
-from agent.trial.runner import TRIAL_RESTARTS, TrialRunner
+from agent.prepare import _preflight, make_runner, measure_baseline, restart_budget
+from agent.trial.record import Baseline, mean_throughput
+from agent.trial.runner import TrialRunner
 from agent.ui import RunUI
-
-
-class SessionError(Exception):
-    """The run cannot proceed (unreachable host, drift, unhealthy server); the message says why."""
 
 
 @dataclass
@@ -65,42 +61,6 @@ class RunResult:
     """How a change was judged (the report explains it)."""
     measured: list[str] = field(default_factory=list)
     """What the run measured about the deployment itself: its launch spread, its load at baseline."""
-
-
-async def measure_baseline(ui: RunUI, endpoint: str, bench: Any, text: str) -> tuple[Baseline, float]:
-    """Probe reference outputs and repeated sweeps of the running configuration."""
-    from tools.bench.loadgen import run_repeated
-    from tools.bench.probe import run_probe
-
-    started = time.monotonic()
-    probe = await run_probe(endpoint)
-    with ui.progress("baseline benchmark") as progress:
-        reps = await run_repeated(endpoint, bench, on_progress=progress)
-    if not reps or any(s.partial for s in reps):
-        errors = "; ".join(e for s in reps for e in s.errors) or "no result"
-        raise SessionError(f"the baseline benchmark failed: {errors}")
-    levels = mean_throughput(reps)
-    ui.note("baseline: " + ", ".join(f"c={c}: {v:,.1f} tok/s" for c, v in levels.items()), record=False)
-    ui.record(
-        "baseline",
-        {
-            "output_tok_s": levels,
-            "sweeps": [_sweep_summary(s) for s in reps],
-            # enough to rebuild `Baseline` when a session is resumed (per-request lists left out)
-            "reps": [s.model_dump(mode="json", exclude={"levels": {"__all__": {"requests"}}}) for s in reps],
-            "probe": probe.model_dump(mode="json") if hasattr(probe, "model_dump") else None,
-            "unit_text": text,
-        },
-    )
-    return Baseline(reps=reps, probe=probe, text=text), time.monotonic() - started
-
-
-def _sweep_summary(sweep: Any) -> dict[str, Any]:
-    return {
-        "seed": sweep.seed,
-        "partial": sweep.partial,
-        "levels": [lv.model_dump(mode="json", exclude={"requests"}) for lv in sweep.levels],
-    }
 
 
 async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
@@ -206,71 +166,6 @@ def _order_notes(deps: Any) -> list[str]:
         if c.get("state_factor", 1.0) != 1.0 and c["status"] == "candidate"
     ]
     return ["order from the load: " + ", ".join(out)] if out else []
-
-
-def restart_budget(given: int | None, grid: int) -> int:
-    """The restarts a run may spend: `given`, else half of what a one-at-a-time grid of `grid`
-    levers costs (deploy and roll back each: one per lever), at least two trials' worth. The
-    relaunches of known-good that measure the launch spread are spent from it too: "half a grid"
-    is what the whole run restarts."""
-    return given if given is not None else max(grid, 2 * TRIAL_RESTARTS)
-
-
-def make_runner(
-    deployment: Any,
-    config: Any,
-    objective: Any,
-    baseline: Baseline,
-    candidates: list[Any],
-    ui: Any,
-    *,
-    allow_lossy: bool,
-    max_trials: int,
-    deadline: float = float("inf"),
-    max_restarts: int | None = None,
-) -> TrialRunner:
-    """The trial runner of a run or a chat: the playbook's lossy levers marked, every trial recorded,
-    `max_restarts` restarts to spend (see `restart_budget`)."""
-    return TrialRunner(
-        deployment=deployment,
-        endpoint=config.target.endpoint,
-        bench=config.bench,
-        objective=objective,
-        baseline=baseline,
-        allow_lossy=allow_lossy,
-        lossy=lossy_flags(candidates),
-        mechanisms=mechanism_flags(candidates),
-        slow_starts=slow_start_flags(candidates),
-        max_trials=max_trials,
-        max_restarts=max_restarts,
-        deadline=deadline,
-        on_event=lambda kind, data: ui.record(kind, data),
-        on_progress=ui.bench_progress,  # a trial's benchmark is shown live, not a stale "waiting" bar
-    )
-
-
-async def _preflight(ui: RunUI, deployment: Any, target: Any) -> None:
-    from tools.deploy.health import wait_healthy
-
-    if deployment.recovered:
-        ui.note(f"[yellow]recovered an unfinished change first:[/] {deployment.recovered}")
-        ui.record("deploy", {"recovered": deployment.recovered})
-    status = await deployment.status()
-    ui.record("deploy", {"preflight": _jsonable(status)})
-    health = await wait_healthy(target.endpoint, timeout=min(target.health_timeout_s, 120.0))
-    if not health.ok:
-        raise SessionError(f"the server at {target.endpoint} is not healthy: {health.reason}")
-    ui.note(f"server healthy at {target.endpoint} ({health.reason})")
-
-
-def _jsonable(obj: Any) -> Any:
-    if hasattr(obj, "model_dump"):
-        return obj.model_dump(mode="json")
-    if hasattr(obj, "__dataclass_fields__"):
-        import dataclasses
-
-        return dataclasses.asdict(obj)
-    return str(obj)
 
 
 def _show_context(ui: RunUI, ctx: Any) -> None:

@@ -450,7 +450,7 @@ def _facts(result) -> dict:  # type: ignore[no-untyped-def]
 async def aa_trials(config, n: int, *, spread: bool = True) -> tuple[int, int, int]:  # type: ignore[no-untyped-def]
     """(A/A trials, false keeps by A/B/A, false keeps by unpaired A/B) with drift injected; `spread`:
     the restart spread measured first, as a run does (else the declared one)."""
-    from agent.session import make_runner
+    from agent.prepare import make_runner
     from agent.trial.paired import known_good_block
     from agent.trial.record import Baseline, TrialChange
     from agent.trial.spread import measure_spread

@@ -8,7 +8,7 @@ import asyncio
 import math
 import random
 
-from agent.session import restart_budget
+from agent.prepare import restart_budget
 from agent.trial.record import Baseline, TrialChange
 from agent.trial.runner import TrialRunner
 from agent.trial.spread import MARK, block_reps, measure_spread, spread_of_blocks

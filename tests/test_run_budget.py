@@ -36,7 +36,7 @@ def test_restart_budget_given_else_half_a_one_at_a_time_grid():
     import tomllib
 
     from agent.policy.playbook import PLAYBOOK_PATH, grid_size, load_playbook
-    from agent.session import restart_budget
+    from agent.prepare import restart_budget
     from tools.config import AgentConfig
 
     playbook = load_playbook(PLAYBOOK_PATH)

@@ -94,7 +94,7 @@ async def ensure_index(deps: Any) -> None:
 
 async def ensure_baseline(deps: Any) -> None:
     """Measure the baseline now if the chat has none yet (probe and repeated sweeps of what runs)."""
-    from agent.session import measure_baseline
+    from agent.prepare import measure_baseline
     from agent.trial.record import mean_throughput
 
     runner = deps.runner

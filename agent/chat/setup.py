@@ -89,7 +89,7 @@ async def open_chat(
     from agent.policy.planner import PlannerDeps, build_planner
     from agent.policy.playbook import evaluate, grid_size, load_playbook
     from agent.policy.researcher import build_researcher
-    from agent.session import _preflight, make_runner, restart_budget
+    from agent.prepare import _preflight, make_runner, restart_budget
     from agent.trial.record import Baseline, lossy_flags, mean_throughput
     from prompts import render
     from tools.bench.stats import objective_from_goal

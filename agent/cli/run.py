@@ -114,7 +114,8 @@ def run(
     import asyncio
 
     from agent.policy.models import ModelChoiceError, choose_model
-    from agent.session import RunOptions, SessionError, run_session
+    from agent.prepare import SessionError
+    from agent.session import RunOptions, run_session
     from agent.transcripts.transcript import Transcript
     from agent.ui import RunUI
 
