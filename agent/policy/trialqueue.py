@@ -130,9 +130,10 @@ def plan_bundle(
     small at one level. A candidate is small when its plausible gain is below its `establishable`
     figure; one the playbook doubts, whose mechanism acts at no measured level, or that is known to
     cost at a measured level (`costs_at_levels`: a loss there beyond the tolerance would sink the
-    others) is left out (alone at the end of the queue it costs only what it is worth). The members act at one level
-    (`acts_at_levels`; unknown: every level), the one where the most value is small: gains add only
-    where they show together, and a member acting elsewhere would only be left out again."""
+    others) is left out (alone at the end of the queue it costs only what it is worth). The members
+    act at one level (`acts_at_levels`; unknown: every level), the one where the most value is
+    small: gains add only where they show together, and a member acting elsewhere would only be
+    left out again."""
     small = [
         c
         for c in candidates
@@ -220,9 +221,10 @@ def fit_budget(
 ) -> list[tuple[float, int, dict[str, Any], str]]:
     """The ranking cut to the trials the budget still fits: when more are open than `slots`, the
     untried candidates from the last slot on that research is sure enough of (`_sure_enough`) and
-    that cost at no measured level go into one change in that slot. Tried one at a time they would not be reached at all; together
-    each gets a chance, and a kept bundle still loses its doubtful members (`doubtful_members`).
-    Unchanged when everything fits, or fewer than two would go together."""
+    that cost at no measured level go into one change in that slot. Tried one at a time they would
+    not be reached at all; together each gets a chance, and a kept bundle still loses its doubtful
+    members (`doubtful_members`). Unchanged when everything fits, or fewer than two would go
+    together."""
     if slots is None or slots < 1 or len(ranked) <= slots:
         return ranked
     head, tail = ranked[: slots - 1], ranked[slots - 1 :]
