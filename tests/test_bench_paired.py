@@ -88,7 +88,7 @@ def test_a_candidate_with_errors_is_never_improved():
 
 
 def test_known_good_blocks_that_jump_between_launches_widen_the_interval():
-    from tools.bench.paired import block_spread
+    from tools.bench.launches import block_spread
 
     rng = random.Random(8)
     quiet = [block(rng) for _ in range(4)]
@@ -101,7 +101,7 @@ def test_known_good_blocks_that_jump_between_launches_widen_the_interval():
 
 
 def test_one_unlucky_known_good_launch_does_not_take_over_the_restart_spread():
-    from tools.bench.paired import block_spread
+    from tools.bench.launches import block_spread
 
     rng = random.Random(13)
     # five known-good launches, one of them 2.8% low: the spread they show (1.3%, 4 df) is what a
@@ -221,7 +221,7 @@ def test_a_regression_is_called_only_when_significant_over_the_family_of_levels(
 
 
 def test_two_blocks_of_one_launch_settle_into_one_unless_a_load_slowed_one():
-    from tools.bench.paired import settle
+    from tools.bench.launches import settle
 
     rng = random.Random(11)
     first, second = block(rng, noise=0.004), block(rng, noise=0.004)
@@ -240,7 +240,7 @@ def test_two_blocks_of_one_launch_settle_into_one_unless_a_load_slowed_one():
 
 
 def test_a_loaded_known_good_block_no_longer_passes_a_no_op_for_a_gain():
-    from tools.bench.paired import settle
+    from tools.bench.launches import settle
 
     rng = random.Random(12)
     kw = dict(launch_noise=0.01)

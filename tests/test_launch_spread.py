@@ -13,8 +13,9 @@ from agent.trial.record import Baseline, TrialChange
 from agent.trial.runner import TrialRunner
 from agent.trial.spread import MARK, block_reps, measure_spread, spread_of_blocks
 from tests.test_paired_trial import UNIT, Launches, script_blocks
+from tools.bench.launches import launch_spread, pooled_spread
 from tools.bench.objective import objective_from_goal
-from tools.bench.paired import launch_spread, paired_compare, pooled_spread
+from tools.bench.paired import paired_compare
 from tools.config import BenchConfig
 
 GOAL = objective_from_goal("improve throughput")

@@ -11,8 +11,9 @@ import pytest
 
 from sim.offline import plan_for, throughput_for_plan
 from tools.bench.blockfit import fit_blocks
+from tools.bench.launches import pooled_spread, settle
 from tools.bench.objective import objective_from_goal
-from tools.bench.paired import paired_compare, pooled_spread, settle
+from tools.bench.paired import paired_compare
 from tools.bench.results import LevelResult, SweepResult
 from tools.bench.workload import level_prompts
 from tools.config import BenchConfig

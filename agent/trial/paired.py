@@ -74,11 +74,11 @@ def _record_blocks(r: Any, record: TrialRecord, **blocks: list[Any]) -> None:
 async def known_good_block(r: Any, record: TrialRecord | None = None, name: str = "before") -> list[Any]:
     """Known-good measured now in its current launch (no restart). When that launch was measured
     before (the block after the last trial, the baseline), the two blocks settle into one
-    (`tools.bench.paired.settle`): a load during either cannot pass a candidate's ordinary speed
+    (`tools.bench.launches.settle`): a load during either cannot pass a candidate's ordinary speed
     for a gain. The block of a candidate that just won is not settled with but replaced: it was
     kept because it measured high, and would win every disagreement. The result is the reference
     and this launch's entry in the known-good history."""
-    from tools.bench.paired import settle
+    from tools.bench.launches import settle
 
     earlier = r.reference
     if earlier is None:

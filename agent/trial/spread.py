@@ -15,8 +15,8 @@ in this order:
 A measured figure counts with its own degrees of freedom (the t quantile of every interval widens
 accordingly, so three launches that happened to agree cannot make a trial overconfident); the
 run's later launches of every configuration launched more than once (known-good's, earlier
-candidates': `TrialRunner.launch_groups`, `tools.bench.paired.pooled_spread`) are pooled with it
-(`tools.bench.paired.launch_spread`). They tell how far a launch moves, not where known-good
+candidates': `TrialRunner.launch_groups`, `tools.bench.launches.pooled_spread`) are pooled with it
+(`tools.bench.launches.launch_spread`). They tell how far a launch moves, not where known-good
 stands now: a trial's known-good level is its own launches' (`tools.bench.paired.interval`). Weighing
 the declared 1% in as two launches pulled a true 2.5% spread down and kept 6% of no-ops
 (`python benchmarks/bench_rule_power.py --measured --history 3 --gains 0`, 300 trials a cell: 3.7%
@@ -110,7 +110,7 @@ def spread_of_blocks(blocks: list[list[Any]], objective: Any, declared: float) -
     level where the launches agree within what a block's repetitions resolve, that resolution is
     the figure: a few launches that happen to agree cannot show that a restart moves nothing (a
     spread of 0 would leave the launch term out of every interval)."""
-    from tools.bench.paired import block_resolution, block_spread
+    from tools.bench.launches import block_resolution, block_spread
 
     levels = sorted({lv.max_concurrency for lv in blocks[0][0].levels}) if blocks and blocks[0] else []
     per_level = {
@@ -131,7 +131,7 @@ WITHIN_SHARE = 0.25
 (as `agent.trial.judge._worth_more` decides within a trial)."""
 MIN_BLOCK_REPS = 2
 """Fewest repetitions a block starts with: two blocks of one launch are compared over their
-repetitions (`tools.bench.paired.settle`), which one repetition each cannot do."""
+repetitions (`tools.bench.launches.settle`), which one repetition each cannot do."""
 
 
 def block_reps(
@@ -146,7 +146,7 @@ def block_reps(
     keeps the same share of true +2.5..3% levers and of no-ops) and costs a third of a trial's
     measuring, which buys more launches instead. `most` (and no per-level figures) with fewer
     than two launches or no spread."""
-    from tools.bench.paired import block_resolution
+    from tools.bench.launches import block_resolution
 
     if len(blocks) < 2 or spread <= 0:
         return most, {}
