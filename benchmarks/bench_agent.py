@@ -18,7 +18,8 @@ Per scenario it prints:
 - rule reach: the rule oracle with each member weighed by the chance one trial keeps a change of
   its margin (what it adds at its best level over the set without it; `KEEP_CHANCE`, from
   `bench_rule_power.py`): what a run can expect of the rule oracle, whatever its budget; each
-  member's margin is listed under the table.
+  member's margin is listed under the table, and where each run's wall time went (its report's
+  time line: baseline, launch spread, research and planning, trials with their restarts apart).
 `--rows LOG...` prints the tables again from earlier runs' output (their `row:` lines), so runs made
 one scenario at a time read as one table.
 A second table values the oracle's sets and the kept set as the benchmark's own client measures
@@ -418,6 +419,7 @@ def scenario_row(
         "kept_set": result.kept, "restarts": result.restarts, "grid": grid, "noops": noops, "wall": wall,
         "status": result.status, "conclusion": result.conclusion,
         "spread": next((m for m in result.measured if m.startswith("launch spread")), ""),
+        "time": next((m for m in result.measured if m.startswith("time:")), ""),
         "bundles": [f"{', '.join(c.describe() for c in t.changes)}: {t.decision}" for t in result.trials
                     if t.kind == "bundle"],
         "left_out": [f"{', '.join(c.describe() for c in t.changes)}: {'left out' if t.decision == 'kept' else 'stays'}"
@@ -603,6 +605,10 @@ def print_tables(rows: list[dict]) -> None:
     )
     for r in rows:
         print(f"- {r['scenario']}: {describe_margins(r.get('margins', [])) or 'no lever (or not recorded)'}")
+    if any(r.get("time") for r in rows):
+        print("\nWhere each run's wall time went (the report's time line):")
+        for r in rows:
+            print(f"- {r['scenario']}: {r.get('time') or 'not recorded'}")
     if all(r.get("live_kept") is None for r in rows):
         return
     print(
