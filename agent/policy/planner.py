@@ -72,8 +72,8 @@ class PlannerDeps:
 
 def candidates_view(deps: PlannerDeps) -> list[dict[str, Any]]:
     """The playbook candidates as the planner sees them, with what the baseline's state makes of
-    each (`state_factor`, `state_why`, `acts_at_levels`, `costs_at_levels`), the smallest gain one trial can
-    establish here (`establishable`, `agent.policy.order`), what a trial of it costs here
+    each (`state_factor`, `state_why`, `acts_at_levels`, `costs_at_levels`), the smallest gain one
+    trial can establish here (`establishable`, `agent.policy.order`), what a trial of it costs here
     (`trial_cost`) and the trials the budget fits (`trials_left`)."""
     from agent.policy.loadstate import acts_at, costs_at, state_factor
     from agent.policy.order import establishable
