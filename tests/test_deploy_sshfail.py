@@ -46,8 +46,11 @@ class OwnSSHD:
         return len(children)
 
     def stop(self) -> None:
+        # stopped first, the listener forks no new session between the kill and its end (a client
+        # reconnecting in that window kept a session, and its rollback reached the "stopped" host)
+        self.proc.send_signal(signal.SIGSTOP)
         self.kill_sessions()
-        self.proc.terminate()
+        self.proc.kill()
         self.proc.wait(5)
 
 
