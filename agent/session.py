@@ -146,6 +146,7 @@ async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
                 explain_run(r, deps, runner, opts, config)
                 used = time_use(r.seconds, phases, runner, spread_restarts)
                 ui.record("time_use", {"text": used})  # `optagent transcripts show` lists it too
+                ui.note(used, record=False)
                 r.measured.extend([*measured, used])
 
             result = await _final(
