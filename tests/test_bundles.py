@@ -72,7 +72,7 @@ def test_a_lever_known_to_cost_at_a_measured_level_is_never_tried_together():
     assert {c["flag"] for c, _ in queue} == {"--a", "--mid + --small", "--steps"}
 
 
-def test_the_playbook_says_where_fewer_speculative_steps_cost():
+def test_the_playbook_says_where_fewer_speculative_steps_and_longer_prefill_chunks_cost():
     from types import SimpleNamespace
 
     from agent.policy.loadstate import acts_at, costs_at
@@ -82,6 +82,9 @@ def test_the_playbook_says_where_fewer_speculative_steps_cost():
     state = SimpleNamespace(levels={1: {}, 8: {}, 64: {}})
     state.level_facts = lambda c: {"level.running": {1: 1.0, 8: 7.6, 64: 52.4}[c]}
     assert acts_at(steps, state) == [64] and costs_at(steps, state) == [1, 8]
+    # a longer prefill chunk holds up the decodes running beside it: not at c=1, where none do
+    chunks = next(lv for lv in load_playbook() if lv.flag == "--chunked-prefill-size")
+    assert costs_at(chunks, state) == [8, 64]
     graphs = next(lv for lv in load_playbook() if lv.flag == "--cuda-graph-max-bs")
     assert costs_at(graphs, state) == []  # no known cost: free to go together
 
