@@ -237,9 +237,9 @@ def fit_budget(
             continue
         group = c.get("bundle") or [c]
         # a lever with a known cost at a measured level goes alone (`plan_bundle`)
-        joins = [_sure_enough(m, verdicts) and not m.get("costs_at_levels") for m in group]
-        members += [m for m, j in zip(group, joins, strict=True) if j]
-        others = [m for m, j in zip(group, joins, strict=True) if not j]
+        joins = lambda m: _sure_enough(m, verdicts) and not m.get("costs_at_levels")  # noqa: E731
+        members += [m for m in group if joins(m)]
+        others = [m for m in group if not joins(m)]
         if len(others) > 1:  # what is left of a bundle of small levers stays one
             left, still_small = _bundle(others, verdicts, c["together"])
             rest.append((left, i, still_small, why))

@@ -247,7 +247,7 @@ def time_use(seconds: float, phases: list[tuple[str, float]], runner: Any, sprea
 
     parts = []
     for name, s in phases:
-        if s < 0.5 and name != "baseline":  # a phase that did not run (a spread known already)
+        if s < 0.5:  # a phase that did not run (a spread known already)
             continue
         if name == "launch spread":
             parts.append(f"{name} {s:.0f} s{restarts(launches[:spread_restarts])}")

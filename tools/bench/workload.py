@@ -140,8 +140,8 @@ def prefix_share(settings: BenchConfig) -> float:
     """The share of prompts with a shared system prompt in that workload (`bench.prefix_share` of
     the playbook's facts): 0 when the production mix shares no prefix, so a flag that gives up prefix
     reuse can only gain there."""
-    w = cost_workload(settings)
-    return float(w == "shared-prefix") if isinstance(w, str) else float(w.get("shared-prefix", 0.0))
+    judged = settings.model_copy(update={"workload": cost_workload(settings)})
+    return float(workload_mix(judged).get("shared-prefix", 0.0))
 
 
 def level_prompts(
