@@ -443,7 +443,7 @@ def _measured_gains(name: str, scale: float, sets: dict[str, list[str]]) -> dict
 
 
 def _facts(result) -> dict:  # type: ignore[no-untyped-def]
-    from agent.transcripts.transcript import load_transcript
+    from agent.transcripts.load import load_transcript
 
     tx = load_transcript(result.transcript)
     return tx.events_of("context")[0]["data"]["facts"]

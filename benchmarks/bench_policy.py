@@ -50,7 +50,7 @@ from bench_rule_power import simulate_measurements  # noqa: E402
 from agent.policy.builtin import trial_queue  # noqa: E402
 from agent.policy.playbook import evaluate, grid_size, load_playbook  # noqa: E402
 from agent.prepare import restart_budget  # noqa: E402
-from agent.transcripts.transcript import load_transcript  # noqa: E402
+from agent.transcripts.load import load_transcript  # noqa: E402
 from agent.trial.record import Baseline, BudgetExhausted, TrialChange  # noqa: E402
 from agent.trial.runner import TrialRunner
 from sim import host  # noqa: E402

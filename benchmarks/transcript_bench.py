@@ -25,8 +25,9 @@ def main() -> None:
         UserPromptPart,
     )
 
+    from agent.transcripts.load import load_transcript
     from agent.transcripts.review import build_review
-    from agent.transcripts.transcript import Transcript, load_transcript
+    from agent.transcripts.transcript import Transcript
 
     batch = [
         ModelRequest(parts=[UserPromptPart("research --enable-torch-compile " + "x" * 200)]),

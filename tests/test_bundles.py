@@ -182,10 +182,11 @@ def test_a_member_whose_cost_the_a_b_look_suggests_but_a_b_a_does_not_establish_
 def test_the_review_and_the_report_say_what_was_tried_together_and_why(tmp_path):
     from types import SimpleNamespace
 
+    from agent.transcripts.load import load_transcript
     from agent.transcripts.markdown import review_markdown
     from agent.transcripts.report import render_report
     from agent.transcripts.review import build_review
-    from agent.transcripts.transcript import Transcript, load_transcript
+    from agent.transcripts.transcript import Transcript
 
     why = "small levers tried together; tried together: --a (+2.0%), --b (+2.0%) each expected below +2.8%"
     bundle = TrialRecord(

@@ -14,7 +14,8 @@ from agent.context import DeploymentContext
 from agent.policy.builtin import researcher_policy
 from agent.policy.planner import PlannerDeps, build_planner
 from agent.policy.researcher import build_researcher
-from agent.transcripts.transcript import Transcript, load_transcript
+from agent.transcripts.load import load_transcript
+from agent.transcripts.transcript import Transcript
 from agent.ui import RunUI
 
 

@@ -74,7 +74,7 @@ def _transcripts(d: Path) -> list[dict]:
 
 
 def test_chat_research_keep_rollback_then_resume(deployment: Path) -> None:
-    from agent.transcripts.transcript import load_transcript
+    from agent.transcripts.load import load_transcript
 
     d = deployment
     script = (
@@ -178,7 +178,7 @@ def test_ctrl_c_during_an_approved_trial_puts_the_target_back_on_known_good(depl
     step without a handler: Ctrl-C then did nothing and the trial ran on.)"""
     import pexpect
 
-    from agent.transcripts.transcript import load_transcript
+    from agent.transcripts.load import load_transcript
 
     d, unit = deployment, deployment / "sim" / "sglang.service"
     assert "--disable-cuda-graph" in unit.read_text()  # the known-good (baseline) unit

@@ -19,7 +19,8 @@ from agent.policy.builtin import researcher_policy
 from agent.policy.planner import PlannerDeps, build_planner
 from agent.policy.playbook import evaluate, load_playbook
 from agent.policy.researcher import build_researcher
-from agent.transcripts.transcript import Transcript, load_transcript
+from agent.transcripts.load import load_transcript
+from agent.transcripts.transcript import Transcript
 from agent.ui import RunUI
 
 APPROVE = "apply this change to the target? [y/N] "

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow(seconds=90)
 
 
 def test_the_prompt_comes_before_any_benchmark(deployment: Path) -> None:  # noqa: F811
-    from agent.transcripts.transcript import load_transcript
+    from agent.transcripts.load import load_transcript
 
     d = deployment
     started = time.monotonic()

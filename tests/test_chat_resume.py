@@ -8,7 +8,8 @@ import time
 from pathlib import Path
 
 from agent.chat.setup import restore_state
-from agent.transcripts.transcript import Transcript, load_transcript
+from agent.transcripts.load import load_transcript
+from agent.transcripts.transcript import Transcript
 from agent.trial.record import Baseline, TrialChange, TrialRecord
 from agent.trial.runner import TrialRunner
 from tools.config import BenchConfig

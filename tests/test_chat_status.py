@@ -101,8 +101,8 @@ def test_undoing_this_chats_change_leaves_the_earlier_one_deployed_and_recorded(
     run's flag still in it), the reply says so, and the transcript's review keeps the run's flag
     (it said `now: baseline`, and `transcripts list` showed nothing kept)."""
     from agent.chat.actions import undo_last_kept
+    from agent.transcripts.load import load_transcript
     from agent.transcripts.review import build_review
-    from agent.transcripts.transcript import load_transcript
     from sim import host
     from tools.deploy.deployment import Deployment
     from tools.deploy.units.file import UnitFile

@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from agent.transcripts.export import export_html, plot_figure, plot_png
+from agent.transcripts.load import load_transcript
 from agent.transcripts.markdown import review_markdown
 from agent.transcripts.review import build_review
-from agent.transcripts.transcript import Transcript, load_transcript
+from agent.transcripts.transcript import Transcript
 from tests.transcript_sessions import sweep
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

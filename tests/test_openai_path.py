@@ -17,7 +17,8 @@ from pathlib import Path
 from rich.console import Console
 
 from agent.session import RunOptions, run_session
-from agent.transcripts.transcript import Transcript, load_transcript
+from agent.transcripts.load import load_transcript
+from agent.transcripts.transcript import Transcript
 from agent.ui import RunUI
 from sim import host
 from sim.scenario import SCENARIO_DIR

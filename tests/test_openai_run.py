@@ -20,7 +20,8 @@ import pytest
 from rich.console import Console
 
 from agent.session import RunOptions, run_session
-from agent.transcripts.transcript import Transcript, load_transcript
+from agent.transcripts.load import load_transcript
+from agent.transcripts.transcript import Transcript
 from agent.ui import RunUI
 from tests.fixtures.openai_script import ScriptedLLM, calls, say, steps_done, tool_call
 from tests.fixtures.sim import free_port

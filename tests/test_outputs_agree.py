@@ -17,10 +17,10 @@ from agent.policy.builtin_conclusion import conclusion
 from agent.policy.planner import trial_result
 from agent.session import RunResult
 from agent.transcripts.export import export_html, plot_figure
+from agent.transcripts.load import load_transcript
 from agent.transcripts.markdown import review_markdown
 from agent.transcripts.report import run_summary, write_report
 from agent.transcripts.review import build_review
-from agent.transcripts.transcript import load_transcript
 from tests.transcript_sessions import write_paired_run
 from tools.bench.effect import effect_of
 

@@ -55,7 +55,8 @@ def test_a_source_fetch_calls_back_before_it_starts_and_a_cached_tree_does_not(t
     """A version the package index does not have: the fetch is announced, then fails (both fetchers
     are tried); a cached tree is read without a word. No network is needed to fail here: pip is
     pointed at a closed loopback port."""
-    from tools.research.source import SourceError, get_source
+    from tools.research.source import get_source
+    from tools.research.source_fetch import SourceError
 
     said: list[str] = []
     with pytest.MonkeyPatch.context() as mp:

@@ -10,7 +10,8 @@ import pytest
 from agent.policy.verdict import VERDICTS
 from tests.test_research_labels import profile_facts
 from tools.research.analysis import analyze_flag
-from tools.research.index import load_index, off_path_reason
+from tools.research.flag_index.serving_path import off_path_reason
+from tools.research.index import load_index
 
 
 @pytest.mark.slow(seconds=55)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tools.research.guard_eval import UNKNOWN, Env, evaluate, evaluate_all, non_default
+from tools.research.guard_eval import UNKNOWN, evaluate, evaluate_all
+from tools.research.guards.terms import Env, non_default
 
 SM120 = {"gpu.sm": 120, "model.experts_per_tok": 8, "model.quantization": None, "server.tp_size": 4}
 

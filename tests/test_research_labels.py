@@ -15,7 +15,8 @@ import pytest
 
 from tests.research_profiles import PROFILES, case_startup, load_cases, profile_facts
 from tools.research.analysis import analyze_flag
-from tools.research.index import load_index, off_path_reason
+from tools.research.flag_index.serving_path import off_path_reason
+from tools.research.index import load_index
 
 CASES = load_cases()
 

@@ -14,7 +14,8 @@ import git
 import pytest
 
 from tools.deploy.remote import LocalTransport
-from tools.research.source import SourceError, detect_version, get_source, local_source
+from tools.research.source import detect_version, get_source, local_source
+from tools.research.source_fetch import SourceError
 
 
 def _same_files(a: Path, b: Path) -> bool:

@@ -11,14 +11,9 @@ from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agent.transcripts.transcript import (
-    REDACTED,
-    Transcript,
-    TranscriptNotFound,
-    find_transcript,
-    load_transcript,
-    redact_text,
-)
+from agent.transcripts.load import TranscriptNotFound, find_transcript, load_transcript
+from agent.transcripts.redact import REDACTED, redact_text
+from agent.transcripts.transcript import Transcript
 
 
 def _planner() -> Agent:

@@ -22,7 +22,8 @@ def chat(
     from agent.chat.session import ChatSession, line_reader
     from agent.chat.setup import chat_console, open_chat
     from agent.policy.models import ModelChoiceError, choose_model
-    from agent.transcripts.transcript import Transcript, TranscriptNotFound, find_transcript, load_transcript
+    from agent.transcripts.load import TranscriptNotFound, find_transcript, load_transcript
+    from agent.transcripts.transcript import Transcript
     from agent.ui import RunUI
 
     cfg = get_config(config)
@@ -92,7 +93,7 @@ def chat(
 
 def _kept(path: Path) -> list[str]:
     """The flags deployed beyond the baseline at the end, from the recorded trials."""
+    from agent.transcripts.load import load_transcript
     from agent.transcripts.review import build_review
-    from agent.transcripts.transcript import load_transcript
 
     return build_review(load_transcript(path)).kept

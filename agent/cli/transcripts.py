@@ -11,7 +11,7 @@ import typer
 from rich.markup import escape
 
 from agent.cli.common import ConfigOption, console, err_console, fail, get_config
-from agent.transcripts.transcript import (
+from agent.transcripts.load import (
     LoadedTranscript,
     TranscriptNotFound,
     find_transcript,

@@ -8,9 +8,9 @@ import io
 from pathlib import Path
 from typing import Any
 
+from agent.transcripts.load import LoadedTranscript
 from agent.transcripts.markdown import review_markdown, todo_evolution
 from agent.transcripts.review import Review, TrialRecord, build_review
-from agent.transcripts.transcript import LoadedTranscript
 from agent.transcripts.verdicts import CONDITIONS_MARKER, TODO_MARKER, condition_outcome, condition_summary
 
 KEPT_COLOR = "#1a7f37"

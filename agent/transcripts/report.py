@@ -207,8 +207,8 @@ def write_report(
         ui.record("final", {"reps": [s.model_dump(mode="json") for s in best_reps]})
     try:
         from agent.transcripts.export import save_plot
+        from agent.transcripts.load import load_transcript
         from agent.transcripts.review import build_review
-        from agent.transcripts.transcript import load_transcript
         from tools.bench.plot import plot_sweeps
 
         # before and after with every trial, as the review and the HTML export show them

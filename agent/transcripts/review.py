@@ -10,7 +10,7 @@ import dataclasses
 import statistics
 from typing import Any
 
-from agent.transcripts.transcript import LoadedTranscript
+from agent.transcripts.load import LoadedTranscript
 from agent.transcripts.verdicts import plain_condition
 from tools.bench.effect import Effect, effect_of, headline
 

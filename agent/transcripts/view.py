@@ -12,9 +12,9 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from agent.transcripts.load import LoadedTranscript
 from agent.transcripts.markdown import context_lines, todo_lines, trial_table
 from agent.transcripts.review import decision_of, find_sweeps, level_means, trial_record, verdict_record
-from agent.transcripts.transcript import LoadedTranscript
 
 
 def fold(text: str, limit: int) -> str:
