@@ -7,8 +7,9 @@ import time
 from typing import Any
 
 from agent.policy.order import slow_start_flags
+from agent.trial.budget import TRIAL_RESTARTS
 from agent.trial.record import Baseline, lossy_flags, mean_throughput, mechanism_flags
-from agent.trial.runner import TRIAL_RESTARTS, TrialRunner
+from agent.trial.runner import TrialRunner
 from agent.ui import RunUI
 
 

@@ -453,9 +453,9 @@ async def aa_trials(config, n: int, *, spread: bool = True) -> tuple[int, int, i
     """(A/A trials, false keeps by A/B/A, false keeps by unpaired A/B) with drift injected; `spread`:
     the restart spread measured first, as a run does (else the declared one)."""
     from agent.prepare import make_runner
-    from agent.trial.paired import known_good_block
     from agent.trial.record import Baseline, TrialChange
     from agent.trial.spread import measure_spread
+    from agent.trial.steps import known_good_block
     from tools.bench.objective import Objective
     from tools.bench.probe import run_probe
     from tools.deploy.deployment import Deployment

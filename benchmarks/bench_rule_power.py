@@ -23,6 +23,7 @@ import random
 from dataclasses import dataclass, field
 
 import agent.trial.paired as pt
+import agent.trial.steps as steps
 from agent.trial.measure import rep_seed
 from agent.trial.record import Baseline, TrialChange
 from agent.trial.runner import TrialRunner
@@ -130,7 +131,8 @@ def simulate_measurements(sweep) -> None:  # type: ignore[no-untyped-def]
     async def nothing(*args: object) -> None:
         return None
 
-    pt.measure, pt._warm, pt._probe_ok = measure, nothing, nothing  # type: ignore[assignment]
+    steps.measure, steps._warm, steps._probe_ok = measure, nothing, nothing  # type: ignore[assignment]
+    pt._probe_ok = nothing  # type: ignore[assignment]
 
 
 def one_trial(  # type: ignore[no-untyped-def]

@@ -229,7 +229,7 @@ def test_a_trial_s_blocks_start_at_two_repetitions_where_restarts_move_the_serve
 
 
 def test_the_spread_phase_sets_the_block_size_every_trial_block_starts_at(monkeypatch):
-    import agent.trial.paired as pt
+    import agent.trial.steps as steps
 
     launches = Marked(a=[1.0, 0.97, *[1.0] * 6], b=[1.03, *[1.05] * 4])
     runner = runner_on(monkeypatch, launches, BenchConfig(), probe=False)
@@ -242,7 +242,7 @@ def test_the_spread_phase_sets_the_block_size_every_trial_block_starts_at(monkey
         asked.append(start)
         return launches.block()[: start or 3]
 
-    monkeypatch.setattr(pt, "measure", measure)
+    monkeypatch.setattr(steps, "measure", measure)
     record = asyncio.run(runner.run([TrialChange(flag="--enable-mixed-chunk")], reason="test"))
     assert record.deployed and asked and set(asked) == {2}
     assert record.blocks["candidate"] == 2

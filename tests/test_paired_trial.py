@@ -29,6 +29,7 @@ def script_blocks(monkeypatch, launches: Launches, *, probe: bool = False) -> No
     output probe) runs against the unreachable endpoint."""
     import agent.trial.paired as pt
     import agent.trial.prune as pr
+    import agent.trial.steps as steps
 
     async def measure(*args: object, **kw: object):  # type: ignore[no-untyped-def]
         return launches.block()
@@ -36,10 +37,11 @@ def script_blocks(monkeypatch, launches: Launches, *, probe: bool = False) -> No
     async def nothing(*args: object) -> None:
         return None
 
-    monkeypatch.setattr(pt, "measure", measure)
-    monkeypatch.setattr(pt, "_warm", nothing)
+    monkeypatch.setattr(steps, "measure", measure)
+    monkeypatch.setattr(steps, "_warm", nothing)
     if not probe:
         monkeypatch.setattr(pt, "_probe_ok", nothing)
+        monkeypatch.setattr(steps, "_probe_ok", nothing)
         monkeypatch.setattr(pr, "_probe_ok", nothing)  # prune binds its own name at import
 
 
@@ -117,6 +119,7 @@ def trial(
     measured before on a launch of this speed factor (an earlier trial's block); `loaded`: the
     running known-good launch was measured before (after the last trial) at this share of its speed."""
     import agent.trial.paired as pt
+    import agent.trial.steps as steps
 
     async def measure(*args: object, **kw: object) -> list[SweepResult]:
         return launches.block()
@@ -124,9 +127,10 @@ def trial(
     async def nothing(*args: object) -> None:
         return None
 
-    monkeypatch.setattr(pt, "measure", measure)
-    monkeypatch.setattr(pt, "_warm", nothing)
+    monkeypatch.setattr(steps, "measure", measure)
+    monkeypatch.setattr(steps, "_warm", nothing)
     monkeypatch.setattr(pt, "_probe_ok", nothing)  # outputs identical
+    monkeypatch.setattr(steps, "_probe_ok", nothing)
     runner = TrialRunner(
         deployment=launches, endpoint="http://127.0.0.1:9", bench=BenchConfig(),
         objective=objective_from_goal("improve throughput"), baseline=Baseline(reps=[], probe=None, text=UNIT),

@@ -47,6 +47,7 @@ def test_every_block_of_a_trial_is_named_with_its_number(monkeypatch) -> None:  
     """A near miss's six blocks (agent/trial/paired.py, on the scripted launches of
     tests/test_paired_trial.py): each one named with its number on the screen when done."""
     import agent.trial.paired as pt
+    import agent.trial.steps as steps
     from agent.trial.record import Baseline, TrialChange
     from agent.trial.runner import TrialRunner
     from tests.test_paired_trial import UNIT, Launches
@@ -60,9 +61,10 @@ def test_every_block_of_a_trial_is_named_with_its_number(monkeypatch) -> None:  
     async def nothing(*args: object) -> None:
         return None
 
-    monkeypatch.setattr(pt, "measure", measure)
-    monkeypatch.setattr(pt, "_warm", nothing)
+    monkeypatch.setattr(steps, "measure", measure)
+    monkeypatch.setattr(steps, "_warm", nothing)
     monkeypatch.setattr(pt, "_probe_ok", nothing)
+    monkeypatch.setattr(steps, "_probe_ok", nothing)
     out = io.StringIO()
     recorded: list[str] = []
     ui = RunUI(

@@ -141,6 +141,7 @@ def trial_workloads(monkeypatch, flag: str, mechanisms: dict | None = None):  # 
     """The workload of every block of a trial of `flag` (a scripted deployment that loses 30%, the
     real runner), the runner and the record."""
     import agent.trial.paired as pt
+    import agent.trial.steps as steps
     from agent.trial.record import Baseline, TrialChange
     from agent.trial.runner import TrialRunner
     from tests.test_paired_trial import UNIT, Launches
@@ -155,9 +156,10 @@ def trial_workloads(monkeypatch, flag: str, mechanisms: dict | None = None):  # 
     async def nothing(*args: object) -> None:
         return None
 
-    monkeypatch.setattr(pt, "measure", measure)
-    monkeypatch.setattr(pt, "_warm", nothing)
+    monkeypatch.setattr(steps, "measure", measure)
+    monkeypatch.setattr(steps, "_warm", nothing)
     monkeypatch.setattr(pt, "_probe_ok", nothing)
+    monkeypatch.setattr(steps, "_probe_ok", nothing)
     bench = BenchConfig()
     runner = TrialRunner(
         deployment=launches, endpoint="http://127.0.0.1:9", bench=bench, mechanisms=mechanisms or {},

@@ -19,7 +19,8 @@ from __future__ import annotations
 from typing import Any
 
 from agent.trial.judge import _cmp
-from agent.trial.paired import (
+from agent.trial.record import TrialRecord, comparison_dict, mean_throughput
+from agent.trial.steps import (
     _block,
     _deploy,
     _known_good_again,
@@ -28,7 +29,6 @@ from agent.trial.paired import (
     _reject,
     known_good_block,
 )
-from agent.trial.record import TrialRecord, comparison_dict, mean_throughput
 
 
 def member_pays(cmp: Any, min_effect: float) -> bool:

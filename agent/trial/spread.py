@@ -197,7 +197,7 @@ async def measure_spread(r: Any) -> LaunchSpread:
 async def launch_block(r: Any, label: str) -> tuple[list[Any], str]:
     """The probe's warm-up (as every launch of a trial gets), then a block of `r.bench.reps` sweeps
     on the running launch: (the block, why it is incomplete or "")."""
-    from agent.trial.paired import _block, _warm
+    from agent.trial.steps import _block, _warm
 
     await _warm(r)
     block = await _block(r, None, label, start=r.bench.reps, max_reps=r.bench.reps)
