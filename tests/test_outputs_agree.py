@@ -195,7 +195,11 @@ def test_the_run_s_before_and_after_are_measured_on_the_same_workload(tmp_path: 
         transcript.close({"status": "test"})
     finally:
         host.down(tmp_path / "sim")
-    final = load_transcript(transcript.path).events_of("final")[0]["data"]["reps"]
+    loaded = load_transcript(transcript.path)
+    assert loaded.events_of("final"), [
+        e["data"] for e in loaded.events_of("note")
+    ]  # why it failed, if it did
+    final = loaded.events_of("final")[0]["data"]["reps"]
     assert [r["settings"]["workload"] for r in final] == [before[0].settings["workload"]] * 2
     assert final[0]["levels"][1]["total_input_tokens"] == before[0].levels[1].total_input_tokens
     # the same configuration on the same prompts: within the simulator's noise of the baseline
