@@ -11,7 +11,8 @@ gain of 0 gives the false-keep rate of a no-op; a true restart spread above the 
 what a wrong `bench.launch_noise` costs.
 
     python benchmarks/bench_rule_power.py [--trials 1000] [--where c64|all] [--history 4] [--earlier 3] [--no-third]
-        [--step 0.04] [--drift 0.001 --gap 4] [--measured --floor-weight 2] [--block-reps 2] [--another-look]
+        [--step 0.04] [--transient 0.2 [--load-at 64]] [--drift 0.001 --gap 4] [--measured --floor-weight 2]
+        [--block-reps 2] [--another-look]
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ class Launches:
     """The chance that a block of the trial is measured under a transient load of `step`."""
     step: float = 0.0
     load: float = 1.0
+    load_at: int | None = None
+    """The one level a transient load hits (None: every level of the block)."""
 
     def relaunch(self, candidate: bool) -> None:
         self.candidate, self.factor = candidate, math.exp(self.rng.gauss(0, self.launch_sd))
@@ -105,7 +108,7 @@ class Launches:
             return (
                 base
                 * self.factor
-                * self.load
+                * (self.load if self.load_at in (None, c) else 1.0)
                 * math.exp(g + self.trend + self.prompts[seed, c] + self.rng.gauss(0, self.rep_sd))
             )
 
@@ -152,6 +155,7 @@ def one_trial(  # type: ignore[no-untyped-def]
     block_reps: int = 0,
     another_look: bool = False,
     transient: float = 0.0,
+    load_at: int | None = None,
 ):
     """(kept, restarts, candidate launches, repetitions measured) of one trial after `history` known-good launches, the
     last block of them (the previous trial's block after, still running) measured `step` slower
@@ -168,7 +172,8 @@ def one_trial(  # type: ignore[no-untyped-def]
     a first launch that came short without ruling the change out is followed by one more trial of
     it, judged together with that launch (`agent.trial.firstlook`), as a run with restarts left
     gives it. `transient`: the chance that a block of the trial itself is measured `step` slower (a
-    load that comes and goes at random, as another job on the host would)."""
+    load that comes and goes at random, as another job on the host would); `load_at`: the one level
+    it hits (a load during that level's part of a block), every level when None."""
     bench = BenchConfig()
     target = Launches(rng, gain, launch_sd, rep_sd, prompt_sd, fresh_prompts, bench=bench, drift=drift)
 
@@ -205,7 +210,7 @@ def one_trial(  # type: ignore[no-untyped-def]
             )
     # beside the run: the trial starts right after known-good's last block (the running launch's)
     target.factor, target.trend, target.restarts, target.sweeps = running, now, 0, 0
-    target.transient, target.step = transient, step
+    target.transient, target.step, target.load_at = transient, step, load_at
     record = asyncio.run(runner.run([TrialChange(flag="--enable-mixed-chunk")], reason="power"))
     launches = ((record.comparison or {}).get("overall") or {}).get("launches_candidate", 1)
     if another_look and record.first_look:  # the run's leftover restarts: one more look, pooled
@@ -266,6 +271,10 @@ def main() -> None:
         "--transient", type=float, default=0.0,
         help="the chance that a block of the trial is measured --step slower (a load that comes and goes)",
     )  # fmt: skip
+    ap.add_argument(
+        "--load-at", type=int, default=None,
+        help="the one level a --transient load hits (default: every level of the block)",
+    )  # fmt: skip
     ap.add_argument("--gains", default="0,0.02,0.025,0.03,0.04,0.05,0.08", help="true gains, comma separated")
     ap.add_argument(
         "--spreads", default="0.005,0.01,0.015,0.02", help="true restart spreads, comma separated"
@@ -277,7 +286,7 @@ def main() -> None:
     at = list(LEVELS) if args.where == "all" else [int(args.where[1:])]
     print(
         f"restart spread {f'measured on {args.history} launches' if args.measured else 'declared 1%'}"
-        f"{f' (the declared 1% as {args.floor_weight:g} launches below it)' if args.measured and args.floor_weight else ''}, minimum effect 2%, load step {args.step:.0%}{f' on {args.transient:.0%} of the trial blocks at random' if args.transient else ''}, gain at {', '.join(f'c={c}' for c in at)}, "
+        f"{f' (the declared 1% as {args.floor_weight:g} launches below it)' if args.measured and args.floor_weight else ''}, minimum effect 2%, load step {args.step:.0%}{f' on {args.transient:.0%} of the trial blocks at random' if args.transient else ''}{f' (at c={args.load_at} only)' if args.load_at else ''}, gain at {', '.join(f'c={c}' for c in at)}, "
         f"repetition noise {args.rep_noise:.1%}, prompts {args.prompt_noise:.1%} "
         f"({'each block its own' if args.fresh_prompts else 'the same in every block'}), "
         f"trial blocks of {args.block_reps or 3} repetitions{', one more look pooled with a first launch that came short' if args.another_look else ''}, slow drift {args.drift:+.2%} a block ({args.gap} between known-good launches), {args.trials} trials a cell; keep rate / mean restarts / share with a third launch / mean repetitions; a keep "
@@ -309,6 +318,7 @@ def main() -> None:
                     block_reps=args.block_reps,
                     another_look=args.another_look,
                     transient=args.transient,
+                    load_at=args.load_at,
                 )  # fmt: skip
                 for _ in range(args.trials)
             ]

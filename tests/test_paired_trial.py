@@ -58,6 +58,8 @@ class Launches:
     rng: random.Random = field(default_factory=lambda: random.Random(3))
     slow: dict[int, float] = field(default_factory=dict)
     """Block number (0: the first measured) -> share of its launch's speed it runs at (a load)."""
+    slow_at: dict[int, int] = field(default_factory=dict)
+    """Block number -> the one level its load hits (every level when not given)."""
     gain: dict[int, float] = field(default_factory=dict)
     """Level -> what the candidate's change itself multiplies there (the launch factor aside)."""
     measured: int = 0
@@ -82,7 +84,7 @@ class Launches:
         return True
 
     def block(self) -> list[SweepResult]:
-        load = self.slow.get(self.measured, 1.0)
+        load, at = self.slow.get(self.measured, 1.0), self.slow_at.get(self.measured)
         self.measured += 1
 
         def sweep() -> SweepResult:
@@ -93,7 +95,7 @@ class Launches:
                     completed=8,
                     output_throughput=t
                     * self.factor
-                    * load
+                    * (load if at in (None, c) else 1.0)
                     * (1 + self.rng.gauss(0, 0.002))
                     * (self.gain.get(c, 1.0) if self.running == "B" else 1.0),
                 )  # fmt: skip
@@ -294,6 +296,20 @@ def test_a_known_good_launch_that_came_out_faster_is_measured_once(monkeypatch):
     slower = Launches(a=[1.0, 0.99], b=[1.04, 1.04])
     _, record = trial(monkeypatch, slower)
     assert slower.events == faster.events and record.blocks["after"] == 6 and slower.measured == 5
+
+
+def test_a_known_good_launch_slower_only_where_the_candidate_wins_is_measured_again(monkeypatch):
+    # a real +4% at c=64; known-good's second launch runs 2% faster, but its block after the
+    # rollback carries a 4% load during its c=64 part: faster on the objective (+0.6%), slower at the
+    # level the candidate wins at. That is the level it is judged on, so the launch is measured again
+    # and the loaded block set aside before the candidate's second launch
+    launches = Launches(
+        a=[1.0, 1.02, 1.02], b=[1.0, 1.0, 1.0], gain={64: 1.04}, slow={2: 0.96}, slow_at={2: 64}
+    )
+    _, record = trial(monkeypatch, launches)
+    assert record.blocks["after_set_aside"] == 3 and "the earlier, slower one" in record.notes[0]
+    after = [rep[64]["output_throughput"] for rep in record.samples["after"]]
+    assert all(abs(v / (1.02 * LEVELS[64]) - 1) < 0.01 for v in after)  # the unloaded block stands
 
 
 def test_the_restart_budget_bounds_a_trial_and_its_third_launch(monkeypatch):

@@ -125,7 +125,7 @@ async def _second_launch(r: Any, record: TrialRecord, new_text: str, blocks: tup
     first = f"{cmp.verdict} on its first launch ({cmp.summary})"
     before, cand, after = blocks
     started = time.monotonic()
-    if _came_out_slower(r, after):  # a load then would pass for the candidate's gain: measure it again
+    if _came_out_slower(r, after, cmp):  # a load then would pass for the candidate's gain: measure it again
         after = await known_good_block(r, record, "after")
     _record_blocks(r, record, after=after)
     confirm = await _launch_again(
@@ -148,7 +148,7 @@ async def _second_launch(r: Any, record: TrialRecord, new_text: str, blocks: tup
                 r, record, f"not established over two launches: {final.summary}; {left} left for a third"
             )
         third_started = time.monotonic()
-        third = await _third_launch(r, record, new_text, (before, cand, after, confirm))
+        third = await _third_launch(r, record, new_text, (before, cand, after, confirm), final)
         record.third_seconds = time.monotonic() - third_started
         if third is None:
             return
@@ -169,17 +169,19 @@ async def _second_launch(r: Any, record: TrialRecord, new_text: str, blocks: tup
     await _commit(r, record, final, launches)
 
 
-async def _third_launch(r: Any, record: TrialRecord, new_text: str, blocks: tuple) -> tuple[Any, list] | None:
+async def _third_launch(
+    r: Any, record: TrialRecord, new_text: str, blocks: tuple, cmp: Any
+) -> tuple[Any, list] | None:
     """A near miss: roll back and measure known-good on a third launch, then the candidate on its
     third; (the comparison of three launches a side, the candidate's block) or None when either
-    side failed (the record says why; known-good is deployed)."""
+    side failed (the record says why; known-good is deployed). `cmp`: the two launches' comparison."""
     before, cand, after, confirm = blocks
     good = await _known_good_again(
         r, record, lambda reps: _cmp(r, before, cand, after, confirm, (reps, [])), "after_second"
     )
     if good is None:
         return None
-    if _came_out_slower(r, good):
+    if _came_out_slower(r, good, cmp):
         good = await known_good_block(r, record, "after_second")
     judge = lambda reps: _cmp(r, before, cand, after, confirm, (good, reps))  # noqa: E731
     block = await _launch_again(r, record, new_text, "third launch", judge)
