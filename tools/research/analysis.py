@@ -31,13 +31,14 @@ from tools.research.catalog import FlagInfo, find_flag, negated
 from tools.research.decide import decide, is_validator
 from tools.research.facts import default_facts, deployment_facts
 from tools.research.findings import CodeVerdict, Finding, reader_findings
+from tools.research.flag_index.lookup import FlagIndex
+from tools.research.flag_index.serving_path import MAX_FILE_BYTES, is_config_path
 from tools.research.gates import (
     filled_in,
     overridden,
     set_anyway,
 )
-from tools.research.guard_eval import non_default
-from tools.research.index import MAX_FILE_BYTES, FlagIndex, is_config_path
+from tools.research.guards.terms import non_default
 from tools.research.startup.check import StartupAnswer
 
 __all__ = ["CodeVerdict", "Finding", "analyze_flag"]

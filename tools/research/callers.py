@@ -21,8 +21,9 @@ from dataclasses import replace
 from typing import Any
 
 from tools.research.dispatch import module_reason, module_status, registry_status
-from tools.research.guard_eval import Env, evaluate, evaluate_all
-from tools.research.index import TABLE_READ, FlagIndex
+from tools.research.flag_index.lookup import TABLE_READ, FlagIndex
+from tools.research.guard_eval import evaluate, evaluate_all
+from tools.research.guards.terms import Env
 from tools.research.index_types import Call, Func
 from tools.research.reach import ExitPath, locals_of
 

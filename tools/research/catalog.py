@@ -5,6 +5,9 @@ Two eras: up to ~0.5.9 every flag is a `parser.add_argument(...)` call in `srt/s
 annotated fields `name: A[type, "help" | Arg(...)] = default` in `srt/arg_groups/fields/*.py`, with a
 few manual `add_argument` calls (deprecated spellings, dynamic choices) left in `server_args.py`.
 `parse_help_text` reads `--help` output, the authoritative catalog when the target can run it.
+
+`parse_help_text` and `catalog_from_host` are in `scan/help_text.py`, the `ast` value readers in
+`scan/ast_values.py`.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from tools.research.scan.ast_values import _as_list, _dataclass_defaults, _literal, _Module, _unwrap_type
 from tools.research.source import SourceTree
 
 # Only a help text that *starts* by saying so marks a flag deprecated ("Deprecated. Use ...",
@@ -47,44 +51,6 @@ class FlagInfo:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         return asdict(self)
-
-
-class _Module:
-    """A parsed file plus its module-level constants, for resolving `choices=SOME_LIST`."""
-
-    def __init__(self, tree: SourceTree, path: Path):
-        self.rel = tree.rel(path)
-        self.node = ast.parse(path.read_text(errors="replace"), filename=str(path))
-        self.constants: dict[str, ast.expr] = {}
-        for stmt in self.node.body:
-            if (
-                isinstance(stmt, ast.Assign)
-                and len(stmt.targets) == 1
-                and isinstance(stmt.targets[0], ast.Name)
-            ):
-                self.constants[stmt.targets[0].id] = stmt.value
-            elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value:
-                self.constants[stmt.target.id] = stmt.value
-
-
-def _literal(node: ast.expr | None, names: dict[str, ast.expr] | None = None) -> Any:
-    """A literal value, a resolved module constant, or the source text of the expression."""
-    if node is None:
-        return None
-    if isinstance(node, ast.Name) and names and node.id in names:
-        return _literal(names[node.id])
-    try:
-        return ast.literal_eval(node)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        pass
-    if isinstance(node, ast.JoinedStr | ast.BinOp):
-        parts = []
-        for sub in ast.walk(node):
-            if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
-                parts.append(sub.value)
-        if parts:
-            return "".join(parts)
-    return ast.unparse(node)
 
 
 def _deprecation(help_text: str, action: str | None, new_flag: Any) -> tuple[bool, str | None]:
@@ -164,47 +130,6 @@ def _implicit_dest(longs: list[str], fields: dict[str, Any]) -> str:
     """argparse's dest (first long option), unless only an alias names a field (`--tp-size` → tp_size)."""
     candidates = [n[2:].replace("-", "_") for n in longs]
     return next((c for c in candidates if c in fields), candidates[0])
-
-
-def _as_list(value: Any) -> list[Any] | None:
-    if value is None:
-        return None
-    if isinstance(value, list | tuple | set | frozenset):
-        return sorted(value, key=str) if isinstance(value, set | frozenset) else list(value)
-    return [value]
-
-
-def _dataclass_defaults(mod: _Module, class_name: str) -> dict[str, Any]:
-    """Field defaults of `class_name` in a module: literal values, or source text when computed."""
-    out: dict[str, Any] = {}
-    for node in ast.walk(mod.node):
-        if isinstance(node, ast.ClassDef) and node.name == class_name:
-            for stmt in node.body:
-                if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
-                    out[stmt.target.id] = _literal(stmt.value, mod.constants)
-    return out
-
-
-def _unwrap_type(node: ast.expr) -> tuple[str, list[Any] | None]:
-    """`Optional[Literal["a", "b"]]` → ("str", ["a", "b"]); `List[int]` → ("list[int]", None)."""
-    if isinstance(node, ast.Subscript):
-        head = ast.unparse(node.value).split(".")[-1]
-        inner = node.slice
-        if head == "Optional":
-            return _unwrap_type(inner)
-        if head == "Union" and isinstance(inner, ast.Tuple):
-            rest = [e for e in inner.elts if ast.unparse(e) != "None"]
-            return _unwrap_type(rest[0]) if len(rest) == 1 else (ast.unparse(node), None)
-        if head == "Literal":
-            values = [_literal(e) for e in (inner.elts if isinstance(inner, ast.Tuple) else [inner])]
-            return (type(values[0]).__name__ if values else "str"), values
-        if head in ("List", "list"):
-            return f"list[{_unwrap_type(inner)[0]}]", None
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
-        sides = [s for s in (node.left, node.right) if ast.unparse(s) != "None"]
-        if len(sides) == 1:
-            return _unwrap_type(sides[0])
-    return ast.unparse(node), None
 
 
 def _field_flags(mod: _Module, names: dict[str, ast.expr]) -> list[FlagInfo]:
@@ -323,75 +248,3 @@ def negated(info: FlagInfo, flag: str) -> bool:
     """Whether `flag` is the `--no-` spelling of the boolean `info` (so it sets it False)."""
     name = "--" + flag.strip().lstrip("-").replace("_", "-")
     return name.startswith("--no-") and name != info.name and name[5:] == info.name[2:]
-
-
-_OPTION_RE = re.compile(r"^  (-{1,2}[\w][\w.-]*.*?)(?:\s{2,}(\S.*))?$")
-
-
-def parse_help_text(text: str) -> list[FlagInfo]:
-    """Flags from argparse `--help` output (`python -m sglang.launch_server --help`)."""
-    flags: list[FlagInfo] = []
-    current: FlagInfo | None = None
-    in_options = False
-    for line in text.splitlines():
-        if line and not line.startswith(" "):
-            in_options = line.rstrip().endswith(":") and not line.startswith("usage:")
-            current = None
-            continue
-        if not in_options:
-            continue
-        m = _OPTION_RE.match(line)
-        if m and not line.startswith("   "):
-            current = _help_option(m.group(1), m.group(2) or "")
-            if current is not None:
-                flags.append(current)
-            continue
-        if current is not None and line.strip():
-            # argparse wraps at hyphens too: "--x-\n  backend" is one word.
-            glue = "" if current.help.endswith("-") and not current.help.endswith(" -") else " "
-            current.help = (current.help + glue + line.strip()).strip()
-    for f in flags:
-        m = re.search(r"\(default: ([^)]*)\)", f.help)
-        if m:
-            f.default = m.group(1)
-        f.deprecated, f.replacement = _deprecation(f.help, None, None)
-    return [f for f in flags if f.name != "--help"]
-
-
-def _help_option(invocation: str, help_text: str) -> FlagInfo | None:
-    names, metavar, choices = [], None, None
-    for part in re.split(r",\s+(?=-)", invocation.strip()):
-        opt, _, rest = part.partition(" ")
-        names.append(opt)
-        rest = rest.strip()
-        if rest.startswith("{") and "}" in rest:
-            choices = rest[1 : rest.index("}")].split(",")
-        elif rest:
-            metavar = rest
-    longs = [n for n in names if n.startswith("--")]
-    if not longs:
-        return None
-    is_flag = metavar is None and choices is None
-    return FlagInfo(
-        name=longs[0],
-        dest=longs[0][2:].replace("-", "_"),
-        type="bool" if is_flag else ("list" if metavar and "..." in metavar else "str"),
-        default=False if is_flag else None,
-        choices=choices,
-        help=help_text.strip(),
-        aliases=[n for n in names if n != longs[0]],
-    )
-
-
-async def catalog_from_host(
-    transport: Any, python: str = "python3", *, timeout: float = 180
-) -> list[FlagInfo]:
-    """The catalog the target's own `launch_server --help` prints (authoritative for that install)."""
-    result = await transport.run([python, "-m", "sglang.launch_server", "--help"], timeout=timeout)
-    flags = parse_help_text(result.stdout) if result.returncode == 0 else []
-    if not flags:
-        tail = (result.stderr or result.stdout).strip()[-300:]
-        raise RuntimeError(
-            f"`{python} -m sglang.launch_server --help` failed (exit {result.returncode}): {tail}"
-        )
-    return flags

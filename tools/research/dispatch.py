@@ -21,8 +21,9 @@ import os
 import pickle
 from typing import Any
 
-from tools.research.guard_eval import CODE_ENUMS, MODEL_ATTRS, Env, evaluate_all
-from tools.research.index import FlagIndex
+from tools.research.flag_index.lookup import FlagIndex
+from tools.research.guard_eval import evaluate_all
+from tools.research.guards.terms import CODE_ENUMS, MODEL_ATTRS, Env
 
 Status = bool | None
 """True active, False inactive, None unknown."""
@@ -72,7 +73,7 @@ _PLATFORM_PARTS = ("npu", "hip", "rocm", "amd", "xpu", "cpu", "mps", "musa", "hp
 
 def _platform_status(index: FlagIndex, facts: dict[str, Any]) -> dict[str, Status]:
     """Files of another platform (`hardware_backend/npu/`, `cpu_graph_runner.py`) on a known one."""
-    from tools.research.guard_eval import Outcome
+    from tools.research.guards.terms import Outcome
     from tools.research.platform_facts import platform
 
     out: dict[str, Status] = {}

@@ -9,8 +9,8 @@ import re
 from typing import Any
 
 from tools.research.catalog import FlagInfo
-from tools.research.guard_eval import CODE_ENUMS, MODEL_ATTRS, MODEL_ENUMS
-from tools.research.index import FlagIndex
+from tools.research.flag_index.lookup import FlagIndex
+from tools.research.guards.terms import CODE_ENUMS, MODEL_ATTRS, MODEL_ENUMS
 from tools.research.startup.check import ENUM_MEMBERS, StartupAnswer
 
 

@@ -13,6 +13,8 @@ from typing import Any
 
 from tools.research.callers import caller_gate, construction_gate, reached
 from tools.research.dispatch import module_reason, module_status, registry_alternatives
+from tools.research.flag_index.lookup import FlagIndex
+from tools.research.flag_index.serving_path import is_config_path
 from tools.research.gates import (
     activation,
     always_called,
@@ -20,8 +22,8 @@ from tools.research.gates import (
     idle_after,
     override_effect,
 )
-from tools.research.guard_eval import Env, evaluate
-from tools.research.index import FlagIndex, is_config_path
+from tools.research.guard_eval import evaluate
+from tools.research.guards.terms import Env
 from tools.research.index_types import Func, Read
 from tools.research.reach import ExitPath, exits_of, locals_of, reach_exits
 from tools.research.stores import follow_store, store_of

@@ -6,9 +6,11 @@ the per-version index of `index.py`; the older single-flag reader scan (`researc
 """
 
 from tools.research.analysis import CodeVerdict, analyze_flag
-from tools.research.catalog import FlagInfo, catalog_from_host, find_flag, flag_catalog, parse_help_text
-from tools.research.index import FlagIndex, load_index
+from tools.research.catalog import FlagInfo, find_flag, flag_catalog
+from tools.research.flag_index.lookup import FlagIndex
+from tools.research.index import load_index
 from tools.research.readers import FlagReport, Reader, find_readers, guard_facts, research_flag
+from tools.research.scan.help_text import catalog_from_host, parse_help_text
 
 __all__ = [
     "CodeVerdict",

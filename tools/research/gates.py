@@ -26,8 +26,9 @@ from typing import Any
 
 from tools.research.callers import MAX_SITES, caller_gate, env_of
 from tools.research.decide import UNSURE
-from tools.research.guard_eval import Env, Outcome, evaluate, evaluate_all
-from tools.research.index import FlagIndex
+from tools.research.flag_index.lookup import FlagIndex
+from tools.research.guard_eval import evaluate, evaluate_all
+from tools.research.guards.terms import Env, Outcome
 from tools.research.index_types import Func, Read
 from tools.research.platform_facts import UNKNOWN
 from tools.research.reach import ExitPath, bind

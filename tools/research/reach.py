@@ -14,8 +14,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from tools.research.guard_eval import UNKNOWN, Env, evaluate, evaluate_all
-from tools.research.index import FlagIndex
+from tools.research.flag_index.lookup import FlagIndex
+from tools.research.guard_eval import UNKNOWN, evaluate, evaluate_all
+from tools.research.guards.terms import Env
 from tools.research.index_types import Func, Read
 
 MAX_DEPTH = 3

@@ -21,9 +21,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from tools.research.callers import caller_gate, env_of
+from tools.research.flag_index.lookup import FlagIndex
+from tools.research.flag_index.serving_path import is_config_path
 from tools.research.gates import activation, idle_after
-from tools.research.guard_eval import Env, evaluate
-from tools.research.index import FlagIndex, is_config_path
+from tools.research.guard_eval import evaluate
+from tools.research.guards.terms import Env
 from tools.research.index_types import Func, Read
 from tools.research.reach import ExitPath, locals_of
 

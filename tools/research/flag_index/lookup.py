@@ -1,0 +1,306 @@
+"""The flag index of one tree read lazily from its SQLite file (`FlagIndex`): reads per dest,
+functions, call edges and the tree-wide tables; `tools.research.index` builds and loads it."""
+
+from __future__ import annotations
+
+import pickle
+import sqlite3
+from functools import cached_property
+from pathlib import Path
+
+from tools.research.catalog import FlagInfo
+from tools.research.index_types import Call, Func, ModuleFacts, Read
+from tools.research.walk.names import KEYS
+
+TABLE_READ = Call("<table>", 0, [], [], {})
+"""The call of a `call_sites` pair whose caller takes an entry out of a table holding the function."""
+
+
+class FlagIndex:
+    """The index of one tree in a SQLite file, read lazily. Paths are relative to the tree root.
+
+    Reads are stored per dest, functions per `path::qual` (looked up by last name for call edges);
+    the import graph, model classes and registry keys are one blob each (dispatch context).
+    """
+
+    def __init__(self, db: Path):
+        self.db = db
+        self._con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, check_same_thread=False)
+        meta = dict(self._con.execute("SELECT key, data FROM meta"))
+        self.version: str = pickle.loads(meta["version"])
+        self.prefix: str = pickle.loads(meta["prefix"])
+        self._meta = meta
+        self._funcs: dict[str, Func | None] = {}
+        self._names: dict[str, list[str]] = {}
+        self._imports_of: dict[str, set[str | None]] = {}
+
+    @cached_property
+    def catalog(self) -> list[FlagInfo]:
+        """The flag catalog the index was built with."""
+        return pickle.loads(self._meta["catalog"])
+
+    @cached_property
+    def config_attrs(self) -> dict[str, tuple[str, frozenset[str]]]:
+        """`self.<attr>` -> (the model-config expression it is set from, the classes that set it
+        otherwise) (`index_tables.config_attrs`)."""
+        return pickle.loads(self._meta["config_attrs"]) if "config_attrs" in self._meta else {}
+
+    @cached_property
+    def enums(self) -> dict[str, dict[str, object]]:
+        """Enum class -> members and their values (`index_tables.enums`)."""
+        return pickle.loads(self._meta["enums"]) if "enums" in self._meta else {}
+
+    @cached_property
+    def class_builders(self) -> frozenset[str]:
+        """Names of the methods that build their class (`return cls(...)`), anywhere in the tree."""
+        return pickle.loads(self._meta["builders"]) if "builders" in self._meta else frozenset()
+
+    @cached_property
+    def loads(self) -> frozenset[str]:
+        """Attribute names read anywhere in the tree (`index_tables.loads`)."""
+        return pickle.loads(self._meta["loads"]) if "loads" in self._meta else frozenset()
+
+    @cached_property
+    def requires(self) -> frozenset[str]:
+        """Packages every server of this version installs (`index_tables.server_requirements`)."""
+        return pickle.loads(self._meta["requires"]) if "requires" in self._meta else frozenset()
+
+    @cached_property
+    def skipped(self) -> list[str]:
+        """Files left out of the index for their size (`path (N MB)`)."""
+        return pickle.loads(self._meta["skipped"]) if "skipped" in self._meta else []
+
+    @cached_property
+    def modules(self) -> dict[str, ModuleFacts]:
+        """Every serving-path module's imports, constants and classes (functions and reads left out)."""
+        return pickle.loads(self._meta["modules"])
+
+    @cached_property
+    def mod_path(self) -> dict[str, str]:
+        """Dotted module name -> path."""
+        return {m.module: p for p, m in self.modules.items()}
+
+    @cached_property
+    def import_graph(self) -> list[tuple[str, str, tuple[str, ...], tuple[tuple[str, str], ...]]]:
+        """Every import between serving-path modules: (imported path, importer path, guards, keys)."""
+        return pickle.loads(self._meta["import_graph"])
+
+    @cached_property
+    def registries(self) -> list[tuple[str, str, str, list[str]]]:
+        """(decorator, key, path, imported modules) of every `@register_x("key")` function."""
+        return pickle.loads(self._meta["registries"])
+
+    @cached_property
+    def overrides(self) -> dict[str, list[tuple[str, str, int]]]:
+        """Dest -> (path, qual, line) of every guarded `return {"dest": value}` and, in argument
+        resolution code, every `self.dest = <constant>` (see `Exit`, `Func.sets`)."""
+        return pickle.loads(self._meta["overrides"])
+
+    @cached_property
+    def cuda(self) -> str | None:
+        """The CUDA version of the torch the version's wheel pins (`index_tables.torch_cuda`)."""
+        return pickle.loads(self._meta["cuda"]) if "cuda" in self._meta else None
+
+    @cached_property
+    def fills(self) -> dict[str, list[tuple[str, str, int]]]:
+        """Dest -> (path, qual, line) of every `server_args.dest = <value>` outside argument code:
+        a setting the server fills in after start-up resolution (at model load)."""
+        return pickle.loads(self._meta["fills"]) if "fills" in self._meta else {}
+
+    @cached_property
+    def _subclasses(self) -> dict[str, list[tuple[str, str]]]:
+        out: dict[str, list[tuple[str, str]]] = {}
+        for path, m in self.modules.items():
+            for cls, bases in m.bases.items():
+                for base in bases:
+                    out.setdefault(base, []).append((path, cls))
+        return out
+
+    def subclasses(self, name: str) -> list[tuple[str, str]]:
+        """(path, class) of every class of the tree that names a base called `name`."""
+        return self._subclasses.get(name, [])
+
+    def reads(self, dest: str) -> list[Read]:
+        """Every read of `dest` on the serving path, in path/line order."""
+        row = self._con.execute("SELECT data FROM reads WHERE dest = ?", (dest,)).fetchone()
+        return pickle.loads(row[0]) if row else []
+
+    def func(self, path: str, qual: str) -> Func | None:
+        """The function `qual` (e.g. `Class.method`) of `path`."""
+        key = f"{path}::{qual}"
+        if key not in self._funcs:
+            row = self._con.execute("SELECT data FROM funcs WHERE key = ?", (key,)).fetchone()
+            self._funcs[key] = pickle.loads(row[0]) if row else None
+        return self._funcs[key]
+
+    def funcs_in(self, path: str) -> list[Func]:
+        """Every function of one file."""
+        rows = self._con.execute(
+            "SELECT data FROM funcs WHERE key >= ? AND key < ?", (path + "::", path + ":;")
+        )
+        return [pickle.loads(r[0]) for r in rows]
+
+    def _by_name(self, name: str) -> list[str]:
+        """Functions named `name`, and the `__init__` of a class named `name` (a constructor call)."""
+        if name not in self._names:
+            query = "SELECT key FROM funcs WHERE name = ? UNION SELECT key FROM ctors WHERE name = ?"
+            rows = self._con.execute(query, (name, name)).fetchall()
+            self._names[name] = [r[0] for r in rows]
+        return self._names[name]
+
+    def _imported(self, caller: Func) -> set[str | None]:
+        """Paths of the modules `caller` (or its module) imports; memoized per module."""
+        key = caller.path
+        if key not in self._imports_of:
+            mod = self.modules.get(caller.path)
+            names = mod.imports if mod else []
+            self._imports_of[key] = {self.mod_path.get(i) for i in names} | {
+                self.mod_path.get(i.rsplit(".", 1)[0]) for i in names
+            }
+        own = {self.mod_path.get(i) for i in caller.imports} | {
+            self.mod_path.get(i.rsplit(".", 1)[0]) for i in caller.imports
+        }
+        return self._imports_of[key] | own
+
+    def call_sites(
+        self, func: Func, *, limit: int = 24, uses: bool = False
+    ) -> list[tuple[Func, Call | None]] | None:
+        """Where `func` is called on the serving path: (caller, call) pairs; None when some code
+        uses it without calling it (a callback, a dispatch table), so its call sites are not all
+        known, or when more than `limit` functions call a function of that name. `uses`: such a
+        use is a (caller, None) pair instead (whoever asks decides whether that caller runs)."""
+        name = _class_of_init(func.qual) or func.qual.rsplit(".", 1)[-1]  # `Class(...)` calls its __init__
+        query = "SELECT caller, called FROM callers WHERE callee = ? LIMIT ?"
+        rows = self._con.execute(query, (name, limit + 1)).fetchall()
+        if len(rows) > limit:
+            return None
+        sites: list[tuple[Func, Call]] = []
+        for key, called in rows:
+            path, qual = key.split("::", 1)
+            if qual.startswith("<table "):  # held in a table: used where the table is read
+                readers = self._table_readers(path, qual.removeprefix("<table ").removesuffix(">"))
+                if readers is None or not uses:
+                    return None
+                sites += [(r, TABLE_READ) for r in readers]
+                continue
+            caller = self.func(path, qual) if qual != "<module>" else None
+            targets = self.resolve_call(caller, name) if caller is not None else []
+            if not targets:
+                return None  # a call (or use) whose target is not resolved may be this function
+            if any(t.path == func.path and t.qual == func.qual for t in targets):
+                if not called:
+                    if not uses:
+                        return None
+                    sites.append((caller, None))
+                    continue
+                sites += [(caller, c) for c in caller.calls if c.callee == name]
+        return sites
+
+    def _table_readers(self, path: str, table: str, seen: frozenset[str] = frozenset()) -> list[Func] | None:
+        """The functions that read the module-level table `path::table`, directly or through a
+        table that copies it (`{**BASE}`); its own module's top-level code only fills it in
+        (`BASE.update(...)`). None when other module-level code reads it, or nothing does."""
+        rows = self._con.execute("SELECT caller FROM callers WHERE callee = ?", (table,)).fetchall()
+        out: list[Func] = []
+        for (key,) in rows:
+            p, qual = key.split("::", 1)
+            if qual.startswith("<table ") and p == path and key not in seen:
+                copied = self._table_readers(p, qual.removeprefix("<table ").removesuffix(">"), seen | {key})
+                if copied is None:
+                    return None
+                out += copied
+                continue
+            if qual == "<module>" and p == path:
+                mod = self.modules.get(p)
+                if mod is None or table in mod.loose:
+                    return None  # its own top-level code does more with it than fill it in
+                continue
+            func = self.func(p, qual) if not qual.startswith("<") else None
+            if func is None:
+                return None
+            if table in func.tested:
+                continue  # `name in TABLE`: takes no entry out
+            if self._only_probes(func, path, table):
+                continue  # `for _, m in TABLE.items(): m.probe(x)`: builds no entry
+            if p == path or path in self._imported(func):
+                out.append(func)
+        return out or None
+
+    def _only_probes(self, func: Func, path: str, table: str) -> bool:
+        """Whether `func` takes entries out of `path::table` only to call methods that build
+        nothing (no method of that name anywhere in the tree calls `cls(...)`), or only its keys."""
+        methods = func.probed.get(table)
+        if methods is None or set(methods) & self.class_builders:
+            return False
+        module = self.modules.get(path)
+        return KEYS not in methods or (module is not None and table in module.keyed)
+
+    def callers_of(self, name: str, *, limit: int = 40) -> list[tuple[str, str, bool]]:
+        """(path, qualified name or `<module>`, called) of what calls or uses a function named `name`
+        (a class name: its constructor), up to `limit` rows."""
+        rows = self._con.execute("SELECT caller, called FROM callers WHERE callee = ? LIMIT ?", (name, limit))
+        return [(*key.split("::", 1), bool(called)) for key, called in rows]
+
+    def query(self, name: str, arity: int = 0) -> tuple[str, dict[str, str], str] | None:
+        """A one-line query function named `name`, evaluated in place of a call with `arity`
+        arguments (0, or 1: the server args, as in `attn_dp_enabled_of(view)`): (its returned
+        expression, its module's constants, `path::qual`); None unless the name is defined once,
+        takes that many arguments and its body is a single `return <expr>`. A method named
+        `Class.method` (a tree enum's, `arity` -1) is given as a `lambda` of its parameters: its
+        early returns in order, then its single return (or nothing known)."""
+        if "." in name:
+            return self._method(name)
+        keys = self._by_name(name)
+        if len(keys) != 1:
+            return None
+        func = self.func(*keys[0].split("::", 1))
+        if (
+            func is None
+            or not func.value
+            or len([p for p in func.params if p not in ("self", "cls")]) != arity
+        ):
+            return None
+        module = self.modules.get(func.path)
+        return func.value, module.consts if module else {}, keys[0]
+
+    def _method(self, qual: str) -> tuple[str, dict[str, str], str] | None:
+        keys = [k for k in self._by_name(qual.rsplit(".", 1)[-1]) if k.endswith(f"::{qual}")]
+        func = self.func(*keys[0].split("::", 1)) if len(keys) == 1 else None
+        if func is None or not (func.value or func.gates):
+            return None
+        body = f"({func.value})" if func.value else "__not_followed__"
+        for gate in reversed(
+            [g for g in func.gates if g.kind == "return" and g.message.startswith("return ")]
+        ):
+            test = " and ".join(f"({g})" for g in gate.guards) or "True"
+            body = f"({gate.message.removeprefix('return ')}) if ({test}) else {body}"
+        module = self.modules.get(func.path)
+        return f"lambda {', '.join(func.params)}: {body}", module.consts if module else {}, keys[0]
+
+    def package_rel(self, path: str) -> str:
+        """`sglang/srt/x.py` -> `srt/x.py`."""
+        return path[len(self.prefix) :] if path.startswith(self.prefix) else path
+
+    def resolve_call(self, caller: Func, callee: str) -> list[Func]:
+        """Candidate targets of a call by name: same module first, then modules the caller imports,
+        then a name defined once in the whole tree; an ambiguous name resolves to nothing."""
+        keys = self._by_name(callee)
+        if not keys:
+            return []
+        same = [k for k in keys if k.startswith(caller.path + "::")]
+        if not same:
+            imported = self._imported(caller)
+            same = [k for k in keys if k.split("::", 1)[0] in imported] or (keys if len(keys) == 1 else [])
+        out = []
+        for k in same:
+            path, qual = k.split("::", 1)
+            f = self.func(path, qual)
+            if f is not None:
+                out.append(f)
+        return out
+
+
+def _class_of_init(qual: str) -> str | None:
+    """`Class` for `Class.__init__` (a module-level class's constructor), else None."""
+    cls, _, name = qual.partition(".")
+    return cls if name == "__init__" else None
