@@ -114,8 +114,12 @@ def _came_out_slower(r: Any, block: list[Any], cmp: Any = None) -> bool:
     the trial saves that block's repetitions (a no-op kept 1.9% of the time with every such launch
     measured twice, 1.7% this way, 2.9% never, with a 4% load on a fifth of the blocks;
     `benchmarks/bench_rule_power.py --transient 0.2`). A load on one level's part of a block moves
-    the objective a third as much: judged there, it is caught where it matters
-    (`bench_rule_power.py --transient 0.2 --load-at 64`)."""
+    the objective a third as much: judged at the levels that could win, a 4% load at c=64 on a fifth
+    of the blocks kept a no-op 2.5% of the time instead of 3.1% (4,000 trials; a true +2.5% and +3%
+    at c=64: 38% and 51% instead of 42% and 51%, 1,000 trials, the loads sinking candidate blocks
+    too); without loads 2.6% instead of 2.9%, +2.5% 60% (59%), +3% 75% (75%), 0.1 fewer restarts
+    (`bench_rule_power.py --measured --history 3 --earlier 2 --where c64 --transient 0.2 --step 0.04
+    --load-at 64`)."""
     earlier = [b for b in r.known_good_blocks if b is not block]
     if not earlier:
         return True
