@@ -11,11 +11,13 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from . import standins
+from . import fake_finder, standins
 from .fake_hw import Hardware
 
 #: Frames in these files mean an error went through a stand-in or fake.
-_STANDIN_FILES = frozenset({standins.__file__, sys.modules[Hardware.__module__].__file__})
+_STANDIN_FILES = frozenset(
+    {standins.__file__, sys.modules[Hardware.__module__].__file__, fake_finder.__file__}
+)
 
 
 @functools.cache
