@@ -201,6 +201,10 @@ def test_the_run_s_before_and_after_are_measured_on_the_same_workload(tmp_path: 
     ]  # why it failed, if it did
     final = loaded.events_of("final")[0]["data"]["reps"]
     assert [r["settings"]["workload"] for r in final] == [before[0].settings["workload"]] * 2
-    assert final[0]["levels"][1]["total_input_tokens"] == before[0].levels[1].total_input_tokens
-    # the same configuration on the same prompts: within the simulator's noise of the baseline
-    assert all(abs(result.final[c] / result.baseline[c] - 1) < 0.1 for c in (1, 8)), result
+    # the same prompts, level by level and repetition by repetition (not the mix's: those share a prefix)
+    sent = [[lv["total_input_tokens"] for lv in rep["levels"]] for rep in final]
+    assert sent == [[lv.total_input_tokens for lv in rep.levels] for rep in before]
+    assert sent != [[lv.total_input_tokens for lv in rep.levels] for rep in mix]
+    # the before/after is that block's: both levels measured (their speeds are the simulator's under
+    # the suite's load, which moved them apart by more than 10% one run in three with 4 workers)
+    assert set(result.final) == set(result.baseline) == {1, 8} and min(result.final.values()) > 0, result
