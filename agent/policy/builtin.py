@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from agent.policy.builtin_conclusion import conclusion
+from agent.policy.builtin_messages import _call, _response, _returns
 from agent.policy.builtin_research import decide_verdict
 from agent.policy.trialqueue import doubtful_members, next_trials
 from agent.policy.verdict import doubtful_rejection, final_rejection
@@ -20,33 +21,6 @@ _FLAG = re.compile(r"--[A-Za-z0-9][\w-]*(?:\.[\w-]+)*")
 _ORDER = {"high": 0, "medium": 1, "low": 2}
 _RESEARCHED = ("candidate", "no-op", "incompatible")
 """Playbook statuses still worth a code check (already-set and not-in-version are not)."""
-
-
-def _returns(messages: list[Any]) -> list[tuple[str, Any, dict[str, Any]]]:
-    """Every tool return in the history: (tool name, content, args of its call)."""
-    from pydantic_ai.messages import ModelResponse, ToolCallPart, ToolReturnPart
-
-    calls: dict[str, dict[str, Any]] = {}
-    out = []
-    for m in messages:
-        for p in m.parts:
-            if isinstance(m, ModelResponse) and isinstance(p, ToolCallPart):
-                calls[p.tool_call_id] = p.args_as_dict()
-            elif isinstance(p, ToolReturnPart):
-                out.append((p.tool_name, p.content, calls.get(p.tool_call_id, {})))
-    return out
-
-
-def _call(name: str, args: dict[str, Any]) -> Any:
-    from pydantic_ai.messages import ToolCallPart
-
-    return ToolCallPart(name, args)
-
-
-def _response(parts: list[Any]) -> Any:
-    from pydantic_ai.messages import ModelResponse
-
-    return ModelResponse(parts=parts, model_name="builtin")
 
 
 # ---- researcher ---------------------------------------------------------------------------------
