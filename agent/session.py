@@ -297,12 +297,12 @@ async def _final_on_baseline_workload(ui: RunUI, config: Any) -> list[Any] | Non
     before/after then compares the same prompts (random prompts against the mix put the seed at
     +26% at c=64 for two changes of +3% each). None when it fails: the report shows no before/after."""
     from tools.bench.loadgen import run_repeated
-    from tools.bench.stats import level_errors
+    from tools.bench.stats import partial_errors
 
     with ui.progress("final benchmark, on the baseline's workload") as progress:
         reps = await run_repeated(config.target.endpoint, config.bench, on_progress=progress)
     if not reps or any(s.partial for s in reps):
-        why = "; ".join(e for s in reps if s.partial for e in s.errors or level_errors(s)) or "no result"
+        why = "; ".join(partial_errors(reps)) or "no result"
         ui.note(f"[yellow]the final configuration's benchmark on the baseline's workload failed: {why}[/]")
         return None
     return reps

@@ -132,7 +132,7 @@ def grep_source(deps: ResearchDeps, pattern: str, glob: str | None = None) -> di
     """Regex search over the SGLang source of the running version (bounded)."""
     if deps.ctx.tree is None:
         return {"error": "no source tree"}
-    from tools.research.index import off_path_reason
+    from tools.research.flag_index.serving_path import off_path_reason
     from tools.research.search import grep
 
     res = grep(deps.ctx.tree, pattern, glob=glob, max_results=MAX_MATCHES)

@@ -230,14 +230,16 @@ def fit_budget(
     head, tail = ranked[: slots - 1], ranked[slots - 1 :]
     members: list[dict[str, Any]] = []
     rest = []
+
+    def joins(m: dict[str, Any]) -> bool:  # a lever with a known cost at a measured level goes alone
+        return _sure_enough(m, verdicts) and not m.get("costs_at_levels")
+
     for entry in tail:
         value, i, c, why = entry
         if c.get("second_look") or (why != "untried" and "bundle" not in c):  # a near miss, a retry
             rest.append(entry)
             continue
         group = c.get("bundle") or [c]
-        # a lever with a known cost at a measured level goes alone (`plan_bundle`)
-        joins = lambda m: _sure_enough(m, verdicts) and not m.get("costs_at_levels")  # noqa: E731
         members += [m for m in group if joins(m)]
         others = [m for m in group if not joins(m)]
         if len(others) > 1:  # what is left of a bundle of small levers stays one

@@ -38,7 +38,7 @@ _SECRET_PATTERNS: list[tuple[re.Pattern[str], str]] = [
 ]
 
 
-def _env_secrets() -> list[str]:
+def env_secrets() -> list[str]:
     """Values of environment variables whose names say they are secrets (long enough to be real)."""
     values = {v for k, v in os.environ.items() if _SECRET_ENV.search(k) and len(v) >= 6}
     return sorted(values, key=len, reverse=True)

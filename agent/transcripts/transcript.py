@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.transcripts.load import FORMAT_VERSION, SUFFIX, load_transcript
-from agent.transcripts.redact import _env_secrets, redact
+from agent.transcripts.redact import env_secrets, redact
 
 
 def _now() -> str:
@@ -91,7 +91,7 @@ class Transcript:
         self.closed = False
         self._warned = False
         self._lock = threading.Lock()
-        self._secrets = _env_secrets()
+        self._secrets = env_secrets()
         self._file: Any = None
 
     @classmethod

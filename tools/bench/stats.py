@@ -181,7 +181,7 @@ def compare(
         return done("inconclusive", "no candidate measurements")
     if not baseline_reps:
         return done("inconclusive", "no baseline measurements")
-    bad = [e for s in candidate_reps if s.partial for e in (s.errors or level_errors(s))]
+    bad = partial_errors(candidate_reps)
     if bad:
         return done("regressed", f"the candidate's benchmark had errors: {'; '.join(bad[:3])}")
     if any(s.partial for s in baseline_reps):
@@ -282,8 +282,12 @@ def _missing_in_candidate(
     return ", ".join(f"concurrency {c}" for c in lost)
 
 
-def level_errors(sweep: SweepResult) -> list[str]:
-    """What failed in a partial sweep, level by level ("partial result" when nothing says)."""
+def partial_errors(reps: list[SweepResult]) -> list[str]:
+    """What failed in the partial repetitions of `reps`: each one's errors, else level by level."""
+    return [e for s in reps if s.partial for e in (s.errors or _level_errors(s))]
+
+
+def _level_errors(sweep: SweepResult) -> list[str]:
     return [f"c={lv.max_concurrency}: {e}" for lv in sweep.levels for e in lv.errors] or ["partial result"]
 
 
