@@ -17,8 +17,11 @@ class SessionError(Exception):
     """The run cannot proceed (unreachable host, drift, unhealthy server); the message says why."""
 
 
-async def measure_baseline(ui: RunUI, endpoint: str, bench: Any, text: str) -> tuple[Baseline, float]:
-    """Probe reference outputs and repeated sweeps of the running configuration."""
+async def measure_baseline(
+    ui: RunUI, endpoint: str, bench: Any, text: str, deployment: Any = None
+) -> tuple[Baseline, float]:
+    """Probe reference outputs and repeated sweeps of the running configuration. When the sweeps
+    fail and `deployment` is given, a server the load took down is brought back (`_bring_back`)."""
     from tools.bench.loadgen import run_repeated
     from tools.bench.probe import run_probe
 
@@ -28,7 +31,8 @@ async def measure_baseline(ui: RunUI, endpoint: str, bench: Any, text: str) -> t
         reps = await run_repeated(endpoint, bench, on_progress=progress)
     if not reps or any(s.partial for s in reps):
         errors = "; ".join(e for s in reps for e in s.errors) or "no result"
-        raise SessionError(f"the baseline benchmark failed: {errors}")
+        after = await _bring_back(ui, deployment) if deployment is not None else ""
+        raise SessionError(f"the baseline benchmark failed: {errors}{after}")
     levels = mean_throughput(reps)
     ui.note("baseline: " + ", ".join(f"c={c}: {v:,.1f} tok/s" for c, v in levels.items()), record=False)
     ui.record(
@@ -43,6 +47,33 @@ async def measure_baseline(ui: RunUI, endpoint: str, bench: Any, text: str) -> t
         },
     )
     return Baseline(reps=reps, probe=probe, text=text), time.monotonic() - started
+
+
+async def _bring_back(ui: RunUI, deployment: Any) -> str:
+    """What a failed baseline left of the server, as the end of the run's error: nothing when it
+    still serves. Otherwise the benchmark's own load took it down (it served when the run began):
+    what its log said, and known-good restarted through the deployment's rollback, so that a run
+    never leaves the server down."""
+    from tools.deploy.health import wait_healthy
+    from tools.deploy.serverlog import error_line
+
+    target = deployment.target
+    health = await wait_healthy(target.endpoint, timeout=3.0, request_timeout=3.0, api_key=target.api_key)
+    if health.ok:
+        return ""
+    said = error_line(await deployment.log_tail())
+    ui.note("the server went down under the baseline's load: restarting the known-good configuration")
+    outcome = await deployment.rollback()
+    back = (
+        "the known-good configuration was restarted and serves again"
+        if outcome.ok
+        else f"the known-good configuration could not be brought back: {outcome.error}"
+    )
+    return (
+        f". The server went down under the benchmark's load{f' (its log: {said})' if said else ''}; "
+        f"{back}. A configuration that fails under the benchmark's load is not tuned: fix it first, "
+        "or measure at lower levels (bench.concurrency)"
+    )
 
 
 def _sweep_summary(sweep: Any) -> dict[str, Any]:

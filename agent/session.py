@@ -98,7 +98,7 @@ async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
             candidates = drop_pointless(evaluate(playbook, ctx.facts, ctx.catalog or None), ctx.resolved_args)
             ui.step("baseline")
             text = Path(target.local_unit).read_text()
-            baseline, bench_s = await measure_baseline(ui, target.endpoint, config.bench, text)
+            baseline, bench_s = await measure_baseline(ui, target.endpoint, config.bench, text, deployment)
             phases.append(("baseline", bench_s))
             objective = objective_from_goal(opts.goal)
             runner = None

@@ -104,7 +104,9 @@ async def ensure_baseline(deps: Any) -> None:
         "measuring the baseline first: the trial's outputs and numbers are compared with it (once per chat)",
         record=False,
     )
-    baseline, _ = await measure_baseline(deps.ui, runner.endpoint, runner.bench, runner.deployed_text)
+    baseline, _ = await measure_baseline(
+        deps.ui, runner.endpoint, runner.bench, runner.deployed_text, runner.deployment
+    )
     runner.baseline = baseline
     runner.reference = list(baseline.reps)  # measured just now, in the launch the trial starts from
     runner.known_good_blocks.append(runner.reference)

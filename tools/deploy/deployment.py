@@ -245,7 +245,7 @@ class Deployment:
             error = health.reason
         except (TransportError, ServiceError, UnitFileError, OSError) as e:
             error = str(e)
-        raw_log = await self._log_tail()
+        raw_log = await self.log_tail()
         said = error_line(raw_log)  # the server's own reason, not its kilobytes of arguments
         error = f"{error}; the server said: {said}" if said else error
         log_tail = readable_tail(raw_log, lines=40)
@@ -308,7 +308,8 @@ class Deployment:
             on_progress=lambda elapsed, total, phase: self._progress(f"wait:{phase}", elapsed, total),
         )
 
-    async def _log_tail(self, lines: int = 40) -> str:
+    async def log_tail(self, lines: int = 40) -> str:
+        """The service log's last `lines` lines, or a note of why it could not be read."""
         try:
             return await self.manager.logs(lines)
         except (TransportError, ServiceError, OSError) as e:

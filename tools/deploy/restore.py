@@ -99,7 +99,7 @@ async def restore_known_good(
     if not health.ok and not need_restart:
         await d._restart()
         health = await d._wait()
-    raw_log = "" if health.ok else await d._log_tail()
+    raw_log = "" if health.ok else await d.log_tail()
     if health.ok and d.journal.known_good() is None:  # brought back from the host's file and serving
         d.journal.set_known_good(known_good)
     d.journal.close()
