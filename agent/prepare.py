@@ -69,9 +69,15 @@ async def _bring_back(ui: RunUI, deployment: Any) -> str:
         if outcome.ok
         else f"the known-good configuration could not be brought back: {outcome.error}"
     )
+    fix = (
+        "leave more memory outside the static pool (a lower --mem-fraction-static) or prefill smaller "
+        "chunks (--chunked-prefill-size)"
+        if said and "out of memory" in said.lower()
+        else "fix it"
+    )
     return (
         f". The server went down under the benchmark's load{f' (its log: {said})' if said else ''}; "
-        f"{back}. A configuration that fails under the benchmark's load is not tuned: fix it first, "
+        f"{back}. A configuration that fails under the benchmark's load is not tuned: {fix} first, "
         "or measure at lower levels (bench.concurrency)"
     )
 

@@ -53,6 +53,7 @@ def test_a_baseline_that_crashes_the_server_ends_the_run_with_the_server_serving
     assert message.startswith("the baseline benchmark failed:")
     assert "went down under the benchmark's load (its log: torch.OutOfMemoryError" in message
     assert "restarted and serves again" in message
+    assert "a lower --mem-fraction-static" in message  # what to change, from what the log said
     assert served == 200
     assert Path(config.target.remote_unit).read_text() == unit  # known-good, unchanged
     assert "restarting the known-good configuration" in console.export_text()
