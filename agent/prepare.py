@@ -54,14 +54,11 @@ async def _bring_back(ui: RunUI, deployment: Any) -> str:
     still serves. Otherwise the benchmark's own load took it down (it served when the run began):
     what its log said, and known-good restarted through the deployment's rollback, so that a run
     never leaves the server down."""
-    from tools.deploy.health import wait_healthy
-    from tools.deploy.serverlog import error_line
+    from agent.trial.steps import down_reason, went_down
 
-    target = deployment.target
-    health = await wait_healthy(target.endpoint, timeout=3.0, request_timeout=3.0, api_key=target.api_key)
-    if health.ok:
+    said = await down_reason(deployment)
+    if said is None:
         return ""
-    said = error_line(await deployment.log_tail())
     ui.note("the server went down under the baseline's load: restarting the known-good configuration")
     outcome = await deployment.rollback()
     back = (
@@ -72,13 +69,12 @@ async def _bring_back(ui: RunUI, deployment: Any) -> str:
     fix = (
         "leave more memory outside the static pool (a lower --mem-fraction-static) or prefill smaller "
         "chunks (--chunked-prefill-size)"
-        if said and "out of memory" in said.lower()
+        if "out of memory" in said.lower()
         else "fix it"
     )
     return (
-        f". The server went down under the benchmark's load{f' (its log: {said})' if said else ''}; "
-        f"{back}. A configuration that fails under the benchmark's load is not tuned: {fix} first, "
-        "or measure at lower levels (bench.concurrency)"
+        f"{went_down(said)}; {back}. A configuration that fails under the benchmark's load is not "
+        f"tuned: {fix} first, or measure at lower levels (bench.concurrency)"
     )
 
 

@@ -48,7 +48,9 @@ from agent.trial.steps import (
     _probe_ok,
     _record_blocks,
     _reject,
+    down_reason,
     known_good_block,
+    went_down,
 )
 
 
@@ -75,7 +77,8 @@ async def run_paired(r: Any, record: TrialRecord, new_text: str) -> None:
         if env:
             record.environment = env
             r.halted = f"environment failure: {env}"
-        return await _reject(r, record, f"errors under load: {errors}")
+        down = went_down(await down_reason(r.deployment))  # read before the rollback restarts it
+        return await _reject(r, record, f"errors under load: {errors}{down}")
     r.note_launch(new_text, cand)
     first = _cmp(r, before, cand, None)
     # A block from the launch that just won a trial is biased upward (it was kept because it measured

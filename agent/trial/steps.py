@@ -82,6 +82,27 @@ async def _warm(r: Any) -> None:
     await run_probe(r.endpoint)
 
 
+async def down_reason(deployment: Any) -> str | None:
+    """None while the server passes a short health check; else what its log said last ("" when
+    nothing readable): a load that took the server down, told apart from requests that failed. Read
+    before any restart, which would push the reason out of the log's end."""
+    from tools.deploy.health import wait_healthy
+    from tools.deploy.serverlog import error_line
+
+    target = getattr(deployment, "target", None)
+    if target is None:  # a stand-in deployment (tests, benchmarks) has no server of its own
+        return None
+    health = await wait_healthy(target.endpoint, timeout=3.0, request_timeout=3.0, api_key=target.api_key)
+    return None if health.ok else error_line(await deployment.log_tail()) or ""
+
+
+def went_down(said: str | None) -> str:
+    """The words a failed benchmark's message ends with when the server went down (`down_reason`)."""
+    if said is None:
+        return ""
+    return f"; the server went down under the load{f' (its log: {said})' if said else ''}"
+
+
 async def _reject(r: Any, record: TrialRecord, why: str) -> None:
     record.decision, record.why = "rolled_back", why
     await r.rollback(record)
