@@ -60,6 +60,7 @@ async def known_good_block(r: Any, record: TrialRecord | None = None, name: str 
     reps = await _block(r, record, name, max_reps=r.bench.reps)
     if not reps or any(s.partial for s in reps):
         errors = "; ".join(e for s in reps for e in s.errors) or "no result"
+        errors += went_down(await down_reason(r.deployment))
         r.halted = f"the known-good configuration failed its benchmark ({errors})"
         raise BudgetExhausted(r.halted)
     if earlier is not None and earlier is not r.best_reps:
@@ -162,7 +163,9 @@ async def _known_good_again(r: Any, record: TrialRecord, judge: Any, name: str =
     more = lambda reps: _worth_more(judge(reps), r.bench)  # noqa: E731
     good = await _block(r, record, name, more=more, max_reps=r.max_reps)
     if not good or any(s.partial for s in good):
-        record.why = "the known-good configuration failed its benchmark after the rollback"
+        errors = "; ".join(e for s in good for e in s.errors) or "no result"
+        errors += went_down(await down_reason(r.deployment))
+        record.why = f"the known-good configuration failed its benchmark after the rollback ({errors})"
         r.halted = record.why
         return None
     r.reference = good
