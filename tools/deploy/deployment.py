@@ -12,24 +12,21 @@ if optagent never runs again. Restoring and status live in `tools.deploy.restore
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 from collections.abc import Callable
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from tools.deploy import restore
+from tools.deploy import precheck, restore
 from tools.deploy.deadman import DeadmanSwitch
-from tools.deploy.dirtrust import UntrustedDirError, trusted_dirs, unwritable_dirs, unwritable_local
-from tools.deploy.flagbounds import value_problems
+from tools.deploy.dirtrust import UntrustedDirError, trusted_dirs, unwritable_local
 from tools.deploy.health import HealthResult, wait_healthy
 from tools.deploy.journal import Journal, JournalEntry
-from tools.deploy.limits import check_limits, restart_wait
+from tools.deploy.limits import restart_wait
 from tools.deploy.lock import HostLock, LockedError
 from tools.deploy.outcome import DeployError, DeployOutcome, DriftError, UnitInvalidError
 from tools.deploy.remote import Transport, TransportError, make_transport, write_local_atomic
-from tools.deploy.serverlog import error_line, readable_tail
 from tools.deploy.service import ServiceError, ServiceManager, make_service_manager
 from tools.deploy.units.file import UnitFile, UnitFileError, unified_diff
 
@@ -194,32 +191,7 @@ class Deployment:
     async def deploy(self, new_text: str, *, reason: str = "") -> DeployOutcome:
         """Upload `new_text`, restart, wait healthy; on failure roll back and say why (with log lines)."""
         start = time.monotonic()
-        if self.journal.read() is not None:
-            raise DeployError("a candidate is already in flight; commit() or rollback() it first")
-        try:
-            flags = self.parse(new_text).command.flags
-        except UnitFileError as e:
-            raise DeployError(f"the candidate unit file is invalid: {e}") from e
-        if problems := value_problems(flags):  # e.g. --tp-size 0: two restarts for nothing
-            raise DeployError(f"the candidate cannot be started: {'; '.join(problems)} (nothing was changed)")
-        resolve = getattr(self.manager, "command_for", None)
-        if resolve is not None:  # e.g. a missing EnvironmentFile=: refuse before the host changes
-            try:
-                await resolve(new_text)
-            except (ServiceError, UnitFileError) as e:
-                raise DeployError(f"the candidate cannot be started: {e}") from e
-        if self.pace and (wait := self.restart_wait()) > 0:
-            self._progress("rate-limit", 0.0, wait)
-            await asyncio.sleep(wait + 0.5)  # the timer may fire a hair before the wall clock agrees
-        check_limits(self.journal, self.target)
-        known_good = await self.known_good()
-        await self._check_writable(need=3 * (len(new_text.encode()) + len(known_good.encode())) + 16384)
-        remote = await self.remote_text()
-        if remote != known_good:
-            raise DriftError(
-                f"{self.remote_unit} on the host differs from the last deployed configuration; nothing was "
-                f"changed. Differences:\n{unified_diff(known_good, remote, name=self.target.service)}"
-            )
+        known_good = await precheck.before_deploy(self, new_text)
         diff = unified_diff(known_good, new_text, name=PurePosixPath(self.remote_unit).name)
         if new_text == known_good:
             return DeployOutcome(ok=True, diff="", changed=False, seconds=time.monotonic() - start)
@@ -245,26 +217,7 @@ class Deployment:
             error = health.reason
         except (TransportError, ServiceError, UnitFileError, OSError) as e:
             error = str(e)
-        raw_log = await self.log_tail()
-        said = error_line(raw_log)  # the server's own reason, not its kilobytes of arguments
-        error = f"{error}; the server said: {said}" if said else error
-        log_tail = readable_tail(raw_log, lines=40)
-        with contextlib.suppress(OSError):  # a full disk must not keep the host from known-good
-            self.journal.record(failure=True)
-        rollback = await self.rollback()
-        if not rollback.ok:
-            error += f"; ROLLBACK FAILED: {rollback.error}"
-        return DeployOutcome(
-            False,
-            error,
-            log_tail,
-            time.monotonic() - start,
-            diff,
-            rolled_back=True,
-            health=health,
-            timings=timings,
-            restored=rollback.ok,
-        )
+        return await restore.after_failed_deploy(self, error, health, diff, timings, start)
 
     @property
     def deadman_seconds(self) -> float:
@@ -289,7 +242,6 @@ class Deployment:
             timings[step] = time.monotonic() - t0
 
     async def _backup(self) -> None:
-
         await restore.backup_unit(self, keep=KEEP_BACKUPS)
 
     async def _restart(self) -> None:
@@ -315,18 +267,6 @@ class Deployment:
         except (TransportError, ServiceError, OSError) as e:
             return f"(could not read the service log: {e})"
 
-    def _local_dirs(self) -> list[Path]:
-        return [Path(self.target.local_unit).expanduser().parent, Path(self.target.state_dir)]
-
-    async def _check_writable(self, *, need: int) -> None:
-        """Every directory a deploy and its commit write to, locally and on the host, takes `need` bytes
-        (what the deploy writes there, and a copy during each atomic replace); checked before the
-        host is touched, so a full disk stops the deploy before it starts, never halfway."""
-        remote_dirs = [str(PurePosixPath(self.remote_unit).parent), self.run_dir, f"{self.run_dir}/backups"]
-        bad = await unwritable_dirs(self.transport, self._local_dirs(), remote_dirs, need=need)
-        if bad:
-            raise DeployError(f"cannot write to {', '.join(bad)}; nothing was changed")
-
     async def commit(self) -> None:
         """Keep the healthy candidate: it becomes known-good and the local unit file takes its text.
 
@@ -336,7 +276,7 @@ class Deployment:
         if entry is None or entry.step not in ("healthy", "commit"):
             raise DeployError("nothing healthy to commit (deploy a candidate first)")
         candidate = self.journal.candidate() or ""
-        bad = unwritable_local(self._local_dirs(), need=2 * len(candidate.encode()) + 8192)
+        bad = unwritable_local(precheck.local_dirs(self), need=2 * len(candidate.encode()) + 8192)
         if bad:
             raise DeployError(
                 f"cannot commit: cannot write to {', '.join(bad)}; the candidate will be rolled back"
@@ -345,12 +285,10 @@ class Deployment:
         await self._finish_commit()
 
     async def _finish_commit(self) -> None:
-
         await restore.finish_commit(self)
 
     async def rollback(self) -> DeployOutcome:
         """Restore known-good, restart, verify healthy; changes nothing when nothing is in flight."""
-
         entry = self.journal.read()
         if entry is None:
             health = await wait_healthy(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any, TypeAlias
 
@@ -18,7 +19,7 @@ from tools.deploy.units.file import UnitFileError, unified_diff
 Deployment: TypeAlias = Any
 """A `tools.deploy.deployment.Deployment` (which imports this module, so it is not imported here)."""
 
-__all__ = ["check_running", "recover", "restore_known_good", "status"]
+__all__ = ["after_failed_deploy", "check_running", "recover", "restore_known_good", "status"]
 
 _AFTER_RESTART = ("restart", "wait", "healthy")
 
@@ -67,6 +68,33 @@ async def _wait_while_firing(d: Deployment, limit_s: float = 120.0) -> None:
     deadline = time.monotonic() + limit_s
     while await d.deadman.is_firing() and time.monotonic() < deadline:
         await asyncio.sleep(0.2)
+
+
+async def after_failed_deploy(
+    d: Deployment, error: str, health: Any, diff: str, timings: dict[str, float], start: float
+) -> DeployOutcome:
+    """A candidate that did not come up healthy: what the server said (its log's own reason, not
+    its kilobytes of arguments), known-good restored, and the outcome that says both."""
+    raw_log = await d.log_tail()
+    said = error_line(raw_log)
+    error = f"{error}; the server said: {said}" if said else error
+    log_tail = readable_tail(raw_log, lines=40)
+    with contextlib.suppress(OSError):  # a full disk must not keep the host from known-good
+        d.journal.record(failure=True)
+    rollback = await d.rollback()
+    if not rollback.ok:
+        error += f"; ROLLBACK FAILED: {rollback.error}"
+    return DeployOutcome(
+        False,
+        error,
+        log_tail,
+        time.monotonic() - start,
+        diff,
+        rolled_back=True,
+        health=health,
+        timings=timings,
+        restored=rollback.ok,
+    )
 
 
 async def restore_known_good(
