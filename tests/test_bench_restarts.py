@@ -47,7 +47,11 @@ def test_restarts_records_the_launch_spread_and_a_run_then_uses_it(sim_host, tmp
     from sim import host
     from tools.config import load_config
 
-    cfg = sim_host("seed", time_scale=0.01)
+    # at time scale 0.2 the seed streams a few hundred tok/s of wall time: the launches differ by
+    # what the simulated restart does (1%), not by what the other test workers take of the two
+    # cores (at 0.01, 4,000-12,000 tok/s, launches measured 33% and 132% apart in CI, which
+    # `agent.trial.spread.unsteady` now refuses to record)
+    cfg = sim_host("seed", time_scale=0.2)
     host.ensure_up(Path(cfg.target.remote_unit).parent)
     before = deployed(cfg)
     path = tmp_path / "optagent.toml"
@@ -62,9 +66,7 @@ def test_restarts_records_the_launch_spread_and_a_run_then_uses_it(sim_host, tmp
     text = path.read_text()
     assert text.startswith(original.split("reps = 3")[0]) and "# the levels production sees" in text
     bench = tomllib.loads(text)["bench"]
-    # a figure, not a claim about its size: these blocks last milliseconds of wall time at time scale
-    # 0.01, so a launch measured while the other test worker is busy runs slower (0.33 seen in CI)
-    assert bench["launch_spread_df"] == 3 and 0 < bench["launch_spread"] < 1.0
+    assert bench["launch_spread_df"] == 3 and 0 < bench["launch_spread"] < 0.1
     assert bench["concurrency"] == [1, 8, 64] and bench["reps"] == 3
     assert f"launch_spread = {bench['launch_spread']:.4f}" in out
 

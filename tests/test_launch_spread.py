@@ -89,6 +89,26 @@ def test_a_relaunch_that_fails_leaves_known_good_deployed_and_the_declared_figur
     assert runner.launch_prior == (0.01, None) and runner.reference is None
 
 
+def test_launches_that_differ_far_beyond_a_restart_stop_the_trials_before_any_restart(monkeypatch):
+    import pytest
+
+    from agent.trial.record import BudgetExhausted
+
+    # known-good at 1.00, 1.40 and 0.70 of one speed: a load beside the server, not a restart
+    launches = Launches(a=[1.0, 0.7], b=[1.4])
+    runner = runner_on(monkeypatch, launches, BenchConfig())
+    spread = asyncio.run(measure_spread(runner))
+    assert spread.measured > 0.3 and runner.halted and f"differ by {spread.measured:.0%}" in runner.halted
+    assert "measure again when the machine is quiet" in runner.halted
+    with pytest.raises(BudgetExhausted, match="trials stopped: launches of known-good differ"):
+        asyncio.run(runner.run([TrialChange(flag="--enable-mixed-chunk")], reason="t"))
+    assert launches.events == ["deploy", "rollback"]  # the spread's two relaunches, then nothing
+    # a steady deployment's spread stops nothing (the first test's 3%)
+    steady = runner_on(monkeypatch, Launches(a=[1.0, 0.97], b=[1.03]), BenchConfig())
+    asyncio.run(measure_spread(steady))
+    assert steady.halted is None
+
+
 def test_a_measured_spread_widens_the_interval_of_the_same_blocks():
     fake = Launches(a=[1.0, 1.0], b=[1.04], rng=__import__("random").Random(5))
     before = fake.block()

@@ -46,7 +46,7 @@ def record_spread(config: Path | None, settings: BenchConfig, restarts: int) -> 
         console.print(f"launch {i + 1}: {_levels_line(block)}", highlight=False)
     if why:
         fail(f"{why}; known-good is deployed ({restarted} restarts); nothing was recorded")
-    from agent.trial.spread import spread_of_blocks
+    from agent.trial.spread import spread_of_blocks, unsteady
     from tools.bench.objective import objective_from_goal
 
     spread = spread_of_blocks(blocks, objective_from_goal(None), settings.launch_noise)
@@ -56,6 +56,8 @@ def record_spread(config: Path | None, settings: BenchConfig, restarts: int) -> 
         f"{spread.df:g} degrees of freedom; {restarted} restarts)",
         highlight=False,
     )
+    if why := unsteady(spread):
+        fail(f"{why}; known-good is deployed ({restarted} restarts); nothing was recorded")
     if path is None:
         console.print(
             "not recorded: the simulated default has no optagent.toml; name one with --config to record "

@@ -35,6 +35,23 @@ DECLARED_WEIGHT = 0
 MARK = "# optagent: a relaunch of known-good to measure the restart spread (no flag changed)\n"
 
 
+UNSTEADY = 0.1
+"""Launches of one configuration that differ by this much (relative sd) are no restart's spread
+(a few percent at most; 0.2-2.1% measured on the simulated deployments): the machine or the server did not serve steadily (a load beside it, a
+throttling GPU), and no change of a few percent can be established against it."""
+
+
+def unsteady(spread: LaunchSpread) -> str | None:
+    """Why no trial can be judged against this measured spread, or None."""
+    if spread.measured is None or spread.measured < UNSTEADY:
+        return None
+    return (
+        f"launches of known-good differ by {spread.measured:.0%} (over {spread.launches} launches; a "
+        f"restart moves a steady server a few percent at most): something beside the server moved them, and no change "
+        "of a few percent can be established against that; measure again when the machine is quiet"
+    )
+
+
 @dataclass
 class LaunchSpread:
     """The restart spread (relative sd per launch) a run's intervals assume, and where it came from."""
@@ -191,6 +208,7 @@ async def measure_spread(r: Any) -> LaunchSpread:
     # launch, when measured, is the last
     r.prior_blocks = [b for b in blocks if b is not r.reference]
     r.known_good_blocks = list(blocks)
+    r.halted = unsteady(measured) or r.halted  # no restart spent on trials that cannot be judged
     return measured
 
 
