@@ -61,11 +61,12 @@ def _todo(
         v, t = verdicts.get(flag), trials.get(flag)
         if t is not None:
             status = "completed" if t.get("decision") else "cancelled"
-            why = t.get("why") or t.get("error", "")
+            what = t.get("decision") or ("dry run" if t.get("dry_run") else "not run")
+            why = t.get("why") or t.get("error") or t.get("note", "")  # a dry run: "nothing deployed"
             items.append(
                 {
                     "id": flag,
-                    "content": f"trial {label}: {t.get('decision', 'not run')} — {why}",
+                    "content": f"trial {label}: {what}" + (f" — {why}" if why else ""),
                     "status": status,
                     "priority": prio,
                 }
