@@ -55,3 +55,24 @@ def test_run_prints_the_objective_and_the_words_that_chose_it(sim_host, tmp_path
         json.loads(line) for line in transcript.read_text().splitlines() if '"kind": "baseline"' in line
     )
     assert baseline["data"]["reps"][0]["settings"]["input_len"] == 4096
+
+
+def test_a_level_the_goal_names_is_added_to_the_benchmark(sim_host, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from tools.bench.objective import unmeasured_levels
+
+    assert unmeasured_levels(read_goal("maximize output throughput at concurrency 16"), [1, 8]) == [16]
+    assert unmeasured_levels(read_goal("p99 ttft at concurrency 8"), [1, 8]) == []
+    limit = read_goal("improve throughput keeping p99 TTFT under 500 ms at concurrency 32")
+    assert unmeasured_levels(limit, [1, 8]) == [32]  # the limit's level is judged too
+    config = _config_file(sim_host, tmp_path)  # its benchmark measures concurrency 1 and 8
+    done = subprocess.run(
+        [*CLI, "run", "--config", str(config), "--dry-run", "--json", "--goal", "p99 ttft at concurrency 16"],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "benchmark adds concurrency 16 (the goal names it)" in " ".join(done.stderr.split())
+    transcript = Path(json.loads(done.stdout)["transcript"])
+    baseline = next(
+        json.loads(line) for line in transcript.read_text().splitlines() if '"kind": "baseline"' in line
+    )
+    assert sorted(int(c) for c in baseline["data"]["output_tok_s"]) == [1, 8, 16]

@@ -31,6 +31,10 @@ def chat(
         from agent.cli.run import _sim_config  # the simulated deployment, started if needed
 
         cfg = _sim_config(config)
+    from agent.cli.run import with_goal_levels
+    from tools.bench.objective import objective_from_goal
+
+    cfg, added = with_goal_levels(cfg, objective_from_goal(goal))
     try:
         name, url = choose_model(model, base_url, configured=cfg.agent.model)
     except ModelChoiceError as e:
@@ -54,6 +58,8 @@ def chat(
             config=cfg,
         )
     console = chat_console()
+    if added:
+        console.print(added.removeprefix("; "), highlight=False)
     ui = RunUI(console=console, transcript=transcript)
     console.print(f"session {transcript.id} (saved to {transcript.path})", highlight=False)
 

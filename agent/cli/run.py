@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -77,7 +78,21 @@ def _read_goal(goal: str, cfg: object) -> tuple[object, str]:
         cfg = cfg.model_copy(update={"bench": cfg.bench.model_copy(update=hints)})
         lengths = ", ".join(f"{k.replace('_len', '')} {v} tokens" for k, v in hints.items())
         chosen += f"; benchmark {lengths} (from {words!r})"
-    return cfg, chosen
+    cfg, added = with_goal_levels(cfg, objective)
+    return cfg, chosen + added
+
+
+def with_goal_levels(cfg: Any, objective: Any) -> tuple[Any, str]:
+    """`cfg` with the concurrency levels the goal names added to the benchmark's (a goal at a level
+    nothing measures could judge no trial), and the words that say so ("" when none was missing)."""
+    from tools.bench.objective import unmeasured_levels
+
+    missing = unmeasured_levels(objective, cfg.bench.concurrency)
+    if not missing:
+        return cfg, ""
+    levels = sorted({*cfg.bench.concurrency, *missing})
+    cfg = cfg.model_copy(update={"bench": cfg.bench.model_copy(update={"concurrency": levels})})
+    return cfg, f"; benchmark adds concurrency {', '.join(map(str, missing))} (the goal names it)"
 
 
 def run(

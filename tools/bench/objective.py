@@ -155,6 +155,13 @@ def length_hints(goal: str | None) -> tuple[dict[str, int], str]:
     return hints, ", ".join(words)
 
 
+def unmeasured_levels(objective: Objective, measured: list[int]) -> list[int]:
+    """The concurrency levels the objective or its limit names that `measured` lacks: a goal "at
+    concurrency 512" is judged at 512, so the benchmark must measure it there too."""
+    slo = [objective.slo.level] if objective.slo is not None and objective.slo.level else []
+    return sorted({c for c in [*(objective.levels or []), *slo] if c not in measured})
+
+
 def read_goal(goal: str | None) -> Objective:
     """`objective_from_goal`, refusing a goal whose words name no objective (the default is chosen
     only for an empty goal): `GoalError` with goals that work, instead of silently throughput."""
