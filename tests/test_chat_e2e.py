@@ -3,6 +3,7 @@ real HTTP, the builtin model), then every `transcripts` subcommand on what they 
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import subprocess
@@ -232,6 +233,7 @@ def test_ctrl_c_during_a_run_trial_rolls_back_before_the_command_returns(deploym
     assert slow != (d / "optagent.toml").read_text()
     (d / "optagent-slow.toml").write_text(slow)
     child = _on_a_terminal(d, "run", "--config", "optagent-slow.toml", "--yes", "--max-trials", "1")
+    child.logfile_read = said = io.StringIO()
     try:
         deadline = time.monotonic() + 180
         while not _other_flags(unit, known_good):  # wait for the candidate's deploy
@@ -245,6 +247,9 @@ def test_ctrl_c_during_a_run_trial_rolls_back_before_the_command_returns(deploym
     assert _healthy(d)
     [run] = [s for s in _transcripts(d) if s["id"] not in before]
     assert run["status"] == "interrupted", run
+    assert "interrupted: nothing in flight, the server runs the last known-good" in " ".join(
+        said.getvalue().split()
+    )
 
 
 def test_transcripts_commands_on_a_real_run(deployment: Path, tmp_path: Path) -> None:

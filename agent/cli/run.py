@@ -82,6 +82,23 @@ def _read_goal(goal: str, cfg: object) -> tuple[object, str]:
     return cfg, chosen + added
 
 
+def _interrupted(state_dir: Path) -> str:
+    """What an interrupted run left: a trial's candidate rolls itself back before the command
+    returns, so the journal says whether anything is still in flight."""
+    from tools.deploy.journal import Journal
+
+    try:
+        in_flight = Journal(state_dir).read() is not None
+    except Exception:  # an unreadable journal: `optagent recover` sorts it out
+        in_flight = True
+    if in_flight:
+        return "interrupted with a change in flight: run `optagent recover` to restore known-good"
+    return (
+        "interrupted: nothing in flight, the server runs the last known-good configuration "
+        "(changes kept before the interrupt stay)"
+    )
+
+
 def with_goal_levels(cfg: Any, objective: Any) -> tuple[Any, str]:
     """`cfg` with the concurrency levels the goal names added to the benchmark's (a goal at a level
     nothing measures could judge no trial), and the words that say so ("" when none was missing)."""
@@ -191,7 +208,7 @@ def run(
         fail(one_line(str(e), simulated=cfg.simulated))
     except KeyboardInterrupt:
         transcript.close({"status": "interrupted"})
-        fail("interrupted; run `optagent recover` if a trial was in flight")
+        fail(_interrupted(cfg.target.state_dir))
     except Exception as e:
         transcript.close({"status": f"error: {type(e).__name__}: {e}"})
         fail(one_line(f"{type(e).__name__}: {e}", simulated=cfg.simulated))
