@@ -208,3 +208,38 @@ def test_the_run_s_before_and_after_are_measured_on_the_same_workload(tmp_path: 
     # the before/after is that block's: both levels measured (their speeds are the simulator's under
     # the suite's load, which moved them apart by more than 10% one run in three with 4 workers)
     assert set(result.final) == set(result.baseline) == {1, 8} and min(result.final.values()) > 0, result
+
+
+def test_a_latency_decision_shows_its_own_metric_and_says_its_changes_are_gains() -> None:
+    from agent.transcripts.markdown import trial_table
+    from agent.transcripts.review import trial_record
+    from agent.trial.record import TrialChange, TrialRecord, block_samples, comparison_dict
+    from tools.bench.objective import objective_from_goal
+    from tools.bench.paired import paired_compare
+    from tools.bench.results import LevelResult, SweepResult
+
+    def block(ttft: dict[int, float], spread: list[float]) -> list[SweepResult]:
+        return [
+            SweepResult(endpoint="http://127.0.0.1:1", api="completions", seed=i, levels=[
+                LevelResult(max_concurrency=c, num_prompts=8, completed=8, output_throughput=100.0,
+                            p99_ttft_ms=v * s) for c, v in ttft.items()])  # fmt: skip
+            for i, s in enumerate(spread)
+        ]
+
+    goal = objective_from_goal("p99 ttft at concurrency 8")
+    known_good = {1: 80.0, 8: 600.0}
+    before, after = block(known_good, [0.99, 1.0, 1.01]), block(known_good, [1.0, 1.005, 0.995])
+    cand = block({1: 84.0, 8: 660.0}, [0.99, 1.01, 1.0])  # 5% and 10% slower to the first token
+    cmp = paired_compare(before, cand, after, goal)
+    assert "p99_ttft_ms at concurrency 8 as a gain (+ = lower) -9." in cmp.summary  # 600/660 - 1
+    record = TrialRecord(
+        number=1, changes=[TrialChange(flag="--enable-mixed-chunk")], decision="rolled_back",
+        why=cmp.summary, comparison=comparison_dict(cmp), deployed=True,
+        samples={n: block_samples(b, ["p99_ttft_ms"]) for n, b in
+                 (("before", before), ("candidate", cand), ("after", after))},
+    )  # fmt: skip
+    assert record.headline().endswith("]: rolled back: c=8 gain -9.1% [-11.5..-6.6] (regressed)")
+    table = "\n".join(trial_table(trial_record(1, {"data": record.model_dump(mode="json")}, {})))
+    # the decision's own numbers in its own unit, never tok/s beside a change in TTFT
+    assert "known-good p99 TTFT ms | candidate p99 TTFT ms | gain [95% CI], + = lower" in table
+    assert "| 8 | 600.0 | 660.0 | -9." in table and "tok/s" not in table

@@ -113,9 +113,14 @@ def todo_evolution(states: list[tuple[int | None, list[dict[str, Any]]]]) -> lis
 
 
 def trial_table(trial: TrialRecord) -> list[str]:
-    """Per-level output throughput of a trial, as a Markdown table: the known-good and candidate
-    blocks the decision compared, and its change with the 95% interval (an older transcript without
-    them: the candidate against the run's baseline, labelled so)."""
+    """Per level, the numbers a trial's decision compared, as a Markdown table: the known-good and
+    candidate blocks in the decision's own metric (output tok/s, or p99 TTFT in ms for a goal that
+    names it) and its change with the 95% interval; only the change when the decision weighed
+    several metrics (a latency goal's TTFT and TPOT). An older transcript without the decision's
+    numbers: the candidate against the run's baseline, labelled so."""
+    effect = trial.effect
+    if effect is not None and effect.metric != "output_throughput":
+        return _metric_table(effect)
     levels = sorted(set(trial.baseline) | set(trial.candidate))
     rows = [
         [str(c), fmt_num(trial.baseline.get(c)), fmt_num(trial.candidate.get(c)), trial.change_at(c)]
@@ -123,10 +128,39 @@ def trial_table(trial: TrialRecord) -> list[str]:
     ]
     if not rows:
         return []
-    if trial.effect is not None:
+    if effect is not None:
         head = ["concurrency", "known-good tok/s", "candidate tok/s", "change [95% CI]"]
         return [*_table(head, rows), "", "(the paired blocks the decision used)"]
     return _table(["concurrency", "run baseline tok/s", "candidate tok/s", "change"], rows)
+
+
+def _metric_table(effect: Any) -> list[str]:
+    """`trial_table` for a decision on another metric than output tok/s: its own numbers beside
+    its change (never tok/s beside a change in TTFT)."""
+    judged = [lv for lv in effect.levels if lv.ratio is not None]
+    if not judged:
+        return []
+    change = "gain [95% CI], + = lower" if effect.lower_is_better else "change [95% CI]"
+    if effect.metric == "objective":
+        rows = [[str(lv.concurrency), lv.pct()] for lv in judged]
+        return [*_table(["concurrency", f"objective's {change}"], rows), "",
+                "(the paired blocks the decision used; several metrics, no one unit)"]  # fmt: skip
+    unit = metric_label(effect.metric)
+    rows = [[str(lv.concurrency), fmt_num(lv.known_good), fmt_num(lv.candidate), lv.pct()] for lv in judged]
+    head = ["concurrency", f"known-good {unit}", f"candidate {unit}", change]
+    return [*_table(head, rows), "", "(the paired blocks the decision used)"]
+
+
+def metric_label(metric: str) -> str:
+    """`p99_ttft_ms` -> `p99 TTFT ms`, `request_throughput` -> `req/s`, other throughputs tok/s."""
+    if metric == "request_throughput":
+        return "req/s"
+    if metric.endswith("_throughput"):
+        return f"{metric.removesuffix('_throughput')} tok/s"
+    stat, _, rest = metric.partition("_")
+    name = rest.removesuffix("_ms")
+    words = [w.upper() if w in ("ttft", "tpot", "itl", "e2e") else w for w in name.split("_")]
+    return f"{stat} {' '.join(words)} ms"
 
 
 def kept_caption(t: Any) -> str:

@@ -71,6 +71,11 @@ class Effect:
     """The worst a level may do for a keep (0.03: no level worse than 3%), from the decision."""
     launches: int = 1
 
+    @property
+    def lower_is_better(self) -> bool:
+        """A latency decision: its ratios are gains (known-good / candidate: + is a lower latency)."""
+        return "throughput" not in self.metric
+
     def level(self, concurrency: int) -> LevelEffect | None:
         """The level `concurrency`, if judged."""
         return next((lv for lv in self.levels if lv.concurrency == concurrency), None)
@@ -162,7 +167,8 @@ def headline(trial: dict[str, Any]) -> str:
     why = str(trial.get("why") or "")
     if effect is None or effect.deciding is None:
         return f"{decision}: {why.split(';')[0]}" if why else decision
-    text = f"{decision}: {where(effect.deciding)} {effect.deciding.pct()}"
+    gain = "gain " if effect.lower_is_better else ""  # + is a lower latency
+    text = f"{decision}: {where(effect.deciding)} {gain}{effect.deciding.pct()}"
     if decision == "kept" and effect.tolerance is not None:
         return text + f", no level worse than {effect.tolerance:.0%}"
     return text + f" ({effect.verdict.replace('_', ' ')})"

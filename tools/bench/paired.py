@@ -272,4 +272,6 @@ def _describe(overall: Interval, per_level: list[Interval], rule: str, objective
     if overall.launches_candidate > 1:
         n += f" on {overall.launches_candidate} launches"
     drift = f", A-A drift {overall.drift * 100:+.1f}%" if overall.n_after else ""
-    return f"{objective.description} {overall.pct()} (95% CI); {levels}; {n}{drift}; rule: {rule}"
+    # a latency's ratio is known-good / candidate: + is a lower latency
+    gain = "" if objective.higher_is_better else "as a gain (+ = lower) "
+    return f"{objective.description} {gain}{overall.pct()} (95% CI); {levels}; {n}{drift}; rule: {rule}"
