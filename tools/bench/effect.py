@@ -185,5 +185,5 @@ def decided_levels(trial: dict[str, Any]) -> dict[int, str]:
         numbers = ""
         if lv.known_good and lv.candidate and effect.metric == "output_throughput":
             numbers = f"{lv.known_good:,.0f} -> {lv.candidate:,.0f} tok/s, "
-        out[lv.concurrency] = numbers + lv.pct()
+        out[lv.concurrency] = numbers + ("gain " if effect.lower_is_better else "") + lv.pct()
     return out
