@@ -220,9 +220,21 @@ def test_a_latency_decision_shows_its_own_metric_and_says_its_changes_are_gains(
 
     def block(ttft: dict[int, float], spread: list[float]) -> list[SweepResult]:
         return [
-            SweepResult(endpoint="http://127.0.0.1:1", api="completions", seed=i, levels=[
-                LevelResult(max_concurrency=c, num_prompts=8, completed=8, output_throughput=100.0,
-                            p99_ttft_ms=v * s) for c, v in ttft.items()])  # fmt: skip
+            SweepResult(
+                endpoint="http://127.0.0.1:1",
+                api="completions",
+                seed=i,
+                levels=[
+                    LevelResult(
+                        max_concurrency=c,
+                        num_prompts=8,
+                        completed=8,
+                        output_throughput=100.0,
+                        p99_ttft_ms=v * s,
+                    )
+                    for c, v in ttft.items()
+                ],
+            )  # fmt: skip
             for i, s in enumerate(spread)
         ]
 
@@ -243,3 +255,41 @@ def test_a_latency_decision_shows_its_own_metric_and_says_its_changes_are_gains(
     # the decision's own numbers in its own unit, never tok/s beside a change in TTFT
     assert "known-good p99 TTFT ms | candidate p99 TTFT ms | gain [95% CI], + = lower" in table
     assert "| 8 | 600.0 | 660.0 | -9." in table and "tok/s" not in table
+
+
+def test_a_kept_latency_change_is_not_plotted_as_paired_tok_s(tmp_path: Path) -> None:
+    from agent.transcripts.transcript import Transcript
+    from agent.trial.record import TrialChange, TrialRecord, block_samples, comparison_dict
+    from tests.transcript_sessions import sweep
+    from tools.bench.objective import objective_from_goal
+    from tools.bench.paired import paired_compare
+    from tools.bench.results import LevelResult, SweepResult
+
+    def block(ttft: float, spread: list[float]) -> list[SweepResult]:
+        return [SweepResult(endpoint="http://127.0.0.1:1", api="completions", seed=i, levels=[
+                    LevelResult(max_concurrency=8, num_prompts=8, completed=8, output_throughput=700.0,
+                                p99_ttft_ms=ttft * s)]) for i, s in enumerate(spread)]  # fmt: skip
+
+    before, after, cand = (
+        block(600.0, [0.99, 1.0, 1.01]),
+        block(600.0, [1.0, 1.005, 0.995]),
+        block(500.0, [1, 1, 1]),
+    )
+    cmp = paired_compare(before, cand, after, objective_from_goal("p99 ttft at concurrency 8"))
+    assert cmp.verdict == "improved", cmp.summary
+    record = TrialRecord(
+        number=1, changes=[TrialChange(flag="--enable-mixed-chunk")], decision="kept", improved=True,
+        why=cmp.summary, comparison=comparison_dict(cmp), deployed=True, levels={8: 700.0},
+        samples={n: block_samples(b, ["p99_ttft_ms"]) for n, b in
+                 (("before", before), ("candidate", cand), ("after", after))},
+    )  # fmt: skip
+    t = Transcript.create(
+        tmp_path, kind="run", goal="p99 ttft at concurrency 8", model="builtin", target="sim"
+    )
+    t.event("baseline", {"reps": [sweep({8: 690.0})] * 3})
+    t.event("trial", record.model_dump(mode="json"))
+    t.close({"kept": ["--enable-mixed-chunk"], "status": "completed"})
+    fig = plot_figure(build_review(load_transcript(t.path)))
+    left = fig.axes[0]
+    assert left.get_title() == "Kept change"  # its tok/s are no paired blocks of its decision
+    assert "baseline (start of run)" in [x.get_text() for x in left.get_legend().get_texts()]

@@ -95,7 +95,7 @@ def plot_figure(review: Review) -> Any:
         shade = ["black", "#8250df", "#bf8700"][i % 3]
         if kg:  # one colour per kept trial: its known-good dashed, its candidate solid
             ax.plot(*zip(*kg, strict=True), "--o", color=shade if len(kept) > 1 else BASELINE_COLOR, linewidth=1.5,
-                    label=f"#{t.number} known-good" if t.effect else "baseline (start of run)")  # fmt: skip
+                    label=f"#{t.number} known-good" if _paired_tok_s(t) else "baseline (start of run)")  # fmt: skip
         ax.plot(*zip(*cand, strict=True), "-s", color=shade, linewidth=2, label=f"#{t.number} kept candidate")
     if not kept and base:
         ax.plot(*zip(*sorted(base.items()), strict=True), "-o", color=BASELINE_COLOR, linewidth=2,
@@ -104,12 +104,21 @@ def plot_figure(review: Review) -> Any:
     ax.set_xticks(levels, [str(c) for c in levels])
     ax.minorticks_off()
     ax.set(xlabel="concurrency", ylabel="output tok/s")
-    ax.set_title("Kept change: paired blocks" if kept else "Baseline", fontsize=11)
+    paired = kept and all(_paired_tok_s(t) for t in kept)
+    ax.set_title(
+        "Kept change: paired blocks" if paired else "Kept change" if kept else "Baseline", fontsize=11
+    )
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, loc="best")
     _change_bars(bars, review.trials, levels)
     fig.tight_layout()
     return fig
+
+
+def _paired_tok_s(t: TrialRecord) -> bool:
+    """Whether a trial's tok/s are its decision's paired blocks (a decision on another metric, a
+    latency, keeps the candidate's tok/s beside the run's baseline)."""
+    return t.effect is not None and t.effect.metric == "output_throughput"
 
 
 def _change_bars(ax: Any, trials: list[TrialRecord], levels: list[int]) -> None:
