@@ -293,3 +293,13 @@ def test_a_kept_latency_change_is_not_plotted_as_paired_tok_s(tmp_path: Path) ->
     left = fig.axes[0]
     assert left.get_title() == "Kept change"  # its tok/s are no paired blocks of its decision
     assert "baseline (start of run)" in [x.get_text() for x in left.get_legend().get_texts()]
+    # `run --json`: that metric's numbers under its own name, the ratio as a gain (+ is lower)
+    result = RunResult(
+        status="completed", transcript=t.path, trials=[record], kept=["--enable-mixed-chunk"],
+        baseline={8: 690.0}, final={8: 700.0}, restarts=2, seconds=60.0, conclusion="",
+    )  # fmt: skip
+    kept = run_summary(result)["kept"][0]
+    level = kept["levels"]["8"]
+    assert kept["metric"] == "p99_ttft_ms" and "known_good_tok_s" not in level and "change_pct" not in level
+    assert abs(level["known_good_p99_ttft_ms"] - 600.0) < 1 and abs(level["candidate_p99_ttft_ms"] - 500) < 1
+    assert abs(level["gain_pct"] - 20.0) < 0.5  # 600 -> 500 ms: 20% as a gain

@@ -154,11 +154,14 @@ def run_summary(result: Any) -> dict[str, Any]:
             continue
         data = t.model_dump(mode="json")
         effect = effect_of(data)
+        # a latency decision: its numbers are that metric's, its ratio a gain (+ is lower)
+        unit = "tok_s" if effect is None or effect.metric == "output_throughput" else effect.metric
+        change = "gain_pct" if effect is not None and effect.lower_is_better else "change_pct"
         levels = {
             str(lv.concurrency): {
-                "known_good_tok_s": None if lv.known_good is None else round(lv.known_good, 1),
-                "candidate_tok_s": None if lv.candidate is None else round(lv.candidate, 1),
-                "change_pct": pct(lv.ratio),
+                f"known_good_{unit}": None if lv.known_good is None else round(lv.known_good, 1),
+                f"candidate_{unit}": None if lv.candidate is None else round(lv.candidate, 1),
+                change: pct(lv.ratio),
                 "ci_low_pct": pct(lv.ci_low),
                 "ci_high_pct": pct(lv.ci_high),
             }  # fmt: skip
@@ -166,8 +169,8 @@ def run_summary(result: Any) -> dict[str, Any]:
         }
         kept.append({"trial": t.number, "changes": [c.describe() for c in t.changes],
                      "on_top_of": [c.describe() for c in t.on_top_of], "headline": headline(data),
-                     "rule": effect.rule if effect else None, "levels": levels,
-                     "workload": t.workload})  # fmt: skip
+                     "rule": effect.rule if effect else None, "metric": effect.metric if effect else None,
+                     "levels": levels, "workload": t.workload})  # fmt: skip
     return {
         "status": result.status,
         "deployed": list(result.kept),
