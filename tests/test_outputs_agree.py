@@ -20,7 +20,7 @@ from agent.transcripts.export import export_html, plot_figure
 from agent.transcripts.load import load_transcript
 from agent.transcripts.markdown import review_markdown
 from agent.transcripts.report import run_summary, write_report
-from agent.transcripts.review import build_review
+from agent.transcripts.review import build_review, gain_summary
 from tests.transcript_sessions import write_paired_run
 from tools.bench.effect import effect_of
 
@@ -289,7 +289,9 @@ def test_a_kept_latency_change_is_not_plotted_as_paired_tok_s(tmp_path: Path) ->
     t.event("baseline", {"reps": [sweep({8: 690.0})] * 3})
     t.event("trial", record.model_dump(mode="json"))
     t.close({"kept": ["--enable-mixed-chunk"], "status": "completed"})
-    fig = plot_figure(build_review(load_transcript(t.path)))
+    review = build_review(load_transcript(t.path))
+    assert gain_summary(review).startswith("c=8 gain +20.")  # `transcripts list`
+    fig = plot_figure(review)
     left = fig.axes[0]
     assert left.get_title() == "Kept change"  # its tok/s are no paired blocks of its decision
     assert "baseline (start of run)" in [x.get_text() for x in left.get_legend().get_texts()]

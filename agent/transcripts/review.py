@@ -12,7 +12,7 @@ from typing import Any
 
 from agent.transcripts.load import LoadedTranscript
 from agent.transcripts.verdicts import plain_condition
-from tools.bench.effect import Effect, effect_of, headline
+from tools.bench.effect import Effect, effect_of, headline, where
 
 MISSING = "missing"
 METRICS = ("output_throughput", "mean_ttft_ms", "p99_itl_ms")
@@ -323,10 +323,10 @@ def gain_summary(review: Review) -> str:
     """What the kept changes did, for listings: each kept trial's deciding level with its interval
     (`c=64 +4.0% [+1.2..+6.9]`); for an older transcript without intervals, the run's before/after
     per level (`1: +2.0%  64: +15.1%`)."""
-    decided = [t.effect.deciding for t in review.kept_trials if t.effect and t.effect.deciding]
+    decided = [(t.effect, t.effect.deciding) for t in review.kept_trials if t.effect and t.effect.deciding]
     if decided:
         return "; ".join(
-            f"{'objective' if lv.concurrency < 0 else f'c={lv.concurrency}'} {lv.pct()}" for lv in decided
+            f"{where(lv)} {'gain ' if effect.lower_is_better else ''}{lv.pct()}" for effect, lv in decided
         )
     if not review.gain or not review.kept:  # nothing kept: no change to summarize
         return ""
