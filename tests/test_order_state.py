@@ -91,8 +91,29 @@ def test_the_report_says_what_the_load_made_of_each_candidate():
              "flag.cuda_graph_max_bs_decode": 32, "server.chunked_prefill_size": 8192}  # fmt: skip
     deps = SimpleNamespace(
         candidates=evaluate(load_playbook(), facts), state=load_state(SEED, BENCH, BASE), runner=None,
-        spread=None, allow_lossy=False,
+        spread=None, allow_lossy=False, goal="improve throughput",
     )  # fmt: skip
     [line] = _order_notes(deps)
     assert line.startswith("order from the load: --cuda-graph-max-bs x1.5 (raised: state.uncaptured_share")
     assert "--enable-mixed-chunk x1.5" in line and "--kv-cache-dtype x0.25" in line
+
+
+def test_a_goal_on_one_level_lowers_the_levers_that_act_only_elsewhere():
+    from types import SimpleNamespace
+
+    from agent.policy.planner import goal_levels
+
+    state = load_state(SEED, BENCH, BASE)  # running batch 1 / 8 / 64
+    for goal, judged in [
+        ("lower latency", [1]),
+        ("p99 ttft at concurrency 64", [64]),
+        ("improve throughput", None),
+    ]:
+        assert goal_levels(SimpleNamespace(runner=None, goal=goal, state=state)) == judged
+    mixed = LEVER["--enable-mixed-chunk"]  # acts where 8 or more run: c=8 and c=64
+    assert state_factor(mixed, state, [64]) == state_factor(mixed, state)  # it acts where the goal looks
+    factor, why = state_factor(mixed, state, [1])
+    assert factor == state_factor(mixed, state)[0] * 0.25
+    assert why[-1] == "lowered: it acts at c=8, c=64; the goal judges c=1"
+    compile_ = LEVER["--enable-torch-compile"]  # acts where 32 or fewer run: c=1 and c=8
+    assert state_factor(compile_, state, [1]) == state_factor(compile_, state)

@@ -106,8 +106,10 @@ def _levels_where(conditions: list[str], state: LoadState) -> list[int]:
     ]
 
 
-def state_factor(lever: Any, state: LoadState) -> tuple[float, list[str]]:
-    """(factor on the expected value, why) from the lever's hints and the baseline's state."""
+def state_factor(lever: Any, state: LoadState, judged: list[int] | None = None) -> tuple[float, list[str]]:
+    """(factor on the expected value, why) from the lever's hints and the baseline's state.
+    `judged`: the levels a goal decides on (a named level, a latency goal's lowest; None: every
+    level); a lever whose mechanism acts at none of them is worth as little as one acting nowhere."""
     if not state.levels:
         return 1.0, []
     factor, why = 1.0, []
@@ -120,7 +122,12 @@ def state_factor(lever: Any, state: LoadState) -> tuple[float, list[str]]:
         if (r := check(cond, facts)).outcome == "pass":
             factor *= LOWER
             why.append(f"lowered: {r.plain()}")
-    if getattr(lever, "acts_at", None) and not acts_at(lever, state):
+    acts = acts_at(lever, state) if getattr(lever, "acts_at", None) else None
+    if acts is not None and not acts:
         factor *= NOWHERE
         why.append(f"lowered: no measured level where {' and '.join(lever.acts_at)}")
+    elif acts is not None and judged and not set(acts) & set(judged):
+        factor *= NOWHERE
+        at = ", ".join(f"c={c}" for c in acts)
+        why.append(f"lowered: it acts at {at}; the goal judges {', '.join(f'c={c}' for c in judged)}")
     return factor, why

@@ -81,10 +81,12 @@ def candidates_view(deps: PlannerDeps) -> list[dict[str, Any]]:
     bench = deps.runner.bench if deps.runner is not None else None
     bar = establishable(deps.spread, bench.min_effect) if bench is not None and deps.spread else None
 
+    judged = goal_levels(deps)
+
     def state(c: Candidate) -> dict[str, Any]:
         if deps.state is None:
             return {}
-        factor, why = state_factor(c.lever, deps.state)
+        factor, why = state_factor(c.lever, deps.state, judged)
         return {
             "state_factor": factor,
             "state_why": why,
@@ -118,6 +120,18 @@ def candidates_view(deps: PlannerDeps) -> list[dict[str, Any]]:
         }
         for c in deps.candidates
     ]
+
+
+def goal_levels(deps: PlannerDeps) -> list[int] | None:
+    """The levels the goal's objective decides on (a named level, a latency goal's lowest measured
+    one); None when every level counts (throughput, the Pareto rule)."""
+    from tools.bench.objective import objective_from_goal
+
+    objective = deps.runner.objective if deps.runner is not None else objective_from_goal(deps.goal)
+    if objective.levels:
+        return list(objective.levels)
+    levels = sorted(deps.state.levels) if deps.state is not None else []
+    return levels[:1] if objective.lowest_level and levels else None
 
 
 async def research(deps: PlannerDeps, flag: str, question: str, *, usage: Any = None) -> FlagVerdict:
