@@ -101,6 +101,10 @@ async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
             baseline, bench_s = await measure_baseline(ui, target.endpoint, config.bench, text, deployment)
             phases.append(("baseline", bench_s))
             objective = objective_from_goal(opts.goal)
+            if objective.slo is not None and (broken := objective.slo.broken_by(baseline.reps)):
+                ui.note(
+                    f"the baseline breaks the goal's limit: {broken}; a change is kept only if it meets it"
+                )
             runner = None
             if not opts.dry_run:
                 grid = grid_size(playbook, ctx.facts, ctx.catalog or None)

@@ -76,3 +76,14 @@ def test_a_level_the_goal_names_is_added_to_the_benchmark(sim_host, tmp_path: Pa
         json.loads(line) for line in transcript.read_text().splitlines() if '"kind": "baseline"' in line
     )
     assert sorted(int(c) for c in baseline["data"]["output_tok_s"]) == [1, 8, 16]
+
+
+def test_a_baseline_that_breaks_the_goal_s_limit_is_said_at_once(sim_host, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    config = _config_file(sim_host, tmp_path)
+    goal = "improve throughput keeping p99 TTFT under 1 ms"  # no server answers that fast
+    done = subprocess.run([*CLI, "run", "--config", str(config), "--dry-run", "--json", "--goal", goal],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = " ".join(done.stderr.split())
+    assert "the baseline breaks the goal's limit: p99_ttft_ms at concurrency 1 is" in said
+    assert "above the limit of 1 ms; a change is kept only if it meets it" in said

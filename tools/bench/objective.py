@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -43,6 +43,26 @@ class Slo(BaseModel):
                     f"{self.metric} at concurrency {lv.max_concurrency} is {shown} > {self.max_ms:g} ms"
                 )
         return out
+
+    def broken_by(self, reps: list[Any]) -> str | None:
+        """Why a block of sweeps breaks the limit, or None: at the limit's level (every level when
+        it names none) the metric's mean over the repetitions exceeds `max_ms`, or was not measured."""
+        per_level: dict[int, list[float | None]] = {}
+        for sweep in reps:
+            for lv in sweep.levels:
+                if self.level is None or lv.max_concurrency == self.level:
+                    per_level.setdefault(lv.max_concurrency, []).append(getattr(lv, self.metric))
+        for c, values in sorted(per_level.items()):
+            known = [v for v in values if v is not None]
+            if not known:
+                return f"{self.metric} at concurrency {c} was not measured"
+            mean = sum(known) / len(known)
+            if mean > self.max_ms:
+                return (
+                    f"{self.metric} at concurrency {c} is {mean:,.1f} ms over {len(known)} repetitions, "
+                    f"above the limit of {self.max_ms:g} ms"
+                )
+        return None
 
 
 class Objective(BaseModel):

@@ -233,6 +233,12 @@ def paired_compare(
         and (i.ratio >= 1 + min_effect / 2 or i.ci_high >= 1 + 4 * min_effect)
     ]
     text = _describe(overall, per_level, rule, objective)
+    if objective.slo is not None and (broken := objective.slo.broken_by(every_cand)):
+        # the goal's limit ("keeping p99 TTFT under 500 ms") is no trade-off: a change that breaks it
+        # is not kept, whatever it gains
+        return PairedComparison(
+            verdict="regressed", summary=f"regressed: {broken}; {text}", clear_no=True, **base
+        )
     if sig_worse:
         i = sig_worse[0]
         verdict: Verdict = "regressed"
