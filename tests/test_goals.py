@@ -87,3 +87,13 @@ def test_a_baseline_that_breaks_the_goal_s_limit_is_said_at_once(sim_host, tmp_p
     said = " ".join(done.stderr.split())
     assert "the baseline breaks the goal's limit: p99_ttft_ms at concurrency 1 is" in said
     assert "above the limit of 1 ms; a change is kept only if it meets it" in said
+
+
+def test_a_user_s_tokens_per_second_is_the_time_per_output_token() -> None:
+    for goal, level in [("maximize tokens per second per user at concurrency 64", [64]),
+                        ("tps per user at concurrency 8", [8]), ("improve per-user throughput", None)]:  # fmt: skip
+        objective = read_goal(goal)
+        assert objective.metrics == ["median_tpot_ms"] and objective.levels == level, goal
+        assert not objective.higher_is_better and "1000 / TPOT" in objective.description
+    # the server's total is still throughput
+    assert read_goal("maximize output throughput at concurrency 64").metrics == ["output_throughput"]

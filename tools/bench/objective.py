@@ -95,6 +95,14 @@ def _latency_field(stat: str | None, name: str) -> str:
     return f"{_STATS[(stat or 'median').lower()]}_{base}_ms"
 
 
+_PER_USER = re.compile(
+    r"\b(?:tokens?|tok|tps)\s*(?:(?:/|per)\s*(?:s|sec|second)\s*)?(?:/|per)\s*(?:user|request|stream|sequence)\b"
+    r"|\bper[- ](?:user|request|stream)\s+(?:throughput|tok/s|tokens?/s|speed|tps)\b",
+    re.I,
+)
+"""Words for one stream's speed ("tokens per second per user", "per-user throughput"): TPOT."""
+
+
 def objective_from_goal(goal: str | None) -> Objective:
     """Pick the objective from free text. Examples:
 
@@ -115,7 +123,13 @@ def objective_from_goal(goal: str | None) -> Objective:
         text = text[: m.start()] + text[m.end() :]
     level_m = re.search(_LEVEL, text, re.I)
     level = int(level_m.group(1)) if level_m else None
+    per_user = _PER_USER.search(text)
     lat = re.search(rf"(?:{_STAT}\s+)?{_LAT}", text, re.I)
+    if per_user and not lat:  # one stream's decode speed: 1000 / its time per output token
+        where = f"concurrency {level}" if level else "every level"
+        return Objective(kind="metric", metrics=["median_tpot_ms"], levels=[level] if level else None, slo=slo,
+                         description=f"median_tpot_ms at {where} (each user's tok/s is 1000 / TPOT)",
+                         words=" ... ".join(w for w in (per_user.group(0), level_m and level_m.group(0)) if w))  # fmt: skip
     if lat:
         field = _latency_field(lat.group(1), lat.group(2))
         where = f"concurrency {level}" if level else "every level"
