@@ -127,7 +127,11 @@ def make_runner(
     )
 
 
-async def _preflight(ui: RunUI, deployment: Any, target: Any) -> None:
+async def _preflight(ui: RunUI, deployment: Any, target: Any, *, will_deploy: bool = True) -> None:
+    """Recover an unfinished change, record the target's status, and check the server is healthy;
+    when the session `will_deploy`, known-good is established first (`Deployment.known_good`: a
+    local unit file edited since the last deploy, or a service not seen running, is refused here,
+    before the baseline, not at the first trial)."""
     from tools.deploy.health import wait_healthy
 
     if deployment.recovered:
@@ -135,6 +139,8 @@ async def _preflight(ui: RunUI, deployment: Any, target: Any) -> None:
         ui.record("deploy", {"recovered": deployment.recovered})
     status = await deployment.status()
     ui.record("deploy", {"preflight": _jsonable(status)})
+    if will_deploy:
+        await deployment.known_good()
     health = await wait_healthy(target.endpoint, timeout=min(target.health_timeout_s, 120.0))
     if not health.ok:
         raise SessionError(f"the server at {target.endpoint} is not healthy: {health.reason}")

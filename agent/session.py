@@ -86,7 +86,7 @@ async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
     transport = make_transport(target)
     try:
         async with Deployment(target, on_progress=ui.deploy_progress, pace=True) as deployment:
-            await _preflight(ui, deployment, target)
+            await _preflight(ui, deployment, target, will_deploy=not opts.dry_run)
             ui.step("context")
             ctx = await gather_context(
                 config, transport, on_step=lambda s: ui.note(f"reading {s}", record=False), waiting=ui.waiting

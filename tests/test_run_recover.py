@@ -87,3 +87,36 @@ def test_killed_mid_trial_then_rerun_recovers_the_target(tmp_path: Path, sglang_
         assert UnitFile.load(config.target.local_unit).render() == baseline_text
     finally:
         host.down(tmp_path / "sim")
+
+
+def test_a_local_unit_file_edited_since_the_last_deploy_stops_the_run_before_its_baseline(
+    tmp_path: Path, sglang_0523
+) -> None:
+    import asyncio
+
+    from tools.deploy.deployment import Deployment
+
+    config = host.ensure_up(tmp_path / "sim", scenario="seed", port=free_port(), time_scale=0.25)
+    cfg_file = tmp_path / "optagent.toml"
+    cfg_file.write_text(_toml(config, sglang_0523.root, tmp_path / "transcripts"))
+
+    async def record_known_good() -> None:
+        async with Deployment(config.target) as d:
+            await d.known_good()  # seen running and healthy: recorded
+
+    try:
+        asyncio.run(record_known_good())
+        local = Path(config.target.local_unit)
+        local.write_text(local.read_text().replace("--tp-size 4", "--tp-size 2"))  # edited by hand
+        done = subprocess.run(
+            [sys.executable, "-c", "from agent.cli.main import app; app()", "run", "--config", str(cfg_file), "--yes"],
+            cwd=tmp_path, capture_output=True, text=True, timeout=240,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "COLUMNS": "200"},
+        )  # fmt: skip
+    finally:
+        host.down(tmp_path / "sim")
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    said = " ".join((done.stdout + done.stderr).split())
+    assert "error: the local unit file" in said and "was edited since the last deploy" in said
+    assert "DriftError" not in said and "--tp-size 2" in said  # the diff, without a type name
+    assert "baseline" not in said.split("error:")[0]  # refused at preflight: nothing measured

@@ -150,6 +150,8 @@ def run(
     from agent.session import RunOptions, run_session
     from agent.transcripts.transcript import Transcript
     from agent.ui import RunUI
+    from tools.deploy.outcome import DeployError, UnitInvalidError
+    from tools.deploy.redact import redact_text
 
     if max_trials is not None and max_trials < 0:
         fail("--max-trials must be 0 or more", code=2)
@@ -206,6 +208,9 @@ def run(
     except SessionError as e:
         transcript.close({"status": f"failed: {e}"})
         fail(one_line(str(e), simulated=cfg.simulated))
+    except DeployError as e:  # drift, a unit file that does not parse, a refused deploy: said plainly
+        transcript.close({"status": f"failed: {e}"})
+        fail(redact_text(str(e)), code=2 if isinstance(e, UnitInvalidError) else 1)
     except KeyboardInterrupt:
         transcript.close({"status": "interrupted"})
         fail(_interrupted(cfg.target.state_dir))
