@@ -103,7 +103,8 @@ async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
             objective = objective_from_goal(opts.goal)
             if objective.slo is not None and (broken := objective.slo.broken_by(baseline.reps)):
                 ui.note(
-                    f"the baseline breaks the goal's limit: {broken}; a change is kept only if it meets it"
+                    f"the baseline breaks the goal's limit: {broken}; where it does, a change is judged "
+                    "by the objective alone, and held to the limit wherever known-good meets it"
                 )
             runner = None
             if not opts.dry_run:

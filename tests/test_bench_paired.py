@@ -283,3 +283,29 @@ def test_a_gain_that_breaks_the_goal_s_latency_limit_is_not_kept():
     assert broken.summary.startswith(
         "regressed: p99_ttft_ms at concurrency 64 is 620.0 ms over 3 repetitions, above the limit of 500 ms"
     )
+
+
+def test_a_level_where_known_good_breaks_the_limit_too_is_judged_by_the_objective_alone():
+    goal = objective_from_goal("improve throughput keeping p99 TTFT under 500 ms")
+
+    def with_ttft(reps: list[SweepResult], ttft: dict[int, float]) -> list[SweepResult]:
+        return [
+            r.model_copy(
+                update={
+                    "levels": [
+                        lv.model_copy(update={"p99_ttft_ms": ttft[lv.max_concurrency]}) for lv in r.levels
+                    ]
+                }
+            )  # fmt: skip
+            for r in reps
+        ]
+
+    rng = random.Random(8)
+    queued = {1: 80.0, 8: 200.0, 64: 900.0}  # c=64 queues: known-good is over the limit there
+    before, after = with_ttft(block(rng), queued), with_ttft(block(rng), queued)
+    faster = block(rng, shift=1.10)
+    kept = paired_compare(before, with_ttft(faster, {**queued, 64: 850.0}), after, goal, launch_noise=0.005)
+    assert kept.verdict == "improved", kept.summary  # c=64 was not under the limit to begin with
+    # where known-good keeps the limit, the candidate must too
+    broken = paired_compare(before, with_ttft(faster, {**queued, 8: 520.0}), after, goal, launch_noise=0.005)
+    assert broken.verdict == "regressed" and "p99_ttft_ms at concurrency 8 is 520.0 ms" in broken.summary

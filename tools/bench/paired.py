@@ -233,7 +233,8 @@ def paired_compare(
         and (i.ratio >= 1 + min_effect / 2 or i.ci_high >= 1 + 4 * min_effect)
     ]
     text = _describe(overall, per_level, rule, objective)
-    if objective.slo is not None and (broken := objective.slo.broken_by(every_cand)):
+    good = before + after + more_good
+    if objective.slo is not None and (broken := objective.slo.broken_by(every_cand, known_good=good)):
         # the goal's limit ("keeping p99 TTFT under 500 ms") is no trade-off: a change that breaks it
         # is not kept, whatever it gains
         return PairedComparison(
