@@ -172,9 +172,21 @@ def test_named_metric_and_level_and_slo_from_goal():
     assert objective.kind == "throughput"
     assert objective.slo.metric == "p99_ttft_ms" and objective.slo.max_ms == 80
     rng = random.Random(9)
-    # 10% faster, but p99 TTFT is ~82 ms at every level: fails the SLO.
+    # 10% faster, p99 TTFT ~82 ms: over the limit, but known-good (~90 ms) was over it too: there the
+    # limit was not being kept, and the objective alone decides
     result = compare(reps(rng, noise=0.01), reps(rng, noise=0.01, shift=1.10), objective)
-    assert result.verdict == "regressed" and "SLO" in result.summary
+    assert result.verdict == "improved", result.summary
+    # where known-good keeps it (~90 ms under 92), a candidate at 95 ms fails it, however much faster
+    kept_limit = objective_from_goal("maximize throughput while keeping p99 TTFT under 92 ms")
+    slower_first_token = [
+        s.model_copy(update={"levels": [lv.model_copy(update={"p99_ttft_ms": 95.0}) for lv in s.levels]})
+        for s in reps(rng, noise=0.01, shift=1.10)
+    ]
+    result = compare(reps(rng, noise=0.01), slower_first_token, kept_limit)
+    assert (
+        result.verdict == "regressed"
+        and "SLO violated (p99_ttft_ms at concurrency 1 is 95.0 ms" in result.summary
+    )
     relaxed = objective_from_goal("maximize throughput, p99 ttft below 0.2 s")
     assert relaxed.slo.max_ms == 200
     assert compare(reps(rng, noise=0.01), reps(rng, noise=0.01, shift=1.10), relaxed).verdict == "improved"

@@ -7,8 +7,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from tools.bench.results import LevelResult
-
 THROUGHPUT_METRICS = ("output_throughput", "total_throughput", "request_throughput", "input_throughput")
 _STATS = {"p99": "p99", "p95": "p95", "p90": "p90", "p50": "median", "median": "median", "mean": "mean",
           "average": "mean", "avg": "mean"}  # fmt: skip
@@ -29,20 +27,6 @@ class Slo(BaseModel):
     metric: str
     max_ms: float
     level: int | None = None
-
-    def violations(self, levels: list[LevelResult]) -> list[str]:
-        """Each applicable level whose value exceeds the limit (a missing value is a violation)."""
-        out = []
-        for lv in levels:
-            if self.level is not None and lv.max_concurrency != self.level:
-                continue
-            value = getattr(lv, self.metric)
-            if value is None or value > self.max_ms:
-                shown = "missing" if value is None else f"{value:.1f} ms"
-                out.append(
-                    f"{self.metric} at concurrency {lv.max_concurrency} is {shown} > {self.max_ms:g} ms"
-                )
-        return out
 
     def values(self, reps: list[Any]) -> dict[int, list[float]]:
         """Per level the limit covers (its level, else every level), the metric's measured values."""

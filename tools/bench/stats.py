@@ -214,8 +214,8 @@ def compare(
     numbers = _describe(overall, objective, len(b), len(c), launch_noise)
     if len(b) < 2 or len(c) < 2:
         return done("inconclusive", f"needs >= 2 repetitions a side; {numbers}", **extra)
-    if objective.slo and (v := [x for s in candidate_reps for x in objective.slo.violations(s.levels)]):
-        return done("regressed", f"SLO violated ({v[0]}); {numbers}", **extra)
+    if objective.slo and (broken := objective.slo.broken_by(candidate_reps, known_good=baseline_reps)):
+        return done("regressed", f"SLO violated ({broken}); {numbers}", **extra)
     worse = [lc for lc in per_level if lc.verdict == "regressed"]
     if worse:
         lc = worse[0]
