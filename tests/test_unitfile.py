@@ -236,3 +236,30 @@ def test_script_values_reach_the_process_as_one_argument(value: str) -> None:
     argv = eval(out)  # the repr of a list of str printed by the child
     assert argv[:3] == ["launch_server", "--a", "1"]
     assert argv[3:] in (["--v", value], [f"--v={value}"])
+
+
+def test_a_wrapped_server_s_flags_start_after_its_entry_point() -> None:
+    docker = (
+        "[Service]\nExecStart=/usr/bin/docker run --rm --gpus all -p 30000:30000 --shm-size 32g "
+        "lmsysorg/sglang:v0.5.23 python3 -m sglang.launch_server --model-path /m --tp 2\n"
+    )
+    unit = UnitFile.parse(docker)
+    assert unit.command.flags == {"--model-path": "/m", "--tp": "2"}  # not docker's --gpus, -p, --shm-size
+    edited = unit.set_flag("--enable-mixed-chunk").set_flag("--tp", "4")
+    assert edited.command.flags == {"--model-path": "/m", "--tp": "4", "--enable-mixed-chunk": None}
+    assert "--rm --gpus all -p 30000:30000 --shm-size 32g lmsysorg" in edited.render()  # docker's untouched
+    serve = UnitFile.parse("[Service]\nExecStart=/opt/venv/bin/sglang serve --model-path /m --tp 4\n")
+    assert serve.command.flags == {"--model-path": "/m", "--tp": "4"}
+
+
+@pytest.mark.parametrize("shell", ["/bin/bash -c", "/bin/sh -ec", "bash -lc"])
+def test_a_server_started_inside_a_shell_string_is_refused_with_what_to_write(shell: str) -> None:
+    text = f'[Service]\nExecStart={shell} "source /opt/venv/bin/activate && python -m sglang.launch_server --tp 2"\n'
+    with pytest.raises(
+        UnitFileError, match=r"runs a shell string .*exec python -m sglang.launch_server \"\$@\""
+    ):
+        UnitFile.parse(text)
+    # a shell running a script file, which gets the flags as its own arguments, is fine
+    assert UnitFile.parse("[Service]\nExecStart=/bin/bash /opt/start-sglang.sh --tp 2\n").command.flags == {
+        "--tp": "2"
+    }

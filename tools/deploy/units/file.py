@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Literal
 
 from tools.deploy.units import lex as unitlex
+from tools.deploy.units.entry import entry_point_end, refuse_shell_string
 from tools.deploy.units.lex import UnitFileError, Word
 
 __all__ = ["ServerCommand", "UnitFile", "UnitFileError", "unified_diff", "check_value", "check_flag"]
@@ -140,7 +141,8 @@ class UnitFile:
             prefix, env_words, first = "", tuple(assigns), 1
         if not words or (kind == "systemd" and len(words) < first):
             raise UnitFileError("the server command is empty")
-        spans = tuple(_parse_flags(words, first))
+        refuse_shell_string(words, first)
+        spans = tuple(_parse_flags(words, max(first, entry_point_end(words))))
         return cls(text, kind, tuple(words), first, prefix, env_words, entries, multiline, indent, spans)
 
     @classmethod
