@@ -36,9 +36,10 @@ MARK = "# optagent: a relaunch of known-good to measure the restart spread (no f
 
 
 UNSTEADY = 0.1
-"""Launches of one configuration that differ by this much (relative sd) are no restart's spread
-(a few percent at most; 0.2-2.1% measured on the simulated deployments): the machine or the server did not serve steadily (a load beside it, a
-throttling GPU), and no change of a few percent can be established against it."""
+"""Launches of one configuration that differ by this much (relative sd) are no restart's spread (a
+few percent at most; 0.2-2.1% measured on the simulated deployments): the machine or the server
+did not serve steadily (a load beside it, a throttling GPU), and no change of a few percent can
+be established against it."""
 
 
 def unsteady(spread: LaunchSpread) -> str | None:
@@ -47,8 +48,9 @@ def unsteady(spread: LaunchSpread) -> str | None:
         return None
     return (
         f"launches of known-good differ by {spread.measured:.0%} (over {spread.launches} launches; a "
-        f"restart moves a steady server a few percent at most): something beside the server moved them, and no change "
-        "of a few percent can be established against that; measure again when the machine is quiet"
+        "restart moves a steady server a few percent at most): something beside the server moved "
+        "them, and no change of a few percent can be established against that; measure again when "
+        "the machine is quiet"
     )
 
 
