@@ -34,6 +34,7 @@ def _toml(config, source_dir: Path, transcripts: Path) -> str:
         "output_len = 64",
         "warmup = 0",
         "reps = 3",
+        "spread_launches = 0",  # the first trial's deploy is what the kill must land in
         "[agent]",
         f"transcripts_dir = {json.dumps(str(transcripts))}",
         "[research]",
