@@ -252,14 +252,16 @@ def test_a_wrapped_server_s_flags_start_after_its_entry_point() -> None:
     assert serve.command.flags == {"--model-path": "/m", "--tp": "4"}
 
 
-@pytest.mark.parametrize("shell", ["/bin/bash -c", "/bin/sh -ec", "bash -lc"])
+@pytest.mark.parametrize(
+    "shell", ["/bin/bash -c", "/bin/sh -ec", "bash -lc", "/bin/bash --login -o pipefail -c"]
+)
 def test_a_server_started_inside_a_shell_string_is_refused_with_what_to_write(shell: str) -> None:
     text = f'[Service]\nExecStart={shell} "source /opt/venv/bin/activate && python -m sglang.launch_server --tp 2"\n'
     with pytest.raises(
         UnitFileError, match=r"runs a shell string .*exec python -m sglang.launch_server \"\$@\""
     ):
         UnitFile.parse(text)
-    # a shell running a script file, which gets the flags as its own arguments, is fine
-    assert UnitFile.parse("[Service]\nExecStart=/bin/bash /opt/start-sglang.sh --tp 2\n").command.flags == {
-        "--tp": "2"
-    }
+    # a shell running a script file, which gets the flags as its own arguments, is fine (a `-c` after
+    # the script is the script's)
+    for script in ("/bin/bash /opt/start-sglang.sh --tp 2", "/bin/bash -l /opt/start-sglang.sh -c x --tp 2"):
+        assert UnitFile.parse(f"[Service]\nExecStart={script}\n").command.flags["--tp"] == "2"

@@ -29,10 +29,13 @@ def refuse_shell_string(words: Sequence[Word], first: int) -> None:
     shell, not the server. Refused with what to write instead."""
     if words[0].value.rsplit("/", 1)[-1] not in SHELLS:
         return
-    options = [
-        w.value for w in words[first : first + 3] if w.value.startswith("-") and not w.value.startswith("--")
-    ]
-    if any("c" in o[1:] for o in options):
+    options: list[str] = []
+    rest = [w.value for w in words[first:]]
+    while rest and rest[0].startswith(("-", "+")) and rest[0] != "--":  # the shell's own options
+        options.append(rest.pop(0))
+        if options[-1] in ("-o", "+o") and rest:  # `-o pipefail` takes a name
+            rest.pop(0)
+    if any(not o.startswith("--") and "c" in o[1:] for o in options):
         raise UnitFileError(
             f"the server command runs a shell string ({words[0].value} -c ...): optagent edits the server's "
             "flags as words of the command, and the flags inside that string are out of its reach. Make "
