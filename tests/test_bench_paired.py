@@ -255,30 +255,30 @@ def test_a_loaded_known_good_block_no_longer_passes_a_no_op_for_a_gain():
     assert paired_compare(before, cand, after, THROUGHPUT, **kw).verdict != "improved"
 
 
+def _with_ttft(reps: list[SweepResult], ttft: dict[int, float]) -> list[SweepResult]:
+    """`reps` with each level's p99 time to first token set to `ttft`'s."""
+    return [
+        r.model_copy(
+            update={
+                "levels": [lv.model_copy(update={"p99_ttft_ms": ttft[lv.max_concurrency]}) for lv in r.levels]
+            }
+        )  # fmt: skip
+        for r in reps
+    ]
+
+
 def test_a_gain_that_breaks_the_goal_s_latency_limit_is_not_kept():
     goal = objective_from_goal("improve throughput keeping p99 TTFT under 500 ms")
     assert goal.slo is not None and goal.slo.max_ms == 500
 
-    def with_ttft(reps: list[SweepResult], ttft: dict[int, float]) -> list[SweepResult]:
-        return [
-            r.model_copy(
-                update={
-                    "levels": [
-                        lv.model_copy(update={"p99_ttft_ms": ttft[lv.max_concurrency]}) for lv in r.levels
-                    ]
-                }
-            )  # fmt: skip
-            for r in reps
-        ]
-
     rng = random.Random(7)
     under = {1: 80.0, 8: 200.0, 64: 450.0}
-    before, after = with_ttft(block(rng), under), with_ttft(block(rng), under)
+    before, after = _with_ttft(block(rng), under), _with_ttft(block(rng), under)
     faster = block(rng, shift=1.10)  # +10% everywhere, a clear throughput win
-    kept = paired_compare(before, with_ttft(faster, under), after, goal, launch_noise=0.005)
+    kept = paired_compare(before, _with_ttft(faster, under), after, goal, launch_noise=0.005)
     assert kept.verdict == "improved", kept.summary
     # the same gain, with c=64's p99 time to first token at 620 ms: not kept, whatever it gains
-    broken = paired_compare(before, with_ttft(faster, {**under, 64: 620.0}), after, goal, launch_noise=0.005)
+    broken = paired_compare(before, _with_ttft(faster, {**under, 64: 620.0}), after, goal, launch_noise=0.005)
     assert broken.verdict == "regressed" and broken.clear_no
     assert broken.summary.startswith(
         "regressed: p99_ttft_ms at concurrency 64 is 620.0 ms over 3 repetitions, above the limit of 500 ms"
@@ -288,24 +288,12 @@ def test_a_gain_that_breaks_the_goal_s_latency_limit_is_not_kept():
 def test_a_level_where_known_good_breaks_the_limit_too_is_judged_by_the_objective_alone():
     goal = objective_from_goal("improve throughput keeping p99 TTFT under 500 ms")
 
-    def with_ttft(reps: list[SweepResult], ttft: dict[int, float]) -> list[SweepResult]:
-        return [
-            r.model_copy(
-                update={
-                    "levels": [
-                        lv.model_copy(update={"p99_ttft_ms": ttft[lv.max_concurrency]}) for lv in r.levels
-                    ]
-                }
-            )  # fmt: skip
-            for r in reps
-        ]
-
     rng = random.Random(8)
     queued = {1: 80.0, 8: 200.0, 64: 900.0}  # c=64 queues: known-good is over the limit there
-    before, after = with_ttft(block(rng), queued), with_ttft(block(rng), queued)
+    before, after = _with_ttft(block(rng), queued), _with_ttft(block(rng), queued)
     faster = block(rng, shift=1.10)
-    kept = paired_compare(before, with_ttft(faster, {**queued, 64: 850.0}), after, goal, launch_noise=0.005)
+    kept = paired_compare(before, _with_ttft(faster, {**queued, 64: 850.0}), after, goal, launch_noise=0.005)
     assert kept.verdict == "improved", kept.summary  # c=64 was not under the limit to begin with
     # where known-good keeps the limit, the candidate must too
-    broken = paired_compare(before, with_ttft(faster, {**queued, 8: 520.0}), after, goal, launch_noise=0.005)
+    broken = paired_compare(before, _with_ttft(faster, {**queued, 8: 520.0}), after, goal, launch_noise=0.005)
     assert broken.verdict == "regressed" and "p99_ttft_ms at concurrency 8 is 520.0 ms" in broken.summary

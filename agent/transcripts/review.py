@@ -325,9 +325,7 @@ def gain_summary(review: Review) -> str:
     per level (`1: +2.0%  64: +15.1%`)."""
     decided = [(t.effect, t.effect.deciding) for t in review.kept_trials if t.effect and t.effect.deciding]
     if decided:
-        return "; ".join(
-            f"{where(lv)} {'gain ' if effect.lower_is_better else ''}{lv.pct()}" for effect, lv in decided
-        )
+        return "; ".join(f"{where(lv)} {effect.change(lv)}" for effect, lv in decided)
     if not review.gain or not review.kept:  # nothing kept: no change to summarize
         return ""
     return "  ".join(f"{c}: {fmt_change(b, a)}" for c, (b, a) in review.gain.items())

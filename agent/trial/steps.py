@@ -59,9 +59,7 @@ async def known_good_block(r: Any, record: TrialRecord | None = None, name: str 
         await _warm(r)
     reps = await _block(r, record, name, max_reps=r.bench.reps)
     if not reps or any(s.partial for s in reps):
-        errors = "; ".join(e for s in reps for e in s.errors) or "no result"
-        errors += went_down(await down_reason(r.deployment))
-        r.halted = f"the known-good configuration failed its benchmark ({errors})"
+        r.halted = f"the known-good configuration failed its benchmark ({await _failed_block(r, reps)})"
         raise BudgetExhausted(r.halted)
     if earlier is not None and earlier is not r.best_reps:
         reps, aside, why = settle(earlier, reps, r.objective)
@@ -102,6 +100,12 @@ def went_down(said: str | None) -> str:
     if said is None:
         return ""
     return f"; the server went down under the load{f' (its log: {said})' if said else ''}"
+
+
+async def _failed_block(r: Any, reps: list[Any]) -> str:
+    """What a failed block says: its repetitions' errors, and the log's line when the server went down."""
+    errors = "; ".join(e for s in reps for e in s.errors) or "no result"
+    return errors + went_down(await down_reason(r.deployment))
 
 
 async def _reject(r: Any, record: TrialRecord, why: str) -> None:
@@ -163,9 +167,8 @@ async def _known_good_again(r: Any, record: TrialRecord, judge: Any, name: str =
     more = lambda reps: _worth_more(judge(reps), r.bench)  # noqa: E731
     good = await _block(r, record, name, more=more, max_reps=r.max_reps)
     if not good or any(s.partial for s in good):
-        errors = "; ".join(e for s in good for e in s.errors) or "no result"
-        errors += went_down(await down_reason(r.deployment))
-        record.why = f"the known-good configuration failed its benchmark after the rollback ({errors})"
+        why = await _failed_block(r, good)
+        record.why = f"the known-good configuration failed its benchmark after the rollback ({why})"
         r.halted = record.why
         return None
     r.reference = good

@@ -76,6 +76,10 @@ class Effect:
         """A latency decision: its ratios are gains (known-good / candidate: + is a lower latency)."""
         return "throughput" not in self.metric
 
+    def change(self, lv: LevelEffect) -> str:
+        """`lv`'s change in words: `+4.0% [+1.2..+6.9]`, for a latency `gain +4.0% [...]`."""
+        return ("gain " if self.lower_is_better else "") + lv.pct()
+
     def level(self, concurrency: int) -> LevelEffect | None:
         """The level `concurrency`, if judged."""
         return next((lv for lv in self.levels if lv.concurrency == concurrency), None)
@@ -167,8 +171,7 @@ def headline(trial: dict[str, Any]) -> str:
     why = str(trial.get("why") or "")
     if effect is None or effect.deciding is None:
         return f"{decision}: {why.split(';')[0]}" if why else decision
-    gain = "gain " if effect.lower_is_better else ""  # + is a lower latency
-    text = f"{decision}: {where(effect.deciding)} {gain}{effect.deciding.pct()}"
+    text = f"{decision}: {where(effect.deciding)} {effect.change(effect.deciding)}"
     if decision == "kept" and effect.tolerance is not None:
         return text + f", no level worse than {effect.tolerance:.0%}"
     return text + f" ({effect.verdict.replace('_', ' ')})"
@@ -185,5 +188,5 @@ def decided_levels(trial: dict[str, Any]) -> dict[int, str]:
         numbers = ""
         if lv.known_good and lv.candidate and effect.metric == "output_throughput":
             numbers = f"{lv.known_good:,.0f} -> {lv.candidate:,.0f} tok/s, "
-        out[lv.concurrency] = numbers + ("gain " if effect.lower_is_better else "") + lv.pct()
+        out[lv.concurrency] = numbers + effect.change(lv)
     return out
