@@ -185,9 +185,12 @@ async def gather_context(
     await _model(ctx, transport)
     say("GPUs")
     try:
-        from tools.research.target.hardware import read_hardware
+        from tools.research.target.hardware import HardwareFacts, read_hardware
 
-        ctx.hardware = await _resolve(read_hardware(transport, nvidia_smi=config.target.nvidia_smi))
+        if on_cpu(ctx):  # SGLang's CPU engine: no GPU to read, and no nvidia-smi to read it with
+            ctx.hardware = HardwareFacts(gpus=[], interconnect="none", driver=None)
+        else:
+            ctx.hardware = await _resolve(read_hardware(transport, nvidia_smi=config.target.nvidia_smi))
     except Exception as e:
         ctx.missing["hardware"] = str(e)
     say(f"SGLang {ctx.version or '?'} source and flag catalog")
@@ -198,6 +201,12 @@ async def gather_context(
         with wait() as progress:
             await _index(ctx, progress)
     return ctx
+
+
+def on_cpu(ctx: DeploymentContext) -> bool:
+    """Whether the server runs on the CPU (`--device cpu`, as SGLang's CPU engine reports it)."""
+    device = ctx.server_info.get("device") or ctx.unit_flags.get("--device")
+    return str(device).lower() == "cpu"
 
 
 async def _index(ctx: DeploymentContext, progress: Any) -> None:

@@ -37,7 +37,7 @@ class SimHostError(Exception):
     """The simulated host could not be laid out, started or reached; the message says why."""
 
 
-def _word(value: str) -> str:
+def unit_word(value: str) -> str:
     """One ExecStart/Environment word, quoted by systemd's rules when it needs quoting."""
     if any(ord(c) < 32 or ord(c) == 127 for c in value):
         raise SimHostError(f"refusing a control character in unit file value {value!r}")
@@ -56,7 +56,7 @@ def _port_free(port: int) -> bool:
     return True
 
 
-def _pick_port(port: int | None) -> int:
+def pick_port(port: int | None) -> int:
     if port is not None:
         if not 1 <= port <= 65535:
             raise SimHostError(f"port must be 1-65535, got {port}")
@@ -82,15 +82,15 @@ def render_unit(scenario: Scenario, model_dir: Path, *, port: int, time_scale: f
     # Only a file of the bundled folder goes by name: `/some/where/scenarios/x.toml` is not `x`.
     bundled = scenario.source is not None and scenario.source.parent == SCENARIO_DIR.resolve()
     ref = scenario.name if bundled and scenario.source.stem == scenario.name else str(scenario.source)
-    lines = [_word(a) for a in argv]
-    exec_start = " \\\n    ".join([" ".join(lines[:2]), *_pair_flags(lines[2:])])
+    lines = [unit_word(a) for a in argv]
+    exec_start = " \\\n    ".join([" ".join(lines[:2]), *pair_flags(lines[2:])])
     return (
         "[Unit]\n"
         f"Description=SGLang server (simulated by optagent-sim, scenario {scenario.name})\n"
         "After=network-online.target\n\n"
         "[Service]\n"
         "Type=simple\n"
-        f"Environment=OPTAGENT_SIM_SCENARIO={_word(ref)}\n"
+        f"Environment=OPTAGENT_SIM_SCENARIO={unit_word(ref)}\n"
         f"Environment=OPTAGENT_SIM_TIME_SCALE={time_scale:g}\n"
         f"ExecStart={exec_start}\n"
         "Restart=no\n"
@@ -100,7 +100,7 @@ def render_unit(scenario: Scenario, model_dir: Path, *, port: int, time_scale: f
     )
 
 
-def _pair_flags(words: list[str]) -> list[str]:
+def pair_flags(words: list[str]) -> list[str]:
     """One `--flag [value]` per line, the way people write unit files."""
     out: list[str] = []
     for w in words:
@@ -122,7 +122,7 @@ def create(
     if not scale > 0:
         raise SimHostError(f"time scale must be positive, got {scale}")
     sim_dir = Path(sim_dir).resolve()
-    chosen = _pick_port(port)
+    chosen = pick_port(port)
     model_dir = sim_dir / "models" / scn.model_name
     model_dir.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(scn.model_dir / "config.json", model_dir / "config.json")
@@ -174,11 +174,9 @@ async def _ensure_up(sim_dir: Path, timeout: float) -> None:
         if await asyncio.to_thread(_healthy, endpoint):
             return
         if not await manager.is_active():
-            raise SimHostError(f"the simulated server exited during startup:\n{await manager.logs(30)}")
+            raise SimHostError(f"the server exited during startup:\n{await manager.logs(30)}")
         await asyncio.sleep(0.1)
-    raise SimHostError(
-        f"the simulated server was not healthy within {timeout:.0f}s:\n{await manager.logs(30)}"
-    )
+    raise SimHostError(f"the server was not healthy within {timeout:.0f}s:\n{await manager.logs(30)}")
 
 
 def _run(coro: Any) -> Any:
@@ -198,12 +196,25 @@ def ensure_up(
     sim_dir = Path(sim_dir).resolve()
     if not (sim_dir / f"{SERVICE}.service").exists():
         create(sim_dir, scenario=scenario, port=port, time_scale=time_scale)
-    meta = json.loads((sim_dir / "sim.json").read_text()) if (sim_dir / "sim.json").exists() else {}
+    meta = _meta(sim_dir)
+    if (
+        meta.get("engine") == "sglang"
+    ):  # a real server (sim/real): ~20 s to start on two cores, more when loaded
+        from tools.config import load_config
+
+        _run(_ensure_up(sim_dir, timeout=300))
+        return load_config(sim_dir / "optagent.toml")
     scale = float(meta.get("time_scale", 1.0))
     startup = load_scenario(meta.get("scenario_file") or scenario).timing.startup_s
     # the flags in the unit may add up to ~180 simulated s (torch.compile 120, graph capture 0.1 a batch)
     _run(_ensure_up(sim_dir, timeout=(startup + 180) * scale * 2 + 60))
     return sim_config(sim_dir)
+
+
+def _meta(sim_dir: Path) -> dict[str, Any]:
+    """What `sim.json` says the directory was made with (empty when it has none)."""
+    path = sim_dir / "sim.json"
+    return json.loads(path.read_text()) if path.exists() else {}
 
 
 def down(sim_dir: Path) -> bool:
@@ -244,7 +255,7 @@ def status(sim_dir: Path) -> dict[str, Any]:
     }
     if not unit.exists():
         return {**info, "running": False, "healthy": False}
-    meta = json.loads((sim_dir / "sim.json").read_text()) if (sim_dir / "sim.json").exists() else {}
+    meta = _meta(sim_dir)
 
     async def probe() -> tuple[bool, int | None]:
         manager = _manager(sim_dir)
@@ -257,6 +268,7 @@ def status(sim_dir: Path) -> dict[str, Any]:
         "local_unit": str(sim_dir / "local" / f"{SERVICE}.service"),
         "endpoint": endpoint,
         "scenario": meta.get("scenario"),
+        "engine": meta.get("engine", "simulated"),
         "time_scale": meta.get("time_scale"),
         "running": running,
         "pid": pid if running else None,

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from agent.cli.common import console, fail
+from sim.real.layout import DEFAULT_REAL_DIR
 from tools.config import DEFAULT_SIM_DIR
 
 app = typer.Typer(help=__doc__, no_args_is_help=True)
@@ -18,16 +19,27 @@ DirOption = typer.Option(DEFAULT_SIM_DIR, "--dir", help="Directory of the simula
 @app.command("up")
 def up(
     scenario: str = typer.Option("seed", "--scenario", help="Bundled scenario name or a scenario TOML file."),
-    sim_dir: Path = DirOption,
+    sim_dir: Path | None = typer.Option(
+        None,
+        "--dir",
+        help=f"Directory of the host (default {DEFAULT_SIM_DIR}, with --real {DEFAULT_REAL_DIR}).",
+    ),
     port: int | None = typer.Option(None, "--port", min=1, max=65535, help="Port (default 30000 if free)."),
     time_scale: float | None = typer.Option(
         None, "--time-scale", min=0.0001, help="Wall seconds per simulated second (default: the scenario's)."
     ),
+    real: bool = typer.Option(
+        False, "--real", help="A real SGLang 0.5.23 server on this machine's CPU (sets up ~7 GB once)."
+    ),
 ) -> None:
-    """Lay out and start the simulated deployment, wait until healthy, print where it is."""
+    """Lay out and start the simulated deployment (or a real one with --real), wait until healthy."""
     from sim import host
     from sim.scenario import ScenarioError
 
+    if real:
+        _up_real(sim_dir or DEFAULT_REAL_DIR, port)
+        return
+    sim_dir = sim_dir or DEFAULT_SIM_DIR
     try:
         running = host.status(sim_dir)["running"]
         if running and (port is not None or time_scale is not None or scenario != "seed"):
@@ -44,6 +56,35 @@ def up(
     console.print(f"[green]healthy[/] endpoint: {target.endpoint}")
     console.print(f"unit file: {target.remote_unit}  (local copy: {target.local_unit})", soft_wrap=True)
     console.print(f"service:   {target.service} (process manager, log in {target.run_dir})", soft_wrap=True)
+
+
+def _up_real(host_dir: Path, port: int | None) -> None:
+    """Set up the real SGLang environment (cached), lay out `host_dir` if new, start it, wait healthy."""
+    from sim import host
+    from sim.real import layout
+    from sim.real.environment import EnvironmentSetupError, ensure_environment
+
+    try:
+        if not (host_dir / "sim.json").exists():
+            env = ensure_environment(progress=lambda text: console.print(f"[dim]{text}[/]"))
+            layout.create(host_dir, env, port=port)
+        elif port is not None:
+            console.print(
+                "[yellow]already laid out; --port applies after `sim down` and removing the directory[/]"
+            )
+        with console.status("starting SGLang on the CPU (about 20 s)..."):
+            config = host.ensure_up(host_dir)
+    except EnvironmentSetupError as e:
+        fail(str(e))
+    except host.SimHostError as e:
+        fail(str(e))
+    target = config.target
+    console.print(f"[green]healthy[/] endpoint: {target.endpoint}  (a real SGLang server on the CPU)")
+    console.print(f"unit file: {target.remote_unit}  (local copy: {target.local_unit})", soft_wrap=True)
+    console.print(
+        f'next: optagent run --config {host_dir / "optagent.toml"} --goal "improve throughput"',
+        soft_wrap=True,
+    )
 
 
 @app.command("down")
