@@ -42,6 +42,15 @@ class DeploymentContext:
     missing: dict[str, str] = field(default_factory=dict)
     """Piece name -> why it could not be read."""
 
+    def fit_bench(self, bench: Any) -> Any:
+        """`bench` with what the model decides about the load: random token ids inside its
+        vocabulary (`config.json`'s `vocab_size`, or its text model's) unless the config sets one."""
+        cfg = self.model_config or {}
+        vocab = cfg.get("vocab_size") or (cfg.get("text_config") or {}).get("vocab_size")
+        if bench.vocab_size is not None or not isinstance(vocab, int) or vocab < 2:
+            return bench
+        return bench.model_copy(update={"vocab_size": vocab})
+
     @property
     def facts(self) -> dict[str, Any]:
         """The flat fact mapping conditions are evaluated against (see agent/policy/playbook.toml)."""

@@ -92,6 +92,7 @@ async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
                 config, transport, on_step=lambda s: ui.note(f"reading {s}", record=False), waiting=ui.waiting
             )
             ui.record("context", {**ctx.summary(), "facts": ctx.facts})
+            config = config.model_copy(update={"bench": ctx.fit_bench(config.bench)})
             phases = [("preflight and context", time.monotonic() - started)]
             _show_context(ui, ctx)
             playbook = load_playbook(opts.playbook or PLAYBOOK_PATH)

@@ -91,6 +91,9 @@ class BenchConfig(_Strict):
     gsp_system_prompt_len: int = Field(2048, ge=1)
     gsp_question_len: int = Field(128, ge=1)
     gsp_output_len: int = Field(256, ge=1)
+    vocab_size: int | None = Field(None, ge=2)
+    """The model's vocabulary size: random prompts' token ids are drawn below it (unset: ids
+    1000-30000, in every common vocabulary). A run fills it from the model's `config.json`."""
     warmup: int = Field(2, ge=0)
     reps: int = Field(3, ge=1)
     min_effect: float = Field(0.02, ge=0)

@@ -110,6 +110,7 @@ async def open_chat(
                 waiting=ui.waiting, index=False,
             )  # fmt: skip
             ui.record("context", {**ctx.summary(), "facts": ctx.facts})
+            config = config.model_copy(update={"bench": ctx.fit_bench(config.bench)})
             text = Path(target.local_unit).read_text()
             saved = saved_baseline(resume, text, config.bench) if resume is not None else None
             baseline = saved[0] if saved else Baseline(reps=[], probe=None, text=text)

@@ -46,6 +46,7 @@ BENCH = {
     "gsp_question_len": 32,
     "gsp_output_len": 64,
     "request_timeout_s": 120.0,
+    "vocab_size": 2048,  # tinymodel.VOCAB: ids past it would fail the batch
 }
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # Token ids in this range exist in every common LLM vocabulary (all have >= 32k entries) and
-# avoid the low ids where special tokens usually live.
+# avoid the low ids where special tokens usually live; a smaller vocabulary narrows it (`token_range`).
 _TOKEN_RANGE = (1000, 30000)
 _WORDS = [
     "the",
@@ -79,13 +79,22 @@ class Prompt:
     text: str | None = None
 
 
+def token_range(vocab_size: int | None) -> tuple[int, int]:
+    """Where random token ids are drawn from: 1000-30000, or below a smaller vocabulary's size (a
+    server indexes its embedding with them: an id past the vocabulary fails the whole batch)."""
+    lo, hi = _TOKEN_RANGE
+    if vocab_size is None or vocab_size >= hi:
+        return lo, hi
+    return min(lo, vocab_size // 2), vocab_size
+
+
 def random_prompts(
-    n: int, *, input_len: int, output_len: int, seed: int = 0, words: bool = False
+    n: int, *, input_len: int, output_len: int, seed: int = 0, words: bool = False, vocab_size: int | None = None
 ) -> list[Prompt]:
     """`n` prompts of exactly `input_len` random token ids (or ~`input_len` random words, for the
     chat API which takes text), reproducible from `seed`."""
     rng = random.Random(seed)
-    lo, hi = _TOKEN_RANGE
+    lo, hi = token_range(vocab_size)
     out = []
     for _ in range(n):
         if words:
@@ -107,6 +116,7 @@ def shared_prefix_prompts(
     output_len: int,
     seed: int = 0,
     words: bool = False,
+    vocab_size: int | None = None,
 ) -> list[Prompt]:
     """`n` prompts shaped like `bench_serving --dataset-name generated-shared-prefix` (SGLang 0.5.23,
     `benchmark/datasets/generated_shared_prefix.py`; the arguments mirror its `--gsp-*` flags):
@@ -118,7 +128,7 @@ def shared_prefix_prompts(
     the chat API (system prompt and question joined by a blank line, as bench_serving's text)."""
     rng = random.Random(seed)
     groups = max(1, min(num_groups, -(-n // prompts_per_group)))
-    lo, hi = _TOKEN_RANGE
+    lo, hi = token_range(vocab_size)
 
     def tokens(k: int) -> list[int]:
         return [rng.randrange(lo, hi) for _ in range(k)]

@@ -163,7 +163,7 @@ def level_prompts(
     if counts.get("random"):
         prompts += random_prompts(
             counts["random"], input_len=settings.input_len, output_len=settings.output_len,
-            seed=level_seed, words=words,
+            seed=level_seed, words=words, vocab_size=settings.vocab_size,
         )  # fmt: skip
     if counts.get("shared-prefix"):
         prompts += shared_prefix_prompts(
@@ -171,6 +171,7 @@ def level_prompts(
             prompts_per_group=settings.gsp_prompts_per_group,
             system_prompt_len=settings.gsp_system_prompt_len, question_len=settings.gsp_question_len,
             output_len=settings.gsp_output_len, seed=level_seed + 7, words=words,
+            vocab_size=settings.vocab_size,
         )  # fmt: skip
     if len(mix) > 1:
         random.Random(level_seed).shuffle(prompts)
