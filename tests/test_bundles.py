@@ -443,3 +443,19 @@ def test_small_levers_go_together_at_the_level_where_they_act_and_the_rest_alone
     anywhere = {**cand("--any", "low"), "acts_at_levels": None}
     members, why = plan_bundle([*apart, anywhere], verdicts | {"--any": APPLIES}, {})
     assert [c["flag"] for c in members] == ["--graph", "--any"] and "at c=64," in why
+
+
+def test_sure_members_of_a_bundle_that_failed_to_start_get_one_trial_each():
+    # the real SGLang on the CPU: --max-running-requests 8 rode with --enable-torch-compile, whose
+    # CPU graph runner needs an attention backend the deployment does not run; the server exited at
+    # start-up and took the big lever down with it
+    cands = [cand("--mrr", "high"), cand("--compile", "medium")]
+    verdicts = {c["flag"]: {**APPLIES, "flag": c["flag"]} for c in cands}
+    failed = {"trial": 1, "kind": "bundle", "decision": "rolled_back", "verdict": None, "failed_start": True}
+    tried = {f: [failed] for f in ("--mrr", "--compile")}
+    again = next_trials(cands, verdicts, tried)
+    assert sorted(c["flag"] for c, _ in again) == ["--compile", "--mrr"]
+    assert all("a bundle it was in failed to start" in why for _, why in again)
+    # a bundle stopped by the machine (an environment failure) frees no member
+    machine = {**failed, "failed_start": False, "environment": "out of disk"}
+    assert next_trials(cands, verdicts, {f: [machine] for f in tried}) == []

@@ -42,6 +42,7 @@ def trial_result(deps: Any, record: Any) -> dict[str, Any]:
         "headline": headline(record.model_dump(mode="json")),
         "restarts": record.restarts,
         "environment": record.environment,
+        "failed_start": bool(record.deploy_error) and not record.environment,
         "near_miss": record.near_miss,
         "first_look": record.first_look,
         "disturbed": record.disturbed,

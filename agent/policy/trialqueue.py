@@ -109,13 +109,16 @@ def another_looks(
     return out
 
 
-def _sunk_by_its_bundle(results: list[dict[str, Any]]) -> bool:
-    """Tried only in one bundle, which regressed: the cost may be any member's (a cache lever's on
-    shared prefixes, say), so a member research is sure of has not been judged (`next_trials` gives
-    it one trial alone; it is never bundled again)."""
-    return (
-        len(results) == 1 and results[0].get("kind") == "bundle" and results[0].get("verdict") == "regressed"
-    )
+def _sunk_by_its_bundle(results: list[dict[str, Any]]) -> str | None:
+    """Tried only in one bundle, which regressed or failed to start: the cost (a cache lever's on
+    shared prefixes, say) or the refusal may be any member's, so a member research is sure of has
+    not been judged (`next_trials` gives it one trial alone; it is never bundled again). Returns
+    what happened to the bundle, or None."""
+    if len(results) != 1 or results[0].get("kind") != "bundle":
+        return None
+    if results[0].get("verdict") == "regressed":
+        return "regressed"
+    return "failed to start" if results[0].get("failed_start") else None
 
 
 def _open(results: list[dict[str, Any]]) -> bool:
@@ -285,10 +288,8 @@ def next_trials(
         elif len(results) == 1 and results[0].get("disturbed"):
             value = RETRY_SHARE * expected_value(c, verdicts.get(c["flag"]))
             ranked.append((value, i, c, "retry: known-good moved beyond its spread during its trial"))
-        elif _sunk_by_its_bundle(results) and _sure_enough(c, verdicts):
+        elif (sunk := _sunk_by_its_bundle(results)) and _sure_enough(c, verdicts):
             value = RETRY_SHARE * expected_value(c, verdicts.get(c["flag"]))
-            ranked.append(
-                (value, i, c, "alone: a bundle it was in regressed, which another member may explain")
-            )
+            ranked.append((value, i, c, f"alone: a bundle it was in {sunk}, which another member may explain"))
     ranked.sort(key=lambda x: (-x[0], x[1]))
     return [(c, why) for _, _, c, why in fit_budget(ranked, slots, verdicts)]
