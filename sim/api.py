@@ -48,6 +48,7 @@ class Api:
     def __init__(self, args: argparse.Namespace, model: ModelInfo, plan: Plan, engine: Engine) -> None:
         self.args, self.model, self.plan, self.engine = args, model, plan, engine
         self.healthy = False
+        self.startup_time = 0.0
         self.served_name = args.served_model_name or args.model_path
         self.context_length = args.context_length or model.max_context
 
@@ -139,8 +140,10 @@ class Api:
                 "token_capacity": sched.capacity,
             },
             "last_gen_throughput": self.engine.last_gen_throughput,
-            "avg_spec_accept_length": accept,
+            "startup_time": self.startup_time,
         }
+        if accept is not None:  # as SGLang: only a speculative server reports it
+            live["avg_spec_accept_length"] = accept
         return server_info(self.args, self.plan.resolved, version=SGLANG_VERSION, live=live)
 
     # -- generation ----------------------------------------------------------------------------
@@ -212,8 +215,9 @@ class Api:
         base = {"id": rid, "created": int(time.time()), "model": self.served_name}
         usage = lambda: {  # noqa: E731
             "prompt_tokens": gen.prompt_tokens,
-            "completion_tokens": gen.req.generated,
             "total_tokens": gen.prompt_tokens + gen.req.generated,
+            "completion_tokens": gen.req.generated,
+            "reasoning_tokens": 0,
         }
         if not body.get("stream"):
             return self._openai_whole(gen, base, chat, usage)
@@ -224,7 +228,7 @@ class Api:
             if chat:
                 delta = {} if text is None else {"role": "assistant", "content": text}
                 return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-            return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+            return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish, "matched_stop": None}
 
         async def events() -> AsyncIterator[bytes]:
             async for piece in self._pieces(gen):

@@ -6,6 +6,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any
 
 import h11
@@ -42,6 +43,14 @@ class Response:
     content_type: str = "application/json"
     stream: AsyncIterator[bytes] | None = None
     """Chunks of a streamed (chunked transfer encoding) body, e.g. server-sent events."""
+
+
+def _reason(status: int) -> str:
+    """The HTTP reason phrase SGLang puts in an error body's `type` ("Bad Request")."""
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Error"
 
 
 def json_response(obj: Any, status: int = 200) -> Response:
@@ -112,7 +121,8 @@ async def serve_connection(
             try:
                 resp = await handler(req)
             except HttpError as e:
-                resp = json_response({"object": "error", "message": e.message, "code": e.status}, e.status)
+                body = {"object": "error", "message": e.message, "type": _reason(e.status), "param": None}
+                resp = json_response({**body, "code": e.status}, e.status)
             await _respond(writer, conn, resp)
             if conn.our_state is h11.MUST_CLOSE or conn.their_state is h11.MUST_CLOSE:
                 return

@@ -99,6 +99,7 @@ async def _serve(args, scenario: Scenario, model, plan: Plan, *, scale: float, s
     engine = Engine(scheduler, time_scale=scale, on_crash=_crash)
     api = Api(args, model, plan, engine)
     startup = scenario.timing.startup_s + plan.extra_startup_s
+    api.startup_time = startup  # simulated seconds, as SGLang reports its own start-up's wall seconds
     gib = plan.weight_bytes_per_gpu / 2**30
     log(f"Load weight begin. avail mem={scenario.hardware.memory_mib / 1024:.2f} GB")
     await asyncio.sleep(startup * 0.7 * scale)

@@ -63,13 +63,13 @@ def server_info(
     args: argparse.Namespace, resolved: dict[str, Any], *, version: str, live: dict[str, Any]
 ) -> dict[str, Any]:
     """The `/get_server_info` body: resolved args at the top level, live state per DP rank."""
-    top = {**vars(args), **resolved}
-    state = {**top, **live}
+    top = {k: v for k, v in {**vars(args), **resolved}.items() if k != "config"}  # `--config` is no field
+    sizes = {k: live[k] for k in ("max_total_num_tokens", "max_req_input_len")}  # the scheduler's, top level only
+    state = {**top, **{k: v for k, v in live.items() if k not in sizes}}
     return {
         **top,
         "launch_command": None,
-        "max_total_num_tokens": live["max_total_num_tokens"],
-        "max_req_input_len": live["max_req_input_len"],
+        **sizes,
         "internal_states": [state],
         "version": version,
         "frontend": "python",

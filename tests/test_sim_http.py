@@ -56,7 +56,9 @@ def test_streamed_completion_with_token_ids_and_usage(server: SimServer) -> None
     assert len(text.split()) == 40
     assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1] == "length"
     assert chunks[-1]["choices"] == []
-    assert chunks[-1]["usage"] == {"prompt_tokens": 64, "completion_tokens": 40, "total_tokens": 104}
+    assert chunks[-1]["usage"] == {
+        "prompt_tokens": 64, "completion_tokens": 40, "total_tokens": 104, "reasoning_tokens": 0
+    }  # fmt: skip
     assert all(c["object"] == "text_completion" and c["id"] == chunks[0]["id"] for c in chunks)
 
 
