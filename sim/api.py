@@ -108,6 +108,7 @@ class Api:
             "created": int(time.time()),
             "owned_by": "sglang",
             "root": self.served_name,
+            "parent": None,
             "max_model_len": self.context_length,
         }
 
@@ -140,7 +141,12 @@ class Api:
                 "token_capacity": sched.capacity,
             },
             "last_gen_throughput": self.engine.last_gen_throughput,
-            "startup_time": self.startup_time,
+            "startup_time": {  # seconds per phase, as SGLang's scheduler reports them
+                "load_weight": round(self.startup_time * 0.7, 3),
+                "kv_cache_allocation": 0.0,
+                "scheduler_e2e": round(self.startup_time, 3),
+                "cuda_graph": {"prefill": 0.0, "decode": 0.0},
+            },
         }
         if accept is not None:  # as SGLang: only a speculative server reports it
             live["avg_spec_accept_length"] = accept
@@ -225,17 +231,25 @@ class Api:
         obj = "chat.completion.chunk" if chat else "text_completion"
 
         def choice(text: str | None, finish: str | None) -> dict[str, Any]:
+            # as SGLang 0.5.23: every chat delta carries reasoning_content, the first the role
             if chat:
-                delta = {} if text is None else {"role": "assistant", "content": text}
-                return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+                delta: dict[str, Any] = {"reasoning_content": None}
+                if text is not None:
+                    delta |= {"role": "assistant", "content": text} if text == "" else {"content": text}
+                return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish, "matched_stop": None}
             return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish, "matched_stop": None}
 
+        def chunk(choices: list[dict[str, Any]]) -> bytes:  # a chat chunk has no usage key until the last
+            return _sse({**base, "object": obj, "choices": choices, **({} if chat else {"usage": None})})
+
         async def events() -> AsyncIterator[bytes]:
+            yield chunk([choice("", None)])
             async for piece in self._pieces(gen):
-                yield _sse({**base, "object": obj, "choices": [choice(piece, None)], "usage": None})
-            yield _sse({**base, "object": obj, "choices": [choice(None, gen.finish_reason)], "usage": None})
+                yield chunk([choice(piece, None)])
+            yield chunk([choice(None, gen.finish_reason)])
             if include_usage:
-                yield _sse({**base, "object": obj, "choices": [], "usage": usage()})
+                details = {"prompt_tokens_details": None, "completion_tokens_details": None} if chat else {}
+                yield _sse({**base, "object": obj, "choices": [], "usage": {**usage(), **details}})
             yield b"data: [DONE]\n\n"
 
         return Response(content_type="text/event-stream", stream=events())
