@@ -280,3 +280,11 @@ def _ensure(root: Path, progress: Progress) -> RealEnvironment:
         s.run([str(s.python), str(script), str(model_dir)], "building the tiny model")
     ready.write_text(json.dumps({"sglang": SGLANG_VERSION, "torch": TORCH, "kernels": KERNEL_SHA256}) + "\n")
     return RealEnvironment(root=root, python=s.python, model_dir=model_dir)
+
+
+if __name__ == "__main__":  # `python -m sim.real.environment`: set up (or check) the environment, say where
+    try:
+        ready = ensure_environment(progress=lambda text: print(text, flush=True))
+    except EnvironmentSetupError as e:
+        sys.exit(f"cannot set up the real SGLang environment: {e}")
+    print(f"ready: {ready.python} (model {ready.model_dir})")
