@@ -91,3 +91,18 @@ def test_the_time_line_splits_the_trials_from_research_and_the_restarts_from_the
         100.0, [("baseline", 38.0), ("launch spread", 0.0), ("research, planning and trials", 40.0)], None, 0
     )
     assert known == "time: baseline 38 s, research, planning and trials 40 s, final check 22 s; 100 s in all"
+
+
+def test_a_failed_starts_headline_quotes_the_servers_own_reason():
+    from tools.bench.effect import headline
+
+    why = (
+        "failed to start: the server process exited (ConnectError: All connection attempts failed); the "
+        "server said: AttributeError: 'TorchNativeAttnBackend' object has no attribute 'init_cpu_graph_state'"
+    )
+    line = headline({"decision": "rolled_back", "why": why})
+    assert line == (
+        "rolled back: failed to start: AttributeError: 'TorchNativeAttnBackend' object has no attribute "
+        "'init_cpu_graph_state'"
+    )
+    assert headline({"decision": "rolled_back", "why": "not established; more"}) == "rolled back: not established"

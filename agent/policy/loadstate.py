@@ -38,6 +38,7 @@ class LoadState:
         out = []
         for c, lv in self.levels.items():
             graph = "captured" if lv["captured"] else f"beyond the captured {lv['graph_max_bs']}"
+            graph = graph if lv["graph_max_bs"] or lv["captured"] else "no graphs captured"
             out.append(
                 f"c={c}: running batch ~{lv['running']:.0f} ({graph}), {lv['queued']} waiting, "
                 f"KV {lv['kv_use']:.0%}"

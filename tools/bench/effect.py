@@ -170,7 +170,13 @@ def headline(trial: dict[str, Any]) -> str:
     effect = effect_of(trial)
     why = str(trial.get("why") or "")
     if effect is None or effect.deciding is None:
-        return f"{decision}: {why.split(';')[0]}" if why else decision
+        if not why:
+            return decision
+        first, _, rest = why.partition(";")
+        if "the server said: " in rest:  # a failed start: SGLang's own reason, not the health check's
+            said = rest.split("the server said: ", 1)[1].split(";")[0].strip()
+            return f"{decision}: {first.split(':')[0]}: {said}"
+        return f"{decision}: {first}"
     text = f"{decision}: {where(effect.deciding)} {effect.change(effect.deciding)}"
     if decision == "kept" and effect.tolerance is not None:
         return text + f", no level worse than {effect.tolerance:.0%}"
