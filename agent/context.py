@@ -78,6 +78,8 @@ class DeploymentContext:
             facts["model.attention_kinds_has_linear"] = any("linear" in k for k in kinds)
         hw = _as_dict(self.hardware)
         gpus = hw.get("gpus") or []
+        if self.hardware is not None and not gpus:  # read, and none there (SGLang's CPU engine)
+            facts["gpu.count"] = 0
         if gpus:
             first = _as_dict(gpus[0])
             facts["gpu.count"] = len(gpus)

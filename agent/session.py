@@ -66,7 +66,7 @@ class RunResult:
 async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
     """The whole run against `config`'s target; returns how it ended (raises `SessionError` early)."""
     from agent.context import gather_context
-    from agent.policy.loadstate import load_state
+    from agent.policy.loadstate import largest_gain, load_state
     from agent.policy.models import make_models
     from agent.policy.planner import PlannerDeps, build_planner
     from agent.policy.playbook import PLAYBOOK_PATH, evaluate, grid_size, load_playbook
@@ -119,6 +119,8 @@ async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
             ui.record("load_state", {"levels": state.levels, "facts": state.facts, "text": state.describe()})
             ui.note(f"load at baseline: {state.describe()}")
             mark = time.monotonic()
+            if runner is not None:
+                runner.largest_gain = largest_gain(candidates, state)
             spread = await measure_spread(runner) if runner is not None else known_spread(config.bench)
             phases.append(("launch spread", time.monotonic() - mark))
             spread_restarts = len(runner.launch_seconds) if runner is not None else 0

@@ -266,3 +266,17 @@ def test_the_spread_phase_sets_the_block_size_every_trial_block_starts_at(monkey
     record = asyncio.run(runner.run([TrialChange(flag="--enable-mixed-chunk")], reason="test"))
     assert record.deployed and asked and set(asked) == {2}
     assert record.blocks["candidate"] == 2
+
+
+def test_an_unsteady_deployment_still_trials_a_gain_it_can_establish():
+    # the real SGLang on two CPU cores: launches of known-good 13% apart, while a batch cap of 2
+    # under 8 requests at once may multiply throughput; only a gain above the bar is worth restarts
+    from agent.trial.spread import LaunchSpread, establishable, unsteady
+
+    spread = LaunchSpread(value=0.13, df=2, source="measured", measured=0.13, launches=3)
+    bar = establishable(0.13, 0.02)
+    assert 0.3 < bar < 0.4
+    assert unsteady(spread, largest_gain=0.5) is None
+    why = unsteady(spread, largest_gain=0.06)
+    assert why and "no change below 36%" in why and "largest a candidate may bring here is 6%" in why
+    assert unsteady(spread) and unsteady(LaunchSpread(value=0.05, df=2, source="measured", measured=0.05)) is None

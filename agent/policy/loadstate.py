@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.policy.conditions import check
+from agent.policy.order import GAIN_BY_PRIORITY
 
 RAISE, LOWER, NOWHERE = 1.5, 0.5, 0.25
 """Factors on a candidate's expected value: per `raise_when` that holds, per `lower_when` that
@@ -132,3 +133,15 @@ def state_factor(lever: Any, state: LoadState, judged: list[int] | None = None) 
         at = ", ".join(f"c={c}" for c in acts)
         why.append(f"lowered: it acts at {at}; the goal judges {', '.join(f'c={c}' for c in judged)}")
     return factor, why
+
+
+def largest_gain(candidates: list[Any], state: LoadState) -> float | None:
+    """The largest gain a playbook candidate may bring here: its `expected_gain` or its priority's,
+    times what the baseline's state makes of it (`state_factor`), as the planner ranks them. None
+    when no candidate is left to try."""
+    gains = [
+        float(c.lever.expected_gain or GAIN_BY_PRIORITY.get(c.lever.priority, 0.02)) * state_factor(c.lever, state)[0]
+        for c in candidates
+        if c.status == "candidate"
+    ]
+    return max(gains) if gains else None

@@ -22,6 +22,7 @@ from typing import Any
 
 from agent.policy.verdict import REJECTED
 from agent.trial.firstlook import log_estimate
+from agent.trial.spread import establishable  # noqa: F401 - the planner's name for it
 
 GAIN_BY_PRIORITY = {"high": 0.06, "medium": 0.04, "low": 0.02}
 CERTAINTY_BY_VERDICT = {"applies": 0.8, "unknown": 0.4}
@@ -98,14 +99,3 @@ def second_look_value(candidate: dict[str, Any], near_miss: dict[str, Any]) -> f
     return look_value([log_estimate(near_miss)], restart_cost(candidate))
 
 
-Z_INTERVAL, Z_POWER = 1.96, 0.84
-"""A 95% interval's half width, and the distance beyond a bar at which four estimates in five clear it."""
-
-
-def establishable(spread: float, min_effect: float) -> float:
-    """The smallest gain at one level that one trial (two launches of each side, so the launch
-    term's variance is one launch's) establishes about four times in five with restart spread
-    `spread`. The rule asks two things of the estimate, both with the launch term as its noise: an
-    interval above no change (1.96 spreads) and at least the minimum effect; a lever worth exactly
-    the larger of the two is kept half the time, so four in five need 0.84 spreads more."""
-    return max(min_effect, Z_INTERVAL * spread) + Z_POWER * spread

@@ -49,6 +49,9 @@ class TrialRunner(TrialBudget):
     `restart_cost`; torch.compile's is 2): a trial of it is budgeted with its longer launches."""
     launch_seconds: list[float] = field(default_factory=list)
     """Wall seconds of every restart so far (deploy or rollback until healthy)."""
+    largest_gain: float | None = None
+    """The largest gain a candidate may bring here (the planner's `plausible_gain`): on a deployment
+    whose launches are unsteady, trials go on only for a gain that can be established against them."""
     max_trials: int = 12
     max_restarts: int | None = None
     """Restarts trials may spend in all (None: no limit). A trial starts only if its A/B/A, a

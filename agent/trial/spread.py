@@ -42,15 +42,36 @@ did not serve steadily (a load beside it, a throttling GPU), and no change of a 
 be established against it."""
 
 
-def unsteady(spread: LaunchSpread) -> str | None:
-    """Why no trial can be judged against this measured spread, or None."""
+Z_INTERVAL, Z_POWER = 1.96, 0.84
+"""A 95% interval's half width, and the distance beyond a bar at which four estimates in five clear it."""
+
+
+def establishable(spread: float, min_effect: float) -> float:
+    """The smallest gain at one level that one trial (two launches of each side, so the launch
+    term's variance is one launch's) establishes about four times in five with restart spread
+    `spread`. The rule asks two things of the estimate, both with the launch term as its noise: an
+    interval above no change (1.96 spreads) and at least the minimum effect; a lever worth exactly
+    the larger of the two is kept half the time, so four in five need 0.84 spreads more."""
+    return max(min_effect, Z_INTERVAL * spread) + Z_POWER * spread
+
+
+def unsteady(spread: LaunchSpread, *, largest_gain: float | None = None, min_effect: float = 0.02) -> str | None:
+    """Why no trial can be judged against this measured spread, or None. With `largest_gain` (the
+    largest gain a candidate may bring here), an unsteady deployment still trials when that gain
+    is one a trial can establish against the spread (a batch cap far below the traffic on a CPU
+    server that moves 13% from launch to launch): the intervals carry the spread, so a smaller
+    change is simply not established, never kept on noise."""
     if spread.measured is None or spread.measured < UNSTEADY:
+        return None
+    bar = establishable(spread.measured, min_effect)
+    if largest_gain is not None and largest_gain >= bar:
         return None
     return (
         f"launches of known-good differ by {spread.measured:.0%} (over {spread.launches} launches; a "
         "restart moves a steady server a few percent at most): something beside the server moved "
-        "them, and no change of a few percent can be established against that; measure again when "
-        "the machine is quiet"
+        f"them, and no change below {bar:.0%} can be established against that"
+        + (f" (the largest a candidate may bring here is {largest_gain:.0%})" if largest_gain is not None else "")
+        + "; measure again when the machine is quiet"
     )
 
 
@@ -210,7 +231,8 @@ async def measure_spread(r: Any) -> LaunchSpread:
     # launch, when measured, is the last
     r.prior_blocks = [b for b in blocks if b is not r.reference]
     r.known_good_blocks = list(blocks)
-    r.halted = unsteady(measured) or r.halted  # no restart spent on trials that cannot be judged
+    # no restart spent on trials that cannot be judged
+    r.halted = unsteady(measured, largest_gain=r.largest_gain, min_effect=r.bench.min_effect) or r.halted
     return measured
 
 
