@@ -236,8 +236,20 @@ class Api:
                 delta: dict[str, Any] = {"reasoning_content": None}
                 if text is not None:
                     delta |= {"role": "assistant", "content": text} if text == "" else {"content": text}
-                return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish, "matched_stop": None}
-            return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish, "matched_stop": None}
+                return {
+                    "index": 0,
+                    "delta": delta,
+                    "logprobs": None,
+                    "finish_reason": finish,
+                    "matched_stop": None,
+                }
+            return {
+                "index": 0,
+                "text": text or "",
+                "logprobs": None,
+                "finish_reason": finish,
+                "matched_stop": None,
+            }
 
         def chunk(choices: list[dict[str, Any]]) -> bytes:  # a chat chunk has no usage key until the last
             return _sse({**base, "object": obj, "choices": choices, **({} if chat else {"usage": None})})

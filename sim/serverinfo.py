@@ -64,7 +64,9 @@ def server_info(
 ) -> dict[str, Any]:
     """The `/get_server_info` body: resolved args at the top level, live state per DP rank."""
     top = {k: v for k, v in {**vars(args), **resolved}.items() if k != "config"}  # `--config` is no field
-    sizes = {k: live[k] for k in ("max_total_num_tokens", "max_req_input_len")}  # the scheduler's, top level only
+    sizes = {
+        k: live[k] for k in ("max_total_num_tokens", "max_req_input_len")
+    }  # the scheduler's, top level only
     state = {**top, **{k: v for k, v in live.items() if k not in sizes}}
     return {
         **top,

@@ -279,4 +279,7 @@ def test_an_unsteady_deployment_still_trials_a_gain_it_can_establish():
     assert unsteady(spread, largest_gain=0.5) is None
     why = unsteady(spread, largest_gain=0.06)
     assert why and "no change below 36%" in why and "largest a candidate may bring here is 6%" in why
-    assert unsteady(spread) and unsteady(LaunchSpread(value=0.05, df=2, source="measured", measured=0.05)) is None
+    assert (
+        unsteady(spread)
+        and unsteady(LaunchSpread(value=0.05, df=2, source="measured", measured=0.05)) is None
+    )

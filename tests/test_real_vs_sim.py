@@ -93,7 +93,11 @@ def both(real_host):  # type: ignore[no-untyped-def]
 def test_health_models_and_server_info_have_the_real_shapes(both) -> None:  # type: ignore[no-untyped-def]
     real, sim = both
     for path in ("/health", "/health_generate"):
-        assert httpx.get(real + path, timeout=60).status_code == httpx.get(sim + path, timeout=60).status_code == 200
+        assert (
+            httpx.get(real + path, timeout=60).status_code
+            == httpx.get(sim + path, timeout=60).status_code
+            == 200
+        )
     models = [httpx.get(e + "/v1/models", timeout=10).json() for e in both]
     assert _keys(models[0]) == _keys(models[1]) and _keys(models[0]["data"][0]) == _keys(models[1]["data"][0])
     info = [httpx.get(e + "/get_server_info", timeout=10).json() for e in both]
@@ -112,11 +116,20 @@ def test_health_models_and_server_info_have_the_real_shapes(both) -> None:  # ty
     "path, body",
     [
         ("/v1/completions", {"prompt": "the river at night", "max_tokens": 4}),
-        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "the river at night"}], "max_tokens": 4}),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "the river at night"}], "max_tokens": 4},
+        ),
     ],
 )
 def test_streamed_chunks_are_framed_like_the_real_servers(both, path: str, body: dict[str, Any]) -> None:  # type: ignore[no-untyped-def]
-    request = {"model": "m", "temperature": 0, "stream": True, "stream_options": {"include_usage": True}, **body}
+    request = {
+        "model": "m",
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        **body,
+    }
     (real_lines, real), (sim_lines, sim) = (_stream(e, path, request) for e in both)
     for lines in (real_lines, sim_lines):
         assert all(line.startswith("data: ") for line in lines) and lines[-1] == "data: [DONE]"
@@ -142,15 +155,26 @@ def test_error_bodies_and_codes_are_the_real_servers(both) -> None:  # type: ign
 
 def _launch(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     with log.open("wb") as out:
-        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **env}, start_new_session=True)
+        return subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **env}, start_new_session=True
+        )
 
 
 @pytest.mark.parametrize("bad", [["--no-such-flag"], ["--schedule-policy", "fastest"]])
-def test_a_refused_start_exits_2_with_argparses_message_on_both(real_env, tmp_path: Path, bad: list[str]) -> None:  # type: ignore[no-untyped-def]
+def test_a_refused_start_exits_2_with_argparses_message_on_both(
+    real_env, tmp_path: Path, bad: list[str]
+) -> None:  # type: ignore[no-untyped-def]
     from sim.scenario import load_scenario
 
     port = free_port()
-    real_argv = [str(real_env.python), "-m", "sglang.launch_server", "--model-path", str(real_env.model_dir), *CPU_FLAGS]
+    real_argv = [
+        str(real_env.python),
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        str(real_env.model_dir),
+        *CPU_FLAGS,
+    ]
     scn = load_scenario("h100-llama8b")
     sim_argv = [sys.executable, "-m", "sim.cli", "launch_server", "--model-path", str(scn.model_dir)]
     seen = []
@@ -172,8 +196,19 @@ def test_a_refused_start_exits_2_with_argparses_message_on_both(real_env, tmp_pa
 
 def test_sigterm_to_the_group_stops_every_process_of_the_real_server(real_env, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     port = free_port()
-    argv = [str(real_env.python), "-m", "sglang.launch_server", "--model-path", str(real_env.model_dir), *CPU_FLAGS]
-    proc = _launch([*argv, "--max-total-tokens", "2048", "--host", "127.0.0.1", "--port", str(port)], ENVIRONMENT, tmp_path / "log")
+    argv = [
+        str(real_env.python),
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        str(real_env.model_dir),
+        *CPU_FLAGS,
+    ]
+    proc = _launch(
+        [*argv, "--max-total-tokens", "2048", "--host", "127.0.0.1", "--port", str(port)],
+        ENVIRONMENT,
+        tmp_path / "log",
+    )
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:

@@ -41,11 +41,15 @@ def test_a_baseline_that_crashes_the_server_ends_the_run_with_the_server_serving
             "agent": config.agent.model_copy(update={"transcripts_dir": tmp_path / "transcripts"}),
         }
     )
-    transcript = Transcript.create(tmp_path / "transcripts", kind="run", goal="g", model="builtin", target="sim")
+    transcript = Transcript.create(
+        tmp_path / "transcripts", kind="run", goal="g", model="builtin", target="sim"
+    )
     console = Console(width=200, record=True)
     try:
         with pytest.raises(SessionError) as e:
-            asyncio.run(run_session(config, RunOptions(goal="improve throughput"), RunUI(console, transcript)))
+            asyncio.run(
+                run_session(config, RunOptions(goal="improve throughput"), RunUI(console, transcript))
+            )
     finally:
         transcript.close({"status": "test"})
         served = httpx.get(config.target.endpoint + "/health", timeout=10).status_code

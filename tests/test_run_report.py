@@ -105,4 +105,7 @@ def test_a_failed_starts_headline_quotes_the_servers_own_reason():
         "rolled back: failed to start: AttributeError: 'TorchNativeAttnBackend' object has no attribute "
         "'init_cpu_graph_state'"
     )
-    assert headline({"decision": "rolled_back", "why": "not established; more"}) == "rolled back: not established"
+    assert (
+        headline({"decision": "rolled_back", "why": "not established; more"})
+        == "rolled back: not established"
+    )

@@ -140,7 +140,8 @@ def largest_gain(candidates: list[Any], state: LoadState) -> float | None:
     times what the baseline's state makes of it (`state_factor`), as the planner ranks them. None
     when no candidate is left to try."""
     gains = [
-        float(c.lever.expected_gain or GAIN_BY_PRIORITY.get(c.lever.priority, 0.02)) * state_factor(c.lever, state)[0]
+        float(c.lever.expected_gain or GAIN_BY_PRIORITY.get(c.lever.priority, 0.02))
+        * state_factor(c.lever, state)[0]
         for c in candidates
         if c.status == "candidate"
     ]

@@ -97,5 +97,3 @@ def look_value(estimates: list[tuple[float, float] | None], cost: float) -> floa
 def second_look_value(candidate: dict[str, Any], near_miss: dict[str, Any]) -> float:
     """certainty x gain / restart cost of trying a near miss again, from its best judged interval."""
     return look_value([log_estimate(near_miss)], restart_cost(candidate))
-
-

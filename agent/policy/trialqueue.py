@@ -290,6 +290,8 @@ def next_trials(
             ranked.append((value, i, c, "retry: known-good moved beyond its spread during its trial"))
         elif (sunk := _sunk_by_its_bundle(results)) and _sure_enough(c, verdicts):
             value = RETRY_SHARE * expected_value(c, verdicts.get(c["flag"]))
-            ranked.append((value, i, c, f"alone: a bundle it was in {sunk}, which another member may explain"))
+            ranked.append(
+                (value, i, c, f"alone: a bundle it was in {sunk}, which another member may explain")
+            )
     ranked.sort(key=lambda x: (-x[0], x[1]))
     return [(c, why) for _, _, c, why in fit_budget(ranked, slots, verdicts)]

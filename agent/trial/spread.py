@@ -55,7 +55,9 @@ def establishable(spread: float, min_effect: float) -> float:
     return max(min_effect, Z_INTERVAL * spread) + Z_POWER * spread
 
 
-def unsteady(spread: LaunchSpread, *, largest_gain: float | None = None, min_effect: float = 0.02) -> str | None:
+def unsteady(
+    spread: LaunchSpread, *, largest_gain: float | None = None, min_effect: float = 0.02
+) -> str | None:
     """Why no trial can be judged against this measured spread, or None. With `largest_gain` (the
     largest gain a candidate may bring here), an unsteady deployment still trials when that gain
     is one a trial can establish against the spread (a batch cap far below the traffic on a CPU
@@ -70,7 +72,11 @@ def unsteady(spread: LaunchSpread, *, largest_gain: float | None = None, min_eff
         f"launches of known-good differ by {spread.measured:.0%} (over {spread.launches} launches; a "
         "restart moves a steady server a few percent at most): something beside the server moved "
         f"them, and no change below {bar:.0%} can be established against that"
-        + (f" (the largest a candidate may bring here is {largest_gain:.0%})" if largest_gain is not None else "")
+        + (
+            f" (the largest a candidate may bring here is {largest_gain:.0%})"
+            if largest_gain is not None
+            else ""
+        )
         + "; measure again when the machine is quiet"
     )
 

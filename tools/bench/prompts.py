@@ -89,7 +89,13 @@ def token_range(vocab_size: int | None) -> tuple[int, int]:
 
 
 def random_prompts(
-    n: int, *, input_len: int, output_len: int, seed: int = 0, words: bool = False, vocab_size: int | None = None
+    n: int,
+    *,
+    input_len: int,
+    output_len: int,
+    seed: int = 0,
+    words: bool = False,
+    vocab_size: int | None = None,
 ) -> list[Prompt]:
     """`n` prompts of exactly `input_len` random token ids (or ~`input_len` random words, for the
     chat API which takes text), reproducible from `seed`."""
