@@ -82,16 +82,24 @@ def render_unit(scenario: Scenario, model_dir: Path, *, port: int, time_scale: f
     # Only a file of the bundled folder goes by name: `/some/where/scenarios/x.toml` is not `x`.
     bundled = scenario.source is not None and scenario.source.parent == SCENARIO_DIR.resolve()
     ref = scenario.name if bundled and scenario.source.stem == scenario.name else str(scenario.source)
-    lines = [unit_word(a) for a in argv]
-    exec_start = " \\\n    ".join([" ".join(lines[:2]), *pair_flags(lines[2:])])
+    environment = {"OPTAGENT_SIM_SCENARIO": ref, "OPTAGENT_SIM_TIME_SCALE": f"{time_scale:g}"}
+    description = f"SGLang server (simulated by optagent-sim, scenario {scenario.name})"
+    return unit_text(description, environment, argv, program_words=2)
+
+
+def unit_text(description: str, environment: dict[str, str], argv: list[str], *, program_words: int) -> str:
+    """A systemd unit that runs `argv` (its first `program_words` words on the first line, then one
+    `--flag [value]` per line) with `environment`, every word quoted by systemd's rules."""
+    words = [unit_word(a) for a in argv]
+    exec_start = " \\\n    ".join([" ".join(words[:program_words]), *pair_flags(words[program_words:])])
+    env = "".join(f"Environment={k}={unit_word(v)}\n" for k, v in environment.items())
     return (
         "[Unit]\n"
-        f"Description=SGLang server (simulated by optagent-sim, scenario {scenario.name})\n"
+        f"Description={description}\n"
         "After=network-online.target\n\n"
         "[Service]\n"
         "Type=simple\n"
-        f"Environment=OPTAGENT_SIM_SCENARIO={unit_word(ref)}\n"
-        f"Environment=OPTAGENT_SIM_TIME_SCALE={time_scale:g}\n"
+        f"{env}"
         f"ExecStart={exec_start}\n"
         "Restart=no\n"
         "TimeoutStopSec=30\n\n"

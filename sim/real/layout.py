@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from sim.host import SERVICE, pair_flags, pick_port, unit_word
+from sim.host import SERVICE, pick_port, unit_text
 from sim.real.environment import SGLANG_VERSION, RealEnvironment
 
 DEFAULT_REAL_DIR = Path(".optagent/real")
@@ -54,22 +54,10 @@ def render_unit(env: RealEnvironment, *, port: int) -> str:
     """The systemd unit text of the real deployment's first launch."""
     argv = [str(env.python), "-m", "sglang.launch_server", "--model-path", str(env.model_dir)]
     argv += [*CPU_FLAGS, *PRODUCTION_FLAGS, "--host", "127.0.0.1", "--port", str(port)]
-    words = [unit_word(a) for a in argv]
-    exec_start = " \\\n    ".join([" ".join(words[:3]), *pair_flags(words[3:])])
-    environment = "".join(f"Environment={k}={unit_word(v)}\n" for k, v in ENVIRONMENT.items())
-    return (
-        "[Unit]\n"
-        f"Description=SGLang {SGLANG_VERSION} server on the CPU (tiny Llama, laid out by optagent sim up --real)\n"
-        "After=network-online.target\n\n"
-        "[Service]\n"
-        "Type=simple\n"
-        f"{environment}"
-        f"ExecStart={exec_start}\n"
-        "Restart=no\n"
-        "TimeoutStopSec=30\n\n"
-        "[Install]\n"
-        "WantedBy=multi-user.target\n"
+    description = (
+        f"SGLang {SGLANG_VERSION} server on the CPU (tiny Llama, laid out by optagent sim up --real)"
     )
+    return unit_text(description, ENVIRONMENT, argv, program_words=3)
 
 
 def render_config(host_dir: Path, env: RealEnvironment, *, port: int) -> str:
