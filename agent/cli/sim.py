@@ -74,9 +74,7 @@ def _up_real(host_dir: Path, port: int | None) -> None:
             )
         with console.status("starting SGLang on the CPU (about 20 s)..."):
             config = host.ensure_up(host_dir)
-    except EnvironmentSetupError as e:
-        fail(str(e))
-    except host.SimHostError as e:
+    except (EnvironmentSetupError, host.SimHostError) as e:
         fail(str(e))
     target = config.target
     console.print(f"[green]healthy[/] endpoint: {target.endpoint}  (a real SGLang server on the CPU)")
