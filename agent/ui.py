@@ -41,6 +41,21 @@ more and the candidate (5); a third launch adds two known-good blocks and the ca
 _RESEARCH_ITEM = re.compile(r"^research\b.*?(--[A-Za-z0-9][\w-]*)")
 
 
+@contextlib.contextmanager
+def held(console: Console) -> Iterator[None]:
+    """Every live display on `console` (progress bars, spinners) stopped for the duration, and
+    started again after: a question asked inside must stay on the screen while it waits, and a
+    redrawn bar would clear it (the user would see a stuck job, not a prompt)."""
+    lives = list(getattr(console, "_live_stack", []))  # rich keeps its running displays here
+    for live in reversed(lives):
+        live.stop()
+    try:
+        yield
+    finally:
+        for live in lives:
+            live.start()
+
+
 def _spinner(console: Console, text: str) -> Progress:
     """A live line: a spinner, `text` (markup escaped), the time elapsed; gone when stopped."""
     bar = Progress(

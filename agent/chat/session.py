@@ -24,6 +24,7 @@ from rich.markup import escape
 from agent.chat import actions
 from agent.chat.actions import change_in_words, previous_best
 from agent.chat.needs import ApprovalGate
+from agent.ui import held
 
 SLASH_HELP = """\
 /todo      the planner's todo list
@@ -141,7 +142,8 @@ class ChatSession:
         if self.yes:
             approved, by = True, "--yes"
         else:
-            answer = await self.ask("apply this change to the target? [y/N] ")
+            with held(self.console):  # no bar may draw over the question
+                answer = await self.ask("apply this change to the target? [y/N] ")
             self._catch_ctrl_c()  # a terminal prompt takes SIGINT over and removes its handler after
             approved, by = (answer or "").strip().lower() in ("y", "yes"), "user"
         self.console.print("approved" if approved else "[red]declined[/]: the target is not changed")

@@ -29,6 +29,14 @@ def fail(message: str, *, code: int = 1) -> NoReturn:
     raise typer.Exit(code)
 
 
+def confirm(question: str, *, on: Console = console) -> bool:
+    """`typer.confirm(question)` with no progress display drawn over it (`agent.ui.held`)."""
+    from agent.ui import held
+
+    with held(on):
+        return typer.confirm(question)
+
+
 def one_line(message: str, *, simulated: bool = False) -> str:
     """An error for a person: one line, no traceback text (its last line, the error, is kept), and
     for the simulated target the command that shows whether its server runs."""
@@ -81,10 +89,10 @@ def run_on_target(coro: Awaitable[T]) -> T:
     exit status 1 (2 for a unit file that is not valid)."""
     from tools.deploy.deployment import DeployError, UnitInvalidError
     from tools.deploy.lock import LockedError
-    from tools.deploy.redact import redact_text
     from tools.deploy.remote import TransportError
     from tools.deploy.service import ServiceError
     from tools.deploy.units.file import UnitFileError
+    from tools.redact import redact_text
 
     try:
         return asyncio.run(coro)  # type: ignore[arg-type]

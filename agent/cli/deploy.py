@@ -14,6 +14,7 @@ import typer
 
 from agent.cli.common import (
     ConfigOption,
+    confirm,
     console,
     err_console,
     fail,
@@ -107,7 +108,7 @@ def _progress_bar():  # type: ignore[no-untyped-def]
 
 def _secret(text: str, cfg: Config | None = None) -> str:
     """`text` with the API key and secret-named values replaced (as transcripts have them)."""
-    from tools.deploy.redact import redact_text
+    from tools.redact import redact_text
 
     return redact_text(text, secrets=[cfg.target.api_key if cfg else None])
 
@@ -192,7 +193,7 @@ def deploy(
                 if candidate == current:
                     console.print("nothing to change")
                     return None
-                if not yes and not typer.confirm("Deploy this change?"):
+                if not yes and not confirm("Deploy this change?"):
                     fail("not confirmed (use --yes to deploy without asking)", code=1)
                 outcome = await d.deploy(candidate, reason="optagent deploy " + " ".join(set_ + unset))
                 if outcome.ok:

@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from agent.cli.common import ConfigOption, console, err_console, fail, get_config, one_line
+from agent.cli.common import ConfigOption, confirm, console, err_console, fail, get_config, one_line
 
 SIM_WALL_MINUTES = 60.0
 """Default wall-time budget against the simulated deployment (the README's main command): on a
@@ -151,7 +151,7 @@ def run(
     from agent.transcripts.transcript import Transcript
     from agent.ui import RunUI
     from tools.deploy.outcome import DeployError, UnitInvalidError
-    from tools.deploy.redact import redact_text
+    from tools.redact import redact_text
 
     if max_trials is not None and max_trials < 0:
         fail("--max-trials must be 0 or more", code=2)
@@ -172,9 +172,7 @@ def run(
     if not (yes or dry_run or cfg.simulated):
         if not sys.stdin.isatty():
             fail(f"this run changes {cfg.target.endpoint}: pass --yes to allow it (or --dry-run)", code=2)
-        if not typer.confirm(
-            f"optagent will restart the server at {cfg.target.endpoint} for trials. Continue?"
-        ):
+        if not confirm(f"optagent will restart the server at {cfg.target.endpoint} for trials. Continue?"):
             fail("not confirmed; nothing changed", code=1)
     wall = budget_minutes(cfg, max_minutes, simulated=cfg.simulated and config is None)
     opts = RunOptions(
