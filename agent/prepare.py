@@ -133,6 +133,7 @@ async def _preflight(ui: RunUI, deployment: Any, target: Any, *, will_deploy: bo
     local unit file edited since the last deploy, or a service not seen running, is refused here,
     before the baseline, not at the first trial)."""
     from tools.deploy.health import wait_healthy
+    from tools.redact import redact_text
 
     if deployment.recovered:
         ui.note(f"[yellow]recovered an unfinished change first:[/] {deployment.recovered}")
@@ -142,9 +143,10 @@ async def _preflight(ui: RunUI, deployment: Any, target: Any, *, will_deploy: bo
     if will_deploy:
         await deployment.known_good()
     health = await wait_healthy(target.endpoint, timeout=min(target.health_timeout_s, 120.0))
+    shown = redact_text(target.endpoint, secrets=[target.api_key])  # never a URL's password
     if not health.ok:
-        raise SessionError(f"the server at {target.endpoint} is not healthy: {health.reason}")
-    ui.note(f"server healthy at {target.endpoint} ({health.reason})")
+        raise SessionError(redact_text(f"the server at {shown} is not healthy: {health.reason}"))
+    ui.note(f"server healthy at {shown} ({health.reason})")
 
 
 def _jsonable(obj: Any) -> Any:

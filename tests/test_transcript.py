@@ -12,8 +12,8 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCall
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from agent.transcripts.load import TranscriptNotFound, find_transcript, load_transcript
-from agent.transcripts.redact import REDACTED, redact_text
 from agent.transcripts.transcript import Transcript
+from tools.redact import REDACTED, redact_text
 
 
 def _planner() -> Agent:

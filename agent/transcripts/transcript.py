@@ -5,7 +5,7 @@ The format (version 1) is the contract in `agent/README.md`: a `header` record, 
 its subagents; a subagent message carries `parent`, the planner message that spawned it. Parts are
 pydantic-ai message parts dumped as JSON so that a session can be resumed. Writing never raises: a
 failed write warns once and the run goes on. Secrets are redacted before anything reaches the disk
-(`agent.transcripts.redact`).
+(`tools.redact`).
 
 pydantic-ai is imported only where messages are converted, so reading transcripts stays fast.
 """
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.transcripts.load import FORMAT_VERSION, SUFFIX, load_transcript
-from agent.transcripts.redact import env_secrets, redact
+from tools.redact import redact
 
 
 def _now() -> str:
@@ -91,7 +91,6 @@ class Transcript:
         self.closed = False
         self._warned = False
         self._lock = threading.Lock()
-        self._secrets = env_secrets()
         self._file: Any = None
 
     @classmethod
@@ -193,7 +192,7 @@ class Transcript:
 
     def _write(self, record: dict[str, Any]) -> None:
         try:
-            line = json.dumps(redact(record, extra=self._secrets), ensure_ascii=False, default=str)
+            line = json.dumps(redact(record), ensure_ascii=False, default=str)
             if self._file is None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self._file = self.path.open("a", encoding="utf-8")

@@ -17,13 +17,13 @@ from typing import Any
 
 import httpx
 
-from tools.auth import scrub_server_info
 from tools.bench.netstream import ClientPool
 from tools.bench.prompts import Prompt, load_prompt_file
 from tools.bench.results import RequestResult, SweepResult, summarize_level
 from tools.bench.streaming import API_PATHS, TokenCounter, build_payload, send_request
 from tools.bench.workload import level_prompts
 from tools.config import BenchConfig
+from tools.redact import redact
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +60,7 @@ async def fetch_server_info(client: httpx.AsyncClient, endpoint: str) -> dict[st
                 info = resp.json()
             except ValueError:
                 return None
-            return scrub_server_info(info) if isinstance(info, dict) else None
+            return redact(info) if isinstance(info, dict) else None
     return None
 
 

@@ -15,7 +15,8 @@ from typing import Any
 
 import httpx
 
-from tools.auth import auth_headers, scrub_server_info
+from tools.auth import auth_headers
+from tools.redact import redact
 
 __all__ = ["HealthResult", "get_server_info", "wait_healthy", "generate_one_token"]
 
@@ -128,4 +129,4 @@ async def get_server_info(
         data = r.json()
     if not isinstance(data, dict):
         raise ValueError(f"{endpoint}: server info is not a JSON object")
-    return scrub_server_info(data)
+    return redact(data)

@@ -10,11 +10,11 @@ from typing import Any, TypeAlias
 from tools.deploy.health import wait_healthy
 from tools.deploy.journal import DAY_S, JournalEntry, sha
 from tools.deploy.outcome import DeployError, DeployOutcome, DriftError
-from tools.deploy.redact import redact_flags
 from tools.deploy.remote import TransportError, write_local_atomic
 from tools.deploy.serverlog import error_line, readable_tail
 from tools.deploy.service import ServiceError, ServiceManager
 from tools.deploy.units.file import UnitFileError, unified_diff
+from tools.redact import redact_flags, redact_text
 
 Deployment: TypeAlias = Any
 """A `tools.deploy.deployment.Deployment` (which imports this module, so it is not imported here)."""
@@ -203,7 +203,7 @@ async def status(d: Deployment) -> dict[str, Any]:
         "service_manager": t.service_manager,
         "remote_unit": d.remote_unit,
         "local_unit": str(t.local_unit),
-        "endpoint": t.endpoint,
+        "endpoint": redact_text(t.endpoint, secrets=[t.api_key]),  # no `user:password@`
     }
     known_good = d.journal.known_good()
     try:

@@ -1,0 +1,174 @@
+"""Secrets out of everything optagent prints or saves: one rule for transcripts, status, the deploy
+diff, error messages and the endpoint.
+
+What is hidden: the value of an option, variable or key *named* like a secret (`--api-key`,
+`--admin-api-key`, `--ssl-keyfile-password`, `HF_TOKEN=`, `api_key='...'` in SGLang's dump of its
+arguments, `"token": ...`), an `Authorization` header's credentials, tokens that look like keys
+(`sk-...`, `hf_...`), the password of a URL (`http://user:[REDACTED]@host`), and the configured key
+and secret-named environment variables' values wherever they appear. What is never hidden: an
+ordinary flag or counter (`--speculative-num-draft-tokens 4`, `--max-prefill-tokens 16384`,
+`max_tokens=256`, `input_tokens`, `TOKENIZERS_PARALLELISM=false`).
+
+The name rule (`is_secret_name`), from SGLang 0.5.23's arguments (`api_key`, `admin_api_key`,
+`ssl_keyfile_password`, `watermark_key`, `watermark_key_b` are secrets; `max_prefill_tokens`,
+`speculative_token_map`, `ssl_keyfile`, `bucket_time_to_first_token`,
+`kt_max_deferred_experts_per_token` are not): a name is secret when its last word (a one-character
+suffix like `_b` aside) is key, apikey, token, password, passwd, passphrase, secret or
+credential(s), or ends in password or secret (`PGPASSWORD`), unless it counts or places tokens (a
+word such as num, max, min, per, first, last, one, bucket, count) or names a vocabulary token
+(`eos_token`, `pad_token`). A bare `key` is too generic to be a secret (a sort key, a dict key);
+a query string's `?key=` is one.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+__all__ = ["REDACTED", "env_secrets", "is_secret_name", "redact", "redact_flags", "redact_text"]
+
+REDACTED = "[REDACTED]"
+
+_SECRET_WORDS = frozenset(
+    {"key", "apikey", "token", "password", "passwd", "passphrase", "secret", "credential", "credentials"}
+)
+_SECRET_ENDINGS = ("password", "passwd", "secret", "apikey")
+_COUNT_WORDS = frozenset(
+    {"num", "n", "max", "min", "per", "first", "last", "one", "bucket", "buckets", "count"}
+)
+_VOCABULARY = frozenset(
+    {"bos", "eos", "pad", "unk", "sep", "cls", "mask", "special", "image", "video", "audio", "start", "end",
+     "stop", "think", "placeholder", "vision", "added"}
+)  # fmt: skip
+_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "set-cookie"})
+_CONFIGURED_ENV = "OPTAGENT_API_KEY"
+
+
+def _words(name: str) -> list[str]:
+    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name)  # apiKey -> api_Key
+    return [w for w in re.split(r"[^a-z0-9]+", spaced.lower()) if w]
+
+
+def is_secret_name(name: str) -> bool:
+    """True for a flag, variable or key named like a secret (`--api-key`, `HF_TOKEN`,
+    `ssl_keyfile_password`), False for a counter or an ordinary flag (`--max-prefill-tokens`,
+    `--speculative-num-draft-tokens`, `TOKENIZERS_PARALLELISM`, `eos_token`, `key`)."""
+    words = _words(name)
+    if len(words) > 1 and len(words[-1]) == 1:  # watermark_key_b
+        words = words[:-1]
+    if not words or words == ["key"]:
+        return False
+    last = words[-1]
+    if last not in _SECRET_WORDS and not last.endswith(_SECRET_ENDINGS):
+        return False
+    if any(w in _COUNT_WORDS for w in words):
+        return False
+    return not (last == "token" and len(words) > 1 and words[-2] in _VOCABULARY)
+
+
+def env_secrets() -> list[str]:
+    """Values of environment variables named like secrets (long enough to be real), longest first."""
+    values = {v for k, v in os.environ.items() if len(v) >= 6 and is_secret_name(k)}
+    return sorted(values, key=len, reverse=True)
+
+
+def _known(secrets: Iterable[str | None]) -> list[str]:
+    """The given secret values, `$OPTAGENT_API_KEY` and secret-named variables' values, longest first."""
+    values = {v for v in (*secrets, os.environ.get(_CONFIGURED_ENV)) if v and len(v) >= 4}
+    return sorted(values | set(env_secrets()), key=len, reverse=True)
+
+
+# A name ending in a secret word (checked exactly by `is_secret_name`); a value quoted, or bare up to
+# a space, quote, separator or closing bracket (a bare one stops at & for URLs, at \ for unit lines).
+_NAME = (
+    r"(?:[A-Za-z_][\w-]*?)?(?:key|token|password|passwd|passphrase|secret|credentials?)(?:[_-][A-Za-z0-9])?"
+)
+_VALUE = r"\[REDACTED\]|\"[^\"]*\"|'[^']*'|[^\s\"',;)&}\]\\]+"
+_FLAG = re.compile(rf"(?i)(?<![\w-])(--{_NAME})(=|[ \t]+)({_VALUE})")
+_ASSIGN = re.compile(rf"(?i)(?<![\w-])([\"']?)({_NAME})(\1)(\s*[:=]\s*)({_VALUE})")
+_PATTERNS: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"(?i)(authorization[\"']?\s*[:=]\s*[\"']?)(bearer|basic|token)\s+[^\s\"',]+"), rf"\1\2 {REDACTED}"),
+    (re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{8,}"), rf"\1 {REDACTED}"),
+    (re.compile(r"\bsk-[A-Za-z0-9_-]{8,}"), f"sk-{REDACTED}"),
+    (re.compile(r"\bhf_[A-Za-z0-9]{16,}"), f"hf_{REDACTED}"),
+    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}"), REDACTED),
+    (re.compile(r"(?i)([?&](?:key|sig|signature|auth)=)[^\s&#\"']+"), rf"\1{REDACTED}"),
+    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/\s:@]*:)[^@\s/]+@"), rf"\1{REDACTED}@"),
+]  # fmt: skip
+_EMPTY = frozenset({"none", "null", "''", '""', "[redacted]", "'[redacted]'", '"[redacted]"'})
+
+
+def _quoted(value: str) -> str:
+    quote = value[0] if value[:1] in ("'", '"') and len(value) > 1 else ""  # JSON and shell stay well-formed
+    return f"{quote}{REDACTED}{quote}"
+
+
+def _flag(m: re.Match[str]) -> str:
+    name, sep, value = m.groups()
+    if not is_secret_name(name) or value.startswith("-") or value.lower() in _EMPTY:
+        return m.group(0)
+    return f"{name}{sep}{_quoted(value)}"
+
+
+def _assign(m: re.Match[str]) -> str:
+    open_quote, name, close_quote, sep, value = m.groups()
+    if not is_secret_name(name) or value.lower() in _EMPTY:
+        return m.group(0)
+    if ":" in sep and not open_quote and value[:1] not in ("'", '"') and len(_words(name)) < 2:
+        return m.group(0)  # prose ("the token: 12 ms"), not `HF_TOKEN: ...` or `"token": "..."`
+    return f"{open_quote}{name}{close_quote}{sep}{_quoted(value)}"
+
+
+def redact_text(text: str, *, secrets: Iterable[str | None] = ()) -> str:
+    """`text` with every secret replaced by `[REDACTED]`: the given values, `$OPTAGENT_API_KEY` and
+    secret-named variables' values, secret-named flags and assignments, keys, bearer tokens and URL
+    passwords."""
+    return _redact_text(text, _known(secrets))
+
+
+def _redact_text(text: str, known: list[str]) -> str:
+    for value in known:
+        if value in text:
+            text = text.replace(value, REDACTED)
+    text = _FLAG.sub(_flag, text)
+    text = _ASSIGN.sub(_assign, text)
+    for pattern, repl in _PATTERNS:
+        text = pattern.sub(repl, text)
+    return text
+
+
+def _secret_key(key: Any) -> bool:
+    return isinstance(key, str) and (is_secret_name(key) or key.lower() in _HEADERS)
+
+
+def redact(value: Any, *, secrets: Iterable[str | None] = ()) -> Any:
+    """A JSON-like value (dicts, lists, strings) with every secret redacted: the values under
+    secret-named keys, and every string as `redact_text` has it."""
+    return _redact(value, _known(secrets))
+
+
+def _redact(value: Any, known: list[str]) -> Any:
+    if isinstance(value, str):
+        return _redact_text(value, known)
+    if isinstance(value, dict):
+        return {
+            k: REDACTED
+            if _secret_key(k) and isinstance(v, str | int) and not isinstance(v, bool) and v not in ("", None)
+            else _redact(v, known)
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [_redact(v, known) for v in value]
+    return value
+
+
+def redact_flags(flags: Mapping[str, str | None], *, secrets: Iterable[str | None] = ()) -> dict[str, Any]:
+    """A unit's `--flag: value` mapping with secret-named flags' values replaced and any secret in
+    another value (a configured key, a URL's password) redacted."""
+    known = _known(secrets)
+    return {
+        flag: value if value is None else REDACTED if is_secret_name(flag) else _redact_text(value, known)
+        for flag, value in flags.items()
+    }
