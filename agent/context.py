@@ -103,7 +103,8 @@ class DeploymentContext:
         """What SGLang's own start-up says of `flag` (set to `value`) on this deployment: the unit
         file's command line resolved with and without it (`tools.research.startup.check`); None
         without a source tree or a model config."""
-        if self.tree is None or self.model_config is None:
+        config = self.model_config_file()
+        if self.tree is None or config is None:
             return None
         from tools.research.startup.check import (
             argv_of,
@@ -113,10 +114,6 @@ class DeploymentContext:
             unit_settings,
         )
 
-        data = json.dumps(self.model_config, sort_keys=True).encode()
-        config = Path(tempfile.gettempdir()) / f"optagent-model-{hashlib.sha256(data).hexdigest()[:16]}.json"
-        if not config.is_file():
-            config.write_bytes(data)
         info = self.catalog.get(flag)
         argv = flag_argv(flag, value, takes_value=takes_value(info))
         return startup_answer(
@@ -126,6 +123,16 @@ class DeploymentContext:
             base_argv=argv_of(unit_settings(self.unit_flags)),
             model_config=config,
         )
+
+    def model_config_file(self) -> Path | None:
+        """The model's config.json as read, in a file SGLang's own start-up can load (None: not read)."""
+        if self.model_config is None:
+            return None
+        data = json.dumps(self.model_config, sort_keys=True).encode()
+        config = Path(tempfile.gettempdir()) / f"optagent-model-{hashlib.sha256(data).hexdigest()[:16]}.json"
+        if not config.is_file():
+            config.write_bytes(data)
+        return config
 
     def summary(self) -> dict[str, Any]:
         """A JSON-able digest for prompts, the transcript and the report."""
@@ -164,12 +171,19 @@ def _as_dict(obj: Any) -> dict[str, Any]:
 
 
 async def gather_context(
-    config: Any, transport: Any, *, on_step: Any = None, waiting: Any = None, index: bool = True
+    config: Any,
+    transport: Any,
+    *,
+    on_step: Any = None,
+    waiting: Any = None,
+    index: bool = True,
+    tree: Any = None,
 ) -> DeploymentContext:
     """Read every piece of context for `config`'s target through `transport`. `waiting()` is a
     context manager yielding a progress callback (`RunUI.waiting`): a fetch of the source or a build
     of its code index (30 s to minutes, cold) is shown while it lasts. With `index`, the code index
-    is loaded here (research needs it next) rather than inside the first research."""
+    is loaded here (research needs it next) rather than inside the first research. `tree`: the
+    source tree to read instead of the running version's (`optagent research --source/--version`)."""
     from tools.bench.workload import prefix_share
     from tools.deploy.units.file import UnitFile
 
@@ -207,7 +221,7 @@ async def gather_context(
     say(f"SGLang {ctx.version or '?'} source and flag catalog")
     wait = waiting or (lambda: contextlib.nullcontext(say))
     with wait() as progress:
-        await _source(ctx, config, progress)
+        await _source(ctx, config, progress, tree=tree)
     if index and ctx.tree is not None:
         with wait() as progress:
             await _index(ctx, progress)
@@ -252,7 +266,7 @@ async def _model(ctx: DeploymentContext, transport: Any) -> None:
         ctx.missing["model"] = str(e)
 
 
-async def _source(ctx: DeploymentContext, config: Any, progress: Any = None) -> None:
+async def _source(ctx: DeploymentContext, config: Any, progress: Any = None, *, tree: Any = None) -> None:
     import asyncio
 
     try:
@@ -260,7 +274,7 @@ async def _source(ctx: DeploymentContext, config: Any, progress: Any = None) -> 
         from tools.research.source import get_source
 
         r = config.research
-        ctx.tree = await asyncio.to_thread(
+        ctx.tree = tree or await asyncio.to_thread(
             get_source, ctx.version, repo_url=r.repo_url, cache_dir=r.cache_dir, source_dir=r.source_dir,
             progress=progress,
         )  # fmt: skip

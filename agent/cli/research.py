@@ -17,8 +17,8 @@ def _tree(config: Path | None, source: Path | None, version: str | None) -> tupl
     from tools.research.source import SourceError, detect_version, get_source, local_source
 
     try:
-        if source is not None:
-            return local_source(source, version=version), None
+        if source is not None:  # a tree of its own: a deployment's facts only when --config names one
+            return local_source(source, version=version), (get_config(config) if config else None)
         cfg = get_config(config)
         research = cfg.research
         if version is None and research.source_dir is not None:
@@ -78,46 +78,46 @@ def flags(
     console.print(table)
 
 
-def _facts(cfg: Any, model_config: Path | None) -> tuple[Any, Any, list[str]]:
-    """Model and hardware facts, from `--model-config` and the config's host; problems become notes."""
-    from tools.research.target.hardware import HardwareError, read_hardware
-    from tools.research.target.modelcfg import (
-        ModelConfigError,
-        fetch_model_config,
-        load_model_config,
-        model_facts,
-    )
-
-    model = hardware = None
-    notes: list[str] = []
-    try:
-        if model_config is not None:
-            model = model_facts(load_model_config(model_config))
-    except ModelConfigError as e:
-        fail(str(e), code=2)
+def _deployment(cfg: Any, tree: Any) -> tuple[Any, str | None]:
+    """The configured deployment's `DeploymentContext`, read as `optagent run` reads it
+    (`agent.context.gather_context`: unit file, `/get_server_info`, the model's config.json, the
+    GPUs), with `tree` as its source; a piece that cannot be read is in its `missing`. (None, why)
+    when there is no deployment to read."""
     if cfg is None:
-        return model, hardware, notes
+        return None, None
+    if cfg.simulated and not Path(cfg.target.local_unit).exists():
+        return None, "no simulated deployment here (`optagent sim up` lays one out)"
+    from agent.context import gather_context
+    from tools.deploy.remote import make_transport
 
-    async def from_host() -> tuple[Any, Any]:
-        from tools.deploy.remote import make_transport
-        from tools.deploy.units.file import UnitFile
-
+    async def read() -> Any:
         transport = make_transport(cfg.target)
-        found_model, found_hw = model, None
         try:
-            if found_model is None:
-                model_path = UnitFile.load(cfg.target.local_unit).command.flags.get("--model-path")
-                if model_path:
-                    found_model = model_facts(await fetch_model_config(model_path, transport))
-            found_hw = await read_hardware(transport, cfg.target.nvidia_smi)
-        except (ModelConfigError, HardwareError, OSError, ValueError) as e:
-            notes.append(f"facts unavailable: {e}")
+            return await gather_context(cfg, transport, index=False, tree=tree)
         finally:
             await transport.close()
-        return found_model, found_hw
 
-    model, hardware = asyncio.run(from_host())
-    return model, hardware, notes
+    try:
+        with err_console.status(f"reading the deployment at {cfg.target.endpoint}..."):
+            return asyncio.run(read()), None
+    except Exception as e:  # a transport that cannot even be set up: research goes on without it
+        return None, f"the deployment at {cfg.target.endpoint} could not be read: {type(e).__name__}: {e}"
+
+
+def _model_override(ctx: Any, model_config: Path | None) -> Any:
+    """`--model-config` in place of the deployment's config.json (exit 2 when it cannot be read)."""
+    from agent.context import DeploymentContext
+    from tools.research.target.modelcfg import ModelConfigError, load_model_config, model_facts
+
+    ctx = ctx or DeploymentContext()
+    if model_config is not None:
+        try:
+            ctx.model_config = load_model_config(model_config)
+            ctx.model = model_facts(ctx.model_config)
+        except ModelConfigError as e:
+            fail(str(e), code=2)
+        ctx.missing.pop("model", None)
+    return ctx
 
 
 def _unknown_flag(name: str, version: str, known: list[str], *, json_out: bool) -> None:
@@ -150,17 +150,18 @@ def _index(tree: Any, *, rebuild: bool) -> Any:
 
 def _startup(
     tree: Any,
-    cfg: Any,
+    ctx: Any,
     facts: dict[str, Any],
     name: str,
     value: str | None,
-    model_config: Path | None,
     pairs: list[str],
     tp: int | None,
     info: Any,
 ) -> Any:
-    """SGLang's own start-up with and without the flag: the deployment's command line is the unit
-    file's (with a config) or the --server-arg and --tp given; the first call sets up its venv."""
+    """SGLang's own start-up with and without the flag, as a run's researcher asks it
+    (`DeploymentContext.startup`): the deployment's command line is its unit file's, with the
+    --server-arg and --tp given on top, and its model the config.json read (or --model-config);
+    the first call sets up its venv."""
     from tools.research.startup.check import (
         argv_of,
         flag_argv,
@@ -170,19 +171,11 @@ def _startup(
         unit_settings,
     )
 
-    settings: dict[str, Any] = {}
-    if cfg is not None:
-        from tools.deploy.units.file import UnitFile, UnitFileError
-
-        try:
-            flags = UnitFile.load(cfg.target.local_unit).command.flags
-        except (UnitFileError, OSError):
-            flags = {}  # no unit file to read (the simulated host is not set up): the flags given
-        settings = unit_settings(flags)
+    settings = unit_settings(ctx.unit_flags)
     settings.update({k.removeprefix("server."): v for k, v in _server_args(pairs).items()})
     if tp is not None:
         settings["tp_size"] = tp
-    config = model_config if model_config is None or model_config.is_file() else model_config / "config.json"
+    config = ctx.model_config_file()
 
     def ask() -> Any:
         argv = flag_argv(name, value, takes_value=takes_value(info))
@@ -237,39 +230,68 @@ def research(
     rebuild_index: bool = typer.Option(False, "--rebuild-index", help="Re-index the source tree first."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """The verdict of a flag on this deployment, from the code of the running SGLang version."""
-    from agent.cli.research_view import facts_of, print_verdict
+    """The verdict of a flag on this deployment, from the code of the running SGLang version.
+
+    With a configured deployment (optagent.toml, or the simulated one `optagent sim up` lays out)
+    its facts are read as a run reads them: SGLang version, unit file, resolved server arguments,
+    the model's config.json and the GPUs; the options given override them. A value `optagent
+    deploy` refuses is refused here, at once, with deploy's reason (one check, `refusals`)."""
+    from agent.cli.research_view import deployment_view, facts_of, print_verdict
     from tools.research.analysis import analyze_flag
     from tools.research.flags import find_flag, flag_catalog
 
     name = normalize_flag(flag)
     tree, cfg = _tree(config, source, version)
-    model, hardware, notes = _facts(cfg, model_config)
-    facts = facts_of(cfg, model, hardware)
+    catalog = flag_catalog(tree)  # a fraction of a second: a name that is no flag needs no index
+    info = find_flag(catalog, name)
+    if info is None:
+        _unknown_flag(name, tree.version, [f.name for f in catalog], json_out=json_out)
+    found, why_none = _deployment(cfg, tree)
+    ctx = _model_override(found, model_config)
+    facts = facts_of(ctx, deployed=found is not None)
     facts.update(_server_args(server_arg))
     if model_config is not None:  # a real model, not `--model-path dummy`
         facts.setdefault("server.model_path", str(model_config))
-    if gpu_sm is not None:
-        facts["gpu.sm"] = gpu_sm
-    if gpus is not None:
-        facts["gpu.count"] = gpus
-    if gpu_name is not None:
-        facts["gpu.name"] = gpu_name
-    if gpu_memory is not None:
-        facts["gpu.memory_mib"] = gpu_memory
-    if tp is not None:
-        facts["server.tp_size"] = tp
-    catalog = flag_catalog(tree)  # a fraction of a second: a name that is no flag needs no index
-    if find_flag(catalog, name) is None:
-        _unknown_flag(name, tree.version, [f.name for f in catalog], json_out=json_out)
-    index = _index(tree, rebuild=rebuild_index)
-    startup = _startup(tree, cfg, facts, name, value, model_config, server_arg, tp, find_flag(catalog, name))
-    verdict = analyze_flag(index, name, facts, value=value, startup=startup)
-    verdict.notes += notes
-    if startup.kind == "unknown":
-        verdict.notes.append(f"SGLang's own start-up: {startup.message}")
+    for key, given in (("gpu.sm", gpu_sm), ("gpu.count", gpus), ("gpu.name", gpu_name),
+                       ("gpu.memory_mib", gpu_memory), ("server.tp_size", tp)):  # fmt: skip
+        if given is not None:
+            facts[key] = given
+    deployment = deployment_view(cfg, found, why_none, tree)
+    refused = _deploy_refuses(catalog, tree, info, name, value)
+    if refused is not None:  # deploy would not take it: no index, no start-up to wait for
+        verdict, decided_by = refused, "deploy check"
+    else:
+        index = _index(tree, rebuild=rebuild_index)
+        startup = _startup(tree, ctx, facts, name, value, server_arg, tp, info)
+        verdict = analyze_flag(index, name, facts, value=value, startup=startup)
+        decided_by = "start-up" if startup.kind in ("refused", "same") else "code"
+        if startup.kind == "unknown":
+            verdict.notes.append(f"SGLang's own start-up: {startup.message}")
     if json_out:
-        data = {"version": tree.version, "origin": tree.origin, **verdict.to_dict(), "facts": facts}
-        print(json.dumps(data, default=str))
+        data = {"version": tree.version, "origin": tree.origin, **verdict.to_dict(), "decided_by": decided_by}
+        print(json.dumps({**data, "deployment": deployment, "facts": facts}, default=str))
         return
-    print_verdict(verdict, tree, facts)
+    print_verdict(verdict, tree, facts, decided_by=decided_by, deployment=deployment)
+
+
+def _deploy_refuses(catalog: Any, tree: Any, info: Any, name: str, value: str | None) -> Any:
+    """The verdict `refuses-to-start` when `optagent deploy --set` refuses `name` set to `value`
+    (the same check: `tools.deploy.flagcheck.refusals`), else None. Deploy refuses what SGLang's
+    argparse (type, choices, a switch given a value) or its fixed ranges (`--tp-size 0`) refuse."""
+    from tools.deploy.flagcheck import refusals
+    from tools.research.findings import CodeVerdict
+
+    if value is None:
+        return None
+    problems = refusals(catalog, [("set", name, value)], version=tree.version)
+    if not problems:
+        return None
+    why = "; ".join(problems)
+    v = CodeVerdict(info.name, info.dest, tree.version, "refuses-to-start", "", 1.0, value=value)
+    v.definition = f"{info.path}:{info.line}" if info.path else None
+    v.help = info.help
+    v.summary = (
+        f"`optagent deploy --set {name[2:]}={value}` is refused before any restart: {why}. No trial "
+        "can deploy it: there is nothing to measure."
+    )
+    return v

@@ -1,7 +1,10 @@
 """Checking `--set`/`--unset` edits against the running version's flag catalog before any restart.
 
 A typo in a flag name, a value of the wrong type or outside the flag's choices would otherwise cost a
-restart into a server that refuses to start, and another one to roll back.
+restart into a server that refuses to start, and another one to roll back. `refusals` is everything
+`optagent deploy --set` refuses before a restart (the fixed ranges of `flagbounds`, then the
+catalog); `optagent research FLAG --value V` calls the same function, so a value deploy refuses
+never comes out of research as one that applies.
 """
 
 from __future__ import annotations
@@ -10,9 +13,10 @@ import difflib
 import re
 from collections.abc import Sequence
 
+from tools.deploy.flagbounds import value_problems
 from tools.research.catalog import FlagInfo, find_flag
 
-__all__ = ["check_edits"]
+__all__ = ["check_edits", "refusals"]
 
 _HUMAN_INT = re.compile(r"-?\d+(\.\d+)?[kKmMgGtT]?\Z")
 Edit = tuple[str, str, str | None]
@@ -69,3 +73,11 @@ def check_edits(catalog: Sequence[FlagInfo], edits: Sequence[Edit], *, version: 
             if why:
                 problems.append(f"{flag} {why}")
     return problems
+
+
+def refusals(catalog: Sequence[FlagInfo], edits: Sequence[Edit], *, version: str) -> list[str]:
+    """What `optagent deploy` refuses of `edits` before any restart, one message each (empty: none):
+    a value outside the range SGLang accepts whatever the deployment (`flagbounds`) first, as deploy
+    checks it, then the version's catalog (name, switch or value, type, choices)."""
+    bounds = value_problems({flag: value for op, flag, value in edits if op == "set"})
+    return bounds or check_edits(catalog, edits, version=version)
