@@ -94,6 +94,11 @@ def restart_budget(given: int | None, grid: int) -> int:
     return given if given is not None else max(grid, 2 * TRIAL_RESTARTS)
 
 
+CLOSING_SECONDS = 20.0
+"""What a run spends after its last trial besides a final benchmark: the health check, the report and
+its plots (5-10 s measured on two cores); trials end this much before the wall-time budget does."""
+
+
 def make_runner(
     deployment: Any,
     config: Any,
@@ -122,6 +127,7 @@ def make_runner(
         max_trials=max_trials,
         max_restarts=max_restarts,
         deadline=deadline,
+        closing_seconds=CLOSING_SECONDS if deadline != float("inf") else 0.0,
         on_event=lambda kind, data: ui.record(kind, data),
         on_progress=ui.bench_progress,  # a trial's benchmark is shown live, not a stale "waiting" bar
     )

@@ -413,3 +413,48 @@ def test_a_slow_start_costs_what_its_launches_add_to_a_trial_here():
     runner.note_restart(DeployOutcome(ok=True, seconds=300.0))
     runner.note_restart(DeployOutcome(ok=True, seconds=300.0))
     assert runner.trial_cost("--enable-torch-compile") == 3.0
+
+
+def test_a_trial_that_runs_over_the_budget_stops_at_its_next_safe_point(sim_server):
+    """The trial fits when it starts; a slow start then leaves no time for the candidate's block:
+    the block is not started, the candidate is rolled back and trials stop, before the deadline."""
+    import time
+
+    from agent.trial.record import BudgetExhausted
+    from tools.bench.probe import run_probe
+
+    server = sim_server("seed", time_scale=0.05)
+    fake = HealthyFake()
+    runner = _runner(fake, server, deadline=time.monotonic() + 600)
+    runner.baseline.probe = asyncio.run(run_probe(server.endpoint))
+    # the candidate's start took what was left but a little (a slow machine, a long load): its block
+    # of two repetitions and the rollback after it (three repetitions' time) no longer fit
+    fake.on_deploy = lambda: setattr(runner, "deadline", time.monotonic() + 2.5 * runner.rep_estimate())
+    with pytest.raises(BudgetExhausted, match="wall-time budget: the candidate block needs"):
+        asyncio.run(runner.run([TrialChange(flag="--cuda-graph-max-bs", value="64")], reason="test"))
+    record = runner.trials[0]
+    assert fake.events == ["deploy", "keepalive", "keepalive", "rollback"]  # probe, no block, rolled back
+    assert record.decision == "rolled_back" and record.why.startswith("stopped: wall-time budget")
+    assert "candidate" not in record.blocks and record.blocks == {}  # no block measured on it
+    assert time.monotonic() < runner.deadline  # it stopped before the budget ran out
+    assert runner.exhausted and runner.budget_left() is not None  # and no further trial starts
+
+
+def test_another_repetition_is_measured_only_while_it_fits(sim_server):
+    import time
+
+    from agent.trial.record import TrialRecord
+    from agent.trial.steps import _block
+
+    server = sim_server("seed", time_scale=0.05)
+    runner = _runner(HealthyFake(), server, deadline=time.monotonic() + 600)
+    reps = asyncio.run(_block(runner, None, "before", start=1, max_reps=1))
+    one = runner.rep_estimate()
+    assert one > 0 and len(reps) == 1
+    # room for the block's one repetition, not for the second `more` asks for
+    runner.deadline = time.monotonic() + 1.3 * one
+    record = TrialRecord(number=1, changes=[], reason="test")
+    reps = asyncio.run(_block(runner, record, "after", start=1, more=lambda reps: True, max_reps=6))
+    assert len(reps) == 1
+    runner.deadline = time.monotonic() + 600  # with time, `more` has its way
+    assert len(asyncio.run(_block(runner, record, "after", start=1, more=lambda reps: True, max_reps=3))) == 3

@@ -8,7 +8,7 @@ import statistics
 import time
 from typing import Any
 
-from agent.trial.record import TrialChange
+from agent.trial.record import BudgetExhausted, TrialChange
 
 TRIAL_RESTARTS = 4
 """Restarts one trial may need without a third launch: A/B/A (deploy, rollback), a second launch
@@ -54,6 +54,37 @@ class TrialBudget:
             return slow
         return self.trial_estimate([TrialChange(flag=flag)]) / ordinary
 
+    def ends_at(self) -> float:
+        """`time.monotonic()` by which trials must be over: the run's deadline less what it does
+        after them (`closing_seconds`: health, report), and less a block on the user's workload
+        when the kept change was judged on another (the final check before and after)."""
+        final = self.bench.reps * self.rep_estimate() if self.best is not None and self.best.workload else 0.0
+        return self.deadline - self.closing_seconds - final
+
+    def rep_estimate(self) -> float:
+        """Seconds one repetition (a sweep) takes: the latest block's, else the baseline's."""
+        return self.rep_seconds_seen or rep_seconds(self.baseline.reps)
+
+    def restart_estimate(self) -> float:
+        """Seconds a restart takes until healthy: the median one so far, else a repetition's."""
+        return statistics.median(self.launch_seconds) if self.launch_seconds else self.rep_estimate()
+
+    def fits(self, seconds: float) -> bool:
+        """Whether `seconds` more still end before `ends_at`."""
+        return time.monotonic() + seconds <= self.ends_at()
+
+    def need_time(self, seconds: float, what: str) -> None:
+        """Raise `BudgetExhausted` (trials stop; the trial under way rolls back) when `seconds` more
+        for `what` do not fit: a trial that runs over its estimate stops at this safe point rather
+        than overrunning the budget it was started in."""
+        if not self.fits(seconds):
+            left = max(0.0, self.ends_at() - time.monotonic())
+            self.exhausted = (
+                f"wall-time budget: {what} needs ~{seconds:.0f} s and {left:.0f} s are left before the "
+                "final check; stopped at a safe point"
+            )
+            raise BudgetExhausted(self.exhausted)
+
     def note_restart(self, outcome: Any) -> None:
         """Count a deploy's or rollback's time (when it restarted something)."""
         if getattr(outcome, "changed", True) and getattr(outcome, "seconds", 0) > 0:
@@ -71,7 +102,7 @@ class TrialBudget:
         restarts = sum(t.restarts for t in done) / len(done) if done else 2.0
         fits = [float(self.max_trials - len(self.trials))]
         if self.deadline != float("inf"):
-            fits.append((self.deadline - time.monotonic()) / max(seconds, 1e-9))
+            fits.append((self.ends_at() - time.monotonic()) / max(seconds, 1e-9))
         if self.max_restarts is not None:
             fits.append((self.max_restarts - self.restarts) / max(restarts, 1.0))
         return max(1, int(min(fits)))
@@ -85,7 +116,7 @@ class TrialBudget:
             return f"trial budget spent ({self.max_trials} trials)"
         if not self.restarts_left(TRIAL_RESTARTS):
             return f"restart budget spent ({self.restarts} of {self.max_restarts}; a trial may need {TRIAL_RESTARTS})"
-        if time.monotonic() + self.trial_estimate(changes) + reserve > self.deadline:
+        if not self.fits(self.trial_estimate(changes) + reserve):
             slow = [c.flag for c in changes or [] if c.flag in self.slow_starts]
             return "wall-time budget spent" + (
                 f" (a start with {', '.join(slow)} takes longer)" if slow else ""

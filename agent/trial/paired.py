@@ -119,6 +119,10 @@ async def run_paired(r: Any, record: TrialRecord, new_text: str) -> None:
     if refusal := r._lossy_refusal(record.changes):
         record.why = refusal
         return
+    if not r.fits(2 * r.restart_estimate() + r.block_reps * r.rep_estimate()):
+        record.near_miss = _best_judged(cmp) if _near_miss(cmp, r.bench) else None
+        record.why = f"{cmp.verdict} on its first launch ({cmp.summary}); no time left for the second launch"
+        return
     await _second_launch(r, record, new_text, (before, cand, after), cmp)
 
 
@@ -143,7 +147,7 @@ async def _second_launch(r: Any, record: TrialRecord, new_text: str, blocks: tup
     # a third launch: a rollback and two known-good blocks, a launch and a block, as this one took
     pair = 2 * (time.monotonic() - started)
     if final is not None and final.verdict != "improved" and _near_miss(final, r.bench):
-        if time.monotonic() + pair > r.deadline or not r.restarts_left(3):
+        if not r.fits(pair) or not r.restarts_left(3):
             record.comparison = {**record.comparison, **comparison_dict(final)}
             left = "no time" if r.restarts_left(3) else "no restarts"
             record.near_miss = _best_judged(final)

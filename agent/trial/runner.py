@@ -57,7 +57,11 @@ class TrialRunner(TrialBudget):
     """Restarts trials may spend in all (None: no limit). A trial starts only if its A/B/A, a
     second launch and the rollback after it fit (four); a third launch needs three more."""
     deadline: float = float("inf")
-    """`time.monotonic()` after which no new trial starts."""
+    """`time.monotonic()` at which the run's wall-time budget ends (trials end before it: `ends_at`)."""
+    closing_seconds: float = 0.0
+    """Seconds the run spends after its trials (health check, report): not for trials."""
+    rep_seconds_seen: float = 0.0
+    """Seconds one repetition of the latest block took (0: none yet; `rep_estimate`)."""
     max_reps: int = 0
     """Cap of the adaptive repetitions per block (0: twice `bench.reps`)."""
     block_reps: int = 0
@@ -213,7 +217,12 @@ class TrialRunner(TrialBudget):
         except BaseException as e:
             # Whatever broke (a bug, a lost connection, cancellation), the candidate must not stay.
             if record.decision != "kept":
-                record.decision, record.why = "rolled_back", f"trial aborted: {type(e).__name__}: {e}"
+                why = (
+                    f"stopped: {e}"
+                    if isinstance(e, BudgetExhausted)
+                    else f"trial aborted: {type(e).__name__}: {e}"
+                )
+                record.decision, record.why = "rolled_back", why
             await self.rollback(record)
             raise
         finally:

@@ -100,6 +100,8 @@ class LaunchSpread:
     """Repetitions a trial's block starts with (`block_reps`; None: `bench.reps`, not measured)."""
     rep_noise: dict[int, float] | None = None
     """Per level, how far one repetition moves within a launch (relative sd), where measured."""
+    skipped: str = ""
+    """Why the spread was not measured although the config asked for it ("" when it was, or not asked)."""
 
     @property
     def prior(self) -> tuple[float, float | None]:
@@ -109,7 +111,8 @@ class LaunchSpread:
     def describe(self) -> str:
         """One sentence for the report."""
         if self.source == "declared":
-            return f"launch spread: declared {self.value:.1%} (not measured on this deployment)"
+            why = self.skipped or "not measured on this deployment"
+            return f"launch spread: declared {self.value:.1%} ({why})"
         if self.source == "recorded":
             return (
                 f"launch spread: {self.value:.1%} recorded by `optagent bench --restarts` "
@@ -222,6 +225,11 @@ async def measure_spread(r: Any) -> LaunchSpread:
     n = spread_restarts(r.bench)
     if n == 0 or not r.reference:
         r.launch_prior = spread.prior
+        return spread
+    cost = n * (r.restart_estimate() + r.bench.reps * r.rep_estimate())
+    if not r.fits(cost + r.trial_estimate()):  # the budget is for trials first
+        r.launch_prior = spread.prior
+        spread.skipped = f"not measured: {n} relaunches (~{cost / 60:.0f} min) and one trial do not fit the wall-time budget"
         return spread
     first = r.reference
     relaunched, _ = await relaunch_known_good(r, n)

@@ -21,6 +21,8 @@ BLOCK_LABELS = {
     "third": "candidate, third launch",
 }
 """How each block of a trial is named on the screen (the keys are `TrialRecord.blocks`)."""
+CANDIDATE_BLOCKS = ("candidate", "confirm", "third")
+"""The blocks measured on a candidate's launch: a rollback follows each."""
 
 
 async def _block(r: Any, record: TrialRecord | None, name: str, **kw: Any) -> list[Any]:
@@ -28,11 +30,19 @@ async def _block(r: Any, record: TrialRecord | None, name: str, **kw: Any) -> li
     runner's `on_event("block", ...)`; `RunUI` shows it, the transcript keeps the block's numbers)."""
     info = {"trial": record.number if record is not None else None, "block": name,
             "label": BLOCK_LABELS.get(name, name)}  # fmt: skip
+    kw.setdefault("start", r.block_reps)
+    if record is not None:  # a trial's block: it and the rollback a candidate needs after it must fit
+        rollback = r.restart_estimate() if name in CANDIDATE_BLOCKS else 0.0
+        r.need_time(kw["start"] * r.rep_estimate() + rollback, f"the {info['label']} block")
+        if (more := kw.get("more")) is not None:  # another repetition only while it fits too
+            kw["more"] = lambda reps: r.fits(r.rep_estimate() + rollback) and more(reps)
     r.on_event("block", {**info, "state": "start"})
     started = time.monotonic()
-    kw.setdefault("start", r.block_reps)
     reps = await measure(r.endpoint, r.bench, on_progress=r.on_progress, **kw)
-    r.on_event("block", {**info, "state": "done", "reps": len(reps), "seconds": time.monotonic() - started})
+    seconds = time.monotonic() - started
+    if reps:
+        r.rep_seconds_seen = seconds / len(reps)
+    r.on_event("block", {**info, "state": "done", "reps": len(reps), "seconds": seconds})
     return reps
 
 
