@@ -210,3 +210,26 @@ def test_no_garbage_collection_while_a_level_is_timed():
     collections = [t for kind, t in events if kind == "gc"]
     assert collections, "the low threshold must make the collector run (between levels)"
     assert not [t for t in collections for s, e in windows if s <= t <= e]
+
+
+def test_a_stalled_request_stops_the_sweep_within_its_stall_bound():
+    """A server that sends a first piece and then nothing: the first request that gets no byte for
+    `stall_timeout_s` fails, what is in flight is cancelled and nothing more is sent."""
+    import time
+
+    bench = settings(concurrency=[1, 4, 8], warmup=0, stall_timeout_s=0.5)
+    with SSEServer(Behaviour(hang_after=3)) as srv:
+        started = time.monotonic()
+        result = asyncio.run(run_sweep(srv.endpoint, bench))
+        took, sent = time.monotonic() - started, srv.requests
+    assert result.partial
+    assert any("a request stalled at concurrency 1" in e and "no byte for 0.5 s" in e for e in result.errors)
+    assert "levels not measured: 4, 8" in result.errors
+    assert sent == 4 and took < 3  # the fourth request hung; the rest of the level was never sent
+
+
+def test_a_request_is_bounded_in_all_even_while_bytes_trickle():
+    bench = settings(concurrency=[1], warmup=0, output_len=400, request_timeout_s=0.5, stall_timeout_s=5)
+    with SSEServer(Behaviour(itl_s=0.01)) as srv:  # a byte every 10 ms: never a stall, 4 s in all
+        result = asyncio.run(run_sweep(srv.endpoint, bench))
+    assert result.partial and any("over 0.5 s in all" in e for e in result.errors), result.errors

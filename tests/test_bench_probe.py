@@ -65,3 +65,18 @@ def test_probe_against_simulator_lossy_flags(sim_server):
     drift = compare_probe(results["base"], results["fp8kv"])
     assert drift.status == "drifting" and drift.first_diff.word >= 6
     assert compare_probe(results["base"], results["fp16"]).status == "broken"
+
+
+def test_a_hanging_server_fails_the_probe_on_its_first_prompt():
+    import asyncio
+    import time
+
+    from tests.test_bench_sse_server import Behaviour, SSEServer
+    from tools.bench.probe import run_probe
+
+    with SSEServer(Behaviour(hang_after=1)) as srv:
+        started = time.monotonic()
+        probe = asyncio.run(run_probe(srv.endpoint, timeout_s=0.5))
+        took, sent = time.monotonic() - started, srv.requests
+    assert [o.error is None for o in probe.outputs] == [True, False]  # the second hung; no third sent
+    assert "timed out" in probe.outputs[1].error and sent == 2 and took < 2

@@ -40,6 +40,9 @@ class Behaviour:
     no_done: bool = False
     probe_mode: str = "normal"
     """normal | drift (changes after 10 words) | repeat (degenerate) | empty."""
+    hang_after: int | None = None
+    """Once this many requests started, each later one sends its first piece (streamed) and then
+    nothing more, its connection left open: a server stuck mid-stream."""
 
 
 def answer(prompt: str, n: int, mode: str = "normal") -> list[str]:
@@ -53,6 +56,10 @@ def answer(prompt: str, n: int, mode: str = "normal") -> list[str]:
     elif mode == "empty":
         words = []
     return words
+
+
+HANG = "<hang>"
+"""Where a hanging response stops sending."""
 
 
 class SSEServer:
@@ -144,7 +151,11 @@ class SSEServer:
             n = req["max_tokens"]
             prompt = str(req["messages"][-1]["content"] if "messages" in req else req["prompt"])
         pieces = answer(prompt, n, self.b.probe_mode)
+        if self.b.hang_after is not None and self.requests > self.b.hang_after:
+            pieces = [*pieces[:1], HANG]
         if not req.get("stream"):
+            if HANG in pieces:
+                await asyncio.sleep(3600)
             text = "".join(pieces)
             usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": len(pieces)}
             return await self._send(writer, 200, {"choices": [{"text": text, "index": 0}], "usage": usage})
@@ -162,6 +173,8 @@ class SSEServer:
         await asyncio.sleep(self.b.ttft_s)
         text = ""
         for i, piece in enumerate(pieces):
+            if piece is HANG:
+                await asyncio.sleep(3600)
             if i:
                 await asyncio.sleep(self.b.itl_s)
             if self.b.malformed and i == 2:

@@ -110,6 +110,11 @@ class BenchConfig(_Strict):
     """Extra launches of known-good the baseline phase measures when no `launch_spread` is recorded
     (each a restart; 0: trust `launch_noise`)."""
     request_timeout_s: float = Field(600.0, gt=0)
+    """The longest one benchmark request may take in all."""
+    stall_timeout_s: float = Field(120.0, gt=0)
+    """Seconds without a byte before a request counts as stalled; a stalled request stops its sweep
+    (the server stopped answering: the rest would wait as long), so a candidate that hangs mid-stream
+    is out of a trial within this."""
     backend: Literal["optagent", "sglang"] = "optagent"
 
     @field_validator("workload")

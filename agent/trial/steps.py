@@ -5,7 +5,10 @@ again, reject or commit. `paired.py` (the A/B/A trial), `prune.py` (leave one me
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 from agent.trial.judge import _worth_more
@@ -38,12 +41,39 @@ async def _block(r: Any, record: TrialRecord | None, name: str, **kw: Any) -> li
             kw["more"] = lambda reps: r.fits(r.rep_estimate() + rollback) and more(reps)
     r.on_event("block", {**info, "state": "start"})
     started = time.monotonic()
-    reps = await measure(r.endpoint, r.bench, on_progress=r.on_progress, **kw)
+    async with _kept_alive(r.deployment, on=name in CANDIDATE_BLOCKS):
+        reps = await measure(r.endpoint, r.bench, on_progress=r.on_progress, **kw)
     seconds = time.monotonic() - started
     if reps:
         r.rep_seconds_seen = seconds / len(reps)
     r.on_event("block", {**info, "state": "done", "reps": len(reps), "seconds": seconds})
     return reps
+
+
+@contextlib.asynccontextmanager
+async def _kept_alive(deployment: Any, *, on: bool) -> AsyncIterator[None]:
+    """While a candidate's block runs, push the host's dead-man switch on every third of its delay:
+    a block longer than the switch would otherwise have the host restore known-good mid-measurement,
+    behind the runner's back. A candidate that stops answering is caught by the benchmark's own
+    bounds (`BenchConfig.stall_timeout_s`), not kept alive for ever: the block ends on its first stall."""
+    delay = getattr(deployment, "deadman_seconds", None)
+    if not on or not isinstance(delay, int | float) or delay <= 0:
+        yield
+        return
+
+    async def push() -> None:
+        while True:
+            await asyncio.sleep(delay / 3)
+            with contextlib.suppress(Exception):  # a missed push: the next one, or the switch, acts
+                await deployment.keepalive()
+
+    task = asyncio.create_task(push())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 def _record_blocks(r: Any, record: TrialRecord, **blocks: list[Any]) -> None:

@@ -96,6 +96,10 @@ def _collector_paused():  # type: ignore[no-untyped-def]
             gc.enable()
 
 
+STALLED = "timed out"
+"""How a request that got no byte for `stall_timeout_s`, or ran over `request_timeout_s`, fails."""
+
+
 async def _run_level(
     pool: ClientPool,
     path: str,
@@ -107,13 +111,16 @@ async def _run_level(
     seed: int,
     progress: Callable[[int, int, float, bool], None] | None,
 ) -> tuple[list[RequestResult], float]:
-    """Send every body with at most `concurrency` in flight; returns results and the duration."""
+    """Send every body with at most `concurrency` in flight; returns results and the duration. A
+    request that times out (`STALLED`) stops the level: what is in flight is cancelled and the rest
+    is not sent (a server that stopped answering would keep every one of them waiting as long)."""
     counter = TokenCounter()
     results: list[RequestResult] = []
     slots: asyncio.Queue[int] = asyncio.Queue()
     for i in range(concurrency):
         slots.put_nowait(i)
     t0 = time.perf_counter()
+    tasks: list[asyncio.Task[None]] = []
 
     async def one(body: bytes, input_len: int) -> None:
         slot = await slots.get()
@@ -124,13 +131,18 @@ async def _run_level(
                 api,
                 body,
                 input_len=input_len,
-                timeout=pool.timeout_s,
+                timeout=pool.stall_s,
+                whole=pool.timeout_s,
                 counter=counter,
                 t0=t0,
             )
             results.append(r)
         finally:
             slots.put_nowait(slot)
+        if not r.ok and (r.error or "").startswith(STALLED):
+            for task in tasks:
+                if task is not asyncio.current_task():
+                    task.cancel()
 
     async def ticker() -> None:
         while True:
@@ -139,15 +151,17 @@ async def _run_level(
 
     tick = asyncio.create_task(ticker()) if progress else None
     try:
-        if request_rate is None:
-            await asyncio.gather(*(one(b, n) for b, n in bodies))
-        else:
-            rng = random.Random(seed)
-            tasks = []
-            for b, n in bodies:
-                tasks.append(asyncio.create_task(one(b, n)))
+        rng = random.Random(seed)
+        for b, n in bodies:
+            if any(t.cancelled() for t in tasks):  # a request stalled: nothing more is sent
+                break
+            tasks.append(asyncio.create_task(one(b, n)))
+            if request_rate is not None:
                 await asyncio.sleep(rng.expovariate(request_rate))
-            await asyncio.gather(*tasks)
+        outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+        for outcome in outcomes:  # a bug inside a request is raised, a cancelled one was stopped
+            if isinstance(outcome, BaseException) and not isinstance(outcome, asyncio.CancelledError):
+                raise outcome
     finally:
         if tick:
             tick.cancel()
@@ -198,7 +212,9 @@ async def run_sweep(
         started_at=datetime.now(UTC).isoformat(timespec="seconds"),
         seed=seed,
     )
-    async with ClientPool(endpoint, max(settings.concurrency), settings.request_timeout_s) as pool:
+    async with ClientPool(
+        endpoint, max(settings.concurrency), settings.request_timeout_s, stall_s=settings.stall_timeout_s
+    ) as pool:
         try:
             result.server_info = await fetch_server_info(pool.client, endpoint)
         except httpx.HTTPError as e:
@@ -265,6 +281,11 @@ async def _sweep_levels(
         result.levels.append(
             summarize_level(res, max_concurrency=c, duration=duration, request_rate=request_rate)
         )
+        if stalled := next((r.error for r in res if (r.error or "").startswith(STALLED)), None):
+            result.errors.append(
+                f"a request stalled at concurrency {c} ({stalled}): the rest of the sweep was not sent"
+            )
+            return
         if _is_unreachable(res):
             cause = next(r.error for r in res if r.error)
             result.errors.append(f"server unreachable at concurrency {c}: {cause}")

@@ -295,10 +295,20 @@ class ClientPool:
     the httpx client.
     """
 
-    def __init__(self, endpoint: str, slots: int, timeout_s: float, *, api_key: str | None = None) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        slots: int,
+        timeout_s: float,
+        *,
+        stall_s: float | None = None,
+        api_key: str | None = None,
+    ) -> None:
         headers = auth_headers(api_key)  # a server started with --api-key answers 401 without it
         tls = ssl.create_default_context() if endpoint.startswith("https://") else None
         self.timeout_s = timeout_s
+        self.stall_s = min(stall_s or timeout_s, timeout_s)
+        """Seconds without a byte before a request times out (`timeout_s` bounds it in all)."""
         self.slots = [StreamConnection(endpoint, headers=headers, tls=tls) for _ in range(slots)]
         # trust_env=False: a proxy from the environment must never sit between us and the server.
         self.client = httpx.AsyncClient(

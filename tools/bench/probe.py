@@ -7,6 +7,7 @@ first word). Positions are counted in whitespace-separated words and in characte
 
 from __future__ import annotations
 
+import asyncio
 import json
 from importlib import resources
 from pathlib import Path
@@ -95,7 +96,9 @@ async def run_probe(
     api_key: str | None = None,
 ) -> ProbeResult:
     """Send every probe prompt once, one at a time (batch composition can change numerics),
-    at temperature 0. Failures are recorded per prompt, never raised."""
+    at temperature 0. Failures are recorded per prompt, never raised; the first one ends the probe
+    (one failed prompt already makes it broken, and a server that hangs would keep each of the rest
+    waiting as long). Each request is bounded in all by `timeout_s`."""
     endpoint = endpoint.rstrip("/")
     outputs = []
     headers = auth_headers(api_key)  # default: $OPTAGENT_API_KEY
@@ -103,12 +106,17 @@ async def run_probe(
         for item in probe_prompts():
             path, body = _request(api, item["prompt"], max_tokens)
             try:
-                resp = await client.post(endpoint + path, json=body)
+                async with asyncio.timeout(timeout_s):
+                    resp = await client.post(endpoint + path, json=body)
                 if resp.status_code != 200:
                     raise ValueError(f"HTTP {resp.status_code}: {resp.text[:200]}")
                 outputs.append(ProbeOutput(id=item["id"], text=_answer(api, resp.json())))
+            except TimeoutError:
+                outputs.append(ProbeOutput(id=item["id"], error=f"timed out: no answer in {timeout_s:g} s"))
             except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as e:
                 outputs.append(ProbeOutput(id=item["id"], error=f"{type(e).__name__}: {e}"))
+            if outputs[-1].error:
+                break
     return ProbeResult(endpoint=endpoint, api=api, max_tokens=max_tokens, outputs=outputs)
 
 

@@ -7,6 +7,7 @@ a time (`tools.bench.netstream`), is split into SSE lines by hand, timestamped o
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -145,17 +146,22 @@ async def send_request(
     *,
     input_len: int,
     timeout: float = 600.0,
+    whole: float | None = None,
     counter: TokenCounter | None = None,
     t0: float = 0.0,
 ) -> RequestResult:
     """Send one streamed request (`body`: the JSON payload, already encoded) to `path` on `conn`
     and measure it; a server problem becomes a failed `RequestResult` with its cause, never an
-    exception. `timeout`: seconds without a byte before the request counts as timed out."""
+    exception. `timeout`: seconds without a byte before the request counts as timed out; `whole`:
+    seconds the request may take in all (None: no bound beyond `timeout`)."""
     start = time.perf_counter()
     reader = _SSEReader(api, start, counter)
     try:
-        await conn.connect(min(timeout, 10.0))
-        status, reason = await conn.post(path, body, reader, timeout=timeout, error_sink=reader.keep_error)
+        async with asyncio.timeout(whole):
+            await conn.connect(min(timeout, 10.0))
+            status, reason = await conn.post(
+                path, body, reader, timeout=timeout, error_sink=reader.keep_error
+            )
         end = time.perf_counter()
         if status != 200:
             text = reader.error[:300].decode("utf-8", "replace").strip()
@@ -167,7 +173,9 @@ async def send_request(
     except StreamError as e:
         return _failed(str(e), start, t0, input_len)
     except RequestTimeout as e:
-        return _failed(f"timed out ({e.kind})", start, t0, input_len)
+        return _failed(f"timed out ({e.kind}: no byte for {timeout:g} s)", start, t0, input_len)
+    except TimeoutError:
+        return _failed(f"timed out (over {whole:g} s in all)", start, t0, input_len)
     except ConnectFailed as e:
         return _failed(f"cannot connect to {conn.endpoint}{path}: {e}", start, t0, input_len)
     except HttpClientError as e:
