@@ -142,7 +142,8 @@ async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
             ui.step("planning, research and trials")
             mark = time.monotonic()
             conclusion, status = await _plan(ui, deps, build_planner(models.planner), opts, objective)
-            ui.note(f"model usage: {deps.tokens.line()}")
+            if models.label != "builtin":  # the offline policy calls no model: nothing to count
+                ui.note(f"model usage: {deps.tokens.line()}")
             ui.record("usage", {"agent": "run", "by_kind": deps.tokens.by_kind()})
             if runner is not None:
                 status = await _combine_if_needed(ui, runner, status)

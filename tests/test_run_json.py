@@ -38,6 +38,7 @@ def test_run_json_prints_only_the_summary_on_stdout(sim_host, tmp_path: Path) ->
     assert "wall-time budget" in summary["budget"] and summary["untried"]
     assert Path(summary["transcript"]).exists() and Path(summary["report"]).exists()
     assert "transcript:" in done.stderr and "done in" in done.stderr
+    assert "model usage" not in done.stderr  # the builtin policy calls no model (issue 51)
     # the todo says what became of the trial it would have run, not an empty reason
     assert "dry run — nothing deployed" in " ".join(done.stderr.split())
     assert "not run — " not in done.stderr

@@ -24,7 +24,12 @@ ConfigOption = typer.Option(
 
 
 def fail(message: str, *, code: int = 1) -> NoReturn:
-    """Print `message` on stderr and exit with `code` (1: the work failed, 2: bad usage or input)."""
+    """Print `message` on stderr, on a line of its own, and exit with `code` (1: the work failed, 2:
+    bad usage or input). A progress bar still drawn is ended first: after a Ctrl-C, the bar of the
+    rollback's wait would otherwise run on with the message glued to its end."""
+    for shown in (console, err_console):
+        for live in reversed(list(getattr(shown, "_live_stack", []))):  # rich's running displays
+            live.stop()
     err_console.print("[bold red]error:[/] " + escape(message), highlight=False)
     raise typer.Exit(code)
 

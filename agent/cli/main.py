@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import os
 from typing import Any, NamedTuple
@@ -62,9 +63,21 @@ def load_command(name: str) -> Any:
 
 class LazyGroup(TyperGroup):
     """A command group that imports a command's module only when that command runs; its help lists
-    the commands from `COMMANDS` without importing any."""
+    the commands from `COMMANDS` without importing any, and a mistyped command gets the close ones."""
 
     listing = False
+
+    def __init__(self, **attrs: Any) -> None:
+        # typer's own suggestions come from the commands already imported (none, here): ours below
+        super().__init__(**{**attrs, "suggest_commands": False})
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and self.get_command(ctx, name) is None:
+            close = difflib.get_close_matches(name, self.list_commands(ctx), n=3, cutoff=0.6)
+            if close:
+                ctx.fail(f"No such command '{name}'. Did you mean {' or '.join(f'`{c}`' for c in close)}?")
+        return super().resolve_command(ctx, args)
 
     def list_commands(self, ctx: Any) -> list[str]:
         return [*COMMANDS, *(n for n in self.commands if n not in COMMANDS)]

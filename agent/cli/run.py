@@ -150,6 +150,7 @@ def run(
     from agent.session import RunOptions, run_session
     from agent.transcripts.transcript import Transcript
     from agent.ui import RunUI
+    from tools.deploy.lock import LockedError
     from tools.deploy.outcome import DeployError, UnitInvalidError
     from tools.redact import redact_text
 
@@ -170,9 +171,10 @@ def run(
     except ModelChoiceError as e:
         fail(str(e), code=2)
     if not (yes or dry_run or cfg.simulated):
+        server = redact_text(cfg.target.endpoint, secrets=[cfg.target.api_key])  # no URL password
         if not sys.stdin.isatty():
-            fail(f"this run changes {cfg.target.endpoint}: pass --yes to allow it (or --dry-run)", code=2)
-        if not confirm(f"optagent will restart the server at {cfg.target.endpoint} for trials. Continue?"):
+            fail(f"this run changes {server}: pass --yes to allow it (or --dry-run)", code=2)
+        if not confirm(f"optagent will restart the server at {server} for trials. Continue?"):
             fail("not confirmed; nothing changed", code=1)
     wall = budget_minutes(cfg, max_minutes, simulated=cfg.simulated and config is None)
     opts = RunOptions(
@@ -206,6 +208,9 @@ def run(
     except SessionError as e:
         transcript.close({"status": f"failed: {e}"})
         fail(one_line(str(e), simulated=cfg.simulated))
+    except LockedError as e:  # another optagent works on the target: this run never started
+        transcript.discard()
+        fail(redact_text(f"{e} (nothing was changed, and no transcript kept)"))
     except DeployError as e:  # drift, a unit file that does not parse, a refused deploy: said plainly
         transcript.close({"status": f"failed: {e}"})
         fail(redact_text(str(e)), code=2 if isinstance(e, UnitInvalidError) else 1)

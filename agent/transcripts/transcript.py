@@ -190,6 +190,17 @@ class Transcript:
                 self._file.close()
             self._file = None
 
+    def discard(self) -> None:
+        """Remove the transcript of a session that never started (its target was locked): kept, an
+        empty transcript would become `last` and hide the session the user wants to read."""
+        self.closed = True
+        if self._file is not None:
+            with contextlib.suppress(OSError):
+                self._file.close()
+            self._file = None
+        with contextlib.suppress(OSError):
+            self.path.unlink(missing_ok=True)
+
     def _write(self, record: dict[str, Any]) -> None:
         try:
             line = json.dumps(redact(record), ensure_ascii=False, default=str)

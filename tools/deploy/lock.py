@@ -104,10 +104,14 @@ class HostLock:
             alive = owner.alive()
             if alive is None:
                 raise LockedError(
-                    f"the target is locked by {owner.describe()}; if that optagent is gone, remove {self.path}"
+                    f"the target is locked by another optagent ({owner.describe()}): wait for it to "
+                    f"finish and run this again; if that optagent is gone, remove {self.path}"
                 )
             if alive:
-                raise LockedError(f"the target is locked by another optagent: {owner.describe()}")
+                raise LockedError(
+                    f"the target is locked by another optagent ({owner.describe()}): wait for it to "
+                    "finish, or stop it (Ctrl-C rolls its change back), then run this again"
+                )
             await self._break(owner)
         raise LockedError(f"could not take the lock {self.path} (it keeps changing hands)")
 

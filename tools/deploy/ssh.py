@@ -17,13 +17,20 @@ import logging
 import posixpath
 import shlex
 import uuid
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import asyncssh
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
+from cryptography.utils import CryptographyDeprecationWarning
 
-from tools.deploy.transport import (
+# asyncssh still names cryptography's DSA types, which cryptography deprecates: a note for asyncssh's
+# maintainers that every `optagent status` would print. Only that category, only from asyncssh.
+warnings.filterwarnings("ignore", category=CryptographyDeprecationWarning, module=r"asyncssh(\.|$)")
+
+import asyncssh  # noqa: E402
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential  # noqa: E402
+
+from tools.deploy.transport import (  # noqa: E402
     DEFAULT_TIMEOUT_S,
     CommandResult,
     CommandTimeout,
