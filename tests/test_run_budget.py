@@ -11,7 +11,7 @@ from tools.config import Config
 
 def test_budget_option_then_config_then_default():
     cfg = Config()
-    assert budget_minutes(cfg, None, simulated=True) == SIM_WALL_MINUTES == 60.0
+    assert budget_minutes(cfg, None, simulated=True) == SIM_WALL_MINUTES == 15.0
     assert budget_minutes(cfg, None, simulated=False) == cfg.agent.max_wall_minutes
     cfg.agent.max_minutes = 25.0
     assert budget_minutes(cfg, None, simulated=True) == 25.0

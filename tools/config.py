@@ -109,6 +109,11 @@ class BenchConfig(_Strict):
     spread_launches: int = Field(2, ge=0)
     """Extra launches of known-good the baseline phase measures when no `launch_spread` is recorded
     (each a restart; 0: trust `launch_noise`)."""
+    time_scale: float = Field(1.0, gt=0)
+    """Wall seconds per second of the server's own clock: 1 for a real server; the simulated
+    deployment's clock may run faster than the GPUs it models (0.5: twice as fast). Every time a
+    benchmark measures is divided by it, so its figures are in the server's seconds; budgets,
+    timeouts and restarts stay in wall seconds."""
     request_timeout_s: float = Field(600.0, gt=0)
     """The longest one benchmark request may take in all."""
     stall_timeout_s: float = Field(120.0, gt=0)
@@ -310,5 +315,17 @@ def sim_config(sim_dir: Path = DEFAULT_SIM_DIR, *, port: int | None = None) -> C
         deadman_s=600.0,
         state_dir=sim_dir / "state",
     )
-    bench = BenchConfig(concurrency=[1, 8, 64], input_len=1024, output_len=256, reps=3)
+    bench = BenchConfig(
+        concurrency=[1, 8, 64], input_len=1024, output_len=256, reps=3, time_scale=_sim_time_scale(sim_dir)
+    )
     return Config(target=target, bench=bench, simulated=True)
+
+
+def _sim_time_scale(sim_dir: Path) -> float:
+    """How fast the simulated deployment's clock runs (`sim.json`'s `time_scale`; 1 when unknown)."""
+    import json
+
+    try:
+        return float(json.loads((sim_dir / "sim.json").read_text()).get("time_scale") or 1.0)
+    except (OSError, ValueError, TypeError, AttributeError):
+        return 1.0

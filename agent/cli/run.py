@@ -10,12 +10,12 @@ import typer
 
 from agent.cli.common import ConfigOption, confirm, console, err_console, fail, get_config, one_line
 
-SIM_WALL_MINUTES = 60.0
-"""Default wall-time budget against the simulated deployment (the README's main command): on a
-2-core machine the context, baseline and launch spread take ~6 min, a winning trial ~8.5 min (two
-launches, ~18 repetitions of ~29 s), a near miss that earns a third launch ~16 min. 45 minutes
-tried two candidates twice (each first trial went to a third launch); 60 let a first run try at
-least three."""
+SIM_WALL_MINUTES = 15.0
+"""Default wall-time budget against the simulated deployment (the README's main command): a first
+look at the tool, not an afternoon. The seed's simulated clock runs twice as fast (its figures stay
+in simulated seconds), so on a 2-core machine context, baseline and launch spread take ~3 min and a
+winning trial ~3 min: research, two or more trials and a kept change fit. A thorough run is
+`--max-minutes 60`; against a real server the default is `agent.max_wall_minutes`."""
 
 
 def compact_bench(bench: object) -> object:

@@ -110,6 +110,7 @@ async def _run_level(
     request_rate: float | None,
     seed: int,
     progress: Callable[[int, int, float, bool], None] | None,
+    time_scale: float = 1.0,
 ) -> tuple[list[RequestResult], float]:
     """Send every body with at most `concurrency` in flight; returns results and the duration. A
     request that times out (`STALLED`) stops the level: what is in flight is cancelled and the rest
@@ -147,7 +148,7 @@ async def _run_level(
     async def ticker() -> None:
         while True:
             await asyncio.sleep(0.25)
-            progress(len(results), counter.n, time.perf_counter() - t0, False)
+            progress(len(results), counter.n, (time.perf_counter() - t0) / time_scale, False)
 
     tick = asyncio.create_task(ticker()) if progress else None
     try:
@@ -157,7 +158,9 @@ async def _run_level(
                 break
             tasks.append(asyncio.create_task(one(b, n)))
             if request_rate is not None:
-                await asyncio.sleep(rng.expovariate(request_rate))
+                await asyncio.sleep(
+                    rng.expovariate(request_rate) * time_scale
+                )  # a rate on the server's clock
         outcomes = await asyncio.gather(*tasks, return_exceptions=True)
         for outcome in outcomes:  # a bug inside a request is raised, a cancelled one was stopped
             if isinstance(outcome, BaseException) and not isinstance(outcome, asyncio.CancelledError):
@@ -167,7 +170,7 @@ async def _run_level(
             tick.cancel()
     duration = time.perf_counter() - t0
     if progress:  # the final figure uses the table's tokens and duration, so the two agree
-        progress(len(results), sum(r.output_tokens for r in results if r.ok), duration, True)
+        progress(len(results), sum(r.output_tokens for r in results if r.ok), duration / time_scale, True)
     return results, duration
 
 
@@ -275,9 +278,10 @@ async def _sweep_levels(
         with _collector_paused():
             res, duration = await _run_level(
                 pool, path, api, bodies, concurrency=c, request_rate=request_rate, seed=seed + c,
-                progress=progress,
+                progress=progress, time_scale=settings.time_scale,
             )  # fmt: skip
-        res.sort(key=lambda r: r.start_s)
+        res = sorted((r.on_clock(settings.time_scale) for r in res), key=lambda r: r.start_s)
+        duration /= settings.time_scale  # in the server's seconds (the simulator's clock may run fast)
         result.levels.append(
             summarize_level(res, max_concurrency=c, duration=duration, request_rate=request_rate)
         )

@@ -34,6 +34,17 @@ class RequestResult(BaseModel):
     error: str | None = None
     text: str = Field("", exclude=True)
 
+    def on_clock(self, scale: float) -> RequestResult:
+        """This result with its times divided by `scale` (wall seconds per second of the server's
+        clock, `BenchConfig.time_scale`): in the server's own seconds."""
+        if scale == 1.0:
+            return self
+        ms = lambda v: None if v is None else v / scale  # noqa: E731
+        return self.model_copy(
+            update={"ttft_ms": ms(self.ttft_ms), "e2e_ms": ms(self.e2e_ms), "start_s": self.start_s / scale,
+                    "itl_ms": [v / scale for v in self.itl_ms]}
+        )  # fmt: skip
+
     @property
     def tpot_ms(self) -> float | None:
         """Time per output token after the first, as bench_serving defines it."""
