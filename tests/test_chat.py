@@ -82,7 +82,9 @@ def test_dry_chat_session_records_research_approvals_and_commands(tmp_path: Path
         "declined: the target is not changed" in out and "dry run: would trial --cuda-graph-max-bs 128" in out
     )
     assert out.count("dry run: would trial --cuda-graph-max-bs 128") == 1  # not again in the reply
-    assert "/rollback  undo the last kept change" in out and "I understand: 'what would you try?'" in out
+    assert (
+        "/rollback  undo the last kept change" in out and "I understand: 'what would you try first?'" in out
+    )
     assert "unknown command /bogus" in out
     assert asked.count("apply this change to the target? [y/N] ") == 2
 

@@ -55,9 +55,10 @@ async def status_lines(deps: Any) -> list[str]:
     runner = deps.runner
     if runner is None:
         return ["dry run: nothing is deployed by this session", f"verdicts: {len(deps.verdicts)}"]
-    from tools.deploy.units.file import UnitFile
+    from agent.chat.deployed import deployed_lines, deployed_now
 
-    flags = UnitFile.parse(runner.deployed_text).command.flags
+    state = await deployed_now(deps)  # the host's unit file, as `optagent status` reads it
+    flags = state["flags"]
     lines = ["deployed flags: " + " ".join(f"{k} {v}" if v is not None else k for k, v in flags.items())]
     try:
         import httpx
@@ -69,6 +70,7 @@ async def status_lines(deps: Any) -> list[str]:
         lines.append(f"health: unreachable ({type(e).__name__})")
     best = runner.best
     lines.append(f"deployed: {best.headline() if best else start_config(runner)}")
+    lines += deployed_lines(state)[1:]  # what changed since the chat and the session before it started
     of = "" if runner.max_restarts is None else f" of {runner.max_restarts}"
     lines.append(
         f"trials: {len(runner.trials)}, restarts: {runner.restarts}{of}, budget: {runner.budget_left() or 'available'}"

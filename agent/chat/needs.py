@@ -32,18 +32,55 @@ class Prerequisites(WrapperToolset):
             async with self.lock:  # concurrent research calls: one build, one spinner
                 await ensure_index(deps)
             deps.ui.research_started("--" + str(tool_args.get("flag", "")).strip().lstrip("-"))
+        elif name == "run_trial" and (held := _already_deployed(deps, tool_args)):
+            return _nothing_to_try(deps, held)
         elif name == "run_trial" and _will_deploy(deps, tool_args):
             async with self.lock:
                 await ensure_baseline(deps)
         return await self.wrapped.call_tool(name, tool_args, ctx, tool)
 
 
+def _already_deployed(deps: Any, args: dict[str, Any]) -> list[str]:
+    """The requested changes, when the deployed configuration holds every one of them already
+    (`agent.chat.deployed.already_deployed`); [] otherwise (a trial may change something)."""
+    from agent.chat.deployed import already_deployed
+    from tools.deploy.units.file import UnitFile, UnitFileError
+
+    changes = args.get("changes") or []
+    runner = deps.runner
+    if runner is None or not changes or not isinstance(changes, list):
+        return []
+    try:
+        flags = UnitFile.parse(runner.deployed_text).command.flags
+    except UnitFileError:
+        return []
+    held = already_deployed(
+        flags, changes
+    )  # dicts, or `TrialChange`s once the tool's arguments are validated
+    return held if len(held) == len(changes) else []
+
+
+def _nothing_to_try(deps: Any, held: list[str]) -> dict[str, Any]:
+    """The answer to a trial of changes already deployed, at once: no baseline, no approval, no
+    restart (the trial runner found the same only after the baseline was measured)."""
+    what = ", ".join(held)
+    deps.ui.record("note", {"text": f"already deployed, no trial: {what}"}, msg=deps.current_msg)
+    return {
+        "already_deployed": held,
+        "restarts": 0,
+        "note": f"{what} is already deployed: the configuration would not change; no trial, no restart",
+    }
+
+
 def _will_deploy(deps: Any, args: dict[str, Any]) -> bool:
     """Whether a `run_trial` call passes the planner's checks (`agent.policy.planner.refusal`: the
-    checks of `optagent deploy --set`, research first, ...); a refused one deploys nothing."""
+    checks of `optagent deploy --set`, research first, ...) and changes the deployed configuration;
+    a refused one, or one of changes already deployed, deploys nothing."""
     from agent.policy.planner import refusal
     from agent.trial.record import TrialChange
 
+    if _already_deployed(deps, args):
+        return False
     try:
         changes = [TrialChange.model_validate(c) for c in args.get("changes", [])]
     except Exception:

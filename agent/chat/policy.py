@@ -11,17 +11,22 @@ import json
 import re
 from typing import Any
 
+from agent.chat.deployed import deployed_lines
+
 _FLAG = re.compile(r"(?<![\w-])-{0,2}([A-Za-z][\w-]*[A-Za-z0-9])(?:[= ]+([^\s-][^\s]*))?")
 HELP = (
-    "I understand: 'what would you try?' or 'list the candidates', 'research --FLAG', "
+    "I understand: 'what would you try first?', 'list the candidates', 'research --FLAG', "
     "'why not --FLAG?', 'try --FLAG [VALUE]' (add 'anyway' to override research), "
-    "'unset --FLAG', 'benchmark', 'undo' or 'roll back', 'show the todo list', 'status', "
-    "'improve throughput' (the whole workflow), and the slash commands (/help)."
+    "'unset --FLAG', 'what is deployed now?', 'benchmark', 'undo' or 'roll back', "
+    "'show the todo list', 'status', 'improve throughput' (the whole workflow), and the slash "
+    "commands (/help)."
 )
-_CANDIDATES = re.compile(
-    r"\b(candidates?|what (would|should|could|can) (you|we|i) (try|do|change)|suggest|recommend|"
-    r"what (next|now)|options|levers|ideas)\b"
+_CANDIDATES = re.compile(r"\b(candidates?|options|levers|ideas|all of them)\b")
+_FIRST = re.compile(
+    r"\b(first|next|pick|best|suggest|recommend|what (would|should|could|can) (you|we|i) (try|do|change)|"
+    r"what (next|now))\b"
 )
+_DEPLOYED = re.compile(r"\b(what('s| is)( \w+)? (deployed|running|set)|deployed now|what runs)\b")
 _WHY_NOT = re.compile(r"^why (not|didn'?t you|did you not|no)\b")
 
 
@@ -140,6 +145,8 @@ def _trial_reply(content: dict[str, Any]) -> str:
     (the decision and the deciding level) was printed when it ended; the reply does not repeat it."""
     if content.get("dry_run"):
         return "dry run: nothing was deployed"
+    if content.get("already_deployed"):
+        return f"{', '.join(content['already_deployed'])}: already deployed; no trial, no restart"
     # the numbers the decision used (the paired blocks), not the geometric mean nor a baseline
     # measured earlier under another load (issue 28: one truth for every number about a change)
     decided = content.get("decided") or {}
@@ -187,6 +194,55 @@ def _summary(name: str, content: Any) -> str:
     return f"{name}: {_text(content)}"
 
 
+def _last(returns: list[tuple[str, Any, dict[str, Any]]], name: str) -> dict[str, Any]:
+    """The latest return of tool `name` in this turn, as a dict ({} when none or not a dict)."""
+    content = next((c for n, c, _ in reversed(returns) if n == name), None)
+    return content if isinstance(content, dict) else {}
+
+
+def _already_reply(held: list[str], state: dict[str, Any]) -> str:
+    """A requested change the deployed configuration already holds: said at once, with since when."""
+    previous = state.get("previous_session") or {}
+    flags = {h.removeprefix("unset ").split()[0] for h in held}
+    since = [c for c in previous.get("changes") or [] if flags & set(c.split())]
+    who = (
+        f"; it came after the {previous['kind']} {previous['id']} started ({'; '.join(since)})"
+        if since
+        else ""
+    )
+    return (
+        f"{', '.join(held)}: already deployed ({state.get('read_from')}){who}. A trial would restart for "
+        "nothing, so none was run (no baseline, no restart); 'what is deployed now?' shows every flag"
+    )
+
+
+def _first_pick(messages: list[Any], returns: list[Any], done: set[str], call: Any, say: Any) -> Any:
+    """One first pick and its reason in the order a run uses (`agent.policy.builtin_pick`):
+    the candidates, then research of those that could still come first, then the answer."""
+    from agent.policy.builtin_messages import _returns
+    from agent.policy.builtin_pick import could_come_first, first_pick_text, tried_flags
+
+    if "list_candidates" not in done:
+        return call("list_candidates", {})
+    cands = next(c for n, c, _ in reversed(returns) if n == "list_candidates")
+    if not isinstance(cands, list):
+        return say(_summary("list_candidates", cands))
+    every = _returns(messages)  # the whole conversation: verdicts and trials of earlier turns count
+    verdicts = {
+        c["flag"]: c for n, c, _ in every if n == "research_flag" and isinstance(c, dict) and "verdict" in c
+    }
+    tried = tried_flags(every)
+    attempted = {"--" + str(a.get("flag", "")).lstrip("-") for n, _, a in returns if n == "research_flag"}
+    slots = next((c.get("trials_left") for c in cands if isinstance(c, dict)), None)
+    research = could_come_first(cands, verdicts, tried, attempted, slots)
+    if research:
+        from pydantic_ai.messages import ModelResponse, ToolCallPart
+
+        parts = [ToolCallPart("research_flag", {"flag": flag}) for flag in research]
+        return ModelResponse(parts=parts, model_name="builtin")
+    return say(first_pick_text(cands, verdicts, tried, slots, shown=attempted, failed=attempted))
+
+
 def chat_policy(messages: list[Any], info: Any) -> Any:
     """Answer the latest chat request with one tool call, then a short report of what it returned."""
     from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
@@ -216,10 +272,6 @@ def chat_policy(messages: list[Any], info: Any) -> Any:
         if not isinstance(v, dict) or v.get("error"):
             return say(_summary("research_flag", v))
         return say(_research_reply(v, why_not=True))
-    if _CANDIDATES.search(low):
-        if "list_candidates" not in done:
-            return call("list_candidates", {})
-        return say(_summary("list_candidates", returns[-1][1]))
     if low.startswith("research"):
         flag = _flag_of(text)
         if flag is None:
@@ -234,6 +286,11 @@ def chat_policy(messages: list[Any], info: Any) -> Any:
         args: dict[str, Any] = {"changes": [change], "reason": f"requested in chat: {text}"}
         if re.search(r"\b(anyway|force)\b", low):
             args["override_reason"] = f"the user asked for it in chat: {text}"
+        if "deployed_now" not in done:  # a change already deployed is answered before any research
+            return call("deployed_now", {"changes": [change]})
+        held = _last(returns, "deployed_now").get("already_deployed")
+        if held:
+            return say(_already_reply(held, _last(returns, "deployed_now")))
         researched = change["flag"] in _researched(messages)
         if not researched and "research_flag" not in done:
             return call("research_flag", {"flag": change["flag"]})
@@ -241,6 +298,16 @@ def chat_policy(messages: list[Any], info: Any) -> Any:
         if not trials:
             return call("run_trial", args)
         return say(_summary("run_trial", trials[-1]))  # the research verdict, if any, is shown above
+    if _DEPLOYED.search(low):
+        if "deployed_now" not in done:
+            return call("deployed_now", {})
+        return say("\n".join(deployed_lines(_last(returns, "deployed_now"))))
+    if _FIRST.search(low) and not _CANDIDATES.search(low):
+        return _first_pick(messages, returns, done, call, say)
+    if _CANDIDATES.search(low) or _FIRST.search(low):
+        if "list_candidates" not in done:
+            return call("list_candidates", {})
+        return say(_summary("list_candidates", returns[-1][1]))
     if re.match(r"^(bench|benchmark|measure)", low):
         return (
             call("benchmark", {}) if "benchmark" not in done else say(_summary("benchmark", returns[-1][1]))
@@ -249,7 +316,7 @@ def chat_policy(messages: list[Any], info: Any) -> Any:
         return call("undo_last_kept", {}) if "undo_last_kept" not in done else say(_text(returns[-1][1]))
     if "todo" in low or low.startswith(("plan", "list")):
         return call("show_todo", {}) if "show_todo" not in done else say(_text(returns[-1][1]))
-    if re.match(r"^(status|how are we|where are we|what is deployed|what's deployed)", low):
+    if re.match(r"^(status|how are we|where are we)", low):
         return (
             call("show_status", {})
             if "show_status" not in done

@@ -1,7 +1,7 @@
 """`optagent chat`: one planner turn per user line, with an approval step before the target changes.
 
-The planner and its tools are the run's own (`agent.policy.planner`); chat adds two tools (`show_todo`,
-`undo_last_kept`), an approval gate (a pydantic-ai capability that makes target-changing tools
+The planner and its tools are the run's own (`agent.policy.planner`); chat adds three tools (`show_todo`,
+`deployed_now`, `undo_last_kept`), an approval gate (a pydantic-ai capability that makes target-changing tools
 approval-required and asks the user, showing the unit-file diff), slash commands, and Ctrl-C
 handling that cancels the step and leaves the target on its known-good configuration. Imports
 pydantic-ai: import this module only in the chat command.
@@ -21,9 +21,10 @@ from pydantic_ai import RunContext
 from rich.console import Console
 from rich.markup import escape
 
-from agent.chat import actions
+from agent.chat import actions, deployed
 from agent.chat.actions import change_in_words, previous_best
 from agent.chat.needs import ApprovalGate
+from agent.trial.record import TrialChange
 from agent.ui import held
 
 SLASH_HELP = """\
@@ -309,6 +310,13 @@ def add_chat_tools(planner: Any) -> None:
     async def show_todo(ctx: RunContext[Any]) -> str:
         """The current todo list, one item a line."""
         return actions.todo_text(ctx.deps.todo)
+
+    @planner.tool
+    async def deployed_now(ctx: RunContext[Any], changes: list[TrialChange] | None = None) -> dict[str, Any]:
+        """The flags deployed now (the host's unit file), what changed since this chat started and
+        since the session before it, and whether it is the known-good on record; with `changes`,
+        `already_deployed` lists those it already holds (a trial of them would restart for nothing)."""
+        return await deployed.deployed_now(ctx.deps, changes)
 
     @planner.tool(sequential=True)
     async def undo_last_kept(ctx: RunContext[Any]) -> str:
