@@ -38,8 +38,11 @@ __all__ = ["DeployError", "DeployOutcome", "Deployment", "DriftError", "LockedEr
 ProgressFn = Callable[[str, float, float | None], None]
 """on_progress(phase, elapsed_s, total_s or None)."""
 KEEP_BACKUPS = 20
+START_MARGIN = 2.0
+"""A start may take this many times the slowest start seen in the session before it counts as failed
+(`Deployment.health_wait`), when that is longer than `health_timeout_s`."""
 DEADMAN_MIN_FACTOR = 1.5
-"""The switch is armed for max(deadman_s, 1.5 x health_timeout_s), so a slow start never trips it;
+"""The switch is armed for max(deadman_s, 1.5 x the health wait), so a slow start never trips it;
 a caller that benchmarks longer than that calls `keepalive()` while it works."""
 
 
@@ -61,6 +64,8 @@ class Deployment:
         self.transport: Transport = transport or make_transport(target)
         self.journal = Journal(target.state_dir)
         self.recovered: str | None = None
+        self.starts: list[float] = []
+        """Seconds each healthy start of this session took (restart to healthy): `health_wait`."""
         self._opened = False
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -220,9 +225,17 @@ class Deployment:
         return await restore.after_failed_deploy(self, error, health, diff, timings, start)
 
     @property
+    def health_wait(self) -> float:
+        """How long a start may take before it counts as failed: `health_timeout_s`, or more once this
+        server was seen to start slowly (START_MARGIN x its slowest healthy start here): a configured
+        figure below what this server really takes would fail every candidate that starts a little
+        slower than known-good."""
+        return max(self.target.health_timeout_s, START_MARGIN * max(self.starts, default=0.0))
+
+    @property
     def deadman_seconds(self) -> float:
-        """How long the switch waits: `deadman_s`, but never less than 1.5 x `health_timeout_s`."""
-        return max(self.target.deadman_s, DEADMAN_MIN_FACTOR * self.target.health_timeout_s)
+        """How long the switch waits: `deadman_s`, but never less than 1.5 x `health_wait`."""
+        return max(self.target.deadman_s, DEADMAN_MIN_FACTOR * self.health_wait)
 
     async def keepalive(self) -> bool:
         """Push the dead-man's deadline to `deadman_seconds` from now (one remote command); call it while a
@@ -252,13 +265,16 @@ class Deployment:
         await self.manager.restart()
 
     async def _wait(self) -> HealthResult:
-        return await wait_healthy(
+        health = await wait_healthy(
             self.target.endpoint,
-            timeout=self.target.health_timeout_s,
+            timeout=self.health_wait,
             is_alive=self.manager.is_active,
             api_key=self.target.api_key,
             on_progress=lambda elapsed, total, phase: self._progress(f"wait:{phase}", elapsed, total),
         )
+        if health.ok:
+            self.starts.append(health.seconds)
+        return health
 
     async def log_tail(self, lines: int = 40) -> str:
         """The service log's last `lines` lines, or a note of why it could not be read."""
