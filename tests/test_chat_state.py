@@ -163,6 +163,7 @@ def test_an_llm_asking_to_trial_what_is_deployed_gets_the_answer_at_once(tmp_pat
     from agent.trial.record import Baseline
     from agent.trial.runner import TrialRunner
     from agent.ui import RunUI
+    from prompts import render
     from tools.config import BenchConfig
 
     unit = (
@@ -173,10 +174,12 @@ def test_an_llm_asking_to_trial_what_is_deployed_gets_the_answer_at_once(tmp_pat
     runner = TrialRunner(deployment=None, endpoint=f"http://127.0.0.1:{free_port()}", bench=BenchConfig(),
                          objective=None, baseline=Baseline(reps=[], probe=None, text=unit), max_restarts=8)  # fmt: skip
     seen: list[dict] = []
+    prompts: list[str] = []
 
     def model(messages, info):  # type: ignore[no-untyped-def]
         from agent.policy.builtin_messages import _returns
 
+        prompts.append(info.instructions or "")
         returns = _returns(messages)
         if not returns:
             change = {"flag": "--enable-mixed-chunk", "action": "set"}
@@ -194,7 +197,13 @@ def test_an_llm_asking_to_trial_what_is_deployed_gets_the_answer_at_once(tmp_pat
     t = Transcript.create(tmp_path, kind="chat", goal="improve throughput", model="scripted", target="sim")
     deps = PlannerDeps(goal="g", ctx=DeploymentContext(), candidates=[], ui=RunUI(console=console, transcript=t),
                        researcher=None, runner=runner)  # fmt: skip
-    session = ChatSession(build_planner(FunctionModel(model)), deps, t, console, ask)
+    ctx = {"sglang_version": "0.5.23", "unit_flags": {}, "model": {}, "hardware": None, "catalog_size": 0,
+           "missing": {}}  # fmt: skip
+    instructions = render("planner.md.j2", goal="g", allow_lossy=False, lossy={}, max_trials=3, dry_run=False,
+                          context=ctx, objective="throughput", baseline={}, chat=True)  # fmt: skip
+    session = ChatSession(
+        build_planner(FunctionModel(model)), deps, t, console, ask, instructions=instructions
+    )
     started = time.monotonic()
     assert asyncio.run(session.turn("try --enable-mixed-chunk")) == "ok"
     t.close({"status": "test"})
@@ -207,6 +216,8 @@ def test_an_llm_asking_to_trial_what_is_deployed_gets_the_answer_at_once(tmp_pat
         }
     ]
     assert asked == [] and runner.trials == [] and runner.restarts == 0 and runner.baseline.probe is None
+    # the model is given the planner's prompt with its chat section (a chat sent none)
+    assert prompts and all("## In a chat" in p and "call `deployed_now` with it" in p for p in prompts)
     assert "measuring the baseline" not in console.export_text()
 
 

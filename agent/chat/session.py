@@ -174,6 +174,7 @@ class ChatSession:
             "deps": self.deps,
             "message_history": self.history or None,
             "capabilities": self.capabilities,
+            "instructions": self.instructions,  # the planner prompt with its chat section (none was sent)
         }
         try:
             async with self.planner.iter(text, **kwargs) as run:

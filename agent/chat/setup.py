@@ -157,6 +157,7 @@ async def open_chat(
                 context=ctx.summary(),
                 objective=str(getattr(objective, "describe", lambda: objective)()),
                 baseline=deps.baseline_levels,
+                chat=True,
             )
             planner_model = models.planner
             if model == "builtin":
