@@ -156,10 +156,18 @@ async def _preflight(ui: RunUI, deployment: Any, target: Any, *, will_deploy: bo
 
 
 def _jsonable(obj: Any) -> Any:
+    """`obj` as JSON data: a mapping stays one (its repr as text made `transcripts show` print
+    Python dict syntax), anything unknown becomes its text."""
     if hasattr(obj, "model_dump"):
         return obj.model_dump(mode="json")
     if hasattr(obj, "__dataclass_fields__"):
         import dataclasses
 
-        return dataclasses.asdict(obj)
+        return _jsonable(dataclasses.asdict(obj))
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_jsonable(v) for v in obj]
+    if obj is None or isinstance(obj, str | int | float | bool):
+        return obj
     return str(obj)

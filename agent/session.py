@@ -61,6 +61,9 @@ class RunResult:
     """How a change was judged (the report explains it)."""
     measured: list[str] = field(default_factory=list)
     """What the run measured about the deployment itself: its launch spread, its load at baseline."""
+    review: Any = None
+    """The transcript read back (`agent.transcripts.review.Review`, set by the report): the user's
+    workload before and after, what is known of each flag tried together."""
 
 
 async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
@@ -142,6 +145,7 @@ async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
             ui.step("planning, research and trials")
             mark = time.monotonic()
             conclusion, status = await _plan(ui, deps, build_planner(models.planner), opts, objective)
+            ui.todo_final()
             if models.label != "builtin":  # the offline policy calls no model: nothing to count
                 ui.note(f"model usage: {deps.tokens.line()}")
             ui.record("usage", {"agent": "run", "by_kind": deps.tokens.by_kind()})

@@ -6,7 +6,7 @@ import contextlib
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,9 +14,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Column
 
 from agent.policy.todo import TodoList
 from agent.policy.verdict import FlagVerdict
+from agent.transcripts.bundles import group_todo, together
 from agent.transcripts.verdicts import plain_condition
 
 _VERDICT_STYLE = {
@@ -56,15 +58,28 @@ def held(console: Console) -> Iterator[None]:
             live.start()
 
 
+def live_columns(console: Console, label: str, *, bar: bool = True, info: bool = True) -> list[Any]:
+    """The columns of a live line that fits the terminal cutting nothing: the elapsed time whole,
+    the label and the figures wrapped at their spaces onto a second line when the width runs out
+    (rich's default cut them with an ellipsis at 80 columns: `second lau…`, `0:01:…`), and a bar
+    as wide as what is left allows (10 cells at 80 columns, 40 from 120)."""
+    out: list[Any] = [TextColumn(label, table_column=Column(overflow="fold"))]
+    if bar:
+        out.append(BarColumn(bar_width=max(10, min(40, console.width - 80))))
+    if info:
+        out.append(TextColumn("{task.fields[info]}", table_column=Column(overflow="fold")))
+    return [*out, TimeElapsedColumn(table_column=Column(no_wrap=True, min_width=7))]
+
+
+def _dump(x: Any) -> Any:
+    """A pydantic record (a trial, a verdict) as saved in the transcript; anything else as is."""
+    return x.model_dump(mode="json") if hasattr(x, "model_dump") else x
+
+
 def _spinner(console: Console, text: str) -> Progress:
     """A live line: a spinner, `text` (markup escaped), the time elapsed; gone when stopped."""
-    bar = Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    )
+    columns = live_columns(console, "{task.description}", bar=False, info=False)
+    bar = Progress(SpinnerColumn(), *columns, console=console, transient=True)
     bar.add_task(escape(text), total=None)
     return bar
 
@@ -87,6 +102,10 @@ class RunUI:
     _researched: set[str] = field(default_factory=set)
     _research_done: int = 0
     _research_bar: Any = None
+    _todo_blocks: list[str] = field(default_factory=list)
+    """The todo list as last written (`TodoList.blocks`): a new list shows only what changed."""
+    _todo_full: list[str] = field(default_factory=list)
+    """The todo list as last shown whole."""
 
     def record(self, kind: str, data: Any, *, msg: int | None = None) -> None:
         """Write an event to the transcript (never raises); a trial's `block` start or end is shown,
@@ -133,15 +152,40 @@ class RunUI:
         if record:
             self.record("note", {"text": text})
 
-    def todo(self, todo: TodoList, changes: list[str], *, msg: int | None = None) -> None:
-        """Show the list after a change and record its full state; a research item put in progress
-        starts that flag's research clock (`research_started`)."""
-        self.console.print(Panel(todo.render(), title="todo", expand=False))  # render() escapes item text
-        self.record("todo", {"items": [i.model_dump() for i in todo.items], "changes": changes}, msg=msg)
+    def todo(
+        self, todo: TodoList, changes: list[str], *, msg: int | None = None, trials: Sequence[Any] = (),
+        verdicts: Mapping[str, Any] | None = None,
+    ) -> None:  # fmt: skip
+        """Show the list, the first time whole, then only the entries each change made (nothing
+        when it is written again unchanged; `todo_final` shows the last list whole), and record its
+        full state. A trial of several flags as one change (among `trials`, with the research
+        `verdicts` of its members) is one entry with a line per member (`TodoList.blocks`). A
+        research item put in progress starts that flag's research clock (`research_started`)."""
+        groups = together([_dump(t) for t in trials], {f: _dump(v) for f, v in (verdicts or {}).items()})
+        blocks = todo.blocks(group_todo([i.model_dump() for i in todo.items], groups))  # escaped
+        changed = [b for b in blocks if b not in self._todo_blocks]
+        if not self._todo_blocks:
+            self.console.print(Panel("\n".join(blocks) or "(empty)", title="todo", expand=False))
+            self._todo_full = blocks
+        elif changed:  # a list of ~45 lines again for each step buried the steps: what changed
+            title = f"todo: {len(changed)} of {len(blocks)} changed"
+            self.console.print(Panel("\n".join(changed), title=title, expand=False))
+        self._todo_blocks = blocks
+        data: dict[str, Any] = {"items": [i.model_dump() for i in todo.items], "changes": changes}
+        if groups:  # the review groups the members the same way
+            data["together"] = [t.as_dict() for t in groups]
+        self.record("todo", data, msg=msg)
         for item in todo.items:
             m = _RESEARCH_ITEM.match(item.content)
             if m and item.status == "in_progress" and m.group(1) not in self._researched:
                 self.research_started(m.group(1))
+
+    def todo_final(self) -> None:
+        """The planning ended: its last todo list, whole, once (unless it was last shown whole)."""
+        if self._todo_blocks and self._todo_blocks != self._todo_full:
+            self.stop_wait()
+            self.console.print(Panel("\n".join(self._todo_blocks), title="todo, final", expand=False))
+            self._todo_full = self._todo_blocks
 
     def research_started(self, flag: str) -> None:
         """A flag's research began: its verdict line gives the seconds since, and a live line counts
@@ -232,9 +276,7 @@ class RunUI:
                 self._stop_bench()
                 self._stop_research()
                 self._wait_bar = Progress(
-                    TextColumn("waiting for the server ({task.fields[phase]})"),
-                    BarColumn(),
-                    TimeElapsedColumn(),
+                    *live_columns(self.console, "waiting for the server ({task.fields[phase]})", info=False),
                     console=self.console,
                     transient=True,
                 )
@@ -276,10 +318,7 @@ class RunUI:
             self._block_levels.setdefault(p.concurrency, []).append(p.tokens_per_s)
         if self._bench_bar is None:
             self._bench_bar = Progress(
-                TextColumn(escape(self._block_label)),
-                BarColumn(),
-                TextColumn("{task.fields[info]}"),
-                TimeElapsedColumn(),
+                *live_columns(self.console, escape(self._block_label)),
                 console=self.console,
                 transient=True,
             )
@@ -292,10 +331,7 @@ class RunUI:
         """A progress bar for a benchmark; yields a callback for `run_repeated(on_progress=...)`."""
         self.stop_wait()
         bar = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            TextColumn("{task.fields[info]}"),
-            TimeElapsedColumn(),
+            *live_columns(self.console, "{task.description}"),
             console=self.console,
             transient=True,
         )

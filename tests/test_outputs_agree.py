@@ -63,17 +63,21 @@ def test_every_output_of_one_saved_run_shows_the_decisions_numbers(tmp_path: Pat
         restarts=3, seconds=600.0, conclusion=text,
     )  # fmt: skip
     report = write_report(result, baseline_reps=[], best_reps=None).read_text()
-    kept_part = _section(report, "## What the kept change did", "## How a change was judged")
+    kept_part = _section(report, "## What the kept change did", "## Before and after on your workload")
     assert headline in kept_part and set(PCT.findall(kept_part)) <= allowed, kept_part
     for c, (kg, cand, change) in cells.items():
         assert f"| {c} | {kg} | {cand} | {change} |" in kept_part
-    assert "-5.7%" not in report  # the first baseline (other load) vs final is no number about the change
+    # the first baseline (other load) vs final is no number about the change: it has a section of
+    # its own, the user's workload before and after, that says what it compares
+    assert "-5.7%" not in kept_part
+    workload = _section(report, "## Before and after on your workload", "## How a change was judged")
+    assert "| 1 | 127.5 | 120.2 | -5.7% [" in workload and "not paired" in workload, workload
     assert "519.33" not in report and "trial 2 `--cuda-graph-max-bs-decode 64`: **kept**, c=64" in report
 
     # the review, as Markdown and at 80 columns in a terminal
     review = build_review(load_transcript(path))
     md = review_markdown(review)
-    final = md.split("## Final gain per concurrency level", 1)[1]
+    final = md.split("## Final gain per concurrency level", 1)[1].split("On your workload:", 1)[0]
     assert headline in final and set(PCT.findall(final)) <= allowed, final
     for c, (kg, cand, change) in cells.items():
         assert f"| {c} | {kg} | {cand} | {change} |" in final
@@ -145,15 +149,18 @@ def test_two_kept_changes_each_show_their_own_effect_and_one_cumulative_table(tm
         effect = effect_of(t.model_dump(mode="json"))
         assert t.headline().split("]: ", 1)[1] in report and t.headline().split("]: ", 1)[1] in md
         assert effect.level(64).pct() in report and effect.level(64).pct() in md
-    # the cumulative table, labelled, with the same numbers in the report and the review
+    # the cumulative before/after, the user's workload measured at the end against the baseline,
+    # labelled, with the same numbers and intervals in the report and the review
     rows = [
-        "| 1 | 127.5 | 120.1 | -5.8% |",
-        "| 8 | 700.0 | 686.0 | -2.0% |",
-        "| 64 | 2,300.0 | 2,522.0 | +9.7% |",
+        "| 1 | 127.5 | 120.1 | -5.8% [",
+        "| 8 | 700.0 | 686.0 | -2.0% [",
+        "| 64 | 2,300.0 | 2,522.0 | +9.7% [",
     ]
-    cumulative = md.split("Cumulative, all kept changes together", 1)[1]
-    assert "Cumulative, all kept changes together" in report
+    cumulative = md.split("On your workload:", 1)[1]
+    assert "## Before and after on your workload" in report and "not paired" in cumulative
     assert all(r in cumulative and r in report for r in rows), cumulative
+    table = [line for line in cumulative.splitlines() if line.startswith("| 64 |")]
+    assert table[0] in report  # the same interval in both
 
 
 def test_the_run_s_before_and_after_are_measured_on_the_same_workload(tmp_path: Path) -> None:

@@ -224,7 +224,11 @@ def run(
     transcript.close(
         {"kept": result.kept, "decided": decided, "status": result.status, "restarts": result.restarts}
     )
-    kept = "".join(f"\n  {t.headline()}" for t in result.trials if t.decision == "kept")
+    from rich.markup import escape
+
+    from agent.transcripts.report import end_lines
+
+    kept = "".join(f"\n  {escape(line)}" for line in end_lines(result))  # with your workload's before/after
     out.print(
         f"[bold]done[/] in {result.seconds:.0f} s: {len(result.trials)} trials, {result.restarts} restarts; "
         f"deployed: {', '.join(result.kept) or 'baseline'}{kept}\nreport: {result.report}",

@@ -60,7 +60,21 @@ def summary_row(loaded: LoadedTranscript) -> dict[str, Any]:
         "target": h.get("target", ""),
         "status": review.status,
         "kept": review.kept,
+        # kept trials of several flags: one measured effect for all, no member's own
+        "together": [
+            {
+                "trial": g.number,
+                "changes": [m.change for m in g.members],
+                "effect": g.effect,
+                "members": [
+                    {"change": m.change, "research": m.research, "own_effect": m.own} for m in g.members
+                ],
+            }
+            for g in review.together
+            if g.decision == "kept"
+        ],  # fmt: skip
         "throughput_change": gain_summary(review),
+        "user_workload": review.before_after.as_dict() if review.before_after is not None else None,
         "messages": len(loaded.messages),
         "path": str(loaded.path),
     }
@@ -93,35 +107,48 @@ def list_(
     console.print(list_table(rows, console.width))
 
 
+def kept_words(row: dict[str, Any]) -> list[str]:
+    """A listing row's kept changes; flags kept together on one effect as one entry
+    (`--a 64 + --b (together, one effect)`), not each as if it had won alone."""
+    kept, out = list(row["kept"]), []
+    for g in row.get("together") or []:
+        if g["changes"] and all(c in kept for c in g["changes"]):
+            kept = [k for k in kept if k not in g["changes"]]
+            out.append(" + ".join(g["changes"]) + f" (together in trial {g['trial']}, one effect)")
+    return out + kept
+
+
 def list_table(rows: list[dict[str, Any]], width: int) -> Any:
     """The `transcripts list` table: every field of every row at any width. Below 140 columns a
-    session's id and start share a cell, as do its goal, model and target, so the outcome keeps
-    room to read (at 80 columns eight narrow columns left it one word a line, or dropped it)."""
+    session is two cells: its id, start, kind and messages; then its goal, model and target over
+    its outcome, wrapped at spaces in what is left of the width (at 80 columns an outcome column of
+    its own was ~20 wide and cut flag names: `--enable-mixed-chun` / `k`)."""
     from rich import box
     from rich.table import Table
 
     narrow = width < 140
     table = Table(header_style="bold", box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD)
     if narrow:
-        table.add_column("session", no_wrap=True)
-        table.add_column("goal (model · target)", ratio=2, overflow="fold")
+        table.add_column("session (msgs)", no_wrap=True)
+        table.add_column("goal · model · target, outcome", ratio=1, overflow="fold")
     else:
         for name in ("id", "started", "kind"):
             table.add_column(name, no_wrap=True)
         for name in ("goal", "model", "target"):
             table.add_column(name, min_width=10, overflow="fold")
-    table.add_column("outcome", ratio=3, overflow="fold")
-    table.add_column("msgs", justify="right", no_wrap=True)
+        table.add_column("outcome", ratio=3, overflow="fold")
+        table.add_column("msgs", justify="right", no_wrap=True)
     for r in rows:
         outcome = r["status"]
         if r["kept"]:
-            outcome += "; kept " + ", ".join(r["kept"])
+            outcome += "; kept " + ", ".join(kept_words(r))
         if r["throughput_change"]:
             outcome += f": {r['throughput_change']}"
         started = r["started_at"][5:16].replace("T", " ")  # MM-DD HH:MM: the id holds the year
         if narrow:
-            where = f"{r['goal']}\n[dim]{escape(r['model'])} · {escape(r['target'])}[/]"
-            table.add_row(f"{r['id']}\n{started} {r['kind']}", where, outcome, str(r["messages"]))
+            where = f"[dim]{escape(r['goal'])} · {escape(r['model'])} · {escape(r['target'])}[/]"
+            session = f"{r['id']}\n{started} {r['kind']}\n{r['messages']} msgs"
+            table.add_row(session, f"{where}\n{escape(outcome)}")
         else:
             table.add_row(r["id"], started, r["kind"], r["goal"], r["model"], r["target"], outcome,
                           str(r["messages"]))  # fmt: skip
@@ -141,7 +168,7 @@ def show(
     config: Path | None = ConfigOption,
 ) -> None:
     """Show a session's conversation: numbered messages, tool calls, subagents, todo lists, trials."""
-    from agent.transcripts.view import render_conversation, rounded
+    from agent.transcripts.view import readable, render_conversation
 
     loaded = _open(session, directory, config)
     if msg is not None and not any(m["msg"] == msg for m in loaded.messages):
@@ -168,10 +195,7 @@ def show(
     for block in render_conversation(loaded, focus=msg, context=context, limit=width):
         console.print(block, highlight=False)
     if msg is None and loaded.end:
-        console.print(
-            f"[bold]end[/] {escape(json.dumps(rounded(loaded.end.get('outcome')), ensure_ascii=False))}",
-            highlight=False,
-        )
+        console.print(f"[bold]end[/] {escape(readable(loaded.end.get('outcome') or {}))}", highlight=False)
 
 
 @app.command("review")

@@ -63,6 +63,9 @@ def _todo(
             status = "completed" if t.get("decision") else "cancelled"
             what = t.get("decision") or ("dry run" if t.get("dry_run") else "not run")
             why = t.get("why") or t.get("error") or t.get("note", "")  # a dry run: "nothing deployed"
+            others = [c for c in t.get("changes") or [] if c.split()[0] != flag]
+            if t.get("kind") in ("bundle", "combined") and others:  # one effect for all, not this flag's
+                what += f" together with {', '.join(others)} in trial {t.get('trial')}"
             items.append(
                 {
                     "id": flag,
@@ -177,6 +180,8 @@ def planner_policy(messages: list[Any], info: Any) -> Any:
         for item in todo:
             if item["id"] in {c["flag"] for c in members}:
                 item["status"] = "in_progress"
+                others = [c["flag"] for c in members if c["flag"] != item["id"]]
+                item["content"] += f", as one change with {', '.join(others)}"
         changes = [{"flag": c["flag"], "value": c["value"], "action": c["action"]} for c in members]
         args = {"changes": changes, "reason": nxt["together"], "together_reason": look}
         if any(verdicts[c["flag"]]["verdict"] == "unknown" for c in members):

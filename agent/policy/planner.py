@@ -195,7 +195,10 @@ def build_planner(model: Any) -> Any:
     async def todo_write(ctx: RunContext[PlannerDeps], items: list[TodoItem]) -> str:
         """Replace the todo list (every item with id, content, status, priority); the change is shown."""
         changes = ctx.deps.todo.replace(items)
-        ctx.deps.ui.todo(ctx.deps.todo, changes, msg=ctx.deps.current_msg)
+        trials = ctx.deps.runner.trials if ctx.deps.runner is not None else []
+        ctx.deps.ui.todo(
+            ctx.deps.todo, changes, msg=ctx.deps.current_msg, trials=trials, verdicts=ctx.deps.verdicts
+        )
         return "todo list updated:\n" + "\n".join(changes or ["(no change)"])
 
     @agent.tool

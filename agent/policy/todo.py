@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 from rich.markup import escape
@@ -41,11 +42,30 @@ class TodoList(BaseModel):
         self.items = list(items)
         return changes
 
-    def render(self) -> str:
-        """Rich markup of the list, one item a line."""
-        lines = []
-        for item in self.items:
-            style = _STYLE[item.status]
-            text = f"{escape(_MARK[item.status])} {escape(item.content)}  [dim]({item.priority})[/]"
-            lines.append(f"[{style}]{text}[/]" if style else text)
-        return "\n".join(lines) or "(empty)"
+    def render(self, entries: Sequence[Any] | None = None) -> str:
+        """Rich markup of the list, one item a line (`blocks`, joined)."""
+        return "\n".join(self.blocks(entries)) or "(empty)"
+
+    def blocks(self, entries: Sequence[Any] | None = None) -> list[str]:
+        """Rich markup of each entry of the list. `entries`: the list as grouped for display
+        (`agent.transcripts.bundles.group_todo`): an item, or a trial of several flags as one change
+        (`Together`) shown as one entry, its one measured effect, with a line per member (its
+        research, and that its own effect was not measured separately)."""
+        out = []
+        for entry in self.items if entries is None else entries:
+            if isinstance(entry, TodoItem):
+                out.append(_line(entry.status, entry.content, entry.priority))
+            elif isinstance(entry, Mapping):
+                out.append(_line(entry["status"], entry["content"], entry["priority"]))
+            else:  # a Together with the priority of its first member's item
+                t, priority = entry
+                status = "cancelled" if t.decision == "skipped" else "completed"
+                members = [f"    [dim]{escape(line)}[/]" for line in t.member_lines()]
+                out.append("\n".join([_line(status, t.title(), priority), *members]))
+        return out
+
+
+def _line(status: str, content: str, priority: str) -> str:
+    style = _STYLE.get(status, "")
+    text = f"{escape(_MARK.get(status, '[ ]'))} {escape(content)}  [dim]({priority})[/]"
+    return f"[{style}]{text}[/]" if style else text

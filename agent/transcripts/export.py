@@ -38,7 +38,7 @@ figure.plot img {{ display: block; width: 100%; height: auto; }}
 pre {{ white-space: pre-wrap; }}
 pre, code {{ background: #f6f8fa; }}
 details {{ margin: 0.2em 0; }} summary {{ cursor: pointer; }}
-details ul {{ margin: 0.2em 0 0.6em; font-size: 0.9em; }}
+details ul, ul.members {{ margin: 0.2em 0 0.6em; font-size: 0.9em; }}
 li.pass {{ color: {BETTER_COLOR}; }} li.fail {{ color: {WORSE_COLOR}; }} li.unknown {{ color: #656d76; }}
 """
 
@@ -194,12 +194,19 @@ def _conditions_html(review: Review) -> str:
 def _trial_table_html(review: Review) -> str:
     top = max((c for t in review.trials for c in t.candidate), default=None)
     rows = []
+    groups = {g.number: g for g in review.together}
     for t in review.trials:
         cls = {"kept": "kept", "rolled back": "rolled"}.get(t.decision, "")
         change = html.escape(t.headline.split(": ", 1)[1] if t.effect and ": " in t.headline else
                              (t.change_at(top) if top is not None else "missing"))  # fmt: skip
+        what = f"<code>{html.escape(t.change)}</code>"
+        if (g := groups.get(t.number)) is not None:  # one effect for all: say what is known of each
+            members = "".join(f"<li>{html.escape(line)}</li>" for line in g.member_lines())
+            what = (f"{len(g.members)} flags tried together, one effect for all:"
+                    f'<ul class="members">{members}</ul>')  # fmt: skip
+            change += " (one effect for all)"
         rows.append(
-            f"<tr><td>{t.number}</td><td><code>{html.escape(t.change)}</code></td>"
+            f"<tr><td>{t.number}</td><td>{what}</td>"
             f'<td><strong class="{cls}">{html.escape(t.decision)}</strong></td>'
             f"<td>{html.escape(t.verdict)}</td><td>{change}</td><td>{html.escape(t.reason)}</td></tr>"
         )
@@ -232,7 +239,9 @@ def export_html(loaded: LoadedTranscript) -> str:
         if png
         else "<p>No benchmark numbers were recorded: nothing to plot.</p>"
     )
-    summary = f"<h2>Trials at a glance</h2>{_trial_table_html(review)}{figure}"
+    ba = review.before_after
+    workload = f"<p><strong>{html.escape(ba.summary().capitalize())}</strong></p>" if ba is not None else ""
+    summary = f"<h2>Trials at a glance</h2>{_trial_table_html(review)}{workload}{figure}"
     title = html.escape(f"optagent session {review.header.get('id', '?')}")
     first_h2 = body.find("<h2>")
     body = body[:first_h2] + summary + body[first_h2:] if first_h2 >= 0 else body + summary

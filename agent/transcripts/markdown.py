@@ -4,8 +4,10 @@ approvals, what was kept and the final gain."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+from agent.transcripts.bundles import Together, group_todo
 from agent.transcripts.review import (
     METRICS,
     MISSING,
@@ -77,18 +79,28 @@ _LABELS["workload"] = "Measured on (both sides; not the baseline's workload)"
 _STATUS_MARK = {"completed": "[x]", "in_progress": "[~]", "cancelled": "[-]", "pending": "[ ]"}
 
 
-def todo_lines(items: list[dict[str, Any]]) -> list[str]:
-    """A todo list as Markdown checklist lines."""
+def todo_lines(items: list[dict[str, Any]], together: Sequence[Together] = ()) -> list[str]:
+    """A todo list as Markdown checklist lines; the members of a trial of several flags as one
+    change (`together`) as one entry, its one effect, with a line per member."""
     out = []
-    for item in items:
-        mark = _STATUS_MARK.get(str(item.get("status")), "[ ]")
-        prio = f" ({item['priority']})" if item.get("priority") else ""
-        out.append(f"- {mark} {item.get('content', item.get('title', '?'))}{prio}")
+    for entry in group_todo(items, together):
+        if isinstance(entry, tuple):
+            t, prio = entry
+            mark = "[-]" if t.decision == "skipped" else "[x]"
+            out.append(f"- {mark} {t.title()}{f' ({prio})' if prio else ''}")
+            out += [f"  - {line}" for line in t.member_lines()]
+            continue
+        mark = _STATUS_MARK.get(str(entry.get("status")), "[ ]")
+        prio = f" ({entry['priority']})" if entry.get("priority") else ""
+        out.append(f"- {mark} {entry.get('content', entry.get('title', '?'))}{prio}")
     return out or ["- (empty)"]
 
 
-def todo_evolution(states: list[tuple[int | None, list[dict[str, Any]]]]) -> list[str]:
-    """The first todo list in full, then only what each update changed, then the final list."""
+def todo_evolution(
+    states: list[tuple[int | None, list[dict[str, Any]]]], together: Sequence[Together] = ()
+) -> list[str]:
+    """The first todo list in full, then only what each update changed, then the final list (a
+    trial of several flags as one entry, `todo_lines`)."""
     out: list[str] = []
     previous: dict[str, dict[str, Any]] = {}
     for i, (msg, items) in enumerate(states, start=1):
@@ -108,7 +120,7 @@ def todo_evolution(states: list[tuple[int | None, list[dict[str, Any]]]]) -> lis
             out += [f"- {where}:", *(changes or ["  - no change"])]
         previous = current
     if len(states) > 1:
-        out += ["- final list:", *["  " + line for line in todo_lines(states[-1][1])]]
+        out += ["- final list:", *["  " + line for line in todo_lines(states[-1][1], together)]]
     return out
 
 
@@ -167,18 +179,43 @@ def kept_caption(t: Any) -> str:
     """The line above a kept trial's table: its decision, and what the numbers are."""
     where = t.extra.get("workload")
     on = f"; both measured on {where}, not the baseline's workload" if where else ""
+    if t.extra.get("kind") in ("bundle", "combined") and ", " in t.change:
+        n = t.change.count(", ") + 1
+        return (
+            f"Trial {t.number}, {n} flags tried together ({t.change.replace(', ', ' + ')}): {t.headline} "
+            f"(one effect for all {n}, over the configuration deployed before it{on}; no member's "
+            "own effect was measured by it)"
+        )
     return (
         f"Trial {t.number}, {t.change}: {t.headline} (its own effect, over the configuration "
         f"deployed before it{on})"
     )
 
 
+def kept_list(review: Review) -> list[str]:
+    """The kept changes as Markdown bullets; the members of a kept trial of several flags as one
+    entry (they were kept together, on one measured effect)."""
+    kept, out = list(review.kept), []
+    for g in review.together:
+        members = [m.change for m in g.members]
+        if g.decision == "kept" and members and all(m in kept for m in members):
+            kept = [k for k in kept if k not in members]
+            out.append(f"- {g.changes} (tried together in trial {g.number}: one effect for all of them, "
+                       "no member's own effect measured by it)")  # fmt: skip
+    return out + [f"- {k}" for k in kept]
+
+
 def final_gain_lines(review: Review) -> list[str]:
     """What each kept change did (its own effect over what was deployed before it, as decided),
-    then, when several were kept, the cumulative before/after of the run, labelled as such."""
+    then the user's own workload before and after (the baseline vs the final configuration, with
+    intervals); without that measurement, when several were kept, the cumulative before/after of
+    the run, labelled as such."""
     out = []
     for t in review.kept_trials:
         out += [kept_caption(t), "", *trial_table(t), ""]
+    ba = review.before_after
+    if ba is not None and ba.kept:
+        return out + ["On your workload:", "", *ba.markdown()]
     if review.kept_trials and len(review.kept_trials) < 2 and all(t.effect for t in review.kept_trials):
         return out[:-1]
     if not review.gain:
@@ -248,9 +285,9 @@ def review_markdown(review: Review, *, conditions_marker: bool = False) -> str:
         out += ["", "## Measured on this deployment", "", *[f"- {m}" for m in review.measured]]
     out += ["", "## Todo list as it evolved", ""]
     if conditions_marker and review.todo_states:  # HTML: the final list, its history collapsed
-        out += ["Final list:", "", *todo_lines(review.todo_states[-1][1]), "", TODO_MARKER]
+        out += ["Final list:", "", *todo_lines(review.todo_states[-1][1], review.together), "", TODO_MARKER]
     else:
-        out += todo_evolution(review.todo_states)
+        out += todo_evolution(review.todo_states, review.together)
     if not review.todo_states:
         out.append("no todo list recorded")
     out += ["", "## Research verdicts", ""]
@@ -270,19 +307,23 @@ def review_markdown(review: Review, *, conditions_marker: bool = False) -> str:
     out += ["", "## Trials", ""]
     for t in review.trials:
         where = f" (msg {t.msg})" if t.msg is not None else ""
-        out += [f"### Trial {t.number}: {t.change} — **{t.decision}**{where}", ""]
+        group = next((g for g in review.together if g.number == t.number), None)
+        change = f"together: {group.changes}" if group else t.change
+        out += [f"### Trial {t.number}: {change} — **{t.decision}**{where}", ""]
         out += [f"- Result: {t.headline}"] if t.effect is not None else []
+        if group is not None:
+            out += [f"- Tried together: {len(group.members)} flags as one change, one measured effect "
+                    "for all of them; what is known of each:"]  # fmt: skip
+            out += [f"  - {line}" for line in group.member_lines()]
         out += [f"- Benchmark verdict: {t.verdict}", f"- Decision: {t.reason or MISSING}"]
         out += [f"- {_LABELS.get(k, k)}: {v}" for k, v in t.extra.items() if not isinstance(v, dict | list)]
         out += ["", *trial_table(t), ""]
     if not review.trials:
         out += ["no trials", ""]
-    rolled = [t for t in review.trials if t.decision == "rolled back"]
-    out += ["## Rollbacks", ""]
-    out += [f"- Trial {t.number} ({t.change}): {t.reason or MISSING}" for t in rolled] or ["none"]
+    out += ["## Rollbacks", "", *([f"- {line}" for line in review.rollbacks] or ["none"])]
     if review.approvals:
         out += ["", "## Approvals", "", *approval_lines(review.approvals)]
-    out += ["", "## Kept", "", *([f"- {k}" for k in review.kept] or ["nothing"])]
+    out += ["", "## Kept", "", *(kept_list(review) or ["nothing"])]
     out += ["", "## Final gain per concurrency level", "", *final_gain_lines(review)]
     if review.conclusion:
         out += ["", "## Conclusion", "", review.conclusion]

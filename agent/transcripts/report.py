@@ -24,17 +24,41 @@ def _review_trial(t: Any) -> Any:
     return trial_record(t.number, {"data": t.model_dump(mode="json")}, {})
 
 
-def kept_lines(result: Any) -> list[str]:
+def end_lines(result: Any) -> list[str]:
+    """What the terminal says at the end of a run, after `done`: each kept trial's headline (a
+    trial of several flags: a line per member under it), then the user's workload before and
+    after."""
+    groups = {g.number: g for g in _groups(result, getattr(result, "review", None))}
+    out = []
+    for t in result.trials:
+        if t.decision != "kept":
+            continue
+        out.append(t.headline())
+        if (g := groups.get(t.number)) is not None:
+            out += [f"  {line}" for line in g.member_lines()]
+    ba = getattr(getattr(result, "review", None), "before_after", None)
+    return out + ([ba.summary()] if ba is not None else [])
+
+
+def kept_lines(result: Any, review: Any = None) -> list[str]:
     """Each kept trial's own effect over what was deployed before it (the paired blocks its
-    decision used, with intervals); with several kept, the run's cumulative before/after, labelled."""
+    decision used, with intervals; several flags tried together: one effect, and what is known of
+    each member); then the user's own workload before and after (`review.before_after`); without
+    it, with several kept, the run's cumulative before/after, labelled."""
     from agent.transcripts.markdown import kept_caption, trial_table
 
     kept = [_review_trial(t) for t in result.trials if t.decision == "kept"]
+    groups = {g.number: g for g in _groups(result, review)}
     out = ["## What the kept change did" if len(kept) < 2 else "## What each kept change did", ""]
     for t in kept:
-        out += [kept_caption(t), "", *trial_table(t), ""]
+        members = groups[t.number].member_lines() if t.number in groups else []
+        out += [kept_caption(t), "", *[f"- {line}" for line in members], *([""] if members else [])]
+        out += [*trial_table(t), ""]
     if not kept:
         out += ["Nothing was kept: the baseline configuration stays deployed.", ""]
+    ba = getattr(review, "before_after", None)
+    if kept and ba is not None:
+        return [*out, "## Before and after on your workload", "", *ba.markdown(), ""]
     if len(kept) > 1:
         out += ["Cumulative, all kept changes together: the baseline measured at the start vs the final "
                 "configuration measured at the end, at different times under whatever load each saw "
@@ -90,14 +114,29 @@ def _trial_line(t: Any) -> list[str]:
     return out
 
 
-def _together(trials: list[Any]) -> list[str]:
-    """What was tried together and why, and which members were left out after."""
+def _groups(result: Any, review: Any = None) -> list[Any]:
+    """The trials of several flags as one change (`agent.transcripts.bundles.Together`): the
+    review's, which knows each member's research verdict, else from the trials alone."""
+    if review is not None:
+        return list(review.together)
+    from agent.transcripts.bundles import together
+
+    return together([t.model_dump(mode="json") for t in result.trials])
+
+
+def _together(trials: list[Any], groups: list[Any] = ()) -> list[str]:
+    """What was tried together and why, its one effect, what is known of each member, and which
+    members were left out after."""
     lines = []
+    by_number = {g.number: g for g in groups}
     for t in trials:
         kind = getattr(t, "kind", "single")
         what = ", ".join(c.describe() for c in t.changes)
         if kind == "bundle":
             lines.append(f"- trial {t.number} `{what}`: {t.decision.replace('_', ' ')}; {t.reason}")
+            if (g := by_number.get(t.number)) is not None:
+                lines.append(f"  - one measured effect for all {len(g.members)}: {g.effect}")
+                lines += [f"  - {line}" for line in g.member_lines()]
         elif kind == "leave_out":
             left = "left out" if t.decision == "kept" else "stays"
             lines.append(f"  - trial {t.number}, `{what}` {left}: {t.why}")
@@ -110,8 +149,10 @@ def _without_trials(conclusion: str) -> str:
     return re.sub(r"\n### (Trials|Not tried|Ruled out[^\n]*)\n.*?(?=\n### |\Z)", "\n", conclusion, flags=re.S)
 
 
-def render_report(result: Any, *, plot_name: str | None) -> str:
-    """Markdown of a finished run (numbers only from measurements; missing ones say so)."""
+def render_report(result: Any, *, plot_name: str | None, review: Any = None) -> str:
+    """Markdown of a finished run (numbers only from measurements; missing ones say so); `review`:
+    the run's transcript read back (`agent.transcripts.review.Review`), for what only it holds (the
+    user's workload before and after, each member's research verdict)."""
     budget = getattr(result, "budget", "") or ""
     lines = [
         "# optagent run report",
@@ -124,7 +165,10 @@ def render_report(result: Any, *, plot_name: str | None) -> str:
     if budget:
         lines.append(f"- budget: {budget}")
     lines += [f"- {m}" for m in getattr(result, "measured", None) or []]
-    lines += ["", *kept_lines(result), *_together(result.trials)]
+    ba = getattr(review, "before_after", None)
+    if ba is not None:
+        lines.append(f"- {ba.summary()}")
+    lines += ["", *kept_lines(result, review), *_together(result.trials, _groups(result, review))]
     if plot_name:
         lines += [f"![each trial's change per level, with its 95% interval]({plot_name})", ""]
     lines += ["## How a change was judged", "", getattr(result, "rule", "") or RULE_DEFAULT, ""]
@@ -142,12 +186,16 @@ def render_report(result: Any, *, plot_name: str | None) -> str:
 
 def run_summary(result: Any) -> dict[str, Any]:
     """`optagent run --json`: kept changes with each level's change and 95% interval as the
-    decision measured them, trials, restarts, wall time and budget (JSON-safe, rounded)."""
+    decision measured them (a trial of several flags: `together`, its one effect and each member's
+    research and own effect), trials, the user's workload before and after (`user_workload`),
+    restarts, wall time and budget (JSON-safe, rounded)."""
     from tools.bench.effect import effect_of, headline
 
     def pct(v: float | None) -> float | None:
         return None if v is None else round((v - 1) * 100, 2)
 
+    review = getattr(result, "review", None)
+    groups = {g.number: g for g in _groups(result, review)}
     kept = []
     for t in result.trials:
         if t.decision != "kept":
@@ -170,7 +218,8 @@ def run_summary(result: Any) -> dict[str, Any]:
         kept.append({"trial": t.number, "changes": [c.describe() for c in t.changes],
                      "on_top_of": [c.describe() for c in t.on_top_of], "headline": headline(data),
                      "rule": effect.rule if effect else None, "metric": effect.metric if effect else None,
-                     "levels": levels, "workload": t.workload})  # fmt: skip
+                     "levels": levels, "workload": t.workload,
+                     **_together_json(groups.get(t.number))})  # fmt: skip
     return {
         "status": result.status,
         "deployed": list(result.kept),
@@ -182,9 +231,11 @@ def run_summary(result: Any) -> dict[str, Any]:
                 "headline": headline(t.model_dump(mode="json")),
                 "workload": t.workload,
                 "seconds": round(t.seconds),
+                **_together_json(groups.get(t.number)),
             }
             for t in result.trials
         ],  # fmt: skip
+        "user_workload": ba.as_dict() if (ba := getattr(review, "before_after", None)) is not None else None,
         "restarts": result.restarts,
         "seconds": round(result.seconds),
         "budget": getattr(result, "budget", "") or "",
@@ -192,6 +243,19 @@ def run_summary(result: Any) -> dict[str, Any]:
         "transcript": str(result.transcript) if result.transcript else None,
         "report": str(result.report) if result.report else None,
     }
+
+
+def _together_json(group: Any) -> dict[str, Any]:
+    """`together` of a trial of several flags as one change: its members, each with its research
+    verdict and what measured its own effect (`own_effect_measured` false: nothing did); empty for
+    a trial of one flag."""
+    if group is None:
+        return {}
+    from agent.transcripts.bundles import NOT_MEASURED
+
+    members = [{"change": m.change, "research": m.research, "own_effect": m.own,
+                "own_effect_measured": m.own != NOT_MEASURED} for m in group.members]  # fmt: skip
+    return {"together": {"one_effect_for_all": group.effect, "members": members}}
 
 
 RULE_DEFAULT = RULE.format(reps="3 per block", cap=6, min_effect=0.02, tolerance=0.03)
@@ -206,27 +270,50 @@ def write_report(
     base = Path(result.transcript).with_suffix("")
     plot = base.with_name(base.name + ".png")
     plot_name: str | None = plot.name
-    if ui is not None and best_reps:  # the final configuration's numbers, for the review to read back
-        ui.record("final", {"reps": [s.model_dump(mode="json") for s in best_reps]})
+    kept = [t for t in result.trials if t.decision == "kept"]
+    if ui is not None and (best_reps or kept):  # the final configuration's numbers, for the review
+        reps = [s.model_dump(mode="json") for s in best_reps or []]  # none: its final check failed
+        ui.record("final", {"reps": reps, "source": final_source(kept[-1] if kept else None)})
+    review = None
     try:
-        from agent.transcripts.export import save_plot
         from agent.transcripts.load import load_transcript
         from agent.transcripts.review import build_review
+
+        review = build_review(load_transcript(result.transcript))
+        result.review = review
+    except Exception as e:  # the report is still useful without what only the transcript holds
+        if ui is not None:
+            ui.note(f"[yellow]transcript not read back for the report:[/] {e}")
+    try:
+        from agent.transcripts.export import save_plot
         from tools.bench.plot import plot_sweeps
 
         # before and after with every trial, as the review and the HTML export show them
-        if save_plot(build_review(load_transcript(result.transcript)), plot) is None:
+        if review is None or save_plot(review, plot) is None:
             plot_sweeps({"baseline": baseline_reps, **({"final": best_reps} if best_reps else {})}, plot)
     except Exception as e:  # the report is still useful without the picture
         plot_name = None
         if ui is not None:
             ui.note(f"[yellow]plot not written:[/] {e}")
     path = base.with_name(base.name + ".report.md")
-    path.write_text(render_report(result, plot_name=plot_name))
+    path.write_text(render_report(result, plot_name=plot_name, review=review))
     if ui is not None:
         ui.record("report", {"path": str(path), "plot": str(plot) if plot_name else None})
         ui.note(f"report: {path}", record=False)
     return path
+
+
+def final_source(best: Any) -> str:
+    """Where the final configuration's numbers on the user's workload come from: the final check
+    after a winner judged on another workload (`agent.session`), else the last kept trial's last
+    candidate block, measured on the user's workload with everything kept so far deployed."""
+    from agent.transcripts.before_after import FINAL_CHECK
+
+    if best is None:
+        return "the final configuration's benchmark at the end of the run"
+    if best.workload:
+        return FINAL_CHECK
+    return f"trial {best.number}'s last candidate block (on your workload, with every change kept so far)"
 
 
 def _block_reps(runner: Any, bench: Any) -> str:

@@ -10,6 +10,8 @@ import dataclasses
 import statistics
 from typing import Any
 
+from agent.transcripts.before_after import BeforeAfter, compare, describe_bench
+from agent.transcripts.bundles import Together, latest_verdicts, together
 from agent.transcripts.load import LoadedTranscript
 from agent.transcripts.verdicts import plain_condition
 from tools.bench.effect import Effect, effect_of, headline, where
@@ -140,6 +142,12 @@ class Review:
     error: str | None
     measured: list[str] = dataclasses.field(default_factory=list)
     """What the run measured about the deployment itself (its load at baseline, its launch spread)."""
+    together: list[Together] = dataclasses.field(default_factory=list)
+    """Each trial of several flags as one change, with what is known of each member."""
+    before_after: BeforeAfter | None = None
+    """The user's own workload before (the baseline) and after (the configuration left deployed)."""
+    rollbacks: list[str] = dataclasses.field(default_factory=list)
+    """Every rollback the session did, with why (a trial's A/B/A, the launch spread's relaunches)."""
 
 
 def levels_of(value: Any) -> dict[int, float | None]:
@@ -274,6 +282,8 @@ def build_review(loaded: LoadedTranscript) -> Review:
         c: (baseline_tp.get(c), final.get(c) if final or not ended_unchanged else baseline_tp.get(c))
         for c in levels
     }
+    verdicts = [e.get("data") or {} for e in loaded.events_of("verdict")]
+    trial_data = [e.get("data") or {} for e in loaded.events_of("trial")]
     conclusion = ""
     for e in loaded.events_of("report"):
         data = e.get("data") or {}
@@ -288,7 +298,7 @@ def build_review(loaded: LoadedTranscript) -> Review:
         context=context,
         baseline={m: level_means(baseline_sweeps, m) for m in METRICS},
         todo_states=todo_states,
-        verdicts=[verdict_record(e.get("data") or {}) for e in loaded.events_of("verdict")],
+        verdicts=[verdict_record(v) for v in verdicts],
         trials=trials,
         approvals=[e.get("data") or {} for e in loaded.events_of("approval")],
         kept=[describe_change(k) for k in kept],
@@ -304,7 +314,72 @@ def build_review(loaded: LoadedTranscript) -> Review:
             if e.get("kind") in ("load_state", "launch_spread", "time_use")
             and (e.get("data") or {}).get("text")
         ],
+        together=together(trial_data, latest_verdicts(verdicts)),
+        before_after=before_after(loaded, kept=bool(kept)),
+        rollbacks=rollback_lines(loaded, trial_data, trials),
     )
+
+
+def before_after(loaded: LoadedTranscript, *, kept: bool) -> BeforeAfter | None:
+    """The user's workload before and after (`agent.transcripts.before_after`), from the first
+    baseline's repetitions and the `final` event (a run's); None for a session without a baseline."""
+    first = (next(iter(loaded.events_of("baseline")), None) or {}).get("data") or {}
+    reps = next((first[k] for k in ("reps", "sweeps") if isinstance(first.get(k), list)), None)
+    baseline = find_sweeps(reps if reps is not None else first)  # each repetition once
+    if not baseline:
+        return None
+    final = next(reversed(loaded.events_of("final")), None)
+    data = (final or {}).get("data") or {}
+    spread = next(reversed(loaded.events_of("launch_spread")), None)
+    bench = ((loaded.header or {}).get("config") or {}).get("bench")
+    return compare(
+        baseline, find_sweeps(data) if final else None, workload=describe_bench(bench),
+        source=str(data.get("source") or "the final configuration's benchmark recorded at the end"),
+        kept=kept, spread=(spread or {}).get("data"),
+    )  # fmt: skip
+
+
+AFTER_BLOCKS = ("after", "after_second")
+"""Known-good blocks measured after a candidate's launch: a rollback came before each."""
+
+
+def rollback_lines(
+    loaded: LoadedTranscript, trials: list[dict[str, Any]], records: list[TrialRecord]
+) -> list[str]:
+    """Every rollback the session did, read from what recorded it: a trial's blocks (a known-good
+    block after a candidate follows a rollback: the A/B/A's), its decision (a candidate rolled back
+    for good, or by the deploy itself when it did not start), and the launch spread's relaunches of
+    known-good (every other one is a rollback). The decision alone missed the rollbacks of a kept
+    trial, which the terminal shows as `deploy: rollback`."""
+    out = []
+    spread = (next(reversed(loaded.events_of("launch_spread")), None) or {}).get("data") or {}
+    relaunches = int(spread.get("launches") or 1) - 1 if spread.get("source") == "measured" else 0
+    if relaunches > 0:
+        n = (relaunches + 1) // 2
+        out.append(
+            f"Launch spread: {n} rollback{'s' * (n > 1)} among {relaunches} relaunches of known-good, "
+            "to measure how far a restart moves it (nothing changed)"
+        )
+    for t, rec in zip(trials, records, strict=False):
+        blocks = [b for b, reps in (t.get("blocks") or {}).items() if reps and not b.endswith("_set_aside")]
+        between = sum(b in AFTER_BLOCKS for b in blocks)
+        what = f"Trial {rec.number} ({rec.change})"
+        if rec.decision == "kept":
+            if between:
+                times = "once" if between == 1 else f"{between} times"
+                out.append(
+                    f"{what}: kept; rolled back {times} to measure known-good after the candidate "
+                    f"(A/B/A), the candidate deployed again after {'it' if between == 1 else 'each'}"
+                )
+            continue
+        if rec.decision != "rolled back" or (t.get("deployed") is False and not t.get("deploy_error")):
+            continue  # nothing was deployed: nothing to roll back
+        last_good = bool(blocks) and blocks[-1] in AFTER_BLOCKS  # its rollback is already counted
+        n = between + (0 if last_good else 1)
+        how = " (rolled back by the deploy itself: it did not start)" if t.get("deploy_error") else ""
+        count = f" ({n} rollbacks in all, known-good measured after each launch)" if n > 1 else ""
+        out.append(f"{what}: {rec.reason or MISSING}{how}{count}")
+    return out
 
 
 def fmt_num(value: float | None, *, digits: int = 1) -> str:

@@ -12,6 +12,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from agent.transcripts.bundles import from_dict
 from agent.transcripts.load import LoadedTranscript
 from agent.transcripts.markdown import context_lines, todo_lines, trial_table
 from agent.transcripts.review import decision_of, find_sweeps, level_means, trial_record, verdict_record
@@ -40,6 +41,47 @@ def rounded(value: Any) -> Any:
 
 def _compact(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(rounded(value), ensure_ascii=False, default=str)
+
+
+def readable(value: Any) -> str:
+    """A recorded value as a person reads it: `key: value; key: value` for a mapping (a server
+    flag without a value as its name alone, an empty value left out), items joined by commas,
+    floats rounded (`rounded`). A Python dict or list repr that an older version saved as text
+    (`"{'target': 'local', ...}"`) is read back and shown the same way."""
+    if isinstance(value, str):
+        parsed = _literal(value)
+        if parsed is None:
+            return value
+        value = parsed
+    if isinstance(value, dict):
+        parts = []
+        for k, v in value.items():
+            if v is None and str(k).startswith("--"):
+                parts.append(str(k))
+            elif v not in (None, "", [], {}):
+                sep = " " if str(k).startswith("--") else ": "
+                inner = readable(v)
+                parts.append(f"{k}{sep}({inner})" if isinstance(v, dict) else f"{k}{sep}{inner}")
+        return "; ".join(parts)
+    if isinstance(value, list):
+        return ", ".join(readable(v) for v in value)
+    return str(rounded(value))
+
+
+def _literal(text: str) -> Any:
+    """A dict or list written as its Python repr, read back safely (None for any other text)."""
+    import ast
+
+    stripped = text.strip()
+    if not (stripped.startswith("{") and stripped.endswith("}")) and not (
+        stripped.startswith("[") and stripped.endswith("]")
+    ):
+        return None
+    try:
+        value = ast.literal_eval(stripped)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    return value if isinstance(value, dict | list) else None
 
 
 def part_lines(part: dict[str, Any], *, limit: int) -> list[Text]:
@@ -104,7 +146,9 @@ def event_block(e: dict[str, Any], *, baseline: dict[int, float | None], limit: 
     label = Text(f"● {kind}", style="bold yellow")
     if kind == "todo":
         items = data.get("items", data.get("todos")) if isinstance(data, dict) else data
-        body = [Text(line[2:]) for line in todo_lines([i for i in items or [] if isinstance(i, dict)])]
+        groups = [from_dict(g) for g in (data.get("together") or [] if isinstance(data, dict) else [])]
+        lines = todo_lines([i for i in items or [] if isinstance(i, dict)], groups)
+        body = [Text(line[2:] if line.startswith("- ") else "    " + line.lstrip()) for line in lines]
         return Group(
             label.append(" list", style="bold yellow"),
             *[Padding(b, (0, 0, 0, 2), expand=False) for b in body],
@@ -117,19 +161,24 @@ def event_block(e: dict[str, Any], *, baseline: dict[int, float | None], limit: 
     if kind == "trial":
         t = trial_record(0, e, baseline)
         style = {"kept": "bold green", "rolled back": "bold red"}.get(decision_of(data), "bold")
-        head = Text.assemble(label, f" {t.change}: ", (t.decision, style), f"  {fold(t.reason, limit)}")
+        change = t.change
+        if data.get("kind") in ("bundle", "combined") and ", " in change:  # one effect for all of them
+            change = "together: " + change.replace(", ", " + ")
+        head = Text.assemble(label, f" {change}: ", (t.decision, style), f"  {fold(t.reason, limit)}")
         table = _md_table(trial_table(t))
         return Group(head, Padding(table, (0, 0, 0, 2), expand=False)) if table else head
     if kind == "context" and isinstance(data, dict):
         lines = [Text(line[2:]) for line in context_lines(data)]
         return Group(label, *[Padding(line, (0, 0, 0, 2), expand=False) for line in lines])
-    if kind == "baseline":
+    if kind in ("baseline", "final"):  # final: the configuration left deployed, on the user's workload
         tp = level_means(find_sweeps(data))
         nums = "  ".join(
             f"c{c}: {v:,.1f} tok/s" if v is not None else f"c{c}: missing" for c, v in tp.items()
         )
         return Text.assemble(label, f" {nums or fold(_compact(data), limit)}")
-    return Text.assemble(label, " ", fold(_compact(data), limit))
+    if isinstance(data, dict) and isinstance(data.get("text"), str):  # the event's own words
+        return Text.assemble(label, " ", fold(data["text"], limit))
+    return Text.assemble(label, " ", fold(readable(data), limit))
 
 
 def _children(loaded: LoadedTranscript) -> tuple[list[dict[str, Any]], dict[int, list[dict[str, Any]]]]:

@@ -100,12 +100,15 @@ class TrialRecord(BaseModel):
 
     def headline(self) -> str:
         """One line for the terminal: the decision and the level that decided it, with its interval
-        (`trial 3 [--x 64]: kept: c=64 +4.0% [+1.2..+6.9], no level worse than 3%`)."""
+        (`trial 3 [--x 64]: kept: c=64 +4.0% [+1.2..+6.9], no level worse than 3%`; several flags
+        as one change: `trial 1 [together: --a + --b]: ...`)."""
         from tools.bench.effect import headline
 
         what = ", ".join(c.describe() for c in self.changes)
         if self.kind == "leave_out":
             what = f"leave out {what}"
+        elif len(self.changes) > 1:  # one effect for all of them: no member's own
+            what = "together: " + " + ".join(c.describe() for c in self.changes)
         return f"trial {self.number} [{what}]: {headline(self.model_dump(mode='json'))}"
 
 
