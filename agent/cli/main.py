@@ -39,6 +39,7 @@ COMMANDS = {
                       "The verdict of a flag on this deployment, from the code of the running SGLang version.",
                       "CONTEXT"),
     "sim": Entry("agent.cli.sim", "app", "`optagent sim`: the simulated SGLang deployment."),
+    "cache": Entry("agent.cli.cache", "app", "`optagent cache`: what optagent keeps on disk, and removing it."),
     "init": Entry("agent.cli.init", "init", "Write a commented optagent.toml describing a real target, to edit."),
 }  # fmt: skip
 """Every command, imported only when it runs: `optagent --help` lists these lines without importing
