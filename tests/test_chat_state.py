@@ -89,7 +89,10 @@ def test_after_another_session_changed_three_flags_chat_knows_what_is_deployed(p
     deployed = unit.read_text()
     assert "--enable-mixed-chunk" in deployed and "--num-continuous-decode-steps 4" in deployed
 
-    script = "what is deployed now?\ntry --enable-mixed-chunk\nwhat would you try first and why?\n/exit\n"
+    script = (
+        "what is deployed now?\ntry --enable-mixed-chunk\nwhat would you try first and why?\n"
+        "list the candidates\n/exit\n"
+    )
     out = _optagent(d, "chat", "--config", "optagent.toml", stdin=script)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     log = out.stdout
@@ -129,6 +132,11 @@ def test_after_another_session_changed_three_flags_chat_knows_what_is_deployed(p
     assert lines[-1] == "'try --cuda-graph-max-bs-decode 64' runs it; 'list the candidates' shows every one."
     assert len(lines) <= 5, answer
     assert "--cuda-graph-max-bs-decode: applies (code, certainty 0.90" in pick  # researched for it
+
+    # the candidates a run would have: what the server already resolves to is already set
+    listed = _reply(log, "list the candidates")
+    resolved = "the running server already resolves --chunked-prefill-size to 8192"
+    assert f"--chunked-prefill-size 8192 (low) — already-set: {resolved}" in listed, listed
 
     [chat] = [s for s in _sessions(d) if s["id"] != before["id"]]
     loaded = load_transcript(Path(chat["path"]))

@@ -131,6 +131,7 @@ async def ensure_index(deps: Any) -> None:
 
 async def ensure_baseline(deps: Any) -> None:
     """Measure the baseline now if the chat has none yet (probe and repeated sweeps of what runs)."""
+    from agent.policy.loadstate import load_state
     from agent.prepare import measure_baseline
     from agent.trial.record import mean_throughput
 
@@ -148,6 +149,8 @@ async def ensure_baseline(deps: Any) -> None:
     runner.reference = list(baseline.reps)  # measured just now, in the launch the trial starts from
     runner.known_good_blocks.append(runner.reference)
     deps.baseline_levels = mean_throughput(baseline.reps)
+    # what the baseline shows about the load orders the candidates from here on, as in a run
+    deps.state = load_state(deps.ctx.facts, runner.bench, baseline.reps)
 
 
 def saved_baseline(loaded: Any, text: str, bench: Any) -> tuple[Any, str] | None:

@@ -91,6 +91,7 @@ async def open_chat(
     from agent.policy.researcher import build_researcher
     from agent.prepare import _preflight, make_runner, restart_budget
     from agent.trial.record import Baseline, lossy_flags, mean_throughput
+    from agent.trial.resolved import drop_pointless
     from prompts import render
     from tools.bench.stats import objective_from_goal
     from tools.deploy.deployment import Deployment
@@ -121,7 +122,9 @@ async def open_chat(
             )  # fmt: skip
             objective = objective_from_goal(goal)
             playbook = load_playbook()
-            candidates = evaluate(playbook, ctx.facts, ctx.catalog or None)
+            # as a run has them: what the running server's resolved configuration makes pointless is
+            # already set (the first pick and the trials follow the run's order over the same list)
+            candidates = drop_pointless(evaluate(playbook, ctx.facts, ctx.catalog or None), ctx.resolved_args)
             grid = grid_size(playbook, ctx.facts, ctx.catalog or None)
             runner = make_runner(
                 deployment, config, objective, baseline, candidates, ui,
