@@ -239,3 +239,31 @@ def test_the_preflight_prints_the_endpoint_without_its_password(sim_host, tmp_pa
     assert [s for s in (ADMIN, KEYFILE_PW, HF, URL_PW) if s in shown + saved] == []
     assert re.search(r"--speculative-num-draft-tokens.: .4", saved), saved  # a dict's repr or JSON
     assert re.search(r"--max-prefill-tokens.: .16384", saved), saved
+
+
+def test_a_benchmark_and_a_probe_keep_no_url_password(sim_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The endpoint a sweep or a probe records (saved by `bench --json`, shown in its table) has no
+    password, and the requests still reach the server through it."""
+    from tools.bench.loadgen import run_sweep
+    from tools.bench.probe import run_probe
+    from tools.config import BenchConfig
+
+    server = sim_server("seed")
+    endpoint = server.endpoint.replace("//", f"//admin:{URL_PW}@")
+    settings = BenchConfig(concurrency=[1], input_len=32, output_len=8, prompts_per_level=2, warmup=0)
+    sweep = asyncio.run(run_sweep(endpoint, settings))
+    probe = asyncio.run(run_probe(endpoint))
+    assert sweep.errors == [] and sweep.levels and sweep.levels[0].completed == 2
+    assert probe.outputs and all(o.error is None for o in probe.outputs)
+    for recorded in (sweep.model_dump_json(), probe.model_dump_json()):
+        assert URL_PW not in recorded and f"admin:{REDACTED}@127.0.0.1:" in recorded
+
+    unreachable = subprocess.run(
+        [OPTAGENT, "bench", "--endpoint", f"http://admin:{URL_PW}@127.0.0.1:9", "--concurrency", "1"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path, env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    assert (
+        unreachable.returncode == 1
+        and f"cannot reach http://admin:{REDACTED}@127.0.0.1:9" in unreachable.stderr
+    )
+    assert URL_PW not in unreachable.stdout + unreachable.stderr

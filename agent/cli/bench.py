@@ -14,6 +14,7 @@ from rich.table import Table
 from agent.cli.common import ConfigOption, console, err_console, fail, get_config
 from tools.bench.results import SweepResult, load_sweeps, save_sweeps
 from tools.config import BenchConfig, Config
+from tools.redact import redact_text
 
 app = typer.Typer(
     help=__doc__, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]}
@@ -113,7 +114,7 @@ def bench(
         if json_file:
             save_sweeps(sweeps, json_file)  # the errors, for the record
         hint = "`optagent sim status`" if cfg.simulated and config is None else "`optagent status`"
-        fail(f"cannot reach {endpoint}: nothing was measured; is the server running? {hint}")
+        fail(redact_text(f"cannot reach {endpoint}: nothing was measured; is the server running? {hint}"))
     _print_sweeps(sweeps)
     if json_file:
         save_sweeps(sweeps, json_file)

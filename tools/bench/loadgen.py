@@ -23,7 +23,7 @@ from tools.bench.results import RequestResult, SweepResult, summarize_level
 from tools.bench.streaming import API_PATHS, TokenCounter, build_payload, send_request
 from tools.bench.workload import level_prompts
 from tools.config import BenchConfig
-from tools.redact import redact
+from tools.redact import redact, redact_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +231,8 @@ async def run_sweep(
         result.errors.append(f"levels not measured: {', '.join(map(str, missing))}")
     result.partial = bool(result.errors) or any(not lv.ok for lv in result.levels)
     result.finished_at = datetime.now(UTC).isoformat(timespec="seconds")
+    result.endpoint = redact_text(endpoint)  # saved and printed: never a URL's password
+    result.errors = [redact_text(e) for e in result.errors]
     return result
 
 

@@ -17,6 +17,7 @@ import httpx
 from pydantic import BaseModel
 
 from tools.auth import auth_headers
+from tools.redact import redact_text
 
 Status = Literal["identical", "drifting", "broken"]
 DEFAULT_MAX_TOKENS = 48
@@ -117,7 +118,7 @@ async def run_probe(
                 outputs.append(ProbeOutput(id=item["id"], error=f"{type(e).__name__}: {e}"))
             if outputs[-1].error:
                 break
-    return ProbeResult(endpoint=endpoint, api=api, max_tokens=max_tokens, outputs=outputs)
+    return ProbeResult(endpoint=redact_text(endpoint), api=api, max_tokens=max_tokens, outputs=outputs)
 
 
 def degenerate(text: str) -> str | None:

@@ -20,6 +20,7 @@ from tools.bench.results import LevelResult, SweepResult
 from tools.bench.workload import prompts_for_level, workload_mix
 from tools.config import BenchConfig
 from tools.deploy.remote import Transport, TransportError
+from tools.redact import redact_text
 
 BACKENDS = {"completions": "sglang-oai", "chat": "sglang-oai-chat", "generate": "sglang"}
 _URL = re.compile(r"^https?://[A-Za-z0-9.\-\[\]:]+(/[A-Za-z0-9._~/\-]*)?$")
@@ -144,7 +145,7 @@ async def run_sweep_sglang(
     """One sweep with bench_serving on the host behind `transport` (a `tools.deploy.remote.Transport`).
     A failed run ends the sweep as a partial result with bench_serving's stderr tail."""
     result = SweepResult(
-        backend="sglang", endpoint=endpoint.rstrip("/"), api=settings.api, seed=seed,
+        backend="sglang", endpoint=redact_text(endpoint.rstrip("/")), api=settings.api, seed=seed,
         settings={**settings.model_dump(mode="json"), "request_rate": request_rate},
         client_host=getattr(transport, "description", "") or socket.gethostname(),
         started_at=datetime.now(UTC).isoformat(timespec="seconds"),
