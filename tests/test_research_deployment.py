@@ -68,7 +68,7 @@ def test_research_reads_the_configured_deployment_and_says_which(project: Path) 
     assert facts["sglang.version"] == "0.5.23" and facts["server.chunked_prefill_size"] == 8192
 
 
-def test_a_value_deploy_refuses_is_refused_with_deploys_reason(project: Path) -> None:
+def test_a_value_deploy_refuses_is_refused_with_deploys_reason(project: Path, sglang_0523) -> None:
     code, text = _research(project, "--tp-size", "--value", "0")
     assert code == 0, text
     assert "verdict: refuses-to-start (deploy check, certainty 1.00)" in text, text
@@ -81,6 +81,16 @@ def test_a_value_deploy_refuses_is_refused_with_deploys_reason(project: Path) ->
     reason = " ".join(deploy.output.split()).removeprefix("error: ")
     assert reason == "--tp-size must be an integer of at least 1, got 0; SGLang would refuse it at start-up"
     assert reason in " ".join(text.split())
+    # and a model's proposal is refused by the same check before any restart, catalog or not
+    from agent.context import DeploymentContext
+    from agent.policy.proposal import check_changes
+    from agent.trial.record import TrialChange
+    from tools.research.flags import flag_catalog
+
+    ctx = DeploymentContext(version="0.5.23")
+    ctx.catalog = {f.name: f for f in flag_catalog(sglang_0523)}
+    for known in (ctx, DeploymentContext()):
+        assert check_changes(known, [TrialChange(flag="--tp-size", value="0")]) == [reason]
 
     code, out = _research(project, "--attention-backend", "--value", "nope", "--json")
     data = json.loads(out)

@@ -1,6 +1,7 @@
 """Checks on a change a model proposes, before any restart: the same as `optagent deploy --set`.
 
-The catalog of the running version (name, type, choices: `tools.deploy.flagcheck`), then what no
+The ranges SGLang accepts and the catalog of the running version (name, type, choices:
+`tools.deploy.flagcheck.refusals`, the one check deploy and research use), then what no
 flag value needs (shell metacharacters, control characters) and what the unit file can hold. A
 refusal names the reason and, where one is close, the flag or value the model may have meant.
 """
@@ -22,7 +23,7 @@ def check_changes(ctx: Any, changes: list[Any], *, base_text: str | None = None)
     An empty catalog (source unreadable) checks only the values and the unit file, as `optagent
     deploy` does. `base_text`, when given, is the unit file the changes must apply to.
     """
-    from tools.deploy.flagcheck import check_edits
+    from tools.deploy.flagcheck import refusals
 
     problems: list[str] = []
     edits = []
@@ -35,8 +36,7 @@ def check_changes(ctx: Any, changes: list[Any], *, base_text: str | None = None)
             continue
         edits.append((ch.action, ch.flag, None if ch.action == "unset" else ch.value))
     catalog = [f for f in (getattr(ctx, "catalog", None) or {}).values() if hasattr(f, "aliases")]
-    if catalog:
-        problems += check_edits(catalog, edits, version=getattr(ctx, "version", None) or "?")
+    problems += refusals(catalog, edits, version=getattr(ctx, "version", None) or "?")
     if not problems and base_text is not None:
         from agent.trial.record import apply_changes
 

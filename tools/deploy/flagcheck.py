@@ -78,6 +78,7 @@ def check_edits(catalog: Sequence[FlagInfo], edits: Sequence[Edit], *, version: 
 def refusals(catalog: Sequence[FlagInfo], edits: Sequence[Edit], *, version: str) -> list[str]:
     """What `optagent deploy` refuses of `edits` before any restart, one message each (empty: none):
     a value outside the range SGLang accepts whatever the deployment (`flagbounds`) first, as deploy
-    checks it, then the version's catalog (name, switch or value, type, choices)."""
+    checks it, then the version's catalog (name, switch or value, type, choices). An empty catalog
+    (the source could not be read) checks the ranges only, as deploy then does."""
     bounds = value_problems({flag: value for op, flag, value in edits if op == "set"})
-    return bounds or check_edits(catalog, edits, version=version)
+    return bounds or (check_edits(catalog, edits, version=version) if catalog else [])
