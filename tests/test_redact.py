@@ -42,6 +42,8 @@ SECRET = [
     ("endpoint http://admin:pa55w0rd@10.0.0.5:30000/v1", "pa55w0rd"),
     ("ssh://deploy:hunter22@10.0.0.5", "hunter22"),
     ("GET /v1/models?key=url-s3cret&limit=5", "url-s3cret"),
+    ("Environment=HUGGING_FACE_HUB_TOKEN=hub-tok-1234", "hub-tok-1234"),
+    ("password: hunter2x", "hunter2x"),
 ]
 # must come out unchanged, character for character
 ORDINARY = [
@@ -61,6 +63,13 @@ ORDINARY = [
     "http://127.0.0.1:30000/v1",
     "ssh://deploy@10.0.0.5",
     "sort key=ratio",
+    "token = tokens[pos]; next_token = tokens[pos + 1]",
+    'self.bot_token = "<tool_call>"',
+    'ASSISTANT_TOKEN = "<|Assistant|>"',
+    "server = Server(api_key=args.api_key, secret=secret)",
+    "def __init__(self, default: Any, secret: bool = False):",
+    "ssl_key_password=ssl_keyfile_password,",
+    "Restart with --admin-api-key to enable.",
 ]
 FLAG_FORMS = [(t, s) for t, s in SECRET if t.startswith("--")]
 CONFIGURED = "configured-k3y-xyz"
@@ -80,12 +89,16 @@ def test_an_ordinary_flag_or_counter_is_left_alone(text: str) -> None:
 
 def test_the_name_rule_follows_sglangs_own_arguments() -> None:
     secret = ["api_key", "--admin-api-key", "ssl_keyfile_password", "--hf-token", "watermark_key",
-              "watermark_key_b", "HF_TOKEN", "OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY", "apiKey", "token"]  # fmt: skip
+              "watermark_key_b", "HF_TOKEN", "OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY", "apiKey", "PGPASSWORD"]  # fmt: skip
     ordinary = ["--speculative-num-draft-tokens", "max_prefill_tokens", "--max-tokens", "speculative_token_map",
                 "ssl_keyfile", "TOKENIZERS_PARALLELISM", "input_tokens", "num_tokens", "eos_token",
-                "bucket_time_to_first_token", "kt_max_deferred_experts_per_token", "key", "maxTokens"]  # fmt: skip
+                "bucket_time_to_first_token", "kt_max_deferred_experts_per_token", "key", "maxTokens",
+                "token", "cache_key", "next_token", "bot_token", "ASSISTANT_TOKEN"]  # fmt: skip
     assert [n for n in secret if not is_secret_name(n)] == []
     assert [n for n in ordinary if is_secret_name(n)] == []
+    # an environment variable in capitals needs no word before KEY or TOKEN
+    assert is_secret_name("DOCKER_LOGIN_TOKEN", variable=True) and not is_secret_name("DOCKER_LOGIN_TOKEN")
+    assert not is_secret_name("docker_login_token", variable=True)
 
 
 def test_every_path_hides_secrets_and_keeps_ordinary_text(

@@ -1,23 +1,23 @@
 """Secrets out of everything optagent prints or saves: one rule for transcripts, status, the deploy
-diff, error messages and the endpoint.
+diff, error messages, benchmark records and the endpoint.
 
 What is hidden: the value of an option, variable or key *named* like a secret (`--api-key`,
 `--admin-api-key`, `--ssl-keyfile-password`, `HF_TOKEN=`, `api_key='...'` in SGLang's dump of its
-arguments, `"token": ...`), an `Authorization` header's credentials, tokens that look like keys
+arguments, `"password": ...`), an `Authorization` header's credentials, tokens that look like keys
 (`sk-...`, `hf_...`), the password of a URL (`http://user:[REDACTED]@host`), and the configured key
 and secret-named environment variables' values wherever they appear. What is never hidden: an
 ordinary flag or counter (`--speculative-num-draft-tokens 4`, `--max-prefill-tokens 16384`,
-`max_tokens=256`, `input_tokens`, `TOKENIZERS_PARALLELISM=false`).
+`max_tokens=256`, `input_tokens`, `TOKENIZERS_PARALLELISM=false`), nor code quoted as evidence
+(`api_key=args.api_key`, `next_token = tokens[pos]`).
 
-The name rule (`is_secret_name`), from SGLang 0.5.23's arguments (`api_key`, `admin_api_key`,
+The name rule (`is_secret_name`), read from SGLang 0.5.23's arguments (`api_key`, `admin_api_key`,
 `ssl_keyfile_password`, `watermark_key`, `watermark_key_b` are secrets; `max_prefill_tokens`,
-`speculative_token_map`, `ssl_keyfile`, `bucket_time_to_first_token`,
-`kt_max_deferred_experts_per_token` are not): a name is secret when its last word (a one-character
-suffix like `_b` aside) is key, apikey, token, password, passwd, passphrase, secret or
-credential(s), or ends in password or secret (`PGPASSWORD`), unless it counts or places tokens (a
-word such as num, max, min, per, first, last, one, bucket, count) or names a vocabulary token
-(`eos_token`, `pad_token`). A bare `key` is too generic to be a secret (a sort key, a dict key);
-a query string's `?key=` is one.
+`speculative_token_map`, `ssl_keyfile`, `bucket_time_to_first_token`, `bot_token` are not): the last
+word (a one-character suffix like `_b` aside) is password, passwd, passphrase, secret or
+credential(s), or ends in one (`PGPASSWORD`); or it is key or token after a word that says what kind
+(`api_key`, `hf_token`, `refresh_token`; any word for an environment variable in capitals,
+`CI_JOB_TOKEN`). A name that counts or places tokens (a word such as num, max, min, per, first,
+last) or names a vocabulary token (`eos_token`) never is; neither is a bare `key` or `token`.
 """
 
 from __future__ import annotations
@@ -31,10 +31,29 @@ __all__ = ["REDACTED", "env_secrets", "is_secret_name", "redact", "redact_flags"
 
 REDACTED = "[REDACTED]"
 
-_SECRET_WORDS = frozenset(
-    {"key", "apikey", "token", "password", "passwd", "passphrase", "secret", "credential", "credentials"}
+_ALWAYS = frozenset(
+    {
+        "password",
+        "passwd",
+        "passphrase",
+        "secret",
+        "credential",
+        "credentials",
+        "apikey",
+        "authtoken",
+        "accesstoken",
+    }
 )
-_SECRET_ENDINGS = ("password", "passwd", "secret", "apikey")
+_ENDINGS = ("password", "passwd", "secret", "apikey")
+_QUALIFIED = frozenset({"key", "token"})
+"""Last words that make a secret only after a word saying what kind: `api_key`, `hf_token`, not
+`cache_key`, `next_token` (code is full of those)."""
+_QUALIFIERS = frozenset(
+    {"api", "admin", "access", "auth", "bearer", "refresh", "session", "id", "hf", "hub", "github", "gh",
+     "gitlab", "npm", "pypi", "slack", "oauth", "jwt", "csrf", "secret", "security", "private", "personal",
+     "service", "client", "app", "user", "deploy", "registry", "vault", "ci", "job", "master", "signing",
+     "encryption", "license", "ssh", "watermark", "hmac", "subscription", "account", "storage", "sas"}
+)  # fmt: skip
 _COUNT_WORDS = frozenset(
     {"num", "n", "max", "min", "per", "first", "last", "one", "bucket", "buckets", "count"}
 )
@@ -51,26 +70,27 @@ def _words(name: str) -> list[str]:
     return [w for w in re.split(r"[^a-z0-9]+", spaced.lower()) if w]
 
 
-def is_secret_name(name: str) -> bool:
+def is_secret_name(name: str, *, variable: bool = False) -> bool:
     """True for a flag, variable or key named like a secret (`--api-key`, `HF_TOKEN`,
     `ssl_keyfile_password`), False for a counter or an ordinary flag (`--max-prefill-tokens`,
-    `--speculative-num-draft-tokens`, `TOKENIZERS_PARALLELISM`, `eos_token`, `key`)."""
+    `--speculative-num-draft-tokens`, `TOKENIZERS_PARALLELISM`, `eos_token`, `cache_key`). An
+    environment `variable` in capitals needs no qualifier (`HUGGING_FACE_HUB_TOKEN`, `SOME_KEY`)."""
     words = _words(name)
     if len(words) > 1 and len(words[-1]) == 1:  # watermark_key_b
         words = words[:-1]
-    if not words or words == ["key"]:
+    if not words or any(w in _COUNT_WORDS for w in words):
         return False
     last = words[-1]
-    if last not in _SECRET_WORDS and not last.endswith(_SECRET_ENDINGS):
+    if last in _ALWAYS or last.endswith(_ENDINGS):
+        return True
+    if last not in _QUALIFIED or len(words) == 1 or words[-2] in _VOCABULARY:
         return False
-    if any(w in _COUNT_WORDS for w in words):
-        return False
-    return not (last == "token" and len(words) > 1 and words[-2] in _VOCABULARY)
+    return words[-2] in _QUALIFIERS or (variable and name.isupper())
 
 
 def env_secrets() -> list[str]:
     """Values of environment variables named like secrets (long enough to be real), longest first."""
-    values = {v for k, v in os.environ.items() if len(v) >= 6 and is_secret_name(k)}
+    values = {v for k, v in os.environ.items() if len(v) >= 6 and is_secret_name(k, variable=True)}
     return sorted(values, key=len, reverse=True)
 
 
@@ -87,14 +107,14 @@ _NAME = (
 )
 _VALUE = r"\[REDACTED\]|\"[^\"]*\"|'[^']*'|[^\s\"',;)&}\]\\]+"
 _FLAG = re.compile(rf"(?i)(?<![\w-])(--{_NAME})(=|[ \t]+)({_VALUE})")
-_ASSIGN = re.compile(rf"(?i)(?<![\w-])([\"']?)({_NAME})(\1)(\s*[:=]\s*)({_VALUE})")
+_ASSIGN = re.compile(rf"(?i)(?<![\w-])([\"']?)({_NAME})(\1)([ \t]*[:=][ \t]*)({_VALUE})")
 _PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"(?i)(authorization[\"']?\s*[:=]\s*[\"']?)(bearer|basic|token)\s+[^\s\"',]+"), rf"\1\2 {REDACTED}"),
     (re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{8,}"), rf"\1 {REDACTED}"),
     (re.compile(r"\bsk-[A-Za-z0-9_-]{8,}"), f"sk-{REDACTED}"),
     (re.compile(r"\bhf_[A-Za-z0-9]{16,}"), f"hf_{REDACTED}"),
     (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}"), REDACTED),
-    (re.compile(r"(?i)([?&](?:key|sig|signature|auth)=)[^\s&#\"']+"), rf"\1{REDACTED}"),
+    (re.compile(r"(?i)([?&](?:key|token|sig|signature|auth)=)[^\s&#\"']+"), rf"\1{REDACTED}"),
     (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/\s:@]*:)[^@\s/]+@"), rf"\1{REDACTED}@"),
 ]  # fmt: skip
 _EMPTY = frozenset({"none", "null", "''", '""', "[redacted]", "'[redacted]'", '"[redacted]"'})
@@ -107,17 +127,39 @@ def _quoted(value: str) -> str:
 
 def _flag(m: re.Match[str]) -> str:
     name, sep, value = m.groups()
-    if not is_secret_name(name) or value.startswith("-") or value.lower() in _EMPTY:
+    if not is_secret_name(name) or value.startswith("-") or value.lower() in _EMPTY | _CODE_WORDS:
         return m.group(0)
     return f"{name}{sep}{_quoted(value)}"
 
 
+_CODE = re.compile(r"[a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)+")
+"""A dotted name in code (`args.api_key`, `self.server_args.api_key`), not a secret's value."""
+
+
+_CODE_WORDS = frozenset(
+    {"true", "false", "bool", "str", "int", "float", "bytes", "dict", "list", "any", "optional",
+     "to", "and", "or", "is", "in", "of", "on", "for", "with", "the", "a", "an", "has", "was"}
+)  # fmt: skip
+"""Bare values that are code or prose (`secret: bool = False`, `--admin-api-key to enable`)."""
+
+
+def _is_code(name: str, value: str) -> bool:
+    """A bare value that is an expression in quoted code or prose (research evidence, a traceback,
+    a server's message), not a secret: a word of `_CODE_WORDS`, a call, subscript or literal, a
+    dotted name, the name itself or another secret's name (`ssl_key_password=ssl_keyfile_password`)."""
+    return (
+        value.lower() in _CODE_WORDS or value == name or any(c in value for c in "([{")
+        or bool(_CODE.fullmatch(value)) or (value.isidentifier() and is_secret_name(value))
+    )  # fmt: skip
+
+
 def _assign(m: re.Match[str]) -> str:
     open_quote, name, close_quote, sep, value = m.groups()
-    if not is_secret_name(name) or value.lower() in _EMPTY:
+    variable = sep == "=" and not open_quote and name.isupper()  # HF_TOKEN=..., an environment line
+    if not is_secret_name(name, variable=variable) or value.lower() in _EMPTY:
         return m.group(0)
-    if ":" in sep and not open_quote and value[:1] not in ("'", '"') and len(_words(name)) < 2:
-        return m.group(0)  # prose ("the token: 12 ms"), not `HF_TOKEN: ...` or `"token": "..."`
+    if value[:1] not in ("'", '"') and _is_code(name, value):
+        return m.group(0)
     return f"{open_quote}{name}{close_quote}{sep}{_quoted(value)}"
 
 
@@ -140,7 +182,7 @@ def _redact_text(text: str, known: list[str]) -> str:
 
 
 def _secret_key(key: Any) -> bool:
-    return isinstance(key, str) and (is_secret_name(key) or key.lower() in _HEADERS)
+    return isinstance(key, str) and (is_secret_name(key, variable=key.isupper()) or key.lower() in _HEADERS)
 
 
 def redact(value: Any, *, secrets: Iterable[str | None] = ()) -> Any:
