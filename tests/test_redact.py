@@ -268,7 +268,9 @@ def test_a_benchmark_and_a_probe_keep_no_url_password(sim_server, tmp_path: Path
     probe = asyncio.run(run_probe(endpoint))
     assert sweep.errors == [] and sweep.levels and sweep.levels[0].completed == 2
     assert probe.outputs and all(o.error is None for o in probe.outputs)
-    for recorded in (sweep.model_dump_json(), probe.model_dump_json()):
+    closed = asyncio.run(run_sweep(f"http://admin:{URL_PW}@127.0.0.1:9", settings))  # its errors name the URL
+    assert closed.errors and any("127.0.0.1:9" in e for e in closed.errors)
+    for recorded in (sweep.model_dump_json(), probe.model_dump_json(), closed.model_dump_json()):
         assert URL_PW not in recorded and f"admin:{REDACTED}@127.0.0.1:" in recorded
 
     unreachable = subprocess.run(

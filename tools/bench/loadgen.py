@@ -233,6 +233,11 @@ async def run_sweep(
     result.finished_at = datetime.now(UTC).isoformat(timespec="seconds")
     result.endpoint = redact_text(endpoint)  # saved and printed: never a URL's password
     result.errors = [redact_text(e) for e in result.errors]
+    for level in result.levels:  # a failed request's cause may name the URL
+        causes: dict[str, int] = {}
+        for cause, n in level.errors.items():
+            causes[redact_text(cause)] = causes.get(redact_text(cause), 0) + n
+        level.errors = causes
     return result
 
 
