@@ -77,14 +77,16 @@ def test_a_flag_the_code_sent_to_a_trial_is_not_listed_as_ruled_out():
 def test_the_time_line_splits_the_trials_from_research_and_the_restarts_from_the_measuring():
     from types import SimpleNamespace
 
-    trials = [SimpleNamespace(seconds=200.4), SimpleNamespace(seconds=99.8)]
+    trials = [SimpleNamespace(seconds=200.4, deployed=True, planned_seconds=180.0),
+              SimpleNamespace(seconds=99.8, deployed=True, planned_seconds=150.0)]  # fmt: skip
     runner = SimpleNamespace(launch_seconds=[6.0, 6.5, 7.0, 6.0, 8.0], trials=trials)
     phases = [("preflight and context", 2.2), ("baseline", 38.0), ("launch spread", 80.0),
               ("research, planning and trials", 340.0)]  # fmt: skip
     line = time_use(500.0, phases, runner, spread_restarts=2)
     assert line == (
         "time: preflight and context 2 s, baseline 38 s, launch spread 80 s (2 restarts 12 s), "
-        "research and planning 40 s, trials 300 s (3 restarts 21 s), final check 40 s; 500 s in all"
+        "research and planning 40 s, trials 300 s (3 restarts 21 s; planned 330 s at their starts, "
+        "300 s taken), final check 40 s; 500 s in all"
     )
     # a spread known already takes no time and is not listed; a dry run has no trials to split off
     known = time_use(

@@ -6,6 +6,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from tools.localfiles import write_text
+
 
 def _table(baseline: dict[int, float], final: dict[int, float]) -> list[str]:
     lines = ["| concurrency | first baseline tok/s | final tok/s | change |", "|---:|---:|---:|---:|"]
@@ -296,7 +298,7 @@ def write_report(
         if ui is not None:
             ui.note(f"[yellow]plot not written:[/] {e}")
     path = base.with_name(base.name + ".report.md")
-    path.write_text(render_report(result, plot_name=plot_name, review=review))
+    write_text(path, render_report(result, plot_name=plot_name, review=review))
     if ui is not None:
         ui.record("report", {"path": str(path), "plot": str(plot) if plot_name else None})
         ui.note(f"report: {path}", record=False)
@@ -343,11 +345,22 @@ def time_use(seconds: float, phases: list[tuple[str, float]], runner: Any, sprea
             parts.append(f"{name} {s:.0f} s{restarts(launches[:spread_restarts])}")
         elif runner is not None and name.endswith("trials"):
             parts.append(f"research and planning {max(0.0, s - trials):.0f} s")
-            parts.append(f"trials {trials:.0f} s{restarts(launches[spread_restarts:])}")
+            inside = [restarts(launches[spread_restarts:]).strip(" ()"), _planned(runner)]
+            detail = "; ".join(x for x in inside if x)
+            parts.append(f"trials {trials:.0f} s" + (f" ({detail})" if detail else ""))
         else:
             parts.append(f"{name} {s:.0f} s")
     parts.append(f"final check {max(0.0, seconds - sum(s for _, s in phases)):.0f} s")
     return f"time: {', '.join(parts)}; {seconds:.0f} s in all"
+
+
+def _planned(runner: Any) -> str:
+    """What the deployed trials were budgeted at their starts, against what they took."""
+    ran = [t for t in getattr(runner, "trials", None) or [] if t.deployed and t.planned_seconds > 0]
+    if not ran:
+        return ""
+    planned, took = sum(t.planned_seconds for t in ran), sum(t.seconds for t in ran)
+    return f"planned {planned:.0f} s at their starts, {took:.0f} s taken"
 
 
 def explain_run(result: Any, deps: Any, runner: Any, opts: Any, config: Any) -> None:

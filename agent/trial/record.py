@@ -55,6 +55,8 @@ class TrialRecord(BaseModel):
     why: str = ""
     restarts: int = 0
     seconds: float = 0.0
+    planned_seconds: float = 0.0
+    """What the budget expected the trial to take when it started (`trial_estimate`; 0: not timed)."""
     third_seconds: float = 0.0
     """Of `seconds`, the third launch's (taken only when the deadline left room for it)."""
     environment: str | None = None

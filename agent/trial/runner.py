@@ -177,6 +177,7 @@ class TrialRunner(TrialBudget):
             override=override,
         )  # fmt: skip
         self.trials.append(record)
+        record.planned_seconds = self.trial_estimate(changes)
         started = time.monotonic()
         refusal = self._lossy_refusal(changes) or too_slow
         if refusal:
