@@ -1,4 +1,5 @@
-"""What the agents know about the deployment: flags, version, server args, GPUs, model, catalog.
+"""What the agents know about the deployment: flags, version, server args, GPUs (or the CPU host of
+SGLang's CPU engine), the unit's SGLang variables, model, catalog.
 
 Every piece is gathered by a tool from `tools/`; a piece that cannot be read is recorded as missing
 with the reason (conditions on it then evaluate to `unknown`, never to a guess).
@@ -29,6 +30,11 @@ class DeploymentContext:
     version: str | None = None
     model: Any = None
     hardware: Any = None
+    cpu: Any = None
+    """The host's CPU facts (`tools.research.target.cpu.CpuFacts`), read on a CPU deployment only."""
+    unit_env: dict[str, str] = field(default_factory=dict)
+    """The unit's SGLang variables (`Environment=` and `EnvironmentFile=`, `SGLANG_*`/`SGL_*`, none
+    named like a secret): SGLang's own start-up runs with them."""
     tree: Any = None
     catalog: dict[str, Any] = field(default_factory=dict)
     model_config: dict[str, Any] | None = None
@@ -90,6 +96,9 @@ class DeploymentContext:
                 facts["gpu.sm"] = _number(str(first["sm"]).removeprefix("sm"))
         if hw.get("interconnect") is not None:
             facts["interconnect"] = str(hw["interconnect"]).lower()
+        if self.cpu is not None:
+            facts.update({f"cpu.{k}": v for k, v in self.cpu.known().items()})
+        facts.update({f"env.{k}": v for k, v in self.unit_env.items()})
         return facts
 
     @property
@@ -128,10 +137,11 @@ class DeploymentContext:
         """The model's config.json as read, in a file SGLang's own start-up can load (None: not read)."""
         if self.model_config is None:
             return None
+        from tools.localfiles import write_bytes
+
         data = json.dumps(self.model_config, sort_keys=True).encode()
         config = Path(tempfile.gettempdir()) / f"optagent-model-{hashlib.sha256(data).hexdigest()[:16]}.json"
-        if not config.is_file():
-            config.write_bytes(data)
+        write_bytes(config, data)  # each time: a file planted at that /tmp name is replaced, never read
         return config
 
     def summary(self) -> dict[str, Any]:
@@ -142,6 +152,8 @@ class DeploymentContext:
             "unit_flags": self.unit_flags,
             "model": _as_dict(self.model),
             "hardware": _as_dict(self.hardware),
+            **({"cpu": _as_dict(self.cpu)} if self.cpu is not None else {}),
+            **({"unit_env": self.unit_env} if self.unit_env else {}),
             "catalog_size": len(self.catalog),
             "missing": self.missing,
         }
@@ -198,6 +210,10 @@ async def gather_context(
         ctx.unit_flags = dict(UnitFile.load(config.target.local_unit).command.flags)
     except Exception as e:
         ctx.missing["unit_flags"] = str(e)
+    try:
+        ctx.unit_env = await _unit_env(config, transport)
+    except Exception as e:
+        ctx.missing["unit_env"] = str(e)
     say("server info")
     try:
         from tools.deploy.health import get_server_info
@@ -213,7 +229,11 @@ async def gather_context(
         from tools.research.target.hardware import HardwareFacts, read_hardware
 
         if on_cpu(ctx):  # SGLang's CPU engine: no GPU to read, and no nvidia-smi to read it with
+            from tools.research.target.cpu import read_cpu
+
             ctx.hardware = HardwareFacts(gpus=[], interconnect="none", driver=None)
+            ctx.cpu = await read_cpu(transport)
+            ctx.missing.update({f"cpu.{k}": why for k, why in ctx.cpu.unknown.items()})
         else:
             ctx.hardware = await _resolve(read_hardware(transport, nvidia_smi=config.target.nvidia_smi))
     except Exception as e:
@@ -226,6 +246,21 @@ async def gather_context(
         with wait() as progress:
             await _index(ctx, progress)
     return ctx
+
+
+SGLANG_ENV = ("SGLANG_", "SGL_")
+"""The prefixes of the variables SGLang reads as its own settings (`sglang/srt/environ.py`)."""
+
+
+async def _unit_env(config: Any, transport: Any) -> dict[str, str]:
+    """The SGLang variables the unit gives the server (`Environment=`, then `EnvironmentFile=` files
+    read on the host, as systemd does), without any named like a secret."""
+    from tools.deploy.running import unit_command
+    from tools.redact import is_secret_name
+
+    text = Path(config.target.local_unit).read_text()
+    _, env, _ = await unit_command(transport, text, unit_path=config.target.remote_unit)
+    return {k: v for k, v in env.items() if k.startswith(SGLANG_ENV) and not is_secret_name(k)}
 
 
 def on_cpu(ctx: DeploymentContext) -> bool:

@@ -7,6 +7,10 @@ line and the same line with the flag, each resolved by the version's own code (`
 - `changed`: the configuration differs (`changed` names the settings): whether the change acts
   is for the code's readers to say (`tools.research.analysis`);
 - `unknown`: the resolution could not be run or attributed (no hardware facts, a stand-in failed).
+
+The hardware is the GPUs' facts (`gpu.*`), or on a CPU deployment (no GPU, `--device cpu`) its
+host's (`cpu.*`, `tools.research.target.cpu`); the deployment's own SGLang variables (`env.*`,
+from the unit's `Environment=`) are set in the worker before SGLang is imported.
 """
 
 from __future__ import annotations
@@ -22,7 +26,11 @@ from tools.research.startup.resolver import Resolver, ResolverError
 MODEL_FLAGS = ("--model-path", "--model")
 """Left out of the command line the check resolves: it serves its own copy of the config.json."""
 HW_FACTS = {"sm": "gpu.sm", "count": "gpu.count", "memory_mib": "gpu.memory_mib", "name": "gpu.name"}
-_RESOLVERS: dict[tuple[str, str], Resolver] = {}
+CPU_FACTS = {k: f"cpu.{k}" for k in ("arch", "count", "memory_mib", "memory_max", "numa_nodes", "amx")}
+"""What SGLang's CPU engine reads of its host while it resolves (`worker/fake_cpu.py`)."""
+ENV_PREFIX = "env."
+"""Facts `env.SGLANG_...`: the deployment's own SGLang variables."""
+_RESOLVERS: dict[tuple[str, str, str], Resolver] = {}
 
 
 @dataclass
@@ -70,11 +78,36 @@ def _stored(base: dict[str, Any], trial: dict[str, Any]) -> bool | None:
     return None if before is None or after is None else before != after
 
 
+def on_cpu(facts: dict[str, Any]) -> bool:
+    """Whether the deployment runs SGLang's CPU engine: no GPU, and `--device cpu` in its unit."""
+    return facts.get("gpu.count") == 0 and facts.get("flag.device") == "cpu"
+
+
 def hardware_of(facts: dict[str, Any]) -> dict[str, Any] | None:
-    """The resolver's hardware from the deployment's facts; None unless all four are known (a
-    guessed memory size would make SGLang pick other sizes than the real server does)."""
+    """The resolver's hardware from the deployment's facts: the GPUs' four, or a CPU host's (all of
+    `CPU_FACTS`, with no GPU); None unless all are known (a guessed memory size would make SGLang
+    pick other sizes than the real server does)."""
+    if on_cpu(facts):
+        cpu = {k: facts.get(f) for k, f in CPU_FACTS.items()}
+        if any(v is None for v in cpu.values()):
+            return None
+        return {"sm": 0, "count": 0, "memory_mib": 0, "name": "", "cpu": cpu}
     hw = {k: facts.get(f) for k, f in HW_FACTS.items()}
     return hw if all(v is not None for v in hw.values()) else None
+
+
+def missing_hardware(facts: dict[str, Any]) -> str:
+    """Why `hardware_of(facts)` is None: the facts it lacks, by name."""
+    if on_cpu(facts):
+        return ", ".join(f for f in CPU_FACTS.values() if facts.get(f) is None) + " unknown"
+    if facts.get("gpu.count") == 0:
+        return "no GPU (gpu.count 0) and the unit does not say --device cpu"
+    return ", ".join(f for f in HW_FACTS.values() if facts.get(f) is None) + " unknown"
+
+
+def environment_of(facts: dict[str, Any]) -> dict[str, str]:
+    """The deployment's SGLang variables (`env.NAME` facts) as the worker's environment."""
+    return {k.removeprefix(ENV_PREFIX): str(v) for k, v in facts.items() if k.startswith(ENV_PREFIX)}
 
 
 def flag_argv(flag: str, value: Any, *, takes_value: bool = False) -> list[str] | None:
@@ -150,11 +183,11 @@ def settings_of(flag: str) -> list[str]:
     return [name, name.removeprefix("no_")] if name.startswith("no_") else [name]
 
 
-def resolver_for(tree: SourceTree, hw: dict[str, Any]) -> Resolver:
-    """One worker per tree and hardware for the life of the process."""
-    key = (str(tree.root.resolve()), repr(sorted(hw.items())))
+def resolver_for(tree: SourceTree, hw: dict[str, Any], env: dict[str, str] | None = None) -> Resolver:
+    """One worker per tree, hardware and environment for the life of the process."""
+    key = (str(tree.root.resolve()), repr(sorted(hw.items())), repr(sorted((env or {}).items())))
     if key not in _RESOLVERS:
-        _RESOLVERS[key] = Resolver(tree, hw)
+        _RESOLVERS[key] = Resolver(tree, hw, env=env)
     return _RESOLVERS[key]
 
 
@@ -183,12 +216,11 @@ def startup_answer(
         base_argv = rest  # it already runs with it: what it does is the difference to its default
     hw = hardware_of(facts)
     if hw is None:
-        missing = [f for f in HW_FACTS.values() if facts.get(f) is None]
-        return StartupAnswer("unknown", f"not run: {', '.join(missing)} unknown")
+        return StartupAnswer("unknown", f"not run: {missing_hardware(facts)}")
     if model_config is None:
         return StartupAnswer("unknown", "not run: no model config")
     try:
-        resolver = resolver_for(tree, hw)
+        resolver = resolver_for(tree, hw, environment_of(facts))
         base = resolver.resolve(base_argv, model_config)
         if not base["ok"]:
             return StartupAnswer(

@@ -88,10 +88,18 @@ def worker_python(
 
 
 class Resolver:
-    """A long-lived resolver worker for one SGLang tree and one hardware (`hw`: sm, count,
-    memory_mib, name). Not thread-safe across processes; one request at a time on its pipe."""
+    """A long-lived resolver worker for one SGLang tree, one hardware (`hw`: sm, count, memory_mib,
+    name; a CPU host's facts under `cpu`) and one environment (`env`: the deployment's SGLang
+    variables). Not thread-safe across processes; one request at a time on its pipe."""
 
-    def __init__(self, tree: SourceTree, hw: dict[str, Any], *, timeout: float = 120.0) -> None:
+    def __init__(
+        self,
+        tree: SourceTree,
+        hw: dict[str, Any],
+        *,
+        env: dict[str, str] | None = None,
+        timeout: float = 120.0,
+    ) -> None:
         self.tree = tree
         self.timeout = timeout
         self._lock = threading.Lock()
@@ -106,7 +114,8 @@ class Resolver:
             env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"},
             cwd=self._scratch,
         )
-        self.ready = self._call({"tree_root": str(tree.root.resolve()), "hw": hw, "fork": True})
+        hello = {"tree_root": str(tree.root.resolve()), "hw": hw, "env": env or {}, "fork": True}
+        self.ready = self._call(hello)
         if not self.ready.get("ready"):
             self.close()
             raise ResolverError(f"SGLang {tree.version} does not import here: {self.ready.get('error')}")

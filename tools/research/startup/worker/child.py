@@ -3,7 +3,8 @@
 Run as ``python -I -m``-less script (see ``resolve_args._worker_command``).
 Protocol, JSON lines over stdin/stdout:
 
-* first line: ``{"tree_root": str, "hw": {...}, "fork": bool}``
+* first line: ``{"tree_root": str, "hw": {...}, "env": {...}, "fork": bool}`` (``env``: the
+  deployment's own SGLang variables, set before SGLang is imported)
 * then per request: ``{"argv": [...]}`` -> one response line,
   ``{"ok": true, "args": {...}}`` or
   ``{"ok": false, "kind": "refused"|"unknown", "error": str, "where": str}``.
@@ -193,6 +194,7 @@ def main() -> None:
     use_fork = bool(config.get("fork", True))
 
     scratch = Path(tempfile.mkdtemp(prefix="sglang-resolver-"))
+    os.environ.update(config.get("env") or {})  # the sandbox's own settings below win
     sandbox.install(hw, scratch)
     start = time.perf_counter()
     prewarm_real_packages()

@@ -11,12 +11,12 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from . import fake_finder, standins
+from . import fake_cpu, fake_finder, sandbox, standins
 from .fake_hw import Hardware
 
 #: Frames in these files mean an error went through a stand-in or fake.
 _STANDIN_FILES = frozenset(
-    {standins.__file__, sys.modules[Hardware.__module__].__file__, fake_finder.__file__}
+    {standins.__file__, sys.modules[Hardware.__module__].__file__, fake_finder.__file__, fake_cpu.__file__}
 )
 
 
@@ -63,15 +63,17 @@ def classify(exc: BaseException, tree_root: Path, stderr: str) -> dict[str, Any]
             "where": where,
         }
     message = f"{type(exc).__name__}: {exc}"
-    tainted = "stand-in" in message or any(
-        f.filename in _STANDIN_FILES for e in _chain(exc) for f in traceback.extract_tb(e.__traceback__)
-    )
+    chain_files = {f.filename for e in _chain(exc) for f in traceback.extract_tb(e.__traceback__)}
+    tainted = "stand-in" in message or bool(chain_files & _STANDIN_FILES)
+    denied = sandbox.__file__ in chain_files  # a probe the sandbox refused, re-raised by SGLang
     own_raise = (
         bool(frames)
         and frames[-1].filename.startswith(tree)
         and (_statement_kinds(frames[-1].filename).get(frames[-1].lineno) is not None)
     )
-    if tainted:
+    if denied:
+        kind, cause = "unknown", "denied"
+    elif tainted:
         kind, cause = "unknown", "standin"
     elif isinstance(exc, ImportError):
         kind, cause = "unknown", "import"

@@ -8,6 +8,7 @@ import importlib.machinery
 import types
 from typing import Any
 
+from .fake_cpu import build_psutil
 from .fake_hw import Hardware, _FakeModule, build_pynvml, build_torch, build_triton
 from .standins import STANDIN_MARK, requested_from
 
@@ -50,4 +51,6 @@ def fake_hardware_modules(hw: Hardware) -> dict[str, types.ModuleType]:
     mods = build_torch(hw)
     mods.update(build_triton(hw))
     mods["pynvml"] = build_pynvml(hw)
+    if hw.cpu is not None:  # SGLang's CPU engine sizes itself from psutil
+        mods["psutil"] = build_psutil(hw.cpu)
     return mods

@@ -17,12 +17,13 @@ import types
 from dataclasses import dataclass
 from typing import Any
 
+from .fake_cpu import CpuHost, build_torch_cpu
 from .standins import STANDIN_MARK, StandIn, StandInModule
 
 
 @dataclass(frozen=True)
 class Hardware:
-    """The facts a deployment's GPUs answer."""
+    """The facts a deployment's GPUs answer; on a CPU deployment (`cpu`, count 0) its host's."""
 
     sm: int  # compute capability as major*10+minor, e.g. 90
     count: int
@@ -32,10 +33,13 @@ class Hardware:
     torch_version: str = "2.9.1"
     triton_version: str = "3.5.1"
     multi_processor_count: int = 132
+    cpu: CpuHost | None = None
 
     @classmethod
     def from_dict(cls, hw: dict[str, Any]) -> Hardware:
         known = {k: hw[k] for k in cls.__dataclass_fields__ if k in hw}
+        if known.get("cpu") is not None:
+            known["cpu"] = CpuHost.from_dict(known["cpu"])
         return cls(**known)
 
     @property
@@ -225,6 +229,8 @@ def build_torch(hw: Hardware) -> dict[str, types.ModuleType]:
         "torch.cuda": cuda,
         "torch.library": library,
     }
+    if hw.cpu is not None:  # SGLang's CPU engine asks torch.cpu about its host
+        torch.cpu = mods["torch.cpu"] = build_torch_cpu(hw.cpu)
     for name in ("xpu", "mps"):  # present on CUDA builds, but unavailable
         sub = _FakeModule(f"torch.{name}")
         sub.__path__ = []

@@ -7,6 +7,9 @@
 * Files: HOME and the Hugging Face caches point into a throw-away directory
   and the hubs are set offline, so nothing is downloaded or read from the
   user's caches.
+* A CPU host (``hw.cpu``): ``lscpu``, ``platform.machine()`` and the cgroup
+  limit answer from its facts (``fake_cpu.py``); this machine's own cgroup,
+  meminfo and NUMA files are refused (``PermissionError``).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from . import fake_cpu
 from .fake_hw import Hardware, nvidia_smi_script
 
 _NETWORK_EVENTS = frozenset(
@@ -66,9 +70,18 @@ def install(hw: Hardware, scratch: Path) -> None:
         }
     )
     allowed = {str(smi), "nvidia-smi"}
+    denied_files: tuple[str, ...] = ()
+    if hw.cpu is not None:
+        allowed |= {str(fake_cpu.install(hw.cpu, scratch)), "lscpu"}
+        denied_files = fake_cpu.DENIED_PREFIXES
 
     def hook(event: str, args: Any) -> None:
-        if event in _NETWORK_EVENTS:
+        if event == "open" and denied_files and isinstance(args[0], (str, bytes)):
+            path = os.fsdecode(args[0])
+            if path.startswith(denied_files):
+                DENIED.append((event, path[:120]))
+                raise PermissionError(errno.EACCES, "this machine's file is no fact of the host", path)
+        elif event in _NETWORK_EVENTS:
             DENIED.append((event, repr(args)[:120]))
             raise OSError(errno.ENETUNREACH, "network disabled by the resolver")
         if event == "subprocess.Popen":
