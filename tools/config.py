@@ -235,11 +235,10 @@ def record_settings(path: Path, table: str, values: dict[str, Any]) -> None:
     (comments, order, other keys; tomlkit edits the document). The result must read back as a valid
     config holding exactly those changes before it replaces the file, atomically and with the same
     permissions; otherwise the file is left as it was (`ConfigError`)."""
-    import os
-    import tempfile
-
     import tomlkit
     from tomlkit.exceptions import TOMLKitError
+
+    from tools.localfiles import write_text
 
     path = Path(path).resolve()
     try:
@@ -256,16 +255,9 @@ def record_settings(path: Path, table: str, values: dict[str, Any]) -> None:
             raise ValueError("the edit would change other settings")
     except (ValueError, tomllib.TOMLDecodeError) as e:  # ValidationError is a ValueError
         raise ConfigError(f"{path}: not changed, the edit did not read back as intended: {e}") from e
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(new)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, path.stat().st_mode & 0o7777)
-        os.replace(tmp, path)
+        write_text(path, new)  # its mode kept; never through a link planted at its name
     except OSError as e:
-        Path(tmp).unlink(missing_ok=True)
         raise ConfigError(f"{path}: cannot write: {e.strerror or e}") from e
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import typer
 
 from agent.cli.common import ConfigOption, confirm, console, fail, get_config
+from tools.localfiles import open_append
 
 app = typer.Typer(help=__doc__.splitlines()[0], invoke_without_command=True)
 
@@ -234,7 +235,11 @@ def _locked(entry: Entry) -> Iterator[None]:
     if not entry.lock.parent.is_dir():
         yield
         return
-    with open(entry.lock, "a") as f:
+    try:
+        f = open_append(entry.lock)  # never a lock file planted as a link or another user's file
+    except OSError as e:
+        raise CacheBusyError(f"{entry.name} ({e})") from None
+    with f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from agent.cli.common import ConfigOption, fail, get_config
+from agent.cli.common import ConfigOption, check_transcripts_dir, fail, get_config
 
 
 def chat(
@@ -27,6 +27,7 @@ def chat(
     from agent.ui import RunUI
 
     cfg = get_config(config)
+    check_transcripts_dir(cfg)
     if cfg.simulated and config is None:
         from agent.cli.run import _sim_config  # the simulated deployment, started if needed
 

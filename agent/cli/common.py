@@ -67,6 +67,17 @@ def get_config(path: Path | None) -> Config:
     return config
 
 
+def check_transcripts_dir(cfg: Config) -> None:
+    """Exit 2 before any work when the transcripts directory is one another user could write or plant
+    in (`tools.localfiles.trusted_dir`): the transcript, report and plot go there."""
+    from tools.localfiles import trusted_dir
+
+    try:
+        trusted_dir(cfg.agent.transcripts_dir, what="transcripts directory")
+    except OSError as e:
+        fail(f"{e} (agent.transcripts_dir in optagent.toml; nothing was changed)", code=2)
+
+
 def normalize_flag(flag: str) -> str:
     """`mem-fraction-static`, `--mem-fraction-static` and `mem_fraction_static` all mean `--mem-fraction-static`."""
     name = flag.strip().lstrip("-").replace("_", "-")

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from agent.cli.common import console, fail
+from tools.localfiles import write_text
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "optagent.example.toml"
 
@@ -18,5 +19,8 @@ def init(
     """Write a commented optagent.toml describing a real target, to edit."""
     if path.exists() and not force:
         fail(f"{path} exists; use --force to overwrite it", code=2)
-    path.write_text(EXAMPLE.read_text())
+    try:
+        write_text(path, EXAMPLE.read_text())
+    except OSError as e:
+        fail(f"cannot write {path}: {e}")
     console.print(f"wrote {path}: edit [bold]\\[target][/] (host, unit file, endpoint) before `optagent run`")

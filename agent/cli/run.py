@@ -8,7 +8,16 @@ from typing import Any
 
 import typer
 
-from agent.cli.common import ConfigOption, confirm, console, err_console, fail, get_config, one_line
+from agent.cli.common import (
+    ConfigOption,
+    check_transcripts_dir,
+    confirm,
+    console,
+    err_console,
+    fail,
+    get_config,
+    one_line,
+)
 
 SIM_WALL_MINUTES = 15.0
 """Default wall-time budget against the simulated deployment (the README's main command): a first
@@ -163,6 +172,7 @@ def run(
     if max_tokens is not None and max_tokens < 1:
         fail("--max-tokens must be 1 or more", code=2)
     cfg = get_config(config)
+    check_transcripts_dir(cfg)
     if cfg.simulated and config is None:
         cfg = _sim_config(config, err_console if as_json else console)
     cfg, chosen = _read_goal(goal, cfg)

@@ -12,6 +12,7 @@ from agent.transcripts.load import LoadedTranscript
 from agent.transcripts.markdown import review_markdown, todo_evolution
 from agent.transcripts.review import Review, TrialRecord, build_review
 from agent.transcripts.verdicts import CONDITIONS_MARKER, TODO_MARKER, condition_outcome, condition_summary
+from tools.localfiles import write_bytes, write_text
 
 KEPT_COLOR = "#1a7f37"
 ROLLED_COLOR = "#cf222e"
@@ -174,7 +175,7 @@ def save_plot(review: Review, path: Path) -> Path | None:
     png = plot_png(review)
     if png is None:
         return None
-    Path(path).write_bytes(png)
+    write_bytes(path, png)
     return Path(path)
 
 
@@ -257,5 +258,5 @@ def export(loaded: LoadedTranscript, fmt: str, path: Path | None = None) -> str:
         raise ValueError(f"unknown format {fmt!r}: use md or html")
     text = export_markdown(loaded) if fmt == "md" else export_html(loaded)
     if path is not None:
-        Path(path).write_text(text, encoding="utf-8")
+        write_text(path, text)
     return text

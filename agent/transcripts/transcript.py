@@ -16,7 +16,6 @@ import contextlib
 import dataclasses
 import json
 import secrets
-import shutil
 import threading
 import warnings
 from collections.abc import Iterable
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.transcripts.load import FORMAT_VERSION, SUFFIX, load_transcript
+from tools.localfiles import open_append, write_bytes
 from tools.redact import redact
 
 
@@ -133,8 +133,8 @@ class Transcript:
         if loaded.header is None:
             raise ValueError(f"{path}: not a transcript ({loaded.error or 'no header'})")
         if loaded.error is not None and loaded.good_bytes is not None:
-            shutil.copyfile(path, path.with_name(path.name + ".bak"))
-            with path.open("r+b") as f:
+            write_bytes(path.with_name(path.name + ".bak"), path.read_bytes())
+            with open_append(path) as f:
                 f.truncate(loaded.good_bytes)
         last = max((m["msg"] for m in loaded.messages), default=0)
         t = cls(path, loaded.header, next_msg=last + 1)
@@ -206,7 +206,7 @@ class Transcript:
             line = json.dumps(redact(record), ensure_ascii=False, default=str)
             if self._file is None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._file = self.path.open("a", encoding="utf-8")
+                self._file = open_append(self.path)
             self._file.write(line + "\n")
             self._file.flush()
         except Exception as e:  # disk full, permissions, unserializable data: warn, never crash

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 from tools.bench.results import SweepResult
+from tools.localfiles import write_bytes
 
 PANELS = (
     ("output_throughput", "output throughput (tok/s)"),
@@ -59,8 +61,7 @@ def plot_sweeps(results: dict[str, list[SweepResult]], path: Path) -> Path:
         ax.grid(True, alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
+    buf = io.BytesIO()  # rendered here, written by rename: never through a link planted at `path`
+    fig.savefig(buf, format="png", dpi=100)
     plt.close(fig)
-    return path
+    return write_bytes(path, buf.getvalue())

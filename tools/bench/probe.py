@@ -17,6 +17,7 @@ import httpx
 from pydantic import BaseModel
 
 from tools.auth import auth_headers
+from tools.localfiles import write_text
 from tools.redact import redact_text
 
 Status = Literal["identical", "drifting", "broken"]
@@ -38,7 +39,7 @@ class ProbeResult(BaseModel):
     outputs: list[ProbeOutput]
 
     def save(self, path: Path) -> None:
-        Path(path).write_text(self.model_dump_json(indent=2) + "\n")
+        write_text(path, self.model_dump_json(indent=2) + "\n")
 
     @classmethod
     def load(cls, path: Path) -> ProbeResult:

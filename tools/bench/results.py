@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from tools.localfiles import write_text
+
 FORMAT_VERSION = 1
 _PCTS = {"mean": None, "median": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0}
 _LATENCIES = ("ttft", "tpot", "itl", "e2e_latency")
@@ -125,10 +127,8 @@ class SweepResult(BaseModel):
         return next((lv for lv in self.levels if lv.max_concurrency == concurrency), None)
 
     def save(self, path: Path) -> None:
-        """Write as indented JSON (parent directories are created)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(self.model_dump_json(indent=2) + "\n")
+        """Write as indented JSON (missing parent directories are created; `tools.localfiles`)."""
+        write_text(path, self.model_dump_json(indent=2) + "\n")
 
     @classmethod
     def load(cls, path: Path) -> SweepResult:
@@ -145,12 +145,10 @@ def load_sweeps(path: Path) -> list[SweepResult]:
 
 def save_sweeps(sweeps: list[SweepResult], path: Path) -> None:
     """Write repeated sweeps as a JSON list (one sweep is written as an object)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     if len(sweeps) == 1:
         sweeps[0].save(path)
         return
-    path.write_text(json.dumps([s.model_dump(mode="json") for s in sweeps], indent=2) + "\n")
+    write_text(path, json.dumps([s.model_dump(mode="json") for s in sweeps], indent=2) + "\n")
 
 
 def _percentile(sorted_values: list[float], pct: float) -> float:

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tools.localfiles import DirEntry, UntrustedDirError, check_chain
+
 if TYPE_CHECKING:
     from tools.deploy.remote import Transport
 
@@ -41,45 +43,6 @@ __all__ = [
     "unwritable_dirs",
     "unwritable_local",
 ]
-
-
-class UntrustedDirError(Exception):
-    """A state or run directory that another user could have planted or can still write."""
-
-
-@dataclass(frozen=True)
-class DirEntry:
-    """One directory of a resolved path: its owner and permission bits."""
-
-    path: str
-    uid: int
-    mode: int
-    gid: int = -1
-
-
-def check_chain(what: str, given: str, chain: list[DirEntry], *, me: int, sticky_first: bool = False) -> None:
-    """Raise `UntrustedDirError` unless `chain` (the directory first, then each parent up to `/`) is safe.
-
-    `me` is the uid optagent acts as on that machine; root (0) is always trusted. As with OpenSSH's
-    StrictModes a directory writable by its group is refused, even a group that seems private: who
-    else is in it is not visible from here. `sticky_first`: the first directory only holds something
-    checked on its own (a symlink), so it may be sticky like an ancestor.
-    """
-    for i, entry in enumerate(chain):
-        owner_ok = entry.uid in (me, 0)
-        shared = entry.mode & (stat.S_IWOTH | stat.S_IWGRP)
-        sticky = entry.mode & stat.S_ISVTX
-        if not owner_ok:
-            raise UntrustedDirError(
-                f"{what} {given}: {entry.path} is owned by uid {entry.uid}, not by uid {me} or root; "
-                f"another user may have planted it. Remove it or choose a root-owned path"
-            )
-        # The directory itself may never be shared; an ancestor only when sticky (like /tmp).
-        if shared and ((i == 0 and not sticky_first) or not sticky):
-            raise UntrustedDirError(
-                f"{what} {given}: {entry.path} is writable by group or others (mode {entry.mode & 0o7777:o}); "
-                f"run `chmod go-w {entry.path}` or choose another path"
-            )
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +22,7 @@ from tools.deploy.transport import (
     TransportError,
     check_result,
 )
+from tools.localfiles import write_text
 
 if TYPE_CHECKING:
     from tools.config import TargetConfig
@@ -93,36 +93,9 @@ class LocalTransport:
 
 
 def write_local_atomic(path: Path, text: str, *, mode: int | None = None) -> None:
-    """Write `text` to `path` so that readers see the old or the new file, never a partial one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        st = path.stat()
-    except FileNotFoundError:
-        st = None
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".optagent-tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        if st is not None:
-            os.chmod(tmp, st.st_mode & 0o7777)
-            with contextlib.suppress(PermissionError):
-                os.chown(tmp, st.st_uid, st.st_gid)
-        elif mode is not None:
-            os.chmod(tmp, mode)
-        else:
-            os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    """Write `text` to `path` so that readers see the old or the new file, never a partial one, and
+    never through a link planted at its name (`tools.localfiles.write_text`)."""
+    write_text(path, text, mode=0o644 if mode is None else mode)
 
 
 def make_transport(target: TargetConfig) -> Transport:
