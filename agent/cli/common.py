@@ -3,19 +3,44 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterator
 from pathlib import Path
-from typing import NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.segment import Segment
 
 from tools.auth import export_api_key
 from tools.config import Config, ConfigError, load_config
+from tools.printable import printable
 
-console = Console()
-err_console = Console(stderr=True)
+
+class TerminalConsole(Console):
+    """A rich console that prints no terminal control sequence it did not make itself: a goal, a
+    name or a host log line cannot clear the screen, move the cursor or retitle the window
+    (`tools.printable`). Only the text of what is printed is cleaned; rich's own styles and the
+    cursor moves of its live displays are added after, and kept."""
+
+    def render_str(self, text: str, **kwargs: Any) -> Any:
+        """A printed string, `printable` whole before markup and highlighting split it."""
+        return super().render_str(printable(text), **kwargs)
+
+    def render(self, renderable: Any, options: Any = None) -> Iterator[Segment]:
+        """Every segment of `renderable`, its text `printable` (a `Text` built from host output)."""
+        for segment in super().render(renderable, options):
+            if (
+                segment.control is None
+                and segment.text
+                and (clean := printable(segment.text)) != segment.text
+            ):
+                segment = Segment(clean, segment.style)
+            yield segment
+
+
+console = TerminalConsole()
+err_console = TerminalConsole(stderr=True)
 T = TypeVar("T")
 
 ConfigOption = typer.Option(

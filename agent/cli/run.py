@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.markup import escape
 
 from agent.cli.common import (
     ConfigOption,
@@ -208,7 +209,7 @@ def run(
         "approval",
         {"yes": yes, "dry_run": dry_run, "allow_lossy": opts.allow_lossy, "simulated": cfg.simulated},
     )
-    out.print(f"transcript: {transcript.path}\n{chosen}", highlight=False)
+    out.print(escape(f"transcript: {transcript.path}\n{chosen}"), highlight=False)  # goal words: no markup
     ui.record("goal", {"goal": goal, "chosen": chosen})
     try:
         result = asyncio.run(run_session(cfg, opts, ui))
@@ -234,8 +235,6 @@ def run(
     transcript.close(
         {"kept": result.kept, "decided": decided, "status": result.status, "restarts": result.restarts}
     )
-    from rich.markup import escape
-
     from agent.transcripts.report import end_lines
 
     kept = "".join(f"\n  {escape(line)}" for line in end_lines(result))  # with your workload's before/after

@@ -18,6 +18,7 @@ from agent.transcripts.load import (
     list_transcripts,
     load_transcript,
 )
+from tools.printable import printable
 
 app = typer.Typer(help=__doc__, no_args_is_help=True)
 
@@ -150,8 +151,8 @@ def list_table(rows: list[dict[str, Any]], width: int) -> Any:
             session = f"{r['id']}\n{started} {r['kind']}\n{r['messages']} msgs"
             table.add_row(session, f"{where}\n{escape(outcome)}")
         else:
-            table.add_row(r["id"], started, r["kind"], r["goal"], r["model"], r["target"], outcome,
-                          str(r["messages"]))  # fmt: skip
+            said = [escape(str(r[k])) for k in ("kind", "goal", "model", "target")]  # never markup
+            table.add_row(r["id"], started, *said, escape(outcome), str(r["messages"]))
     return table
 
 
@@ -189,7 +190,8 @@ def show(
         return
     h = loaded.header or {}
     console.print(
-        f"[bold]{loaded.id}[/]  {h.get('kind')} · {h.get('model')} · {h.get('target')}\n[dim]goal:[/] {h.get('goal')}",
+        f"[bold]{escape(loaded.id)}[/]  {escape(' · '.join(str(h.get(k)) for k in ('kind', 'model', 'target')))}\n"
+        f"[dim]goal:[/] {escape(str(h.get('goal')))}",
         highlight=False,
     )
     for block in render_conversation(loaded, focus=msg, context=context, limit=width):
@@ -240,7 +242,7 @@ def review(
         print(json.dumps(data, indent=2, ensure_ascii=False, default=str))
         return
     if as_markdown:
-        print(text)
+        print(printable(text))  # the goal and the host's lines in it, without their control sequences
         return
     from agent.transcripts.view import terminal_markdown
 
@@ -268,6 +270,6 @@ def export(
     except OSError as e:
         fail(f"cannot write {output}: {e}")
     if output is None:
-        print(text, end="")
+        print(printable(text) if fmt == "md" else text, end="")
     else:
         err_console.print(f"wrote {output}", highlight=False)

@@ -10,11 +10,17 @@ from pydantic import BaseModel
 THROUGHPUT_METRICS = ("output_throughput", "total_throughput", "request_throughput", "input_throughput")
 _STATS = {"p99": "p99", "p95": "p95", "p90": "p90", "p50": "median", "median": "median", "mean": "mean",
           "average": "mean", "avg": "mean"}  # fmt: skip
-_LAT = r"(ttft|time to first token|tpot|time per output token|itl|inter[- ]token latency|e2e(?: latency)?|end[- ]to[- ]end(?: latency)?)"
-_STAT = r"(p99|p95|p90|p50|median|mean|average|avg)"
-_LEVEL = r"(?:at|@|for)\s*(?:concurrency|c|a concurrency of)\s*(?:=|:|of)?\s*(\d+)"
+_START, _END = r"(?<![A-Za-z0-9])", r"(?![A-Za-z])"
+"""Word boundaries for the goal's words: "title" holds no "itl", "format c8" no "at c8"; a number
+may follow a word ("c64", "p99")."""
+_LAT = (
+    rf"{_START}(ttft|time to first token|tpot|time per output token|itl|inter[- ]token latency|"
+    rf"e2e(?: latency)?|end[- ]to[- ]end(?: latency)?){_END}"
+)
+_STAT = rf"{_START}(p99|p95|p90|p50|median|mean|average|avg){_END}"
+_LEVEL = rf"(?:{_START}(?:at|for){_END}|@)\s*(?:concurrency|c|a concurrency of){_END}\s*(?:=|:|of)?\s*(\d+)"
 _SLO = re.compile(
-    rf"(?:{_STAT}\s+)?{_LAT}\s*(?:{_LEVEL}\s*)?(?:under|below|<=?|at most|less than|within|not above)\s*"
+    rf"(?:{_STAT}\s+)?{_LAT}\s*(?:{_LEVEL}\s*)?(?:<=?|{_START}(?:under|below|at most|less than|within|not above))\s*"
     rf"(\d+(?:\.\d+)?)\s*(ms|s)\b(?:\s*{_LEVEL})?",
     re.I,
 )
@@ -128,7 +134,11 @@ def objective_from_goal(goal: str | None) -> Objective:
         return Objective(kind="metric", metrics=[field], levels=[level] if level else None, slo=slo,
                          description=f"{field} at {where}",
                          words=" ... ".join(w for w in (lat.group(0), level_m and level_m.group(0)) if w))  # fmt: skip
-    tput = re.search(r"(request|total|input|output)?\s*(?:throughput|tok/s|tokens?/s|req/s)", text, re.I)
+    tput = re.search(
+        rf"{_START}(?:(request|total|input|output)\s*)?(?:throughputs?|tok/s|tokens?/s|req/s){_END}",
+        text,
+        re.I,
+    )
     if tput and (tput.group(1) or level):
         field = f"{(tput.group(1) or 'output').lower()}_throughput"
         if "req/s" in tput.group(0).lower():
@@ -137,7 +147,9 @@ def objective_from_goal(goal: str | None) -> Objective:
         return Objective(kind="metric", metrics=[field], levels=[level] if level else None, slo=slo,
                          description=f"{field} at {where}" if level else f"geometric mean of {field} {where}",
                          words=" ... ".join(w for w in (tput.group(0).strip(), level_m and level_m.group(0)) if w))  # fmt: skip
-    latency = re.search(r"\w*latenc\w*|responsive\w*|interactive|faster (?:first|response)", text, re.I)
+    latency = re.search(
+        rf"{_START}(?:\w*latenc\w*|responsive\w*|interactive\w*|faster (?:first|response){_END})", text, re.I
+    )
     if latency and not tput:
         return Objective(kind="latency", metrics=["median_ttft_ms", "median_tpot_ms"], lowest_level=True,
                          slo=slo, description="median TTFT and TPOT at the lowest concurrency",

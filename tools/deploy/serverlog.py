@@ -1,12 +1,15 @@
 """What a failed server start said, in one line: the argparse error or the traceback's last line.
 
 SGLang logs its whole `server_args=ServerArgs(...)` (kilobytes on one line) before it fails; showing
-that as "the error" hides the one line a human needs.
+that as "the error" hides the one line a human needs. What is returned has no terminal control
+sequence in it (`tools.printable`): the host's lines are shown on the user's terminal.
 """
 
 from __future__ import annotations
 
 import re
+
+from tools.printable import printable
 
 __all__ = ["error_line", "readable_tail"]
 
@@ -18,7 +21,7 @@ _DUMP = re.compile(r"\b(server_args|ServerArgs)\s*[=(]")
 
 
 def _clean(line: str) -> str:
-    return _TIMESTAMP.sub("", line.strip())
+    return _TIMESTAMP.sub("", printable(line).strip())
 
 
 def error_line(log: str) -> str | None:
@@ -34,9 +37,10 @@ def error_line(log: str) -> str | None:
 
 
 def readable_tail(log: str, *, lines: int = 20) -> str:
-    """The last `lines` lines with the argument dump and other huge lines cut to a short mark."""
+    """The last `lines` lines with the argument dump and other huge lines cut to a short mark
+    (and control sequences removed)."""
     out = []
-    for line in log.splitlines()[-lines:]:
+    for line in printable(log).splitlines()[-lines:]:
         if len(line) > MAX_LINE:
             what = "server arguments" if _DUMP.search(line) else "line"
             line = f"{line[:120]}… ({what}, {len(line)} characters, cut)"
