@@ -276,3 +276,51 @@ def test_the_first_pick_researches_only_what_could_come_first_and_matches_the_fu
     # a research that gave no verdict is said: it could have come first
     text = first_pick_text(cands, {k: v for k, v in known.items() if k != "--d"}, {}, failed={"--d"})
     assert "Research of --d failed (why is above): 'research --d' again before trusting this order." in text
+
+
+def test_what_a_run_kept_is_named_after_it(tmp_path: Path) -> None:
+    """The session before the chat was a run that kept a bundle of three flags: "what is deployed
+    now?" names the run, the three flags it changed, and the trial that kept them."""
+    from rich.console import Console
+
+    from agent.chat.deployed import deployed_lines, deployed_now
+    from agent.context import DeploymentContext
+    from agent.policy.planner import PlannerDeps
+    from agent.transcripts.transcript import Transcript
+    from agent.trial.record import Baseline, TrialChange, TrialRecord
+    from agent.trial.runner import TrialRunner
+    from agent.ui import RunUI
+    from tools.config import BenchConfig
+
+    three = [TrialChange(flag="--enable-mixed-chunk"), TrialChange(flag="--cuda-graph-max-bs-decode", value="64"),
+             TrialChange(flag="--num-continuous-decode-steps", value="4")]  # fmt: skip
+    run = Transcript.create(tmp_path, kind="run", goal="improve throughput", model="builtin", target="sim")
+    run.event("context", {"unit_flags": {"--model-path": "/m", "--cuda-graph-max-bs-decode": "32"}})
+    kept = TrialRecord(number=2, kind="bundle", changes=three, decision="kept")
+    run.event("trial", kept.model_dump(mode="json"))
+    run.close({"status": "done"})
+    now = (
+        "[Service]\nExecStart=/usr/bin/python -m sglang.launch_server --model-path /m "
+        "--cuda-graph-max-bs-decode 64 --enable-mixed-chunk --num-continuous-decode-steps 4\n"
+    )
+    runner = TrialRunner(deployment=None, endpoint="http://127.0.0.1:9", bench=BenchConfig(), objective=None,
+                         baseline=Baseline(reps=[], probe=None, text=now))  # fmt: skip
+    chat = Transcript.create(tmp_path, kind="chat", goal="improve throughput", model="builtin", target="sim")
+    deps = PlannerDeps(goal="g", ctx=DeploymentContext(), candidates=[], researcher=None, runner=runner,
+                       ui=RunUI(console=Console(), transcript=chat))  # fmt: skip
+    state = asyncio.run(
+        deployed_now(deps, [{"flag": "--enable-mixed-chunk"}, {"flag": "--tp-size", "value": "2"}])
+    )
+    chat.close({"status": "test"})
+    lines = deployed_lines(state)
+    assert lines[0] == (
+        "deployed now (this chat's record of what it deployed): --model-path /m --cuda-graph-max-bs-decode 64 "
+        "--enable-mixed-chunk --num-continuous-decode-steps 4"
+    )
+    assert lines[1] == "since this chat started: no change"
+    assert lines[2].startswith(f"since the run {run.id} started at ")
+    assert lines[2].endswith(
+        ": --cuda-graph-max-bs-decode 32 -> 64; set --enable-mixed-chunk; set --num-continuous-decode-steps 4 "
+        f"(it kept {kept.headline()})"
+    )
+    assert state["already_deployed"] == ["--enable-mixed-chunk"]  # not --tp-size 2
