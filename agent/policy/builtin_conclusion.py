@@ -20,6 +20,13 @@ def _levels(t: dict[str, Any]) -> str:
     return ", ".join(parts) or "not measured"
 
 
+def _together(t: dict[str, Any]) -> str:
+    """`, tried together: one effect for all` for a trial of several flags as one change."""
+    if t.get("kind") in ("bundle", "combined") and len(t.get("changes") or []) > 1:
+        return ", tried together: one effect for all, no member's own"
+    return ""
+
+
 def conclusion(
     cands: list[dict[str, Any]],
     verdicts: dict[str, dict[str, Any]],
@@ -44,7 +51,7 @@ def conclusion(
     lines = ["## Conclusion", ""]
     if best:
         lines.append(
-            f"Deployed: {', '.join(best.get('deployed') or best['changes'])} (trial {best['trial']}): "
+            f"Deployed: {', '.join(best.get('deployed') or best['changes'])} (trial {best['trial']}{_together(best)}): "
             f"{best.get('headline') or best['decision']}; per level, over what was deployed before it: "
             f"{_levels(best)}."
         )
@@ -64,7 +71,8 @@ def conclusion(
             lines.append(f"- not run: {t['error']}")
         else:
             lines.append(
-                f"- trial {t['trial']} {', '.join(t['changes'])}: {t['decision'].replace('_', ' ')} — {t['why']} [{_levels(t)}]"
+                f"- trial {t['trial']} {', '.join(t['changes'])}{_together(t)}: {t['decision'].replace('_', ' ')} — "
+                f"{t['why']} [{_levels(t)}]"
             )
     if not all_trials:
         lines.append("- none")

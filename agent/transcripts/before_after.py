@@ -68,6 +68,10 @@ class BeforeAfter:
     note: str = ""
     """How far the interval goes (NOT_PAIRED), or why there is none."""
 
+    def level_at(self, concurrency: int) -> LevelChange | None:
+        """The level `concurrency`, if measured on either side."""
+        return next((lv for lv in self.levels if lv.concurrency == concurrency), None)
+
     @property
     def measured(self) -> bool:
         """Both sides were measured at some level."""

@@ -148,6 +148,8 @@ class Review:
     """The user's own workload before (the baseline) and after (the configuration left deployed)."""
     rollbacks: list[str] = dataclasses.field(default_factory=list)
     """Every rollback the session did, with why (a trial's A/B/A, the launch spread's relaunches)."""
+    rollback_count: int = 0
+    """How many rollbacks `rollbacks` counts (the terminal's `deploy: rollback` lines)."""
 
 
 def levels_of(value: Any) -> dict[int, float | None]:
@@ -284,6 +286,7 @@ def build_review(loaded: LoadedTranscript) -> Review:
     }
     verdicts = [e.get("data") or {} for e in loaded.events_of("verdict")]
     trial_data = [e.get("data") or {} for e in loaded.events_of("trial")]
+    rolled = rollback_lines(loaded, trial_data, trials)
     conclusion = ""
     for e in loaded.events_of("report"):
         data = e.get("data") or {}
@@ -316,7 +319,8 @@ def build_review(loaded: LoadedTranscript) -> Review:
         ],
         together=together(trial_data, latest_verdicts(verdicts)),
         before_after=before_after(loaded, kept=bool(kept)),
-        rollbacks=rollback_lines(loaded, trial_data, trials),
+        rollbacks=[line for line, _ in rolled],
+        rollback_count=sum(n for _, n in rolled),
     )
 
 
@@ -345,21 +349,21 @@ AFTER_BLOCKS = ("after", "after_second")
 
 def rollback_lines(
     loaded: LoadedTranscript, trials: list[dict[str, Any]], records: list[TrialRecord]
-) -> list[str]:
+) -> list[tuple[str, int]]:
     """Every rollback the session did, read from what recorded it: a trial's blocks (a known-good
     block after a candidate follows a rollback: the A/B/A's), its decision (a candidate rolled back
     for good, or by the deploy itself when it did not start), and the launch spread's relaunches of
     known-good (every other one is a rollback). The decision alone missed the rollbacks of a kept
-    trial, which the terminal shows as `deploy: rollback`."""
+    trial, which the terminal shows as `deploy: rollback`. Each line with the rollbacks it counts."""
     out = []
     spread = (next(reversed(loaded.events_of("launch_spread")), None) or {}).get("data") or {}
     relaunches = int(spread.get("launches") or 1) - 1 if spread.get("source") == "measured" else 0
     if relaunches > 0:
         n = (relaunches + 1) // 2
-        out.append(
+        out.append((
             f"Launch spread: {n} rollback{'s' * (n > 1)} among {relaunches} relaunches of known-good, "
-            "to measure how far a restart moves it (nothing changed)"
-        )
+            "to measure how far a restart moves it (nothing changed)", n,
+        ))  # fmt: skip
     for t, rec in zip(trials, records, strict=False):
         blocks = [b for b, reps in (t.get("blocks") or {}).items() if reps and not b.endswith("_set_aside")]
         between = sum(b in AFTER_BLOCKS for b in blocks)
@@ -367,10 +371,11 @@ def rollback_lines(
         if rec.decision == "kept":
             if between:
                 times = "once" if between == 1 else f"{between} times"
-                out.append(
+                out.append((
                     f"{what}: kept; rolled back {times} to measure known-good after the candidate "
-                    f"(A/B/A), the candidate deployed again after {'it' if between == 1 else 'each'}"
-                )
+                    f"(A/B/A), the candidate deployed again after {'it' if between == 1 else 'each'}",
+                    between,
+                ))  # fmt: skip
             continue
         if rec.decision != "rolled back" or (t.get("deployed") is False and not t.get("deploy_error")):
             continue  # nothing was deployed: nothing to roll back
@@ -378,7 +383,7 @@ def rollback_lines(
         n = between + (0 if last_good else 1)
         how = " (rolled back by the deploy itself: it did not start)" if t.get("deploy_error") else ""
         count = f" ({n} rollbacks in all, known-good measured after each launch)" if n > 1 else ""
-        out.append(f"{what}: {rec.reason or MISSING}{how}{count}")
+        out.append((f"{what}: {rec.reason or MISSING}{how}{count}", n))
     return out
 
 
