@@ -184,6 +184,19 @@ def test_nothing_about_the_host_is_guessed(cpu_ctx) -> None:  # type: ignore[no-
     assert answer.kind == "unknown" and "does not say --device cpu" in answer.message
 
 
+def test_a_probe_the_sandbox_denied_is_never_sglangs_refusal(cpu_ctx) -> None:  # type: ignore[no-untyped-def]
+    """`--device cpu` with neither a GPU nor a CPU host's facts: SGLang sizes from the host
+    (common.py:1007-1008) and runs `lscpu` (:4459), the sandbox denies it (nothing to answer from),
+    and SGLang re-raises that as its own RuntimeError (:4463): unknown, not a refusal."""
+    from tools.research.startup.resolver import Resolver
+
+    nothing = {"sm": 0, "count": 0, "memory_mib": 0, "name": ""}
+    with Resolver(cpu_ctx.tree, nothing, env={"SGLANG_USE_CPU_ENGINE": "1"}) as r:
+        answer = r.resolve(["--device", "cpu"], cpu_ctx.model_config_file())
+    assert answer["ok"] is False and answer["kind"] == "unknown" and answer["cause"] == "denied", answer
+    assert ["subprocess.Popen", "lscpu"] in answer["denied_probes"]
+
+
 def test_the_units_sglang_variables_reach_sglang(cpu_ctx) -> None:  # type: ignore[no-untyped-def]
     """SGLANG_PLATFORM names a platform plugin; none is installed, so SGLang raises when it resolves
     the platform (platforms/__init__.py:108-121): the deployment itself would not start."""
