@@ -27,6 +27,7 @@ from tools.deploy.limits import restart_wait
 from tools.deploy.lock import HostLock, LockedError
 from tools.deploy.outcome import DeployError, DeployOutcome, DriftError, UnitInvalidError
 from tools.deploy.remote import Transport, TransportError, make_transport, write_local_atomic
+from tools.deploy.serverlog import log_file_tail
 from tools.deploy.service import ServiceError, ServiceManager, make_service_manager
 from tools.deploy.units.file import UnitFile, UnitFileError, unified_diff
 
@@ -284,6 +285,8 @@ class Deployment:
     async def log_tail(self, lines: int = 40) -> str:
         """The service log's last `lines` lines, or a note of why it could not be read."""
         try:
+            if (path := getattr(self.manager, "log_path", None)) is not None:  # a file: read from its end
+                return await log_file_tail(self.transport, path, lines=lines)
             return await self.manager.logs(lines)
         except (TransportError, ServiceError, OSError) as e:
             return f"(could not read the service log: {e})"

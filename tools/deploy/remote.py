@@ -20,6 +20,7 @@ from tools.deploy.transport import (
     CommandTimeout,
     Transport,
     TransportError,
+    brief,
     check_result,
 )
 from tools.localfiles import write_text
@@ -70,7 +71,7 @@ class LocalTransport:
             await proc.wait()
             if isinstance(e, asyncio.CancelledError):
                 raise
-            raise CommandTimeout(f"`{' '.join(argv)}` timed out after {limit:g}s") from None
+            raise CommandTimeout(f"`{brief(argv)}` timed out after {limit:g}s") from None
         result = CommandResult(
             proc.returncode or 0, out.decode(errors="replace"), err.decode(errors="replace")
         )
@@ -79,6 +80,12 @@ class LocalTransport:
     async def read_file(self, path: str) -> str:
         """Read a local file."""
         return Path(path).expanduser().read_text()
+
+    async def read_tail(self, path: str, *, max_bytes: int) -> str:
+        """The last `max_bytes` bytes of a local file (seeking from its end)."""
+        with Path(path).expanduser().open("rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - max_bytes))
+            return f.read(max_bytes).decode(errors="replace")
 
     async def write_file_atomic(self, path: str, text: str) -> None:
         """Atomically replace a local file, keeping its mode and owner."""

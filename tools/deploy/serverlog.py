@@ -8,10 +8,17 @@ sequence in it (`tools.printable`): the host's lines are shown on the user's ter
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from tools.printable import printable
 
-__all__ = ["error_line", "readable_tail"]
+if TYPE_CHECKING:
+    from tools.deploy.transport import Transport
+
+__all__ = ["LOG_TAIL_BYTES", "error_line", "log_file_tail", "readable_tail"]
+
+LOG_TAIL_BYTES = 256 * 1024
+"""How much of a log file's end is read: many times the 40 lines shown, SGLang's argument dump included."""
 
 MAX_LINE = 300
 _ARGPARSE = re.compile(r"^[\w./-][\w./ -]{0,60}: error: .+")  # "sglang serve: error: ..." too
@@ -46,3 +53,20 @@ def readable_tail(log: str, *, lines: int = 20) -> str:
             line = f"{line[:120]}… ({what}, {len(line)} characters, cut)"
         out.append(line)
     return "\n".join(out)
+
+
+async def log_file_tail(
+    transport: Transport, path: str, *, lines: int, max_bytes: int = LOG_TAIL_BYTES
+) -> str:
+    """The last `lines` lines of the log file `path` since the server's last start, reading at most
+    `max_bytes` from its end ('' when there is no log)."""
+    from tools.deploy.service import START_MARKER
+
+    try:
+        text = await transport.read_tail(path, max_bytes=max_bytes)
+    except FileNotFoundError:
+        return ""
+    last = text.rfind(START_MARKER)
+    if last >= 0:
+        text = text[text.find("\n", last) + 1 :]
+    return "\n".join(text.splitlines()[-lines:])

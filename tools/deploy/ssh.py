@@ -13,9 +13,11 @@ command runs in a subshell with stdin from /dev/null, and its output ends at a r
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import posixpath
 import shlex
+import socket
 import uuid
 import warnings
 from pathlib import Path
@@ -35,6 +37,7 @@ from tools.deploy.transport import (  # noqa: E402
     CommandResult,
     CommandTimeout,
     TransportError,
+    brief,
     check_result,
 )
 
@@ -99,6 +102,8 @@ class SSHTransport:
         self._sftp: asyncssh.SFTPClient | None = None
         self._shell: asyncssh.SSHClientProcess[bytes] | None = None
         self._lock, self._shell_lock = asyncio.Lock(), asyncio.Lock()
+        self._no_shell: str | None = None
+        """Set once the host refused this account commands (SFTP only): said again, never retried."""
 
     @classmethod
     def from_target(cls, target: TargetConfig) -> SSHTransport:
@@ -157,14 +162,47 @@ class SSHTransport:
             except asyncssh.HostKeyNotVerifiable as e:
                 raise TransportError(
                     f"{self.description}: host key not verified against {self.known_hosts} ({e.reason}); "
-                    "refusing to connect (unknown or changed host key)"
+                    "refusing to connect (unknown or changed host key): if the host was reinstalled, check "
+                    "its key with its administrator, then update that file (`ssh-keygen -R`, `ssh-keyscan`)"
                 ) from e
             except asyncssh.PermissionDenied as e:
-                raise TransportError(f"{self.description}: authentication failed ({e.reason})") from e
+                who = f"as {self.user}" if self.user else "as the local user name"
+                key = f"the key {self.identity_file}" if self.identity_file else "your SSH keys or agent"
+                raise TransportError(
+                    f"{self.description}: authentication failed {who} with {key} ({e.reason}); check "
+                    "`user` and `identity_file` in optagent.toml and that key in the host's authorized_keys"
+                ) from e
             except (OSError, asyncssh.Error, TimeoutError) as e:
-                raise TransportError(f"{self.description}: cannot connect: {e}") from e
+                raise TransportError(f"{self.description}: cannot connect: {self._why(e)}") from e
             assert self._conn is not None
             return self._conn
+
+    def _why(self, e: BaseException) -> str:
+        """Why connecting failed, and what to check, for an error that may carry no text at all."""
+        text = str(e)
+        if isinstance(e, TimeoutError):  # no TCP answer, or no SSH banner, in time
+            return (
+                f"no SSH answer within {self.connect_timeout_s:g} s (the host down or unreachable, a "
+                f"firewall dropping port {self.port}, or sshd stopped or overloaded); check the host, "
+                "`ssh_port` and `connect_timeout_s`"
+            )
+        if isinstance(e, ConnectionRefusedError) or "Connect call failed" in text or "refused" in text:
+            return (
+                f"connection refused on port {self.port}: no sshd listens there; check that sshd runs on "
+                "the host and `ssh_port` in optagent.toml"
+            )
+        if isinstance(e, socket.gaierror):
+            return f"the host name {self.host} does not resolve ({e.strerror}); check `host` in optagent.toml"
+        if isinstance(e, OSError) and e.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH):
+            return f"{e.strerror}: check the address and this machine's network route to it"
+        if isinstance(e, asyncssh.KeyImportError):
+            return f"cannot read the key {self.identity_file}: {text}; check `identity_file`"
+        if isinstance(e, asyncssh.Error):
+            return (
+                f"the host ended the SSH handshake ({e.reason or type(e).__name__}); its sshd log says why "
+                "(MaxStartups, AllowUsers or DenyUsers, a firewall)"
+            )
+        return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
     def _drop(self) -> None:
         if self._conn is not None:
@@ -189,22 +227,34 @@ class SSHTransport:
                 code = proc.exit_status if proc.exit_status is not None else 255
                 out, err = bytes(proc.stdout or b""), bytes(proc.stderr or b"")
         except TimeoutError:
-            raise CommandTimeout(f"`{command}` on {self.description} timed out after {limit:g}s") from None
+            raise CommandTimeout(
+                f"`{brief(argv)}` on {self.description} timed out after {limit:g}s"
+            ) from None
         except (OSError, asyncssh.Error, EOFError) as e:
             self._drop()
-            raise TransportError(f"{self.description}: connection lost running `{command}`: {e}") from e
+            raise TransportError(
+                f"{self.description}: connection lost running `{brief(argv)}`: {e or type(e).__name__}"
+            ) from e
         if code < 0:  # killed by a signal
             code = 255
         result = CommandResult(code, out.decode(errors="replace"), err.decode(errors="replace"))
         return check_result(argv, result, check)
 
     async def _run_in_shell(self, command: str) -> tuple[int, bytes, bytes]:
+        if self._no_shell is not None:
+            raise TransportError(self._no_shell)
         async with self._shell_lock:
             try:
                 if self._shell is None:
                     conn = await self.connection()
                     self._shell = await conn.create_process("exec sh", encoding=None)
-                    await self._exchange(self._shell, "true")  # the login shell's start-up output
+                    try:
+                        await self._exchange(self._shell, "true")  # the login shell's start-up output
+                    except EOFError:  # the shell ended at once: is this account allowed commands at all?
+                        self._no_shell = await self._why_no_shell(conn)
+                        if self._no_shell is not None:
+                            raise TransportError(self._no_shell) from None
+                        raise
                 return await self._exchange(self._shell, command)
             except BaseException:
                 # timed out, cancelled or lost: the shell's state is unknown, never reuse it
@@ -212,6 +262,26 @@ class SSHTransport:
                     self._shell.close()
                 self._shell = None
                 raise
+
+    async def _why_no_shell(self, conn: asyncssh.SSHClientConnection) -> str | None:
+        """Why this account cannot run commands (an SFTP-only account: `ForceCommand internal-sftp`),
+        or None when a command does run and the shell ended for another reason."""
+        marker = f"optagent-{uuid.uuid4().hex[:8]}"
+        try:
+            proc = await asyncio.wait_for(conn.run(f"echo {marker}", check=False), self.connect_timeout_s)
+        except (OSError, asyncssh.Error, TimeoutError):
+            return None
+        out = f"{proc.stdout or ''}{proc.stderr or ''}"
+        if marker in out:
+            return None
+        said = next((line.strip() for line in out.splitlines() if line.strip()), "")
+        who = f"the account {self.user}" if self.user else "this account"
+        return (
+            f"{self.description}: {who} may use only SFTP, commands cannot run there"
+            + (f" (the host said: {said[:200]})" if said else "")
+            + "; optagent runs its launcher, systemctl and its lock as commands on the host: give the account a "
+            "shell (remove `ForceCommand internal-sftp` from its sshd `Match` block) or use another account"
+        )
 
     @staticmethod
     async def _exchange(shell: asyncssh.SSHClientProcess[bytes], command: str) -> tuple[int, bytes, bytes]:
@@ -251,6 +321,22 @@ class SSHTransport:
             self._drop()
             raise TransportError(f"{self.description}: cannot read {path}: {e}") from e
         return bytes(data).decode()
+
+    async def read_tail(self, path: str, *, max_bytes: int) -> str:
+        """The last `max_bytes` bytes of a file on the host: SFTP seeks from its end, so a gigabyte of
+        log costs what its tail does."""
+        sftp = await self._sftp_client()
+        try:
+            async with sftp.open(_sftp_path(path), "rb") as f:
+                size = (await f.stat()).size or 0
+                await f.seek(max(0, size - max_bytes))
+                data = await asyncio.wait_for(f.read(max_bytes), self.command_timeout_s)
+        except asyncssh.SFTPNoSuchFile as e:
+            raise FileNotFoundError(path) from e
+        except (OSError, asyncssh.Error) as e:
+            self._drop()
+            raise TransportError(f"{self.description}: cannot read {path}: {e}") from e
+        return bytes(data).decode(errors="replace")
 
     async def write_file_atomic(self, path: str, text: str) -> None:
         """Temp file in the destination directory, fsync, keep mode and owner, SFTP posix-rename."""

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import posixpath
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -27,12 +28,21 @@ class CommandResult:
         return self.returncode == 0
 
 
+def brief(argv: list[str]) -> str:
+    """A command as messages show it: a `sh -c` script (often a kilobyte of shell) is named, never
+    printed, and anything else is cut to 120 characters."""
+    if len(argv) >= 3 and argv[1] == "-c" and posixpath.basename(argv[0]) in ("sh", "bash", "dash"):
+        return f"{argv[0]} -c <a script of {len(argv[2]):,} characters>"
+    text = " ".join(argv)
+    return text if len(text) <= 120 else f"{text[:117]}..."
+
+
 class CommandError(TransportError):
     """A command run with `check=True` exited non-zero."""
 
     def __init__(self, argv: list[str], result: CommandResult) -> None:
         tail = (result.stderr or result.stdout).strip()[-500:]
-        super().__init__(f"`{' '.join(argv)}` exited with status {result.returncode}: {tail}")
+        super().__init__(f"`{brief(argv)}` exited with status {result.returncode}: {tail}")
         self.result = result
 
 
@@ -54,6 +64,11 @@ class Transport(Protocol):
 
     async def read_file(self, path: str) -> str:
         """The text of `path` on the host (`FileNotFoundError` if it does not exist)."""
+        ...
+
+    async def read_tail(self, path: str, *, max_bytes: int) -> str:
+        """The last `max_bytes` bytes of `path` on the host, decoded leniently (`FileNotFoundError` if
+        it does not exist): a log is read from its end, whatever its size."""
         ...
 
     async def write_file_atomic(self, path: str, text: str) -> None:
