@@ -202,7 +202,7 @@ class HostLock:
                 raise LockedError(self._uncertain(state))
             if alive:
                 raise LockedError(
-                    f"the target is locked by another optagent ({state.owner.describe()}{_renewed(state)}): "
+                    f"the target is locked by another optagent ({state.owner.describe()}): "
                     "wait for it to finish, or stop it (Ctrl-C rolls its change back), then run this again"
                 )
             await self._break(state.owner)
