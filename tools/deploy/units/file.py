@@ -10,22 +10,28 @@ from __future__ import annotations
 
 import difflib
 import re
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
+from tools.deploy.units import edits
 from tools.deploy.units import lex as unitlex
-from tools.deploy.units.entry import entry_point_end, refuse_shell_string
+from tools.deploy.units.entry import refuse_shell_string
 from tools.deploy.units.lex import UnitFileError, Word
+from tools.deploy.units.tokens import (
+    FlagSpan,
+    Token,
+    command_tokens,
+    flags_start,
+    looks_like_option,
+    parse_flags,
+)
 
 __all__ = ["ServerCommand", "UnitFile", "UnitFileError", "unified_diff", "check_value", "check_flag"]
 
 Kind = Literal["systemd", "script"]
 FLAG_RE = re.compile(r"--[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
-_NEGATIVE_NUMBER = re.compile(r"-\d+(\.\d*)?([eE][-+]?\d+)?\Z")
-_SYSTEMD_SAFE = re.compile(r"[A-Za-z0-9_@+=:,./-]+\Z")
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 
 
@@ -47,19 +53,6 @@ def check_value(flag: str, value: str) -> None:
         raise UnitFileError(f"value for {flag} contains control character {bad[0]!r}")
 
 
-def _looks_like_option(value: str) -> bool:
-    return value.startswith("-") and value != "-" and not _NEGATIVE_NUMBER.match(value)
-
-
-@dataclass(frozen=True)
-class _FlagSpan:
-    name: str
-    name_index: int
-    value_indexes: tuple[int, ...]
-    eq_form: bool
-    value: str | None
-
-
 @dataclass(frozen=True)
 class ServerCommand:
     """The launch command: `executable`, its `args` (unquoted) and the `--flags` in order."""
@@ -78,29 +71,6 @@ class ServerCommand:
         return [self.executable, *self.args]
 
 
-def _parse_flags(words: Sequence[Word], first: int) -> list[_FlagSpan]:
-    spans: list[_FlagSpan] = []
-    k = first
-    while k < len(words):
-        text = words[k].value
-        if text.startswith("--") and len(text) > 2:
-            if "=" in text:
-                name, value = text.split("=", 1)
-                spans.append(_FlagSpan(name, k, (), True, value))
-                k += 1
-                continue
-            j = k + 1
-            while j < len(words) and not _looks_like_option(words[j].value):
-                j += 1
-            indexes = tuple(range(k + 1, j))
-            value = " ".join(words[i].value for i in indexes) if indexes else None
-            spans.append(_FlagSpan(text, k, indexes, False, value))
-            k = j
-        else:
-            k += 1
-    return spans
-
-
 @dataclass(frozen=True)
 class UnitFile:
     """A parsed unit file or launch script; immutable, edits return a new `UnitFile`."""
@@ -115,19 +85,26 @@ class UnitFile:
     entries: tuple[unitlex.Entry, ...] = ()
     multiline: bool = False
     indent: str = ""
-    _spans: tuple[_FlagSpan, ...] = ()
+    tokens: tuple[Token, ...] = ()
+    """The arguments after the executable as the server gets them (`tools.deploy.units.tokens`)."""
+    host_env: tuple[tuple[str, str], ...] = ()
+    """Variables given to `parse` (the host's `EnvironmentFile=` values), which win over `Environment=`."""
+    spans: tuple[FlagSpan, ...] = ()
 
     @classmethod
-    def parse(cls, text: str, *, kind: Kind | None = None) -> UnitFile:
+    def parse(cls, text: str, *, kind: Kind | None = None, env: Mapping[str, str] | None = None) -> UnitFile:
         """Parse a systemd unit (`kind="systemd"`) or a shell launch script (`kind="script"`).
 
-        With no `kind`, text starting with `#!` or without any `[Section]` line is a script.
+        With no `kind`, text starting with `#!` or without any `[Section]` line is a script. `env`:
+        the variables of the unit's `EnvironmentFile=` files, read on the host; without it a `$NAME`
+        that `Environment=` does not set is an argument whose words are unknown.
         """
         if "\0" in text:
             raise UnitFileError("the file contains a NUL byte")
         if kind is None:
             has_section = re.search(r"^\s*\[[^\]\n]+\]\s*$", text, re.M) is not None
             kind = "script" if text.startswith("#!") or not has_section else "systemd"
+        host_env = dict(env or {})
         if kind == "systemd":
             entries = unitlex.parse_entries(text)
             cmd = unitlex.find_exec_start(entries)
@@ -135,15 +112,18 @@ class UnitFile:
             env_words = tuple(w for e in unitlex.environment_entries(entries) for w in unitlex.entry_words(e))
             first = 2 if "@" in prefix else 1
             multiline, indent = cmd.multiline, cmd.last_indent
+            variables = {**dict(w.value.split("=", 1) for w in env_words), **host_env}
         else:
             entries = ()
             words, assigns, multiline, indent = unitlex.script_command(text)
-            prefix, env_words, first = "", tuple(assigns), 1
+            prefix, env_words, first, variables = "", tuple(assigns), 1, {}
         if not words or (kind == "systemd" and len(words) < first):
             raise UnitFileError("the server command is empty")
         refuse_shell_string(words, first)
-        spans = tuple(_parse_flags(words, max(first, entry_point_end(words))))
-        return cls(text, kind, tuple(words), first, prefix, env_words, entries, multiline, indent, spans)
+        tokens = command_tokens(words, first, variables)
+        spans = parse_flags(tokens, flags_start(words[0].value, tokens))
+        return cls(text, kind, tuple(words), first, prefix, env_words, entries, multiline, indent,
+                   tuple(tokens), tuple(sorted(host_env.items())), tuple(spans))  # fmt: skip
 
     @classmethod
     def load(cls, path: str | Path) -> UnitFile:
@@ -164,11 +144,11 @@ class UnitFile:
 
     @property
     def command(self) -> ServerCommand:
-        """The server command with its flags in order."""
+        """The server command with its flags in order (read from the arguments the server gets)."""
         return ServerCommand(
             executable=self.words[0].value,
             args=tuple(w.value for w in self.words[1:]),
-            flags={s.name: s.value for s in self._spans},
+            flags={s.name: s.value for s in self.spans},
             prefix=self.prefix,
             env=dict(w.value.split("=", 1) for w in self.env_words) if self.kind == "script" else {},
         )
@@ -177,6 +157,11 @@ class UnitFile:
     def environment(self) -> dict[str, str]:
         """`Environment=` variables (systemd) or leading assignments (script), in order."""
         return dict(w.value.split("=", 1) for w in self.env_words)
+
+    @property
+    def unknown_words(self) -> list[str]:
+        """Arguments whose words are not known here: a `$NAME` no `Environment=` (or `env`) sets."""
+        return [t.value for t in self.tokens if t.opaque and t.var is not None]
 
     @property
     def working_directory(self) -> str | None:
@@ -192,103 +177,64 @@ class UnitFile:
             argv.extend(unitlex.expand(w, env))
         return argv
 
-    # --- edits -------------------------------------------------------------------------------
-
-    def _quote(self, value: str) -> str:
-        if self.kind == "script":
-            return shlex.quote(value)
-        if _SYSTEMD_SAFE.match(value):
-            return value
-        escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "$$").replace("%", "%%")
-        return f'"{escaped}"'
-
-    def _tokens(self, flag: str, value: str | Sequence[str] | None, *, eq_form: bool) -> str:
-        if value is None:
-            return self._quote(flag)
-        if isinstance(value, str):
-            if eq_form or value == "" or _looks_like_option(value):
-                return self._quote(f"{flag}={value}")
-            return f"{self._quote(flag)} {self._quote(value)}"
-        return " ".join([self._quote(flag), *(self._quote(v) for v in value)])
+    # --- edits (planned by `tools.deploy.units.edits`, checked here) ---------------------------
 
     def set_flag(self, flag: str, value: str | Sequence[str] | None = None) -> UnitFile:
-        """Set `flag` (a boolean flag when `value` is None), replacing it in place if present."""
+        """Set `flag` (a boolean flag when `value` is None), replacing it in place if present: in the
+        `ExecStart=` words, or inside the `Environment=` value of the `$NAME` it is written in."""
         check_flag(flag)
         values = [value] if isinstance(value, str) else list(value or [])
         for v in values:
             check_value(flag, v)
         if (value is not None and not isinstance(value, str)) and (
-            not values or any(_looks_like_option(v) or v == "" for v in values)
+            not values or any(looks_like_option(v) or v == "" for v in values)
         ):
             raise UnitFileError(f"values for {flag} must be non-empty and must not start with '-'")
         expected = self.command.flags
-        shown = value if value is None or isinstance(value, str) else " ".join(value)
-        expected[flag] = shown
-        old = [s for s in self._spans if s.name == flag]
-        if not old:
-            text = self._insert(self._tokens(flag, value, eq_form=False))
-        else:
-            # Later repeats go first: cutting them leaves the byte offsets of the first one valid.
-            first, rest = old[0], old[1:]
-            text = self._replace_flag(self._cut(self.text, rest), first, value)
-        return self._checked(text, expected)
+        expected[flag] = value if value is None or isinstance(value, str) else " ".join(value)
+        text, changed = edits.set_flag(self, flag, value)
+        return self._checked(text, expected, changed)
 
     def unset_flag(self, flag: str) -> UnitFile:
         """Remove every occurrence of `flag` (and its values); removing an absent flag is an error."""
         check_flag(flag)
-        spans = [s for s in self._spans if s.name == flag]
-        if not spans:
+        if flag not in self.command.flags:
             raise UnitFileError(f"{flag} is not set in the server command")
         expected = self.command.flags
         del expected[flag]
-        return self._checked(self._cut(self.text, spans), expected)
+        text, changed = edits.unset_flag(self, flag)
+        return self._checked(text, expected, changed)
 
-    def _span_end(self, s: _FlagSpan) -> int:
-        return self.words[s.value_indexes[-1] if s.value_indexes else s.name_index].end
-
-    def _replace_flag(self, text: str, s: _FlagSpan, value: str | Sequence[str] | None) -> str:
-        simple = isinstance(value, str) and value != "" and not _looks_like_option(value)
-        if not s.eq_form and len(s.value_indexes) == 1 and simple:
-            w = self.words[s.value_indexes[0]]  # only the value's bytes change
-            return text[: w.start] + self._quote(value) + text[w.end :]
-        start = self.words[s.name_index].start
-        new = self._tokens(s.name, value, eq_form=s.eq_form and isinstance(value, str))
-        return text[:start] + new + text[self._span_end(s) :]
-
-    def _cut(self, text: str, spans: Sequence[_FlagSpan]) -> str:
-        # Remove from the end of the previous word so a flag on its own continuation line goes whole.
-        for s in sorted(spans, key=lambda s: s.name_index, reverse=True):
-            start, end = self.words[s.name_index].start, self._span_end(s)
-            line_start = text.rfind("\n", 0, start) + 1
-            tail = re.match(r"[ \t]*\\\r?\n", text[end:])
-            if text[line_start:start].strip() == "" and tail:
-                start, end = line_start, end + tail.end()  # the flag has its own continuation line
-            else:
-                start = self.words[s.name_index - 1].end
-            text = text[:start] + text[end:]
-        return text
-
-    def _insert(self, tokens: str) -> str:
-        at = self.words[-1].end
-        sep = f" \\\n{self.indent}" if self.multiline else " "
-        return self.text[:at] + sep + tokens + self.text[at:]
-
-    def _checked(self, text: str, expected: dict[str, str | None]) -> UnitFile:
+    def _checked(self, text: str, expected: dict[str, str | None], changed: set[str]) -> UnitFile:
+        """The edited file, re-parsed: its flags must be `expected`, and every other argument, the
+        executable and every variable but those in `changed` exactly as before."""
         try:
-            new = UnitFile.parse(text, kind=self.kind)
+            new = UnitFile.parse(text, kind=self.kind, env=dict(self.host_env))
         except UnitFileError as e:
             raise UnitFileError(f"the edit would produce an invalid file: {e}") from e
         if new.command.flags != expected or list(new.command.flags) != list(expected):
             raise UnitFileError(
                 "the edit did not round-trip; refusing it (a value would escape its argument)"
             )
-        if new.environment != self.environment or new.command.executable != self.command.executable:
+        before = {k: v for k, v in self.environment.items() if k not in changed}
+        after = {k: v for k, v in new.environment.items() if k not in changed}
+        if before != after or new.command.executable != self.command.executable:
             raise UnitFileError("the edit changed the environment or the executable; refusing it")
+        if _other_arguments(new) != _other_arguments(self):
+            raise UnitFileError(
+                "the edit would move or drop an argument it did not mean to touch; refusing it"
+            )
         return new
 
     def with_text(self, text: str) -> UnitFile:
-        """Parse `text` as the same kind of file."""
-        return replace(self, text=text).parse(text, kind=self.kind)
+        """Parse `text` as the same kind of file (with the same `env`)."""
+        return replace(self, text=text).parse(text, kind=self.kind, env=dict(self.host_env))
+
+
+def _other_arguments(unit: UnitFile) -> list[tuple[str, bool]]:
+    """The arguments that belong to no flag (wrappers, entry point, variables not known), in order."""
+    covered = {i for s in unit.spans for i in s.indexes}
+    return [(t.value, t.opaque) for i, t in enumerate(unit.tokens) if i not in covered]
 
 
 def unified_diff(old: str, new: str, *, name: str = "sglang.service") -> str:

@@ -18,6 +18,7 @@ _SIMPLE_ESCAPES = {
 }  # fmt: skip
 _LAUNCH = re.compile(r"(^|[./])launch_server$")
 _OPERATORS = ";&|<>()"
+_SHELL_EXPANSION = re.compile(r"[A-Za-z_{(@*#?!0-9-]")
 
 
 class UnitFileError(ValueError):
@@ -32,7 +33,8 @@ class Word:
     start: int
     end: int
     parts: tuple[tuple[str, str], ...] = ()
-    """("lit", text) and ("var", name) / ("splitvar", name) pieces for systemd `$` expansion."""
+    """("lit", text) and ("var", name) (`${NAME}`) / ("splitvar", name) (`$NAME`, a word of its own)
+    pieces for systemd's `$` expansion; ("split", "$") for a shell word with an unquoted expansion."""
 
 
 @dataclass(frozen=True)
@@ -201,7 +203,7 @@ def _split_systemd(entry: Entry, *, command: bool) -> list[Word]:
             return words
         if command and s[i] == ";" and (i + 1 == len(s) or s[i + 1] in " \t"):
             raise UnitFileError(f"line {entry.line}: ';' separates a second command; only one is supported")
-        start, quote, parts, buf = i, None, [], []
+        start, quote, parts, buf, dollar_first = i, None, [], [], False
         while i < len(s) and (quote or s[i] not in " \t"):
             c = s[i]
             if c == quote:
@@ -211,32 +213,94 @@ def _split_systemd(entry: Entry, *, command: bool) -> list[Word]:
             elif c == "\\":
                 text, i = _unescape(s, i, entry.line)
                 buf.append(text)
-            elif command and (s.startswith("$$", i) or s.startswith("%%", i)):
-                buf.append(c)
+            elif s.startswith("%%", i) or (command and s.startswith("$$", i)):
+                buf.append(c)  # systemd's specifier escape (everywhere) and `$$` (command lines)
                 i += 2
+            elif command and c == "$" and s[i + 1 : i + 2] != "{" and not parts and not "".join(buf):
+                dollar_first = True  # systemd reads the whole word as one variable name
+                m = _VAR.match(s, i)
+                parts.append(("bvar", m.group(2)) if m else ("lit", c))
+                i = m.end() if m else i + 1
             elif command and (m := _VAR.match(s, i)):
                 parts.append(("lit", "".join(buf)))
                 buf = []
-                alone = m.group(2) is not None and i == start and (m.end() == len(s) or s[m.end()] in " \t")
-                parts.append(("splitvar" if alone else "var", m.group(1) or m.group(2)))
+                parts.append(("var", m.group(1)) if m.group(1) else ("lit", m.group(0)))
                 i = m.end()
             else:
                 buf.append(c)
                 i += 1
         if quote:
             raise UnitFileError(f"line {entry.line}: unterminated {quote} quote")
-        parts.append(("lit", "".join(buf)))
-        value = "".join(t if k == "lit" else "${" + t + "}" for k, t in parts)
-        words.append(Word(value, offs[start], offs[i - 1] + 1, tuple(p for p in parts if p[1])))
+        parts = [p for p in [*parts, ("lit", "".join(buf))] if p[1]]
+        if dollar_first:
+            parts = _whole_word_variable(parts, s[start:i], entry.line)
+        value = "".join(_shown(k, t) for k, t in parts)
+        words.append(Word(value, offs[start], offs[i - 1] + 1, tuple(parts)))
+
+
+def _whole_word_variable(parts: list[tuple[str, str]], raw: str, line: int) -> list[tuple[str, str]]:
+    """A word that starts with `$` (not `${` or `$$`): systemd takes all of it, after unquoting, as
+    one variable name and splits that variable's value into words (systemd.service(5), "Command
+    lines"); anything else after the name makes it no variable at all: refused, as systemd drops it."""
+    if len(parts) == 1 and parts[0][0] == "bvar":
+        return [("splitvar", parts[0][1])]
+    raise UnitFileError(
+        f"line {line}: the word {raw!r} starts with $, so systemd reads all of it as one variable name, "
+        "which it is not (the word would vanish); write ${NAME} to put a variable inside a word, or $$ "
+        "for a literal $"
+    )
+
+
+def _shown(kind: str, text: str) -> str:
+    return {"lit": text, "var": "${" + text + "}", "splitvar": "$" + text}.get(kind, text)
+
+
+def split_value(value: str) -> list[str]:
+    """The words a `$VAR` word becomes: the value split at whitespace, quotes respected and removed,
+    a backslash taking the next character as it is (systemd's EXTRACT_UNQUOTE | EXTRACT_RELAX)."""
+    words: list[str] = []
+    buf, in_word, quote, i = [], False, "", 0
+    while i < len(value):
+        c = value[i]
+        i += 1
+        if c == "\\" and i < len(value):
+            buf.append(value[i])
+            in_word, i = True, i + 1
+        elif quote:
+            if c == quote:
+                quote = ""
+            else:
+                buf.append(c)
+        elif c in "'\"":
+            quote, in_word = c, True
+        elif c in " \t\n\r":
+            if in_word:
+                words.append("".join(buf))
+            buf, in_word = [], False
+        else:
+            buf.append(c)
+            in_word = True
+    if in_word:
+        words.append("".join(buf))
+    return words
+
+
+def quote_value_word(word: str) -> str:
+    """One word of a `$VAR` value, written so that `split_value` gives it back whole."""
+    if word and re.fullmatch(r"[A-Za-z0-9_@+=:,./%-]+", word):
+        return word
+    return '"' + word.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def expand(word: Word, env: Mapping[str, str]) -> list[str]:
-    """The argv words a systemd word becomes: `$VAR` alone splits on whitespace, `${VAR}` does not."""
+    """The argv words a systemd word becomes: `$VAR` alone splits (`split_value`), `${VAR}` does not;
+    an unset `$VAR` gives no word, an unset `${VAR}` the empty string."""
     if not word.parts:
         return [word.value]
     if len(word.parts) == 1 and word.parts[0][0] == "splitvar":
-        return env.get(word.parts[0][1], "").split()
-    return ["".join(t if k == "lit" else env.get(t, "") for k, t in word.parts)]
+        name = word.parts[0][1]
+        return split_value(env[name]) if name in env else []
+    return ["".join(env.get(t, "") if k == "var" else t for k, t in word.parts)]
 
 
 def _shell_words(text: str) -> list[list[Word]]:
@@ -259,9 +323,13 @@ def _shell_words(text: str) -> list[list[Word]]:
             i = text.find("\n", i)
             i = n if i < 0 else i
             continue
-        start, buf, quote = i, [], None
+        start, buf, quote, splits = i, [], None, False
         while i < n:
             c = text[i]
+            if quote is None:
+                splits = splits or c == "`" or (c == "$" and _SHELL_EXPANSION.match(text, i + 1) is not None)
+            elif quote == '"':
+                splits = splits or text.startswith(("$@", "${@"), i)
             if quote == "'":
                 if c == "'":
                     quote = None
@@ -293,7 +361,8 @@ def _shell_words(text: str) -> list[list[Word]]:
                 i += 1
         if quote:
             raise UnitFileError(f"unterminated {quote} quote in the script")
-        commands[-1].append(Word("".join(buf), start, i))
+        # An unquoted expansion becomes any number of words once the shell splits it.
+        commands[-1].append(Word("".join(buf), start, i, (("split", "$"),) if splits else ()))
     return [c for c in commands if c]
 
 
