@@ -17,12 +17,7 @@ def test_damaged_state_files_are_set_aside_and_commands_go_on(ssh_sim) -> None: 
     assert first.returncode == 0, first.stderr  # known-good and counters exist now
     damages = [
         ("journal.json", b"[" * 100_000 + b"]" * 100_000, "journal.unreadable-"),  # RecursionError
-        (
-            "counters.json",
-            b'{"restarts": [' + b"9" * 4000 + b'], "failures": []}',
-            "counters.unreadable-",
-        ),  # OverflowError
-        ("counters.json", b"{" * 100_000, "counters.unreadable-"),
+        # (damaged restart counters stop deploys for a day: tests/test_deploy_counters.py)
         ("known-good.service", b"[Service]\nExecStart=/bin/\xff\xfe sglang\n", "known-good.unreadable-"),
         ("known-good.service", b"#" * (MAX_STATE_BYTES + 10), "known-good.unreadable-"),
         ("journal.json", b"\xff" * (MAX_STATE_BYTES + 10), "journal.unreadable-"),

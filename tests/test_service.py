@@ -138,7 +138,7 @@ def test_systemd_manager_runs_exactly_these_commands(recording_path: Path) -> No
         await sm.reload()
         await sm.restart()
         assert await sm.is_active()
-        assert await sm.config_matches() is True
+        assert await sm.config_matches() is None  # no unit path: nothing to compare, never "yes"
         assert await sm.logs(5) == "line 1\nline 2\n"
         await sm.stop()
 
@@ -156,10 +156,11 @@ def test_systemd_manager_runs_exactly_these_commands(recording_path: Path) -> No
 def test_systemd_config_matches_compares_the_main_process_with_the_unit_file(
     recording_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Reloaded but never restarted: systemd has no NeedDaemonReload, yet the process runs the old line."""
+    """Reloaded but never restarted: systemd has no NeedDaemonReload, yet the process runs the old line.
+    systemd gives the process the ExecStart= words as written: argv[0] is the program's path."""
     unit = tmp_path / "sglang.service"
     unit.write_text("[Service]\nEnvironment=MARK=one\nExecStart=/bin/sleep 300\n")
-    main = subprocess.Popen(["sleep", "300"], env={**os.environ, "MARK": "one"})
+    main = subprocess.Popen(["/bin/sleep", "300"], env={**os.environ, "MARK": "one"})
     try:
         monkeypatch.setenv("FAKE_MAINPID", str(main.pid))
         sm = SystemdManager(LocalTransport(), service="sglang", unit_path=str(unit))
@@ -168,6 +169,9 @@ def test_systemd_config_matches_compares_the_main_process_with_the_unit_file(
         assert run(sm.config_matches()) is False
         unit.write_text("[Service]\nEnvironment=MARK=two\nExecStart=/bin/sleep 300\n")
         assert run(sm.config_matches()) is False
+        unit.write_text("[Service]\nEnvironment=MARK=one\nExecStart=/usr/local/bin/sleep 300\n")
+        check = run(sm.config_check())  # only the program's path differs (issue 52, item 2a)
+        assert check.matches is False and "/usr/local/bin/sleep" in check.why, check
     finally:
         main.kill()
         main.wait()

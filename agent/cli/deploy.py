@@ -77,12 +77,15 @@ def _check_flags(cfg: Config, edits: list[tuple[str, str, str | None]]) -> None:
         fail("\n".join(problems), code=2)
 
 
-def _apply(text: str, kind: str, edits: list[tuple[str, str, str | None]]) -> str:
-    """The candidate text; a bad flag or value exits with status 2 before anything reaches the host."""
+def _apply(
+    text: str, kind: str, edits: list[tuple[str, str, str | None]], *, env: dict[str, str] | None = None
+) -> str:
+    """The candidate text; a bad flag or value exits with status 2 before anything reaches the host.
+    `env`: the unit's `EnvironmentFile=` variables, read on the host (what its `$NAME`s hold)."""
     from tools.deploy.units.file import UnitFile, UnitFileError
 
     try:
-        unit = UnitFile.parse(text, kind=kind)  # type: ignore[arg-type]
+        unit = UnitFile.parse(text, kind=kind, env=env)  # type: ignore[arg-type]
         for op, flag, value in edits:
             unit = unit.set_flag(flag, value) if op == "set" else unit.unset_flag(flag)
     except UnitFileError as e:
@@ -160,23 +163,30 @@ def deploy(
     if dry_run:  # read-only: no lock, no recovery, no writes anywhere
         from tools.deploy.journal import DamagedStateError, Journal, read_state
 
-        async def read_known_good() -> str:
+        async def read_known_good() -> tuple[str, dict[str, str] | None]:
+            from tools.deploy.running import env_file_values
+            from tools.deploy.units.file import UnitFile
+
             try:  # read only: a damaged copy is left where it is (the next real deploy sets it aside)
                 recorded = read_state(Journal(target.state_dir).known_good_path)
             except DamagedStateError:
                 recorded = None
-            if recorded is not None:
-                return recorded
-            if target.local_unit.exists():
-                return target.local_unit.read_text()
             d = Deployment(target)
             try:
-                return await d.transport.read_file(target.remote_unit)
+                if recorded is None and target.local_unit.exists():
+                    recorded = target.local_unit.read_text()
+                if recorded is None:
+                    recorded = await d.transport.read_file(target.remote_unit)
+                unit = UnitFile.parse(recorded, kind=kind)  # type: ignore[arg-type]
+                if unit.kind == "script" or not unit.unknown_words:
+                    return recorded, None
+                return recorded, await env_file_values(d.transport, unit)  # what its `$NAME`s hold
             finally:
                 await d.transport.close()
 
-        current = run_on_target(read_known_good())
-        diff = unified_diff(current, _apply(current, kind, edits), name=Path(target.remote_unit).name)
+        current, env = run_on_target(read_known_good())
+        candidate = _apply(current, kind, edits, env=env)
+        diff = unified_diff(current, candidate, name=Path(target.remote_unit).name)
         console.print(_secret(diff, cfg), markup=False, highlight=False)
         console.print("[dim]dry run: nothing was changed[/]")
         return
@@ -187,7 +197,7 @@ def deploy(
                 if d.recovered:
                     console.print(f"[yellow]recovered:[/] {_secret(d.recovered, cfg)}", highlight=False)
                 current = await d.known_good()
-                candidate = _apply(current, kind, edits)
+                candidate = _apply(current, kind, edits, env=dict((await d.host_unit(current)).host_env))
                 diff = unified_diff(current, candidate, name=Path(d.remote_unit).name)
                 console.print(_secret(diff, cfg), markup=False, highlight=False)
                 if candidate == current:

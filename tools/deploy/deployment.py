@@ -22,11 +22,12 @@ from tools.deploy import precheck, restore
 from tools.deploy.deadman import DeadmanSwitch
 from tools.deploy.dirtrust import UntrustedDirError, trusted_dirs, unwritable_local
 from tools.deploy.health import HealthResult, wait_healthy
-from tools.deploy.journal import Journal, JournalEntry
+from tools.deploy.journal import Journal, JournalEntry, StartRecord, save_state, sha
 from tools.deploy.limits import restart_wait
 from tools.deploy.lock import HostLock, LockedError
 from tools.deploy.outcome import DeployError, DeployOutcome, DriftError, UnitInvalidError
-from tools.deploy.remote import Transport, TransportError, make_transport, write_local_atomic
+from tools.deploy.remote import Transport, TransportError, make_transport
+from tools.deploy.running import env_file_values
 from tools.deploy.serverlog import log_file_tail
 from tools.deploy.service import ServiceError, ServiceManager, make_service_manager
 from tools.deploy.units.file import UnitFile, UnitFileError, unified_diff
@@ -144,6 +145,14 @@ class Deployment:
         """Parse a unit text of this target's kind."""
         return UnitFile.parse(text, kind=self.kind)  # type: ignore[arg-type]
 
+    async def host_unit(self, text: str) -> UnitFile:
+        """`text` parsed as the server gets it: a unit's `$NAME`s with its `EnvironmentFile=` values,
+        read on the host (`ServiceError` when a file it names is missing)."""
+        unit = self.parse(text)
+        if unit.kind == "script" or not unit.unknown_words:
+            return unit
+        return UnitFile.parse(text, kind="systemd", env=await env_file_values(self.transport, unit))
+
     async def remote_text(self) -> str:
         """The unit file on the host."""
         try:
@@ -173,7 +182,7 @@ class Deployment:
             if await restore.check_running(self, recorded, source, unproven_ok=unproven_ok):
                 self.journal.set_known_good(recorded)  # never one that was not seen serving
         if local is None:
-            write_local_atomic(self.target.local_unit, recorded)
+            save_state(self.target.local_unit, recorded)
         elif local != recorded:
             raise DriftError(
                 f"the local unit file {self.target.local_unit} was edited since the last deploy; the known-good "
@@ -263,12 +272,23 @@ class Deployment:
     async def _backup(self) -> None:
         await restore.backup_unit(self, keep=KEEP_BACKUPS)
 
-    async def _restart(self) -> None:
+    async def _restart(self, *, restoring: bool = False) -> None:
+        """Restart on the host's unit file and record what was started (`StartRecord`). A restart that
+        cannot be counted (a full local disk) is not made, unless it brings known-good back."""
         # A unit that does not parse would stop the server and never start it again: refuse first.
-        self._check_parses(await self.remote_text(), self.remote_unit)
-        self.journal.record(restart=True)
+        text = await self.remote_text()
+        self._check_parses(text, self.remote_unit)
+        try:
+            self.journal.record(restart=True)
+        except OSError:
+            if not restoring:
+                raise
         await self.manager.reload()
         await self.manager.restart()
+        identity = getattr(self.manager, "identity", None)
+        process = await identity() if identity is not None else None
+        with contextlib.suppress(OSError):  # only a proof for later; a full disk must not stop a restore
+            self.journal.set_started(StartRecord(sha(text), process) if process else None)
 
     async def _wait(self) -> HealthResult:
         health = await wait_healthy(

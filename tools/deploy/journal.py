@@ -19,7 +19,17 @@ from typing import Any
 
 from tools.deploy.remote import write_local_atomic
 
-__all__ = ["MAX_STATE_BYTES", "STEPS", "DamagedStateError", "Journal", "JournalEntry", "read_state", "sha"]
+__all__ = [
+    "MAX_STATE_BYTES",
+    "STEPS",
+    "DamagedStateError",
+    "Journal",
+    "JournalEntry",
+    "StartRecord",
+    "StateWriteError",
+    "read_state",
+    "sha",
+]
 
 STEPS = ("begin", "backup", "arm", "upload", "restart", "wait", "healthy", "commit", "rollback")
 """Each is journaled before it is taken; `healthy` means the candidate serves and awaits commit."""
@@ -47,6 +57,23 @@ class DamagedStateError(Exception):
         self.why, self.data = why, data
 
 
+class StateWriteError(OSError):
+    """A file in the state dir (or the local unit copy) could not be written; says which, and what to do."""
+
+    def __str__(self) -> str:
+        return f"cannot write {self.filename} on this machine: {self.strerror}"
+
+
+def save_state(path: Path, text: str) -> None:
+    """Write a state file atomically; a failure (a full disk) names the file and what to do next."""
+    try:
+        write_local_atomic(path, text)
+    except OSError as e:
+        what = e.strerror or str(e)
+        advice = "free space there (or make it writable), then run `optagent recover`"
+        raise StateWriteError(e.errno or 0, f"{what}; {advice}", str(path)) from e
+
+
 def read_state(path: Path) -> str | None:
     """The text of a state file, None if absent; `DamagedStateError` if it is oversized, not UTF-8
     or cannot be read. Never reads more than `MAX_STATE_BYTES` (+1)."""
@@ -67,6 +94,17 @@ def read_state(path: Path) -> str | None:
 
 def _finite(value: object, low: float, high: float) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and low <= value <= high
+
+
+@dataclass(frozen=True)
+class StartRecord:
+    """optagent's record of a restart it made: the hash of the file it started the service from and
+    the process that started (`PID STARTTIME`, the start time in clock ticks since boot as in
+    /proc/PID/stat). It proves what a process cannot show: a launch script's content, a wrapper's
+    options (`tools.deploy.running`)."""
+
+    sha: str
+    process: str
 
 
 @dataclass
@@ -110,6 +148,7 @@ class Journal:
         self.known_good_path = self.dir / "known-good.service"
         self.candidate_path = self.dir / "candidate.service"
         self.counters_path = self.dir / "counters.json"
+        self.started_path = self.dir / "started.json"
 
     def read(self) -> JournalEntry | None:
         """The open entry, or None when nothing is in flight.
@@ -153,8 +192,8 @@ class Journal:
 
     def open(self, *, candidate: str, known_good: str, reason: str = "") -> JournalEntry:
         """Record the texts, then open an entry at step `begin`."""
-        write_local_atomic(self.candidate_path, candidate)
-        write_local_atomic(self.known_good_path, known_good)
+        save_state(self.candidate_path, candidate)
+        save_state(self.known_good_path, known_good)
         entry = JournalEntry(
             id=time.strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}",
             step="begin",
@@ -173,7 +212,7 @@ class Journal:
         self._write(entry)
 
     def _write(self, entry: JournalEntry) -> None:
-        write_local_atomic(self.path, json.dumps(asdict(entry), indent=1) + "\n")
+        save_state(self.path, json.dumps(asdict(entry), indent=1) + "\n")
         if os.environ.get(FAULT_ENV) == entry.step:
             os.kill(os.getpid(), signal.SIGKILL)
 
@@ -199,35 +238,60 @@ class Journal:
 
     def set_known_good(self, text: str) -> None:
         """Make `text` the known-good configuration."""
-        write_local_atomic(self.known_good_path, text)
+        save_state(self.known_good_path, text)
+
+    # --- what optagent last started -------------------------------------------------------------
+
+    def started(self) -> StartRecord | None:
+        """The record of optagent's last restart of the service (a damaged one is set aside: none)."""
+        text = self._read_text(self.started_path)
+        try:
+            data = json.loads(text) if text is not None else None
+            return StartRecord(str(data["sha"]), str(data["process"])) if data else None
+        except (ValueError, TypeError, KeyError, RecursionError) as e:
+            self._set_aside(self.started_path, DamagedStateError(str(e), (text or "").encode()))
+            return None
+
+    def set_started(self, record: StartRecord | None) -> None:
+        """Record (or, with None, forget) what optagent last started."""
+        if record is None:
+            self.started_path.unlink(missing_ok=True)
+        else:
+            save_state(self.started_path, json.dumps(asdict(record)) + "\n")
 
     # --- counters for the restart-rate limit and the consecutive-failure stop -----------------
 
     def counters(self) -> dict[str, Any]:
-        """`{"restarts": [unix times], "failures": [unix times of consecutive failed candidates]}`."""
-        text = ""
+        """`{"restarts": [unix times], "failures": [unix times of consecutive failed candidates],
+        "damaged": [unix times a damaged counters file was found]}`.
+
+        A damaged file (not JSON, the wrong shape, numbers out of range) is set aside as
+        `counters.unreadable-<sha>.json` and a new one records when: how many restarts it held is
+        not known, so `limits.check_limits` counts the day's budget as spent, never as zero."""
+        text, why = "", ""
         try:
             text = read_state(self.counters_path) or "{}"
             data = json.loads(text)
         except DamagedStateError as e:
-            self._set_aside(self.counters_path, e)
-            data = {}
+            return self._counters_damaged(e)
         except (ValueError, RecursionError) as e:  # RecursionError: deeply nested JSON
-            self._set_aside(self.counters_path, DamagedStateError(str(e), text.encode()))
-            data = {}
+            return self._counters_damaged(DamagedStateError(str(e)[:200], text.encode()))
 
-        def times(key: str) -> list[float]:  # a damaged file counts as empty, never as a crash
-            value = data.get(key) if isinstance(data, dict) else None
+        def times(key: str) -> list[float]:
+            value = data.get(key, []) if isinstance(data, dict) else None
             return [float(t) for t in value if _finite(t, 0, 1e11)] if isinstance(value, list) else []
 
-        out = {"restarts": times("restarts"), "failures": times("failures")}
-        if (
-            text
-            and data != {}
-            and (not isinstance(data, dict) or any(data.get(k) != v for k, v in out.items()))
-        ):
-            # wrong shape or out-of-range numbers (a huge integer, a negative time): kept aside, not used
-            self._set_aside(self.counters_path, DamagedStateError("out of range", text.encode()))
+        out = {key: times(key) for key in ("restarts", "failures", "damaged")}
+        if not isinstance(data, dict) or any(key in data and data[key] != out[key] for key in out):
+            why = "has the wrong shape or numbers out of range"  # a huge integer, a negative time
+            return self._counters_damaged(DamagedStateError(why, text.encode()))
+        return out
+
+    def _counters_damaged(self, e: DamagedStateError) -> dict[str, Any]:
+        self._set_aside(self.counters_path, e)
+        out: dict[str, Any] = {"restarts": [], "failures": [], "damaged": [time.time()]}
+        with contextlib.suppress(OSError):  # recorded at once: the next command counts it too
+            write_local_atomic(self.counters_path, json.dumps(out) + "\n")
         return out
 
     def record(self, *, restart: bool = False, failure: bool | None = None) -> None:
@@ -235,8 +299,9 @@ class Journal:
         data, now = self.counters(), time.time()
         if restart:  # a day of them, for the daily budget (bounded: the budget stops far below this)
             data["restarts"] = [t for t in data["restarts"] if now - t < DAY_S][-MAX_KEPT:] + [now]
+        data["damaged"] = [t for t in data["damaged"] if now - t < DAY_S]
         if failure is True:
             data["failures"].append(now)
         elif failure is False:
             data["failures"] = []
-        write_local_atomic(self.counters_path, json.dumps(data) + "\n")
+        save_state(self.counters_path, json.dumps(data) + "\n")

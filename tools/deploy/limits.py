@@ -36,6 +36,17 @@ def check_limits(journal: Journal, target: TargetConfig) -> None:
             f"try again in {restart_wait(journal, t):.0f}s"
         )
     day = sorted(x for x in counters["restarts"] if now - x < DAY_S)
+    damaged = [x for x in counters["damaged"] if now - x < DAY_S]
+    if damaged:  # how many restarts the damaged file held is not known: never count them as none
+        again = DAY_S - (now - max(damaged))
+        raise DeployError(
+            f"the restart counters of this target ({journal.counters_path}) were found damaged "
+            f"{(now - max(damaged)) / 60:.0f} min ago and set aside as counters.unreadable-*.json beside "
+            "them: how many restarts it had in the last 24 hours is not known, so the daily restart "
+            f"budget (max_restarts_per_day = {t.max_restarts_per_day}) counts as spent for "
+            f"{again / 3600:.1f} h more. If you know it had few, delete {journal.counters_path} to count "
+            "from zero. Nothing was changed"
+        )
     if len(day) >= t.max_restarts_per_day:
         again = DAY_S - (now - day[len(day) - t.max_restarts_per_day])
         raise DeployError(

@@ -8,32 +8,37 @@ import time
 from typing import Any, TypeAlias
 
 from tools.deploy.health import wait_healthy
-from tools.deploy.journal import DAY_S, JournalEntry, sha
+from tools.deploy.journal import DAY_S, JournalEntry, save_state, sha
 from tools.deploy.outcome import DeployError, DeployOutcome, DriftError
-from tools.deploy.remote import TransportError, write_local_atomic
+from tools.deploy.remote import TransportError
+from tools.deploy.running import RunCheck
 from tools.deploy.serverlog import error_line, readable_tail
-from tools.deploy.service import ServiceError, ServiceManager
+from tools.deploy.service import ServiceError
 from tools.deploy.units.file import UnitFileError, unified_diff
 from tools.redact import redact_flags, redact_text
 
 Deployment: TypeAlias = Any
 """A `tools.deploy.deployment.Deployment` (which imports this module, so it is not imported here)."""
 
-__all__ = ["after_failed_deploy", "check_running", "recover", "restore_known_good", "status"]
+__all__ = ["after_failed_deploy", "check_running", "config_check", "recover", "restore_known_good", "status"]
 
 _AFTER_RESTART = ("restart", "wait", "healthy")
 
 
-async def config_matches(manager: ServiceManager) -> bool | None:
-    """Whether the running server was started from its unit file as it is now (None: unknown)."""
-    check = getattr(manager, "config_matches", None)
-    return None if check is None else await check()
+async def config_check(d: Deployment) -> RunCheck:
+    """Whether the service runs exactly its unit file as it is now (`running.running_check`, with
+    optagent's record of its last restart); unknown when the service manager cannot tell."""
+    check = getattr(d.manager, "config_check", None)
+    if check is None:
+        return RunCheck(None, "the service manager cannot compare the running process with the file")
+    return await check(started=d.journal.started())
 
 
 async def check_running(d: Deployment, text: str, source: object, *, unproven_ok: bool = False) -> bool:
     """Refuse to record `text` as known-good unless the host's unit file is `text`, the service runs
-    exactly that (its process's command line and environment) and it is healthy; nothing is changed.
-    True: record it. False (only with `unproven_ok`): the service is not running; do not record it yet."""
+    exactly that (its whole command line and environment, a launch script proven by a restart) and it
+    is healthy; nothing is changed. True: record it. False (only with `unproven_ok`): the service is not
+    running; do not record it yet."""
     remote = await d.remote_text()
     never = "optagent records as known-good only a configuration it has seen running and healthy"
     if remote != text:
@@ -48,11 +53,18 @@ async def check_running(d: Deployment, text: str, source: object, *, unproven_ok
             f"the service {d.target.service} is not running, so {d.remote_unit} was never seen serving; "
             f"{never}. Start it and retry (nothing was changed)"
         )
-    if await config_matches(d.manager) is False:
+    check = await config_check(d)
+    if check.matches is False:
         raise DeployError(
-            f"{d.remote_unit} on the host is not what the service runs: the file was edited after the "
-            f"service started; {never}. If the file is right, restart the service yourself; otherwise "
-            "put back the file it runs. Nothing was changed"
+            f"{d.remote_unit} on the host is not what the service runs ({check.why}): the file was edited "
+            f"after the service started; {never}. If the file is right, restart the service yourself; "
+            "otherwise put back the file it runs. Nothing was changed"
+        )
+    if check.matches is None:
+        raise DeployError(
+            f"optagent cannot tell whether the service runs {d.remote_unit} as it is now ({check.why}); "
+            f"{never}. If the file is right, restart the service yourself and retry once it serves; "
+            "otherwise put back the file it runs. Nothing was changed"
         )
     t = d.target
     health = await wait_healthy(t.endpoint, timeout=min(30.0, t.health_timeout_s), api_key=t.api_key)
@@ -114,18 +126,18 @@ async def restore_known_good(
     await _wait_while_firing(d)
     steps = [*(entry.history if entry else []), entry.step if entry else ""]
     restarted_with_candidate = any(s in _AFTER_RESTART for s in steps) and not fired
-    need_restart = (
-        restarted_with_candidate
-        or not await d.manager.is_active()
-        or await config_matches(d.manager) is False
-    )
+    active = await d.manager.is_active()
+    runs = (await config_check(d)).matches if active else None
+    # After a restart with the candidate, only a process proven to run known-good is left running
+    # (e.g. the candidate's restart never happened: a full local disk stopped it first).
+    need_restart = not active or runs is False or (restarted_with_candidate and runs is not True)
     if need_restart:
-        await d._restart()
+        await d._restart(restoring=True)
     elif changed_file:
         await d.manager.reload()
     health = await d._wait()
     if not health.ok and not need_restart:
-        await d._restart()
+        await d._restart(restoring=True)
         health = await d._wait()
     raw_log = "" if health.ok else await d.log_tail()
     if health.ok and d.journal.known_good() is None:  # brought back from the host's file and serving
@@ -171,7 +183,7 @@ async def recover(d: Deployment) -> str | None:
             remote = await d.transport.read_file(d.remote_unit)
         except FileNotFoundError:
             return None
-        if known_good is None or remote != known_good or await config_matches(d.manager) is not False:
+        if known_good is None or remote != known_good or (await config_check(d)).matches is not False:
             return None
         try:
             d.parse(remote)
@@ -206,19 +218,23 @@ async def status(d: Deployment) -> dict[str, Any]:
         "endpoint": redact_text(t.endpoint, secrets=[t.api_key]),  # no `user:password@`
     }
     known_good = d.journal.known_good()
+    remote: str | None = None
     try:
         remote = await d.transport.read_file(d.remote_unit)
-        info["deployed_flags"] = redact_flags(d.parse(remote).command.flags, secrets=[t.api_key])
         info["deployed_sha"] = sha(remote)
+        unit = await d.host_unit(remote)  # the flags the server gets, `$VAR`s expanded
+        info["deployed_flags"] = redact_flags(unit.command.flags, secrets=[t.api_key])
     except FileNotFoundError:
-        remote, info["deployed_flags"], info["deployed_sha"] = None, None, None
-    except UnitFileError as e:
-        info["deployed_flags"], info["deployed_sha"] = f"unparseable: {e}", sha(remote or "")
+        info["deployed_flags"], info["deployed_sha"] = None, None
+    except (UnitFileError, ServiceError) as e:
+        info["deployed_flags"] = f"unparseable: {e}"
     info["known_good_sha"] = sha(known_good) if known_good is not None else None
     info["drift"] = known_good is not None and remote is not None and remote != known_good
     try:
         info["active"] = await d.manager.is_active()
-        info["config_matches_file"] = await config_matches(d.manager)
+        check = await config_check(d)
+        verdict = "no" if check.matches is False else "unknown"
+        info["config_matches_file"] = True if check.matches else f"{verdict}: {check.why}"
     except (TransportError, ServiceError) as e:
         info["active"], info["config_matches_file"] = None, f"unknown: {e}"
     health = await wait_healthy(t.endpoint, timeout=3.0, request_timeout=3.0, api_key=t.api_key)
@@ -235,6 +251,12 @@ async def status(d: Deployment) -> dict[str, Any]:
     info["restarts_last_minute"] = len([x for x in counters["restarts"] if now - x < 60])
     day = len([x for x in counters["restarts"] if now - x < DAY_S])
     info["restarts_last_day"] = f"{day} (max {t.max_restarts_per_day})"
+    if damaged := [x for x in counters["damaged"] if now - x < DAY_S]:
+        info["restarts_last_day"] = (
+            f"unknown: {d.journal.counters_path} was found damaged {(now - max(damaged)) / 60:.0f} min ago "
+            f"(set aside as counters.unreadable-*.json); the day's budget counts as spent "
+            f"(max {t.max_restarts_per_day})"
+        )
     info["consecutive_failures"] = len(counters["failures"])
     return info
 
@@ -254,7 +276,7 @@ async def finish_commit(d: Deployment) -> None:
     if candidate is None:
         raise DeployError(f"the candidate copy {d.journal.candidate_path} is missing; cannot commit")
     try:
-        write_local_atomic(d.target.local_unit, candidate)
+        save_state(d.target.local_unit, candidate)
         d.journal.set_known_good(candidate)
     except OSError as e:
         raise DeployError(f"cannot finish the commit: {e}") from e

@@ -12,7 +12,14 @@ import time
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from tools.deploy.remote import CommandResult, Transport, TransportError
-from tools.deploy.running import ServiceError, running_matches, unit_command
+from tools.deploy.running import (
+    RunCheck,
+    ServiceError,
+    StartRecord,
+    process_identity,
+    running_check,
+    unit_command,
+)
 
 if TYPE_CHECKING:
     from tools.config import TargetConfig
@@ -98,22 +105,41 @@ class SystemdManager:
             and ("auto-restart" not in states)
         )
 
-    async def config_matches(self) -> bool | None:
-        """False when the unit file changed on disk since systemd loaded it (`NeedDaemonReload`) or, the
-        unit path known, when the main process's command line is not what the file asks for now
-        (reloaded but never restarted); None when unknown."""
+    async def main_pid(self) -> int | None:
+        """The service's main process (`MainPID`), None when it has none."""
+        result = await self._run(["systemctl", "show", "-p", "MainPID", "--value", self.unit], check=False)
+        pid = result.stdout.strip()
+        return int(pid) if result.ok and pid.isdigit() and pid != "0" else None
+
+    async def identity(self) -> str | None:
+        """`PID STARTTIME` of the main process (for a `StartRecord`), None when it has none."""
+        pid = await self.main_pid()
+        return None if pid is None else await process_identity(self.transport, pid, sudo=self.sudo)
+
+    async def config_check(self, *, started: StartRecord | None = None) -> RunCheck:
+        """Whether the main process runs the unit file as it is now: not when the file changed on disk
+        since systemd loaded it (`NeedDaemonReload`), else its whole command line and environment
+        compared (`running.running_check`; `started` is optagent's record of its last restart)."""
         result = await self._run(
             ["systemctl", "show", "-p", "NeedDaemonReload", "-p", "MainPID", self.unit], check=False
         )
         if not result.ok:
-            return None
+            return RunCheck(None, f"systemctl show failed: {result.stderr.strip()[-200:]}")
         shown = dict(line.partition("=")[::2] for line in result.stdout.splitlines())
         if shown.get("NeedDaemonReload") == "yes":
-            return False
+            return RunCheck(False, "the unit file changed since systemd loaded it (no daemon-reload)")
         pid = shown.get("MainPID", "0")
-        if self.unit_path is None or not pid.isdigit() or pid == "0":
-            return True if self.unit_path is None else None
-        return await running_matches(self.transport, int(pid), unit_path=self.unit_path, sudo=self.sudo)
+        if self.unit_path is None:
+            return RunCheck(None, "the unit file's path on the host is not known")
+        if not pid.isdigit() or pid == "0":
+            return RunCheck(None, f"{self.unit} has no main process")
+        return await running_check(
+            self.transport, int(pid), unit_path=self.unit_path, sudo=self.sudo, started=started
+        )
+
+    async def config_matches(self, *, started: StartRecord | None = None) -> bool | None:
+        """`config_check(...).matches`."""
+        return (await self.config_check(started=started)).matches
 
     async def logs(self, lines: int = 50) -> str:
         """`journalctl -u UNIT -n LINES --no-pager -o cat`."""
@@ -253,10 +279,22 @@ class ProcessManager:
         if not result.ok:
             raise ServiceError(f"could not stop {self.service}: {result.stderr.strip()[-400:]}")
 
-    async def config_matches(self) -> bool | None:
-        """Whether the running process was started from the unit file as it is now (None: not running)."""
+    async def identity(self) -> str | None:
+        """`PID STARTTIME` of the server optagent started (for a `StartRecord`), None when none runs."""
         pid = await self.pid()
-        return None if pid is None else await running_matches(self.transport, pid, unit_path=self.unit_path)
+        return None if pid is None else await process_identity(self.transport, pid)
+
+    async def config_check(self, *, started: StartRecord | None = None) -> RunCheck:
+        """Whether the running process was started from the unit file as it is now (its whole command
+        line and environment: `running.running_check`); unknown when none runs."""
+        pid = await self.pid()
+        if pid is None:
+            return RunCheck(None, f"no process optagent started runs (no live PID in {self.pid_path})")
+        return await running_check(self.transport, pid, unit_path=self.unit_path, started=started)
+
+    async def config_matches(self, *, started: StartRecord | None = None) -> bool | None:
+        """`config_check(...).matches`."""
+        return (await self.config_check(started=started)).matches
 
     async def restart(self) -> None:
         """Stop, then start with the unit file as it is now; a file that does not parse stops nothing."""
