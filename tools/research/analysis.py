@@ -28,16 +28,12 @@ from typing import Any
 
 from tools.research.callers import reached
 from tools.research.catalog import FlagInfo, find_flag, negated
-from tools.research.decide import decide, is_validator
+from tools.research.decide import Question, decide, is_validator
 from tools.research.facts import default_facts, deployment_facts
 from tools.research.findings import CodeVerdict, Finding, reader_findings
 from tools.research.flag_index.lookup import FlagIndex
 from tools.research.flag_index.serving_path import MAX_FILE_BYTES, is_config_path
-from tools.research.gates import (
-    filled_in,
-    overridden,
-    set_anyway,
-)
+from tools.research.gates import filled_in
 from tools.research.guards.terms import non_default
 from tools.research.startup.check import StartupAnswer
 
@@ -95,6 +91,8 @@ def analyze_flag(
             "incompatible-with-version",
             f"{name} is not a launch_server flag of SGLang {index.version}: the server would refuse to start.",
             1.0,
+            rule="not-a-flag",
+            basis="catalog",
         )
     declared = default_facts(index.catalog)
     facts = deployment_facts(index, facts, startup, declared)
@@ -126,25 +124,9 @@ def analyze_flag(
     if startup is not None and startup.kind == "changed":
         _drop_argument_refusals(verdict)
         _settled_in_argument_code(index, verdict, startup, facts, flag_values, without)
-    decide(verdict, target)
-    if startup is not None and startup.kind in ("refused", "same"):
-        _startup_decides(verdict, startup)
-    elif startup is not None and startup.kind == "changed":
+    decide(Question(verdict, target, startup, index, facts, flag_values))
+    if startup is not None and startup.kind == "changed":
         verdict.notes.append(f"SGLang's own argument resolution here changes: {_changes(startup)}")
-    elif verdict.verdict in ("applies", "unknown") and (
-        over := overridden(index, target.dest, facts, flag_values)
-    ):
-        where, func, why = over
-        verdict.findings.append(Finding(where, f"return {{{target.dest!r}: ...}}", func, "off", why))
-        verdict.verdict, verdict.certainty = "no-op", 0.85
-        verdict.summary = f"overridden: {func} at {where} {why}."
-    elif verdict.verdict in ("applies", "unknown") and (
-        anyway := set_anyway(index, target.dest, facts, flag_values)
-    ):
-        where, func, why, certainty = anyway
-        verdict.findings.append(Finding(where, f"self.{target.dest} = ...", func, "off", why))
-        verdict.verdict, verdict.certainty = "no-op", certainty
-        verdict.summary = f"set anyway: {func} at {where} {why}."
     return verdict
 
 
@@ -230,41 +212,6 @@ def _drop_argument_refusals(v: CodeVerdict) -> None:
     argument code did not fire."""
     for f in v.findings:
         f.exits = [e for e in f.exits if not (e.kind in ("raise", "assert") and is_config_path(e.location))]
-
-
-def _startup_decides(v: CodeVerdict, startup: StartupAnswer) -> None:
-    """The verdict from SGLang's own start-up: its refusal, or the same configuration either way."""
-    what = v.flag + ("" if v.value is True or v.value is None else f" {v.value}")
-    if startup.kind == "refused":
-        v.verdict, v.certainty = "refuses-to-start", 0.95
-        v.summary = (
-            f"SGLang {v.version}'s own argument resolution, run for this deployment, refuses {what}: "
-            f'"{startup.message}" at {startup.where}.'
-        )
-        for where in reversed(startup.lines[-3:]):
-            v.findings.insert(0, Finding(where, "", "start-up", "on", "ran while SGLang resolved the flag"))
-        if startup.where:
-            v.findings.insert(0, Finding(startup.where, startup.message, "start-up", "on", "raised here"))
-        return
-    if startup.stored is False:  # the parser drops it: no deployment ever sees a value
-        v.verdict = "dead"
-        v.summary = (
-            f"SGLang {v.version}'s own parser stores nothing for {v.flag} (its action at {v.definition} "
-            "only warns): no setting receives it, on this deployment or any other."
-        )
-        v.findings = [Finding(v.definition or "", v.flag, "argparse", "off", "its action stores nothing")]
-        v.notes = [n for n in v.notes if not n.startswith("deprecated: researched through")]
-    elif v.verdict != "dead":  # nothing reads it: dead says more than no-op
-        v.verdict = "no-op"
-        settled = f"; it last settles `{v.dest}` at {startup.lines[-1]}" if startup.lines else ""
-        v.summary = (
-            f"SGLang {v.version}'s own argument resolution, run for this deployment, gives the same "
-            f"configuration with and without {what} (reset, alias or a value it picks by itself)"
-            f"{settled}: nothing it starts differs."
-        )
-    v.certainty = 0.95
-    for where in reversed(startup.lines[-4:]):  # the lines that settled it, latest first
-        v.findings.insert(0, Finding(where, "", "start-up", "on", "ran while SGLang resolved the flag"))
 
 
 def _changes(startup: StartupAnswer, limit: int = 6) -> str:

@@ -69,6 +69,13 @@ class CodeVerdict:
     notes: list[str] = field(default_factory=list)
     definition: str | None = None
     help: str = ""
+    rule: str = ""
+    """The rule of `tools.research.decide.RULES` that decided the verdict."""
+    basis: str = ""
+    """What the verdict rests on (`tools.research.decide.BASES`): startup, reached, guard, open, ..."""
+    unsettled: str = ""
+    """What it rests on that the deployment's facts did not settle (a guard left open, a fact
+    missing); empty when everything is settled."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""

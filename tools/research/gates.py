@@ -25,7 +25,6 @@ from collections.abc import Iterator
 from typing import Any
 
 from tools.research.callers import MAX_SITES, caller_gate, env_of
-from tools.research.decide import UNSURE
 from tools.research.flag_index.lookup import FlagIndex
 from tools.research.guard_eval import evaluate, evaluate_all
 from tools.research.guards.terms import Env, Outcome
@@ -230,13 +229,13 @@ def overridden(
 
 def set_anyway(
     index: FlagIndex, dest: str, facts: dict[str, Any], flag: dict[str, Any]
-) -> tuple[str, str, str, float] | None:
+) -> tuple[str, str, str, list[str]] | None:
     """Where argument resolution gives `dest` the trial value by itself here (`if not
     self.enable_x and <model and GPU hold>: self.enable_x = True`): a pass whose guards hold with
     the flag left as it is now sets it to the trial value, so setting the flag changes nothing.
     Its own condition must hold; an enclosing or earlier-return guard may be open at runtime only
     (`if parse_connector_type(self.model_path) == INSTANCE: return`), never for a missing fact: the
-    why names it. (location, function, why, certainty); None when no pass does (or it is open)."""
+    why names it. (location, function, why, what is open at runtime); None when no pass does."""
     defaults = {f.dest: f.default for f in index.catalog}
     now = facts.get(f"flag.{dest}", defaults.get(dest))
     trial = flag.get(dest)
@@ -255,8 +254,8 @@ def set_anyway(
         held = f" ({', '.join([*rest.used, *own.used])})" if rest.used or own.used else ""
         why = f"sets {dest} = {trial!r} without the flag{held}"
         if rest.truth is True:
-            return location, func.qual, why, 0.85
-        return location, func.qual, f"{why}; open at runtime: {', '.join(rest.runtime)}", UNSURE
+            return location, func.qual, why, []
+        return location, func.qual, f"{why}; open at runtime: {', '.join(rest.runtime)}", list(rest.runtime)
     return None
 
 
