@@ -282,9 +282,7 @@ async def _final(
         final_levels = mean_throughput(best_reps) if best_reps else {}  # {}: shown as missing
     kept = [c.describe() for c in runner.kept_changes] if runner else []
     # checked again now: the final benchmark may have taken the server down since the check above
-    health = await wait_healthy(
-        config.target.endpoint, timeout=3.0, request_timeout=10.0, api_key=config.target.api_key
-    )
+    health = await wait_healthy(config.target.endpoint, timeout=3.0, request_timeout=10.0)
     ui.note(f"deployed: {', '.join(kept) or 'baseline configuration'}; healthy: {health.ok}")
     if status == "completed" and runner is not None and (runner.exhausted or runner.halted):
         status = f"budget spent: {runner.exhausted}" if not runner.halted else f"stopped: {runner.halted}"
