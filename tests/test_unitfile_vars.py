@@ -104,7 +104,7 @@ def test_what_cannot_be_edited_in_place_is_refused_with_the_reason() -> None:
         EXTRA.replace('"EXTRA=--cuda-graph-max-bs-decode 32 --max-running-requests 64" ', "")
     )
     assert unknown.command.flags["--mem-fraction-static"] == "0.85"  # never "$EXTRA"
-    with pytest.raises(UnitFileError, match=r"passes \$EXTRA, whose value is not known here"):
+    with pytest.raises(UnitFileError, match=r"passes \$EXTRA, whose words are not known here"):
         unknown.set_flag("--mem-fraction-static", "0.8")
     half = UnitFile.parse(EXTRA.replace("--mem-fraction-static 0.85 $EXTRA", "--max-running-requests $EXTRA")
                           .replace("EXTRA=--cuda-graph-max-bs-decode 32 --max-running-requests 64",

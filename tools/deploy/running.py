@@ -222,8 +222,8 @@ async def running_check(
         want, want_env, _ = await unit_command(transport, text, unit_path=unit_path)
     except (ServiceError, UnitFileError, FileNotFoundError, UnicodeDecodeError) as e:
         return RunCheck(None, f"{unit_path} does not give a command to compare ({e})")
-    if "@" in unit.prefix:  # `@`: the second word is the argv[0] the process gets
-        want = [unit.words[1].value, *want[1:]]
+    if "@" in unit.prefix and proc.argv[:1] == [unit.words[1].value]:
+        want = [unit.words[1].value, *want[1:]]  # systemd's `@`: the second word is argv[0]
     wrappers: list[str] = []
     why = ""
     while True:
@@ -237,7 +237,10 @@ async def running_check(
         wrappers.append(shlex.join(want[: peeled[0]]))
         want, want_env = want[peeled[0] :], {**want_env, **peeled[1]}
     if proc.env is None:
-        return RunCheck(None, f"the environment of process {pid} cannot be read (another user's; set sudo)")
+        return RunCheck(
+            None,
+            f"the environment of process {pid} cannot be read (another user's: set sudo = true in [target])",
+        )
     differ = sorted(k for k, v in want_env.items() if proc.env.get(k) != v)
     if differ:
         return RunCheck(False, f"its environment differs from the file's in {', '.join(differ)}")

@@ -78,9 +78,9 @@ def _refuse_unknown(unit: UnitFile, flag: str) -> None:
     if unit.kind == "systemd" and unknown:
         files = " (it may come from an EnvironmentFile= on the host)" if _has_env_files(unit) else ""
         raise UnitFileError(
-            f"the server command passes {unknown[0]}, whose value is not known here{files}: it may hold "
-            f"{flag} or other flags, so an edit could miss it or drop them. `optagent deploy` reads the "
-            f"host's EnvironmentFile=; or set {unknown[0]} with Environment= in the unit"
+            f"the server command passes {unknown[0]}, whose words are not known here{files}: it may set "
+            f"{flag} too, and an edit that cannot see it could be undone by it. `optagent deploy` reads "
+            f"the host's EnvironmentFile= values; elsewhere set {unknown[0][1:]} with Environment= in the unit"
         )
 
 

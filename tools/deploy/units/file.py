@@ -90,6 +90,8 @@ class UnitFile:
     host_env: tuple[tuple[str, str], ...] = ()
     """Variables given to `parse` (the host's `EnvironmentFile=` values), which win over `Environment=`."""
     spans: tuple[FlagSpan, ...] = ()
+    flags_from: int = 0
+    """Index in `tokens` of the server's first own argument (after its entry point)."""
 
     @classmethod
     def parse(cls, text: str, *, kind: Kind | None = None, env: Mapping[str, str] | None = None) -> UnitFile:
@@ -121,9 +123,10 @@ class UnitFile:
             raise UnitFileError("the server command is empty")
         refuse_shell_string(words, first)
         tokens = command_tokens(words, first, variables)
-        spans = parse_flags(tokens, flags_start(words[0].value, tokens))
+        start = flags_start(words[0].value, tokens)
+        spans = parse_flags(tokens, start)
         return cls(text, kind, tuple(words), first, prefix, env_words, entries, multiline, indent,
-                   tuple(tokens), tuple(sorted(host_env.items())), tuple(spans))  # fmt: skip
+                   tuple(tokens), tuple(sorted(host_env.items())), tuple(spans), start)  # fmt: skip
 
     @classmethod
     def load(cls, path: str | Path) -> UnitFile:
@@ -160,8 +163,9 @@ class UnitFile:
 
     @property
     def unknown_words(self) -> list[str]:
-        """Arguments whose words are not known here: a `$NAME` no `Environment=` (or `env`) sets."""
-        return [t.value for t in self.tokens if t.opaque and t.var is not None]
+        """The server's arguments whose words are not known here: a `$NAME` no `Environment=` (or
+        `env`) sets, after the entry point (a wrapper's are not the server's)."""
+        return [t.value for t in self.tokens[self.flags_from :] if t.opaque and t.var is not None]
 
     @property
     def working_directory(self) -> str | None:
