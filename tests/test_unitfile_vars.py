@@ -140,3 +140,8 @@ def test_a_script_s_expansions_are_kept_in_place() -> None:
     assert unit.command.flags == {"--mem-fraction-static": "0.85"}
     edited = unit.set_flag("--mem-fraction-static", "0.8").set_flag("--tp", "2")
     assert edited.render() == script.replace('0.85 $EXTRA "$@"', '0.8 $EXTRA "$@" --tp 2')
+    switch = UnitFile.parse(script.replace("--mem-fraction-static 0.85", "--enable-mixed-chunk"))
+    assert switch.command.flags == {"--enable-mixed-chunk": "$EXTRA"}  # as written: its words are unknown
+    with pytest.raises(UnitFileError, match=r"takes its value from \$EXTRA"):
+        switch.set_flag("--enable-mixed-chunk")  # never dropped with the switch
+    assert "$EXTRA" in switch.set_flag("--tp", "2").render()

@@ -122,6 +122,12 @@ def _apply(
     unit: UnitFile, spans: list[FlagSpan], keep: FlagSpan | None, value: Value
 ) -> tuple[str, set[str]]:
     """Replace `keep` (if any) by `flag value`, remove the other `spans`."""
+    for s in spans:
+        if not s.known:
+            raise UnitFileError(
+                f"{s.name} takes its value from {s.value}, whose words are not known here (one value, or "
+                "more flags): change it by hand"
+            )
     planned: list[Edit] = []
     by_var: dict[str, list[FlagSpan]] = {}
     for s in spans:

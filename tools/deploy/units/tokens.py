@@ -48,6 +48,9 @@ class FlagSpan:
     value_indexes: tuple[int, ...]
     eq_form: bool
     value: str | None
+    known: bool = True
+    """False when the value is an argument whose words are not known (`--model-path $MODEL` in a
+    script): shown as written, never edited (the words may be one value, or more flags)."""
 
     @property
     def indexes(self) -> tuple[int, ...]:
@@ -105,7 +108,10 @@ def parse_flags(tokens: Sequence[Token], start: int) -> list[FlagSpan]:
         while j < len(tokens) and not tokens[j].opaque and not looks_like_option(tokens[j].value):
             j += 1
         indexes = tuple(range(k + 1, j))
+        known = bool(indexes) or j >= len(tokens) or not tokens[j].opaque
+        if not known:
+            indexes, j = (j,), j + 1
         value = " ".join(tokens[i].value for i in indexes) if indexes else None
-        spans.append(FlagSpan(text, k, indexes, False, value))
+        spans.append(FlagSpan(text, k, indexes, False, value, known))
         k = j
     return spans
