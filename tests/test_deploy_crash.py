@@ -162,20 +162,20 @@ def test_switch_waits_out_the_health_timeout_and_keepalive_extends_it(ssh_sim) -
 
 def test_a_slow_starting_server_sets_the_health_wait_and_the_switch(ssh_sim) -> None:  # type: ignore[no-untyped-def]
     """A server seen to start in ~4 s gets twice its slowest start before a start counts as failed,
-    over a configured 5 s that a slightly slower candidate would overrun; the switch waits longer too."""
-    sim = ssh_sim(time_scale=0.2, deadman_s=1.0, health_timeout_s=5.0)
+    over a configured 7 s that a slightly slower candidate would overrun; the switch waits longer too."""
+    sim = ssh_sim(time_scale=0.2, deadman_s=1.0, health_timeout_s=7.0)
     original = assert_settled(sim)
     candidate = UnitFile.parse(original).set_flag("--mem-fraction-static", "0.8").render()
 
     async def scenario() -> tuple[list[float], float, float]:
         async with Deployment(sim.target) as d:
-            assert (d.health_wait, d.deadman_seconds) == (5.0, 7.5)  # nothing seen yet: the config's
+            assert (d.health_wait, d.deadman_seconds) == (7.0, 10.5)  # nothing seen yet: the config's
             assert (await d.deploy(candidate)).ok
             assert (await d.rollback()).ok
             return list(d.starts), d.health_wait, d.deadman_seconds
 
     starts, wait, switch = asyncio.run(scenario())
     assert len(starts) == 2 and all(s > 2.5 for s in starts)  # 20 simulated seconds at 0.2
-    assert wait == pytest.approx(2 * max(starts)) and wait > 5.0
+    assert wait == pytest.approx(2 * max(starts)) and wait > 7.0
     assert switch == pytest.approx(1.5 * wait)
     assert_settled(sim, original)
