@@ -1,13 +1,23 @@
 """Research speed on the full SGLang trees: index build (cold), then one flag's verdict with a warm index.
 
 Usage: python benchmarks/bench_research.py [--source DIR ...] [--rebuild]
-       python benchmarks/bench_research.py --labels
+       python benchmarks/bench_research.py --labels [--no-startup]
+       python benchmarks/bench_research.py --calibrate
+       python benchmarks/bench_research.py --sealed research_labels_sealed-<date>.toml
 Without --source it uses the cached 0.5.23 and 0.5.9 trees (fetching them once from the index).
 
-`--labels` scores research against the hand-read truths instead: tests/data/research_labels.toml
-(the cases the tests check) and tests/data/research_labels_holdout.toml (held out: read the same
-way, never a test, so they measure without becoming targets). It prints the share right per kind of
-case and a calibration table (share right per certainty band) for each set.
+`--labels` scores research against the hand-read truths of every taught label file
+(tests/data/research_labels*.toml but the sealed ones): per file the share right per kind and per
+version and the wrong verdicts, then for all of them together a calibration table (per certainty
+band: verdicts, right, share, mean certainty) and the record of each rule on each basis.
+`--calibrate` rewrites tools/research/calibration.toml from the same outcomes: the counts each
+verdict's certainty is computed from (`tools.research.calibration`); run it whenever labels or
+research change (tests/test_research_labels.py fails until it is run).
+
+`--sealed FILE` scores a sealed file (top-level `sealed = true`) once, at the end of the work it
+measures: only the totals (right / cases, right at certainty >= 0.9, the certainty of each wrong
+verdict) and the calibration table are printed, never a case, a kind or a version; the per-case
+printing refuses a sealed file (`print_scores`), and no sealed file is ever calibrated on.
 
 Three numbers per tree and flag, with the story's facts (SM120, 4 GPUs, TP 4, Qwen3.5-122B-A10B):
 - `fresh process`: `python -c` that opens the on-disk index and researches the flag (what one
@@ -27,9 +37,12 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from tools.research.analysis import analyze_flag
+from tools.research.calibration import COUNTS, certainty, share, tally, write
 from tools.research.index import load_index
 from tools.research.source import get_source, local_source
 
@@ -92,15 +105,34 @@ def fresh(tree_root: Path, flag: str) -> tuple[float, str]:
     return float(seconds), verdict
 
 
-BANDS = ((0.9, 1.01), (0.7, 0.9), (0.5, 0.7), (0.0, 0.5))
+class Row(NamedTuple):
+    """One case scored: the truth, research's verdict, its certainty and what decided it."""
+
+    case: dict
+    verdict: str
+    certainty: float
+    right: bool
+    rule: str
+    basis: str
+    unsettled: str
 
 
-def score_labels(name: str, *, use_startup: bool = True) -> list[tuple[dict, str, float, bool]]:
-    """(case, verdict, certainty, right) for every case of one label file."""
-    from tests.research_profiles import case_startup, load_cases, profile_facts
+@dataclass
+class Scored:
+    """One label file scored, case by case."""
 
-    out = []
-    for case in load_cases(name):
+    name: str
+    sealed: bool
+    rows: list[Row] = field(default_factory=list)
+
+
+def score_labels(name: str, *, use_startup: bool = True, sealed_ok: bool = False) -> Scored:
+    """Every case of one label file, researched on its deployment; a sealed file only with
+    `sealed_ok` (its one scoring, `--sealed`)."""
+    from tests.research_profiles import case_startup, is_sealed, load_cases, profile_facts
+
+    out = Scored(name, is_sealed(name))
+    for case in load_cases(name, sealed_ok=sealed_ok):
         tree = get_source(case["version"])
         startup = case_startup(tree, case) if use_startup else None
         v = analyze_flag(
@@ -110,33 +142,104 @@ def score_labels(name: str, *, use_startup: bool = True) -> list[tuple[dict, str
             value=case.get("value"),
             startup=startup,
         )
-        out.append((case, v.verdict, v.certainty, v.verdict == case["verdict"]))
+        right = v.verdict == case["verdict"]
+        out.rows.append(Row(case, v.verdict, v.certainty, right, v.rule, v.basis, v.unsettled))
     return out
 
 
-def print_scores(title: str, scored: list[tuple[dict, str, float, bool]]) -> None:
-    """Share right per kind, per version, and per certainty band."""
-    right = sum(r for *_, r in scored)
-    print(f"\n{title}: {right}/{len(scored)} right ({100 * right / max(1, len(scored)):.0f}%)")
+def recertified(scored: Scored) -> Scored:
+    """The same outcomes with the certainties the calibration file now gives."""
+    rows = [
+        r._replace(certainty=certainty(r.rule, r.basis, unsettled=r.unsettled, verdict=r.verdict))
+        for r in scored.rows
+    ]
+    return Scored(scored.name, scored.sealed, rows)
+
+
+def print_scores(scored: Scored) -> None:
+    """Share right per kind and per version, and the wrong verdicts: never for a sealed file."""
+    from tests.research_profiles import SealedError
+
+    if scored.sealed:
+        raise SealedError(f"{scored.name} is sealed: only print_sealed may show it")
+    rows = scored.rows
+    right = sum(r.right for r in rows)
+    print(f"\n{scored.name}: {right}/{len(rows)} right ({100 * right / max(1, len(rows)):.0f}%)")
     for key in ("kind", "version"):
         groups: dict[str, list[bool]] = {}
-        for case, _, _, r in scored:
-            groups.setdefault(case.get(key) or f"taught: {case['verdict']}", []).append(r)
+        for r in rows:
+            groups.setdefault(r.case.get(key) or f"taught: {r.case['verdict']}", []).append(r.right)
         print(f"  {'by ' + key:28} right / cases")
         for k, rs in sorted(groups.items()):
             print(f"  {k:28} {sum(rs):5} / {len(rs)}")
-    print(f"  {'certainty':28} right / cases")
-    for low, high in BANDS:
-        rs = [r for _, _, c, r in scored if low <= c < high]
-        share = f"({100 * sum(rs) / len(rs):.0f}%)" if rs else ""
-        print(f"  {f'{low:.1f} to {min(high, 1.0):.1f}':28} {sum(rs):5} / {len(rs)} {share}")
-    wrong = [(c, v, k) for c, v, k, r in scored if not r]
-    if wrong and title.startswith("taught"):
+    wrong = [r for r in rows if not r.right]
+    if wrong:
         print("  wrong:")
-        for c, v, k in wrong:
-            print(
-                f"    {c['version']} {c['profile']} {c['flag']} {c.get('value', '')}: {v} ({k:.2f}), truth {c['verdict']}"
-            )
+    for r in wrong:
+        c = r.case
+        print(
+            f"    {c['version']} {c['profile']} {c['flag']} {c.get('value', '')}: {r.verdict} "
+            f"({r.certainty:.2f}, {r.rule}/{r.basis}), truth {c['verdict']}"
+        )
+
+
+BANDS = (
+    ("0.95 to 1.00", 0.95, 2.0),
+    ("0.90 to 0.95", 0.9, 0.95),
+    ("0.80 to 0.90", 0.8, 0.9),
+    ("0.61 to 0.80", 0.605, 0.8),
+    ("0.60 or less", 0.0, 0.605),
+)
+"""Certainty bands, low end included; 0.60 or less is a verdict resting on something unsettled."""
+
+
+def calibration_table(certainties: list[tuple[float, bool]]) -> list[str]:
+    """Per certainty band: verdicts, right, share right, mean certainty."""
+    lines = [f"  {'certainty':14} {'verdicts':>8} {'right':>6} {'share':>6} {'mean certainty':>15}"]
+    for label, low, high in BANDS:
+        band = [(c, r) for c, r in certainties if low <= round(c, 2) < high]
+        if not band:
+            lines.append(f"  {label:14} {0:8} {0:6} {'-':>6} {'-':>15}")
+            continue
+        right = sum(r for _, r in band)
+        mean = sum(c for c, _ in band) / len(band)
+        lines.append(f"  {label:14} {len(band):8} {right:6} {100 * right / len(band):5.0f}% {mean:15.2f}")
+    return lines
+
+
+def print_sealed(scored: Scored) -> None:
+    """A sealed file's one score: totals and the calibration table, nothing per case, kind or version."""
+    rows = scored.rows
+    right = sum(r.right for r in rows)
+    sure = [r.right for r in rows if r.certainty >= 0.9]
+    wrong = sorted(round(r.certainty, 2) for r in rows if not r.right)
+    print(
+        f"\n{scored.name} (sealed): {right}/{len(rows)} verdicts right ({100 * right / max(1, len(rows)):.0f}%)"
+    )
+    share_sure = f" ({100 * sum(sure) / len(sure):.0f}%)" if sure else ""
+    print(f"  at certainty >= 0.9: {sum(sure)}/{len(sure)} right{share_sure}")
+    print(f"  certainty of each wrong verdict: {wrong}")
+    print("\n".join(calibration_table([(r.certainty, r.right) for r in rows])))
+
+
+def taught_outcomes(scored: list[Scored]) -> list[tuple[str, str, str, bool]]:
+    """(case id, rule, basis, right) of every taught case: what the calibration file counts."""
+    from tests.research_profiles import SealedError, case_id
+
+    out = []
+    for s in scored:
+        if s.sealed:
+            raise SealedError(f"{s.name} is sealed: nothing is calibrated on it")
+        out += [(case_id(s.name, r.case), r.rule, r.basis, r.right) for r in s.rows]
+    return out
+
+
+def print_rules(outcomes: list[tuple[str, str, str, bool]]) -> None:
+    """Each rule's record on each basis, and the certainty it gives (`tools.research.calibration`)."""
+    per_key, _ = tally(outcomes)
+    print(f"\n  {'rule/basis':34} {'cases':>5} {'right':>5} {'certainty':>9}")
+    for k, (n, r) in per_key.items():
+        print(f"  {k:34} {n:5} {r:5} {share(n, r):9.2f}")
 
 
 def main() -> None:
@@ -145,28 +248,35 @@ def main() -> None:
     parser.add_argument("--rebuild", action="store_true", help="Time a cold index build first.")
     parser.add_argument("--labels", action="store_true", help="Score against the hand-read labels.")
     parser.add_argument("--no-startup", action="store_true", help="Code index only (no SGLang start-up run).")
+    parser.add_argument("--calibrate", action="store_true", help="Rewrite tools/research/calibration.toml.")
+    parser.add_argument("--sealed", metavar="FILE", help="Score a sealed label file once: totals only.")
     args = parser.parse_args()
-    if args.labels:
+    if args.sealed:
         sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-        use = not args.no_startup
-        taught = score_labels("research_labels.toml", use_startup=use)
-        held = score_labels("research_labels_holdout.toml", use_startup=use)
-        print_scores("taught (research_labels.toml)", taught)
-        print_scores("held out (research_labels_holdout.toml)", held)
-        from tests.research_profiles import DATA, PROFILES
+        print_sealed(score_labels(args.sealed, use_startup=not args.no_startup, sealed_ok=True))
+        return
+    if args.labels or args.calibrate:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        from tests.research_profiles import taught_files
 
-        if (DATA / "research_labels_holdout2.toml").exists():  # written after the first set, never taught
-            second = score_labels("research_labels_holdout2.toml", use_startup=use)
-            print_scores("held out, second set (research_labels_holdout2.toml)", second)
-            held += second
-        story = PROFILES["story"]
-        seed = {n for n, p in PROFILES.items() if (p["config"], p["sm"]) == (story["config"], story["sm"])}
-        others = [r for c, _, _, r in taught + held if c["profile"] not in seed]
-        sure = [r for _, _, k, r in taught + held if k >= 0.9]
-        print(
-            f"\nall sets, deployments other than the seed's ({', '.join(sorted(seed))}): {sum(others)}/{len(others)} right"
-        )
-        print(f"all sets, certainty >= 0.9: {sum(sure)}/{len(sure)} right")
+        files = taught_files()
+        scored = [score_labels(name, use_startup=not args.no_startup) for name in files]
+        outcomes = taught_outcomes(scored)
+        if args.calibrate:
+            if args.no_startup:
+                parser.error("--calibrate counts research as it runs: with SGLang's start-up")
+            write(files, outcomes)
+            scored = [recertified(s) for s in scored]
+            print(f"wrote {COUNTS} from {len(outcomes)} taught cases ({', '.join(files)})")
+        if args.labels:
+            for s in scored:
+                print_scores(s)
+        rows = [(r.certainty, r.right) for s in scored for r in s.rows]
+        print(f"\ntaught set ({len(rows)} cases): {sum(r for _, r in rows)} right")
+        print("\n".join(calibration_table(rows)))
+        sure = [r for c, r in rows if c >= 0.9]
+        print(f"  certainty >= 0.9: {sum(sure)}/{len(sure)} right")
+        print_rules(outcomes)
         return
     trees = (
         [local_source(p) for p in args.source]

@@ -17,9 +17,35 @@ NONE = "<none>"
 """TOML has no null: a server argument the profile sets to None."""
 
 
-def load_cases(name: str = "research_labels.toml") -> list[dict[str, Any]]:
-    """The labelled cases of one file."""
-    return tomllib.loads((DATA / name).read_text())["case"]
+class SealedError(RuntimeError):
+    """A sealed label file asked for where only taught ones may be read."""
+
+
+def is_sealed(name: str) -> bool:
+    """Whether a label file is sealed (top-level `sealed = true`): scored once, at the end of an
+    issue, for totals only; never taught from, never printed case by case."""
+    return bool(tomllib.loads((DATA / name).read_text()).get("sealed"))
+
+
+def taught_files() -> list[str]:
+    """Every label file research may learn from: `research_labels*.toml` but the sealed ones."""
+    names = sorted(p.name for p in DATA.glob("research_labels*.toml"))
+    return [n for n in names if not is_sealed(n)]
+
+
+def load_cases(name: str = "research_labels.toml", *, sealed_ok: bool = False) -> list[dict[str, Any]]:
+    """The labelled cases of one file; a sealed file only with `sealed_ok` (its one scoring)."""
+    data = tomllib.loads((DATA / name).read_text())
+    if data.get("sealed") and not sealed_ok:
+        raise SealedError(f"{name} is sealed: score it once for totals only (bench_research.py --sealed)")
+    return data["case"]
+
+
+def case_id(name: str, case: dict[str, Any]) -> str:
+    """`research_labels.toml: 0.5.23 story --flag=value`: one taught case, as the calibration
+    file (`tools/research/calibration.toml`) records it."""
+    value = f"={case['value']}" if "value" in case else ""
+    return f"{name}: {case['version']} {case['profile']} {case['flag']}{value}"
 
 
 def profile_facts(name: str) -> dict[str, Any]:

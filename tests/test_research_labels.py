@@ -13,12 +13,30 @@ from typing import Any
 
 import pytest
 
-from tests.research_profiles import PROFILES, case_startup, load_cases, profile_facts
+from tests.research_profiles import PROFILES, case_id, case_startup, load_cases, profile_facts, taught_files
 from tools.research.analysis import analyze_flag
+from tools.research.calibration import recorded_cases
 from tools.research.flag_index.serving_path import off_path_reason
 from tools.research.index import load_index
 
 CASES = load_cases()
+TAUGHT = [(name, c) for name in taught_files() for c in load_cases(name)]
+_VERDICTS: dict[str, Any] = {}
+"""Each case researched once per process: the truth test and the calibration test share it."""
+
+
+def _verdict(name: str, case: dict[str, Any], trees: dict[str, Any]) -> Any:
+    key = case_id(name, case)
+    if key not in _VERDICTS:
+        tree = trees[case["version"]]
+        _VERDICTS[key] = analyze_flag(
+            load_index(tree),
+            case["flag"],
+            profile_facts(case["profile"]),
+            value=case.get("value"),
+            startup=case_startup(tree, case),
+        )
+    return _VERDICTS[key]
 
 
 @pytest.fixture(scope="module")
@@ -68,14 +86,7 @@ def _case(c: dict[str, Any]) -> Any:
 
 @pytest.mark.parametrize("case", [_case(c) for c in CASES])
 def test_verdict_matches_the_hand_read_truth(case: dict[str, Any], trees) -> None:  # type: ignore[no-untyped-def]
-    tree = trees[case["version"]]
-    verdict = analyze_flag(
-        load_index(tree),
-        case["flag"],
-        profile_facts(case["profile"]),
-        value=case.get("value"),
-        startup=case_startup(tree, case),
-    )
+    verdict = _verdict("research_labels.toml", case, trees)
     assert verdict.verdict == case["verdict"], verdict.summary
     if ":" in case["source"] and verdict.verdict not in ("dead", "incompatible-with-version"):
         # the deciding line is in the evidence (a reader, or the exit it reaches)
@@ -85,6 +96,21 @@ def test_verdict_matches_the_hand_read_truth(case: dict[str, Any], trees) -> Non
         assert any(_cites(p, case["source"]) for p in places), (places, case["source"])
     if verdict.verdict == "dead":
         assert case["source"].split(":")[0] == verdict.definition.split(":")[0]
+
+
+@pytest.mark.parametrize("name,case", TAUGHT, ids=[case_id(n, c) for n, c in TAUGHT])
+def test_each_taught_case_is_decided_as_the_calibration_file_records_it(name, case, trees) -> None:  # type: ignore[no-untyped-def]
+    """tools/research/calibration.toml counts, for every taught case, the rule and basis research
+    decides it by and whether it is right: certainties come from those counts, so a change of
+    research or of a label that moves a case makes the file stale (issue 53 item 1). Whether the
+    verdict is right is not asserted here (held-out cases are no targets), only that it is recorded."""
+    v = _verdict(name, case, trees)
+    now = f"{v.rule}/{v.basis} {'right' if v.verdict == case['verdict'] else 'wrong'}"
+    recorded = recorded_cases().get(case_id(name, case))
+    assert now == recorded, (
+        f"research now decides it {now} ({v.verdict}), the calibration file says {recorded}: "
+        "run python benchmarks/bench_research.py --calibrate"
+    )
 
 
 def test_no_evidence_off_the_serving_path(trees) -> None:  # type: ignore[no-untyped-def]

@@ -123,6 +123,8 @@ def _usage_result(code: Any) -> dict[str, Any]:
         "code_verdict": code.verdict,
         "code_summary": code.summary,
         "certainty": code.certainty,
+        "rests_on": f"{code.rule}/{code.basis}",  # the rule and what it rests on: its certainty's record
+        "unsettled": code.unsettled,  # what the deployment's facts did not settle (certainty <= 0.6)
         "readers": readers,
         "notes": code.notes,
     }

@@ -51,9 +51,10 @@ class FlagVerdict(BaseModel):
     way), `model` (the researching model's own reading, which the code did not confirm) or
     `unknown`. optagent checks the claims (`agent.policy.claims`): only the code's analysis in
     this session can make a verdict `code`, and `checked` says what the check changed.
-    `certainty` (0..1) is how sure that source is: ~0.9-1.0 for a reader or exit
-    whose conditions were all decided from facts, 0.55 (at most 0.6) when a guard or value research
-    could not settle is left open, ~0.5 for a playbook rule alone, ~0.3 or less for `unknown`. Trial
+    `certainty` (0..1) is how sure that source is: for the code, how often the rule
+    that decided it has been right on the taught labels (`tools.research.calibration`), at most 0.6
+    when a guard or value research could not settle is left open; ~0.5 for a playbook rule alone
+    (no labels score the playbook); ~0.3 or less for `unknown`. Trial
     ordering tries uncertain verdicts last; an uncertain rejection never rules a flag out.
     """
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from tools.research.calibration import certainty
 from tools.research.callers import reached
 from tools.research.catalog import FlagInfo, find_flag, negated
 from tools.research.decide import Question, decide, is_validator
@@ -90,7 +91,7 @@ def analyze_flag(
             index.version,
             "incompatible-with-version",
             f"{name} is not a launch_server flag of SGLang {index.version}: the server would refuse to start.",
-            1.0,
+            certainty("not-a-flag", "catalog"),
             rule="not-a-flag",
             basis="catalog",
         )

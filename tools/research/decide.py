@@ -12,7 +12,8 @@ entry's module, not argument code, in a function that surely runs here, with con
 on model or GPU facts.
 
 Each rule's `Decision` names what it rests on (`basis`, see `BASES`) and, when that is not settled
-from the deployment's facts, what is not (`unsettled`).
+from the deployment's facts, what is not (`unsettled`). The certainty is the rule's record on that
+basis over the taught labels (`tools.research.calibration`), at most 0.6 when something is unsettled.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from tools.research.calibration import certainty
 from tools.research.catalog import FlagInfo
 from tools.research.findings import CodeVerdict, Finding
 from tools.research.flag_index.lookup import FlagIndex
@@ -48,10 +50,6 @@ BASES = {
 }
 """What a verdict rests on (`CodeVerdict.basis`). A playbook rule alone is the agent's own
 (`decided_by: playbook`, `agent.policy.builtin_research`)."""
-UNSURE = 0.55
-"""The certainty of a verdict that rests on a guard research could not evaluate or a value it could
-not follow: at most 0.6, so the agent tries such a flag after the sure ones and never rules one out
-for good on it (`agent.policy.verdict.FlagVerdict.rejected`)."""
 
 
 @dataclass
@@ -98,7 +96,6 @@ class Decision:
     summary: str
     basis: str
     unsettled: str = ""
-    certainty: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -142,7 +139,6 @@ def startup_refuses(q: Question) -> Decision | None:
         f"SGLang {v.version}'s own argument resolution, run for this deployment, refuses {_what(v)}: "
         f'"{s.message}" at {s.where}.',
         "startup",
-        certainty=0.95,
     )
 
 
@@ -158,7 +154,7 @@ def parser_drops(q: Question) -> Decision | None:
     v.findings = [Finding(v.definition or "", v.flag, "argparse", "off", "its action stores nothing")]
     v.notes = [n for n in v.notes if not n.startswith("deprecated: researched through")]
     _startup_lines(v, s, 4)
-    return Decision("dead", summary, "startup", certainty=0.95)
+    return Decision("dead", summary, "startup")
 
 
 def startup_same(q: Question) -> Decision | None:
@@ -179,7 +175,7 @@ def startup_same(q: Question) -> Decision | None:
             "no-op",
         )
     _startup_lines(v, s, 4)
-    return Decision(verdict, summary, "startup", certainty=0.95)
+    return Decision(verdict, summary, "startup")
 
 
 def refusal_reached(q: Question) -> Decision | None:
@@ -189,7 +185,7 @@ def refusal_reached(q: Question) -> Decision | None:
             if e.kind in ("raise", "assert") and e.truth is True:
                 via = f" via {' / '.join(e.via)}" if e.via else ""
                 summary = f'{e.exc} at {e.location}: "{e.message}" (reached from {f.location}{via}; {", ".join(e.used)}).'
-                return Decision("refuses-to-start", summary, _basis(f), certainty=0.9)
+                return Decision("refuses-to-start", summary, _basis(f))
     return None
 
 
@@ -201,7 +197,7 @@ def fallback_off(q: Question) -> Decision | None:
                 summary = (
                     f'switched off at {e.location}: "{e.message}" ({", ".join(e.used) or "condition holds"}).'
                 )
-                return Decision("no-op", summary, _basis(f), certainty=0.85)
+                return Decision("no-op", summary, _basis(f))
     return None
 
 
@@ -211,7 +207,7 @@ def no_reader(q: Question) -> Decision | None:
         return None
     v = q.v
     summary = f"{q.target.name} is defined in SGLang {v.version} but nothing on the serving path reads `{q.target.dest}`."
-    return Decision("dead", summary, "index", certainty=0.95)
+    return Decision("dead", summary, "index")
 
 
 def only_logged(q: Question) -> Decision | None:
@@ -220,7 +216,7 @@ def only_logged(q: Question) -> Decision | None:
     if not found or not all(f.why == "only logged" or "never used" in f.why for f in found):
         return None
     summary = f"read only where nothing follows: {found[0].location} ({found[0].why})."
-    return Decision("dead", summary, "index", certainty=0.9)
+    return Decision("dead", summary, "index")
 
 
 def sets_back(q: Question) -> Decision | None:
@@ -232,7 +228,7 @@ def sets_back(q: Question) -> Decision | None:
         return None
     where, func, why = over
     q.v.findings.append(Finding(where, f"return {{{q.target.dest!r}: ...}}", func, "off", why))
-    return Decision("no-op", f"overridden: {func} at {where} {why}.", "argument", certainty=0.85)
+    return Decision("no-op", f"overridden: {func} at {where} {why}.", "argument")
 
 
 def sets_anyway(q: Question) -> Decision | None:
@@ -245,9 +241,8 @@ def sets_anyway(q: Question) -> Decision | None:
     where, func, why, runtime = anyway
     q.v.findings.append(Finding(where, f"self.{q.target.dest} = ...", func, "off", why))
     unsettled = f"a guard left open at runtime: {', '.join(runtime)}" if runtime else ""
-    certainty = UNSURE if runtime else 0.85
     basis = "open" if runtime else "argument"
-    return Decision("no-op", f"set anyway: {func} at {where} {why}.", basis, unsettled, certainty)
+    return Decision("no-op", f"set anyway: {func} at {where} {why}.", basis, unsettled)
 
 
 def reader_runs(q: Question) -> Decision | None:
@@ -270,18 +265,16 @@ def reader_runs(q: Question) -> Decision | None:
     )
     held = "; ".join(f"{c['condition']} with {c['fact']}" for c in best.conditions if c["outcome"] == "pass")
     summary = f"read at {best.location} in {best.function}" + (f"; holds here: {held}" if held else "") + "."
-    certainty, unsettled = 0.9, ""
+    unsettled = ""
     if best.state == "runtime":  # a guard or value research could not settle from the facts
         unsettled = f"a guard or value left open: {best.why}"
         summary += f" Not settled from the deployment's facts: {best.why}."
-        certainty = UNSURE
     elif best.config:  # only argument code reads it: where the value goes at run time is not followed
         unsettled = "only argument code reads it; its use at run time was not followed"
         summary += " Only argument code reads it here; its use at run time was not followed."
-        certainty = UNSURE
     if any(e.kind == "override" for e in best.exits):  # what it overrides, and to what
         summary += f" It {best.why}."
-    return Decision("applies", summary, _basis(best), unsettled, certainty)
+    return Decision("applies", summary, _basis(best), unsettled)
 
 
 def open_fact(q: Question) -> Decision | None:
@@ -289,16 +282,14 @@ def open_fact(q: Question) -> Decision | None:
     if not q.unknown:
         return None
     f = q.unknown[0]
-    return Decision("unknown", f"{f.location} {f.why}.", "missing", f"a fact missing: {f.why}", 0.3)
+    return Decision("unknown", f"{f.location} {f.why}.", "missing", f"a fact missing: {f.why}")
 
 
 def only_checks(q: Question) -> Decision | None:
     """Only compatibility checks read it: they act on nothing."""
     if q.acting:
         return None
-    return Decision(
-        "no-op", f"read only by compatibility checks ({q.found[0].location}).", "index", certainty=0.8
-    )
+    return Decision("no-op", f"read only by compatibility checks ({q.found[0].location}).", "index")
 
 
 def gated_off(q: Question) -> Decision | None:
@@ -310,7 +301,7 @@ def gated_off(q: Question) -> Decision | None:
                 summary = (
                     f"every reader is off here; {f.location} is gated at {e.location}{via}: {e.message}."
                 )
-                return Decision("no-op", summary, "guard", certainty=0.8)
+                return Decision("no-op", summary, "guard")
     return None
 
 
@@ -322,9 +313,7 @@ def every_reader_off(q: Question) -> Decision:
     why = f"{failing['condition']} with {failing['fact']}" if failing else first.why
     if failing and re.search(r"model\.(experts_per_tok|num_experts) = (0|None)\b", failing["fact"]):
         why = f"the model has no MoE layers ({failing['fact']}), so {failing['condition']} never holds"
-    return Decision(
-        "no-op", f"every reader is off here, e.g. {first.location}: {why}.", "guard", certainty=0.85
-    )
+    return Decision("no-op", f"every reader is off here, e.g. {first.location}: {why}.", "guard")
 
 
 RULES: tuple[Rule, ...] = (
@@ -353,8 +342,9 @@ def decide(q: Question) -> None:
         if d is not None:
             break
     v = q.v
-    v.verdict, v.summary, v.certainty = d.verdict, d.summary, d.certainty
+    v.verdict, v.summary = d.verdict, d.summary
     v.rule, v.basis, v.unsettled = rule.name, d.basis, d.unsettled
+    v.certainty = certainty(rule.name, d.basis, unsettled=d.unsettled, verdict=d.verdict)
 
 
 def is_validator(f: Any) -> bool:

@@ -52,9 +52,9 @@ class Finding:
 class CodeVerdict:
     """The code's answer about one flag on one deployment, with evidence (see the module docstring).
 
-    `certainty` (0..1) is how sure the code analysis is: 1.0 for facts of the catalog, ~0.9 for a
-    reader or exit whose every condition was decided from facts, lower when runtime state or a
-    missing deployment fact leaves conditions open.
+    `certainty` (0..1) is how often the rule that decided it (`rule`) has been right on what it rests
+    on (`basis`) over the taught labels (`tools.research.calibration`); at most 0.6 when runtime
+    state or a missing deployment fact leaves something open (`unsettled` says what).
     """
 
     flag: str
