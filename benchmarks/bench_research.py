@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from tools.research.analysis import analyze_flag
-from tools.research.calibration import COUNTS, certainty, share, tally, write
+from tools.research.calibration import CAP, COUNTS, UNKNOWN, certainty, share, tally, write
 from tools.research.index import load_index
 from tools.research.source import get_source, local_source
 
@@ -234,6 +234,19 @@ def taught_outcomes(scored: list[Scored]) -> list[tuple[str, str, str, bool]]:
     return out
 
 
+def left_out(rows: list[Row]) -> list[tuple[float, bool]]:
+    """(certainty, right) of each taught case with its certainty counted without it: the
+    calibration the counts would show on a case they had not seen (leave-one-out)."""
+    per_key, _ = tally((str(i), r.rule, r.basis, r.right) for i, r in enumerate(rows))
+    out = []
+    for r in rows:
+        n, right = per_key[f"{r.rule}/{r.basis}"]
+        c = share(n - 1, right - r.right)
+        c = UNKNOWN if r.verdict == "unknown" else min(c, CAP) if r.unsettled else c
+        out.append((round(c, 2), r.right))
+    return out
+
+
 def print_rules(outcomes: list[tuple[str, str, str, bool]]) -> None:
     """Each rule's record on each basis, and the certainty it gives (`tools.research.calibration`)."""
     per_key, _ = tally(outcomes)
@@ -271,11 +284,19 @@ def main() -> None:
         if args.labels:
             for s in scored:
                 print_scores(s)
-        rows = [(r.certainty, r.right) for s in scored for r in s.rows]
-        print(f"\ntaught set ({len(rows)} cases): {sum(r for _, r in rows)} right")
-        print("\n".join(calibration_table(rows)))
-        sure = [r for c, r in rows if c >= 0.9]
-        print(f"  certainty >= 0.9: {sum(sure)}/{len(sure)} right")
+        every = [r for s in scored for r in s.rows]
+        print(f"\ntaught set ({len(every)} cases): {sum(r.right for r in every)} right")
+        for title, rows in (
+            (
+                "certainties as calibrated (counted on these very cases)",
+                [(r.certainty, r.right) for r in every],
+            ),
+            ("each case's certainty counted without it (leave-one-out)", left_out(every)),
+        ):
+            sure = [r for c, r in rows if c >= 0.9]
+            wrong = sorted(c for c, r in rows if not r)
+            print(f"\n  {title}: at >= 0.9 {sum(sure)}/{len(sure)} right; wrong verdicts at {wrong}")
+            print("\n".join(calibration_table(rows)))
         print_rules(outcomes)
         return
     trees = (
