@@ -120,3 +120,9 @@ def print_verdict(
         out(f"  note: {note}", highlight=False, markup=False)
     out(f"[bold]verdict[/]: {v.verdict} ({decided_by}, certainty {v.certainty:.2f})", highlight=False)
     out(f"  {v.summary}", highlight=False, markup=False)
+    if getattr(v, "rule", ""):  # the rule's record on the taught labels gives the certainty
+        from tools.research.decide import BASES
+
+        out(f"  rests on: {BASES.get(v.basis, v.basis)} (rule {v.rule})", highlight=False, markup=False)
+    if getattr(v, "unsettled", ""):
+        out(f"  not settled: {v.unsettled}", highlight=False, markup=False)
