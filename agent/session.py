@@ -190,7 +190,10 @@ def _show_context(ui: RunUI, ctx: Any) -> None:
         record=False,
     )
     ui.note(f"model: {model}", record=False)
-    ui.note(f"GPUs: {hw}", record=False)
+    if getattr(ctx, "cpu", None) is not None:  # SGLang's CPU engine: the host is the device
+        ui.note(f"CPU: {ctx.cpu.summary()}", record=False)
+    else:
+        ui.note(f"GPUs: {hw}", record=False)
     for piece, why in ctx.missing.items():
         ui.note(f"[yellow]missing {piece}:[/] {why}")
 
