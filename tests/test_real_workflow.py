@@ -169,7 +169,9 @@ def test_a_run_on_the_real_server_keeps_the_batch_cap_and_rolls_back_the_rest(
     context = tx.events_of("context")[0]["data"]
     assert context["facts"]["sglang.version"] == "0.5.23" and context["facts"]["server.device"] == "cpu"
     assert context["facts"]["cpu.arch"] == os.uname().machine  # the host read as the device it is
-    assert f"CPU: {os.uname().machine}, " in ui.console.export_text() and "GPUs:" not in ui.console.export_text()
+    assert (
+        f"CPU: {os.uname().machine}, " in ui.console.export_text() and "GPUs:" not in ui.console.export_text()
+    )
     verdicts = {e["data"]["flag"]: e["data"] for e in tx.events_of("verdict")}
     assert verdicts["--num-continuous-decode-steps"]["verdict"] == "dead"
 

@@ -23,7 +23,7 @@ def test_a_run_ends_within_its_budget_with_the_server_healthy(sim_host, tmp_path
     t = cfg.target
     lines = ["[target]"]
     lines += [f"{k} = {json.dumps(str(getattr(t, k)))}" for k in ("local_unit", "remote_unit", "endpoint")]
-    lines += [f'{k} = {json.dumps(str(getattr(t, k)))}' for k in ("run_dir", "state_dir", "nvidia_smi")]
+    lines += [f"{k} = {json.dumps(str(getattr(t, k)))}" for k in ("run_dir", "state_dir", "nvidia_smi")]
     lines += ['transport = "local"', 'service_manager = "process"']
     lines += ["[agent]", f"transcripts_dir = {json.dumps(str(tmp_path / 'tx'))}"]
     lines += ["[bench]", "concurrency = [1, 8]", "input_len = 256", "output_len = 64", "warmup = 0",
@@ -41,7 +41,9 @@ def test_a_run_ends_within_its_budget_with_the_server_healthy(sim_host, tmp_path
     summary = json.loads(done.stdout)
     assert took <= MINUTES * 60 * 1.05, (took, summary["budget"])  # the whole process, start-up included
     assert "budget" in summary["budget"] and summary["restarts"] >= 2  # it ran trials, then stopped
-    assert summary["status"].startswith("budget spent"), summary["status"]  # the budget, not the list, ended it
+    assert summary["status"].startswith("budget spent"), summary[
+        "status"
+    ]  # the budget, not the list, ended it
     assert httpx.get(t.endpoint + "/health", timeout=5).status_code == 200
     deployed = Path(t.remote_unit).read_text()
     assert deployed == Path(t.local_unit).read_text()  # the host runs what the local file says
