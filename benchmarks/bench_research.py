@@ -10,8 +10,8 @@ Without --source it uses the cached 0.5.23 and 0.5.9 trees (fetching them once f
 (tests/data/research_labels*.toml but the sealed ones): per file the share right per kind and per
 version and the wrong verdicts, then for all of them together a calibration table (per certainty
 band: verdicts, right, share, mean certainty) and the record of each rule on each basis.
-`--calibrate` rewrites tools/research/calibration.toml from the same outcomes: the counts each
-verdict's certainty is computed from (`tools.research.calibration`); run it whenever labels or
+`--calibrate` rewrites tools/research/verdict/calibration.toml from the same outcomes: the counts each
+verdict's certainty is computed from (`tools.research.verdict.calibration`); run it whenever labels or
 research change (tests/test_research_labels.py fails until it is run).
 
 `--sealed FILE` scores a sealed file (top-level `sealed = true`) once, at the end of the work it
@@ -42,9 +42,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 from tools.research.analysis import analyze_flag
-from tools.research.calibration import CAP, COUNTS, UNKNOWN, certainty, share, tally, write
 from tools.research.index import load_index
 from tools.research.source import get_source, local_source
+from tools.research.verdict.calibration import CAP, COUNTS, UNKNOWN, certainty, share, tally, write
 
 FLAGS = [
     "--enable-fused-moe-sum-all-reduce",
@@ -248,7 +248,7 @@ def left_out(rows: list[Row]) -> list[tuple[float, bool]]:
 
 
 def print_rules(outcomes: list[tuple[str, str, str, bool]]) -> None:
-    """Each rule's record on each basis, and the certainty it gives (`tools.research.calibration`)."""
+    """Each rule's record on each basis, and the certainty it gives (`tools.research.verdict.calibration`)."""
     per_key, _ = tally(outcomes)
     print(f"\n  {'rule/basis':34} {'cases':>5} {'right':>5} {'certainty':>9}")
     for k, (n, r) in per_key.items():
@@ -261,7 +261,9 @@ def main() -> None:
     parser.add_argument("--rebuild", action="store_true", help="Time a cold index build first.")
     parser.add_argument("--labels", action="store_true", help="Score against the hand-read labels.")
     parser.add_argument("--no-startup", action="store_true", help="Code index only (no SGLang start-up run).")
-    parser.add_argument("--calibrate", action="store_true", help="Rewrite tools/research/calibration.toml.")
+    parser.add_argument(
+        "--calibrate", action="store_true", help="Rewrite tools/research/verdict/calibration.toml."
+    )
     parser.add_argument("--sealed", metavar="FILE", help="Score a sealed label file once: totals only.")
     args = parser.parse_args()
     if args.sealed:

@@ -43,7 +43,7 @@ def load_cases(name: str = "research_labels.toml", *, sealed_ok: bool = False) -
 
 def case_id(name: str, case: dict[str, Any]) -> str:
     """`research_labels.toml: 0.5.23 story --flag=value`: one taught case, as the calibration
-    file (`tools/research/calibration.toml`) records it."""
+    file (`tools/research/verdict/calibration.toml`) records it."""
     value = f"={case['value']}" if "value" in case else ""
     return f"{name}: {case['version']} {case['profile']} {case['flag']}{value}"
 

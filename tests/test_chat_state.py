@@ -125,7 +125,7 @@ def test_after_another_session_changed_three_flags_chat_knows_what_is_deployed(p
     answer = pick[pick.index("optagent> ") :].strip()
     lines = answer.splitlines()
     assert lines[0] == "optagent> First: --cuda-graph-max-bs-decode 64.", answer
-    # its certainty is its rule's record on the taught labels (tools/research/calibration.toml)
+    # its certainty is its rule's record on the taught labels (tools/research/verdict/calibration.toml)
     why = re.match(
         r"Why: research says 'applies' \(code, certainty (0\.\d\d)\), its evidence above\.", lines[1]
     )

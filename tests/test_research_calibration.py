@@ -15,11 +15,11 @@ import pytest
 
 from tests.fixtures.sglang_src import synthetic_tree
 from tests.research_profiles import DATA, SealedError, case_id, is_sealed, load_cases, taught_files
-from tools.research import calibration
 from tools.research.analysis import analyze_flag
-from tools.research.calibration import CAP, UNKNOWN, certainty, counts, recorded_cases, tally, write
-from tools.research.decide import BASES, RULES
 from tools.research.index import load_index
+from tools.research.verdict import calibration
+from tools.research.verdict.calibration import CAP, UNKNOWN, certainty, counts, recorded_cases, tally, write
+from tools.research.verdict.decide import BASES, RULES
 
 ROOT = Path(__file__).resolve().parent.parent
 

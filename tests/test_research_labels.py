@@ -15,9 +15,9 @@ import pytest
 
 from tests.research_profiles import PROFILES, case_id, case_startup, load_cases, profile_facts, taught_files
 from tools.research.analysis import analyze_flag
-from tools.research.calibration import recorded_cases
 from tools.research.flag_index.serving_path import off_path_reason
 from tools.research.index import load_index
+from tools.research.verdict.calibration import recorded_cases
 
 CASES = load_cases()
 TAUGHT = [(name, c) for name in taught_files() for c in load_cases(name)]
@@ -100,7 +100,7 @@ def test_verdict_matches_the_hand_read_truth(case: dict[str, Any], trees) -> Non
 
 @pytest.mark.parametrize("name,case", TAUGHT, ids=[case_id(n, c) for n, c in TAUGHT])
 def test_each_taught_case_is_decided_as_the_calibration_file_records_it(name, case, trees) -> None:  # type: ignore[no-untyped-def]
-    """tools/research/calibration.toml counts, for every taught case, the rule and basis research
+    """tools/research/verdict/calibration.toml counts, for every taught case, the rule and basis research
     decides it by and whether it is right: certainties come from those counts, so a change of
     research or of a label that moves a case makes the file stale (issue 53 item 1). Whether the
     verdict is right is not asserted here (held-out cases are no targets), only that it is recorded."""

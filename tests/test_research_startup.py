@@ -11,10 +11,10 @@ import pytest
 
 from tests.research_profiles import DATA, profile_argv, profile_facts
 from tools.research.analysis import analyze_flag
-from tools.research.calibration import certainty
 from tools.research.index import load_index
 from tools.research.startup.check import flag_argv, hardware_of, startup_answer
 from tools.research.startup.resolver import Resolver
+from tools.research.verdict.calibration import certainty
 
 MIXTRAL = DATA / "model-configs" / "mistralai--Mixtral-8x7B-v0.1_config.json"
 DEEPSEEK = DATA / "model-configs" / "deepseek-ai--DeepSeek-V3_config.json"

@@ -121,7 +121,7 @@ def print_verdict(
     out(f"[bold]verdict[/]: {v.verdict} ({decided_by}, certainty {v.certainty:.2f})", highlight=False)
     out(f"  {v.summary}", highlight=False, markup=False)
     if getattr(v, "rule", ""):  # the rule's record on the taught labels gives the certainty
-        from tools.research.decide import BASES
+        from tools.research.verdict.decide import BASES
 
         out(f"  rests on: {BASES.get(v.basis, v.basis)} (rule {v.rule})", highlight=False, markup=False)
     if getattr(v, "unsettled", ""):

@@ -52,7 +52,7 @@ class FlagVerdict(BaseModel):
     `unknown`. optagent checks the claims (`agent.policy.claims`): only the code's analysis in
     this session can make a verdict `code`, and `checked` says what the check changed.
     `certainty` (0..1) is how sure that source is: for the code, how often the rule
-    that decided it has been right on the taught labels (`tools.research.calibration`), at most 0.6
+    that decided it has been right on the taught labels (`tools.research.verdict.calibration`), at most 0.6
     when a guard or value research could not settle is left open; ~0.5 for a playbook rule alone
     (no labels score the playbook); ~0.3 or less for `unknown`. Trial
     ordering tries uncertain verdicts last; an uncertain rejection never rules a flag out.

@@ -26,10 +26,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from tools.research.calibration import certainty
 from tools.research.callers import reached
 from tools.research.catalog import FlagInfo, find_flag, negated
-from tools.research.decide import Question, decide, is_validator
 from tools.research.facts import default_facts, deployment_facts
 from tools.research.findings import CodeVerdict, Finding, reader_findings
 from tools.research.flag_index.lookup import FlagIndex
@@ -37,6 +35,8 @@ from tools.research.flag_index.serving_path import MAX_FILE_BYTES, is_config_pat
 from tools.research.gates import filled_in
 from tools.research.guards.terms import non_default
 from tools.research.startup.check import StartupAnswer
+from tools.research.verdict.calibration import certainty
+from tools.research.verdict.decide import Question, decide, is_validator
 
 __all__ = ["CodeVerdict", "Finding", "analyze_flag"]
 

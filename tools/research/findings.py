@@ -53,7 +53,7 @@ class CodeVerdict:
     """The code's answer about one flag on one deployment, with evidence (see the module docstring).
 
     `certainty` (0..1) is how often the rule that decided it (`rule`) has been right on what it rests
-    on (`basis`) over the taught labels (`tools.research.calibration`); at most 0.6 when runtime
+    on (`basis`) over the taught labels (`tools.research.verdict.calibration`); at most 0.6 when runtime
     state or a missing deployment fact leaves something open (`unsettled` says what).
     """
 
@@ -70,9 +70,9 @@ class CodeVerdict:
     definition: str | None = None
     help: str = ""
     rule: str = ""
-    """The rule of `tools.research.decide.RULES` that decided the verdict."""
+    """The rule of `tools.research.verdict.decide.RULES` that decided the verdict."""
     basis: str = ""
-    """What the verdict rests on (`tools.research.decide.BASES`): startup, reached, guard, open, ..."""
+    """What the verdict rests on (`tools.research.verdict.decide.BASES`): startup, reached, guard, open, ..."""
     unsettled: str = ""
     """What it rests on that the deployment's facts did not settle (a guard left open, a fact
     missing); empty when everything is settled."""

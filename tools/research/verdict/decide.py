@@ -13,7 +13,7 @@ on model or GPU facts.
 
 Each rule's `Decision` names what it rests on (`basis`, see `BASES`) and, when that is not settled
 from the deployment's facts, what is not (`unsettled`). The certainty is the rule's record on that
-basis over the taught labels (`tools.research.calibration`), at most 0.6 when something is unsettled.
+basis over the taught labels (`tools.research.verdict.calibration`), at most 0.6 when something is unsettled.
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from tools.research.calibration import certainty
 from tools.research.catalog import FlagInfo
 from tools.research.findings import CodeVerdict, Finding
 from tools.research.flag_index.lookup import FlagIndex
 from tools.research.gates import overridden, set_anyway
 from tools.research.startup.check import StartupAnswer
+from tools.research.verdict.calibration import certainty
 
 _DEPLOYMENT = ("model.", "gpu.", "interconnect")
 """Facts of this model and these GPUs: a reader whose conditions hold on them is evidence that the

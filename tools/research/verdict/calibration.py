@@ -1,6 +1,6 @@
 """A verdict's certainty from how often its rule has been right (issue 53 item 1).
 
-Each rule of `tools.research.decide.RULES` is counted on the taught labels per basis (what the
+Each rule of `tools.research.verdict.decide.RULES` is counted on the taught labels per basis (what the
 verdict rests on, `decide.BASES`): `cases` verdicts, `right` of them equal to the hand-read truth.
 The certainty of a verdict of that rule on that basis is the mean of a Beta posterior,
 
@@ -35,8 +35,8 @@ at or below which a rejection never rules a flag out."""
 UNKNOWN = 0.3
 COUNTS = Path(__file__).with_name("calibration.toml")
 _HEADER = """\
-# How often each rule of tools/research/decide.py has been right on the taught labels, by what the
-# verdict rests on (tools/research/calibration.py says how a certainty comes from these counts).
+# How often each rule of tools/research/verdict/decide.py has been right on the taught labels, by what the
+# verdict rests on (tools/research/verdict/calibration.py says how a certainty comes from these counts).
 # Written by `python benchmarks/bench_research.py --calibrate`; do not edit by hand.
 """
 
