@@ -62,6 +62,8 @@ class Plan:
     conservativeness: float
     radix_cache: bool
     """Prefix reuse across requests (off with `--disable-radix-cache`)."""
+    schedule_policy: str
+    """`--schedule-policy`: "lpm" orders the queue by cached prefix (`sim.scheduler`); the rest run as fcfs."""
     weight_bytes_per_gpu: float
     kv_budget_bytes: float
     activation_headroom_tokens: int
@@ -244,6 +246,7 @@ def resolve_plan(args: argparse.Namespace, scenario: Scenario, model: ModelInfo)
         mixed_chunk=args.enable_mixed_chunk,
         conservativeness=args.schedule_conservativeness,
         radix_cache=not args.disable_radix_cache,
+        schedule_policy=args.schedule_policy,
         weight_bytes_per_gpu=weights,
         kv_budget_bytes=kv_budget,
         activation_headroom_tokens=headroom_tokens,

@@ -8,6 +8,13 @@ The radix cache: SGLang keeps the KV of every finished prefill in a radix tree (
 system prompt) prefills only the rest. Here a prompt is a chain of 16-token blocks, each block's
 key hashing all tokens up to its end, and the cache an LRU set of those keys holding at most the
 KV pool's tokens (shared blocks are not deducted from the pool). Random prompts share no block.
+
+The queue's order: first come, first served (SGLang's default `fcfs`), or with `--schedule-policy
+lpm` SGLang's longest-prefix-match (0.5.23 managers/schedule_policy.py `calc_priority`): while at
+most 128 wait (`WAITING_QUEUE_PREFIX_MATCH_MAX`; more: fcfs), the queue is sorted by cached
+prefix, longest first, after holding back every request whose prompt shares 32 tokens or more with
+an earlier waiting one that the cache does not hold yet (in-batch prefix caching, :346-396): one
+prefills the shared prefix, the others then find it cached instead of prefilling it again.
 """
 
 from __future__ import annotations
@@ -24,6 +31,8 @@ from sim.plan import Plan
 from sim.text import count_prompt_tokens, prompt_tokens
 
 BLOCK = 16
+LPM_QUEUE_MAX = 128  # WAITING_QUEUE_PREFIX_MATCH_MAX
+IN_BATCH_TOKENS = 32  # IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD and _DEPRIORITIZE_THRESHOLD
 
 
 def prefix_blocks(prompt: Any) -> tuple[int, ...]:
@@ -183,7 +192,28 @@ class Scheduler:
                 f"--mem-fraction-static {self.plan.mem_fraction_static}."
             )
 
+    def _order_queue(self) -> None:
+        """SGLang's `lpm` order of the waiting queue (see the module doc); fcfs leaves it as it is."""
+        if self.plan.schedule_policy != "lpm" or self.cache is None or len(self.waiting) > LPM_QUEUE_MAX:
+            return
+        seen: set[int] = set()  # the waiting queue's own prefix tree, as block keys
+        held: set[int] = set()
+        matched: dict[int, int] = {}
+        for req in self.waiting:
+            matched[id(req)] = self.cache.match(req.prefix) if req.prefix else 0
+            if matched[id(req)] > IN_BATCH_TOKENS or not req.prefix:
+                continue
+            shared = next((i for i, key in enumerate(req.prefix) if key not in seen), len(req.prefix))
+            if shared * BLOCK >= IN_BATCH_TOKENS:
+                held.add(id(req))
+            else:
+                seen.update(req.prefix)
+        # a request part-way through a chunked prefill stays first (SGLang keeps it out of the queue)
+        order = sorted(self.waiting, key=lambda r: (r.prefilled == 0, id(r) in held, -matched[id(r)]))
+        self.waiting = deque(order)
+
     def _prefill_batch(self) -> list[tuple[Request, int]]:
+        self._order_queue()
         budget, batch = self.plan.chunked_prefill, []
         self._matched = 0
         reserved = self._reserved()

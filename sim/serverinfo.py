@@ -32,6 +32,8 @@ def resolved_server_args(
 ) -> dict[str, Any]:
     """The fields start-up resolution changes, with the values SGLang would hold after it."""
     out: dict[str, Any] = {
+        # a GPU host: get_device() -> "cuda", any index stripped (arg_groups/serving_hook.py:648-659)
+        "device": (args.device or "cuda").split(":")[0],
         "attention_backend": backend,
         "sampling_backend": args.sampling_backend or "flashinfer",
         "moe_runner_backend": moe_reported if model.is_moe else args.moe_runner_backend,

@@ -93,6 +93,23 @@ def test_disabling_the_radix_cache_costs_only_where_prompts_share_a_prefix():
     assert on64 > offline_throughput("seed", concurrency=64, input_len=2176)  # reuse pays
 
 
+def test_lpm_prefills_a_new_shared_prefix_once_where_fcfs_prefills_it_per_request():
+    lpm = ["--schedule-policy", "lpm"]
+    shared = dict(input_len=128, shared_prefix=2048, group_size=16, requests=256)
+    fcfs64 = offline_throughput("h100-llama8b", concurrency=64, **shared)
+    lpm64 = offline_throughput("h100-llama8b", lpm, concurrency=64, **shared)
+    # 64 requests arrive at once: fcfs prefills each group's 2048 tokens up to 16 times
+    assert lpm64 > 1.05 * fcfs64
+    # one request at a time: nothing waits beside another, nothing to reorder
+    assert offline_throughput("h100-llama8b", lpm, concurrency=1, **shared) == offline_throughput(
+        "h100-llama8b", concurrency=1, **shared
+    )
+    for flags in (lpm, [*lpm, "--disable-radix-cache"]):  # no shared prefix, or no cache to match
+        assert offline_throughput("h100-llama8b", flags, concurrency=64) == offline_throughput(
+            "h100-llama8b", flags[2:], concurrency=64
+        )
+
+
 def test_the_simulated_server_reuses_system_prompts_it_was_sent(sim_server):
     settings = BenchConfig(
         concurrency=[4], output_len=4, warmup=0, reps=1, workload="shared-prefix",
