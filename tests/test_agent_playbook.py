@@ -60,6 +60,8 @@ def test_playbook_has_the_required_levers():
         "--num-continuous-decode-steps",
         "--enable-mixed-chunk",
         "--disable-radix-cache",
+        "--schedule-policy",
+        "--stream-interval",
     ):
         assert required in flags
     assert next(lv for lv in load_playbook() if lv.flag == "--kv-cache-dtype").lossy
@@ -81,6 +83,19 @@ def test_same_playbook_different_conclusions_per_deployment():
     assert dense["--max-running-requests"].status == "candidate"
     assert dense["--max-running-requests"].value == "64"
     assert seed["--cuda-graph-max-bs"].value == "64"
+
+
+def test_a_cpu_engine_gets_its_own_levers_and_shared_prefixes_the_queue_order():
+    gpu = dict(DENSE_H100, **{"server.device": "cuda", "server.stream_interval": 1})
+    cpu = dict(gpu, **{"server.device": "cpu", "gpu.count": 0})
+    assert _by_flag(cpu)["--stream-interval"].status == "candidate"
+    assert _by_flag(cpu)["--stream-interval"].value == "8"
+    assert _by_flag(gpu)["--stream-interval"].status == "already-set"  # pointless on a GPU host
+    fcfs = dict(gpu, **{"server.schedule_policy": "fcfs", "server.disable_radix_cache": False})
+    assert _by_flag(dict(fcfs, **{"bench.prefix_share": 0.5}))["--schedule-policy"].status == "candidate"
+    assert _by_flag(dict(fcfs, **{"bench.prefix_share": 0}))["--schedule-policy"].status == "already-set"
+    no_cache = dict(fcfs, **{"bench.prefix_share": 0.5, "server.disable_radix_cache": True})
+    assert _by_flag(no_cache)["--schedule-policy"].status == "no-op"
 
 
 def test_deprecated_flag_is_replaced_from_the_catalog():

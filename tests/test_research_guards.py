@@ -111,3 +111,37 @@ def test_world_sizes_are_topology_facts_only_where_they_clearly_are() -> None:
     assert _eval("self.tp_size", four).value == 4
     assert _eval("max_world_size > 1", one).value is UNKNOWN  # a limit, not the running size
     assert _eval("world_size <= 1", {"server.tp_size": 1}).value is UNKNOWN  # pp/dp not known
+
+
+CPU_ENGINE = {"gpu.count": 0, "flag.device": "cpu", "cpu.arch": "x86_64", "cpu.amx": False}
+
+
+@pytest.mark.parametrize(
+    ("guard", "extra", "expected"),
+    [
+        ("_is_cpu", {"env.SGLANG_USE_CPU_ENGINE": "1"}, True),
+        ("_is_cpu", {"env.SGLANG_USE_CPU_ENGINE": "0"}, False),
+        ("_is_cpu", {}, UNKNOWN),  # the variable may come from elsewhere than the unit
+        ("_is_cpu", {"cpu.arch": "ppc64le", "env.SGLANG_USE_CPU_ENGINE": "1"}, False),
+        ("is_host_cpu_x86()", {}, True),
+        ("is_host_cpu_arm64()", {}, False),
+        ("_is_cpu_amx_available", {}, False),
+        ("_is_cpu_amx_available", {"cpu.amx": True}, UNKNOWN),  # and sgl_kernel's CPU ops
+        ("_is_cuda", {}, False),
+        ("_is_sm100_supported or is_blackwell()", {}, False),
+        ("is_hopper_with_cuda_12_3()", {}, False),
+        ("_is_flashinfer_available", {}, False),
+        ("_is_hip", {}, UNKNOWN),  # the host's torch build
+    ],
+)
+def test_a_cpu_engine_answers_from_its_host(guard: str, extra: dict, expected) -> None:  # type: ignore[no-untyped-def]
+    out = _eval(guard, {**CPU_ENGINE, **extra})
+    assert out.value is UNKNOWN if expected is UNKNOWN else out.value is expected, (out.value, out.used)
+    assert out.used or out.missing
+
+
+def test_a_gpu_deployment_is_not_the_cpu_engine() -> None:
+    out = _eval("_is_cpu and _is_cpu_amx_available", {"gpu.sm": 90, "gpu.count": 8})
+    assert out.value is False, out
+    # AMX is the host CPU's, GPUs or not: never answered from the GPUs
+    assert _eval("_is_cpu_amx_available", {"gpu.sm": 90, "gpu.count": 8}).value is UNKNOWN

@@ -7,6 +7,10 @@ answer; a missing fact is unknown, never a guess.
 `smNN` means the SM major version (`is_sm100_supported` is true on SM100 and SM103). World sizes
 (`world_size`, `tp_group.world_size`, `get_tensor_model_parallel_world_size()`) are topology facts:
 1 on a single rank (tp = pp = dp = 1), the TP size where the name clearly is the TP size.
+On SGLang's CPU engine (no GPU, `--device cpu`: `cpu_engine`) the host answers: `is_cpu()` from
+the unit's `SGLANG_USE_CPU_ENGINE` and `cpu.arch`, the host-CPU and AMX predicates from `cpu.*`,
+and what asks for a GPU device (`is_cuda`, the SM and FlashInfer checks, XPU/HPU/NPU/MPS) is false;
+what the host's torch build decides (`is_hip`, `is_musa`, `is_cuda_alike`) stays unknown.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ def platform(name: str, facts: dict[str, Any], out: Any) -> Any:
     if not n.startswith("is_"):
         return None
     n = n[3:].removesuffix("_supported").removesuffix("_available").removesuffix("_device")
+    if cpu_engine(facts):
+        return _on_cpu(n, facts, out)
     if m := _WITH_CUDA.match(n):  # `is_hopper_with_cuda_12_3`: the GPU and the CUDA it runs
         gpu = platform(f"is_{m.group(1)}", facts, out)
         return gpu if gpu is not True else _cuda_at_least(facts, (int(m.group(2)), int(m.group(3))), out)
@@ -69,6 +75,51 @@ def platform(name: str, facts: dict[str, Any], out: Any) -> Any:
         if "software.flashinfer" in facts:
             return bool(facts["software.flashinfer"])
         out.missing.append("software.flashinfer")
+        return UNKNOWN
+    return None
+
+
+def cpu_engine(facts: dict[str, Any]) -> bool:
+    """Whether the deployment runs SGLang's CPU engine: no GPU, and `--device cpu` in its unit."""
+    return facts.get("gpu.count") == 0 and facts.get("flag.device") == "cpu"
+
+
+# 0.5.23 sglang/srt/utils/common.py: is_host_cpu_x86 :202-208, is_host_cpu_arm64 :211-217
+_HOST_ARCH = {"host_cpu_x86": ("x86_64", "amd64", "i386", "i686"), "host_cpu_arm64": ("aarch64", "arm64")}
+# Predicates that ask torch for a device of their kind (`torch.cuda.is_available()`, the SM
+# checks through `is_cuda()`, FlashInfer's `is_cuda()`, `torch.xpu/hpu/npu/mps`): no such device
+_NEEDS_A_DEVICE = ("cuda", "nvidia", "blackwell", "hopper", "flashinfer", "xpu", "hpu", "npu", "mps")
+
+
+def _on_cpu(n: str, facts: dict[str, Any], out: Any) -> Any:
+    """A platform predicate on SGLang's CPU engine; None when `n` is none (see the module doc)."""
+    if n in _HOST_ARCH or n == "cpu":
+        arch = facts.get("cpu.arch")
+        if arch is None:
+            out.missing.append("cpu.arch")
+            return UNKNOWN
+        out.used.append(f"cpu.arch = {arch}")
+        on_arch = str(arch).lower() in (_HOST_ARCH.get(n) or sum(_HOST_ARCH.values(), ()))
+        if n != "cpu" or not on_arch:
+            return on_arch
+        # is_cpu() :221-225: only with SGLANG_USE_CPU_ENGINE=1 (the unit's, or set elsewhere: unknown)
+        engine = facts.get("env.SGLANG_USE_CPU_ENGINE")
+        if engine is None:
+            out.missing.append("env.SGLANG_USE_CPU_ENGINE")
+            return UNKNOWN
+        out.used.append(f"SGLANG_USE_CPU_ENGINE={engine}")
+        return engine == "1"
+    if n == "cpu_amx":  # cpu_has_amx_support() :371-372: AMX tiles and sgl_kernel's CPU ops
+        if facts.get("cpu.amx") is False:
+            out.used.append("cpu.amx = False")
+            return False
+        out.missing.append("sgl_kernel CPU ops" if facts.get("cpu.amx") else "cpu.amx")
+        return UNKNOWN
+    if n in _NEEDS_A_DEVICE or _SM.match(n) or _WITH_CUDA.match(n):
+        out.used.append("no GPU (SGLang's CPU engine)")
+        return False
+    if n in _OTHER_VENDORS or n == "cuda_alike":  # the host's torch build decides (torch.version.*)
+        out.missing.append("the host's torch build")
         return UNKNOWN
     return None
 
