@@ -72,7 +72,8 @@ def test_a_source_fetch_calls_back_before_it_starts_and_a_cached_tree_does_not(t
     (cached / "sglang").mkdir(parents=True)
     from tools.research import source
 
-    marker = {"version": "0.0.2", "origin": "test", "layout": source._LAYOUT}
+    digest = source.tree_digest(cached, skip=source.SKIPPED)  # the record of what was unpacked
+    marker = {"version": "0.0.2", "origin": "test", "layout": source._LAYOUT, "digest": digest}
     (cached / source._MARKER).write_text(json.dumps(marker))
     said.clear()
     assert get_source("0.0.2", cache_dir=tmp_path, progress=said.append).version == "0.0.2"

@@ -2,10 +2,13 @@
 
 Where the code comes from, in order: a local directory the user names (a git checkout with
 `python/sglang/`, or an unpacked wheel with `sglang/`); the cache; a gitpython clone (or fetch) of
-the repository and `git archive` of the tag `v<version>`; the wheel or sdist of that version from
+the repository and `git archive` of the tag `v<version>`; the wheel of that version from
 the package index pip is configured for. `SourceTree.version` and `.origin` say what was used.
 
-Fetching (git, the package index) and unpacking are in `source_fetch.py`.
+A cached tree is served only while its content has the digest recorded when it was unpacked (a
+wheel is unpacked only when its sha256 is the one its index publishes): a tree changed since is
+fetched again. Fetching (git, the package index) and unpacking are in `source_fetch.py`, the
+checks in `source_check.py`.
 """
 
 from __future__ import annotations
@@ -20,13 +23,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tools.research.source_fetch import SourceError, _fetch_git, _fetch_index
+from tools.research.source_check import tree_digest
+from tools.research.source_fetch import MARKER as _MARKER
+from tools.research.source_fetch import SKIPPED, SourceError, _fetch_git, _fetch_index
 
 DEFAULT_REPO_URL = "https://github.com/sgl-project/sglang.git"
 CACHE_ENV = "OPTAGENT_CACHE_DIR"
-_MARKER = "optagent-source.json"
-_LAYOUT = 2
-"""Trees unpacked by an older layout (Python files only) are fetched again."""
+_LAYOUT = 3
+"""Trees unpacked by an older layout (Python files only; no digest) are fetched again."""
+_VERIFIED: dict[Path, int] = {}
+"""Cached trees whose digest this process checked, with their record's mtime then."""
 _VERSION_RE = re.compile(r"^[0-9][0-9A-Za-z.+!-]*$")
 
 
@@ -116,23 +122,35 @@ def _fetch(
     errors = []
     for fetch in fetchers:
         try:
-            origin = fetch()
+            record = fetch()
             break
         except SourceError as e:
             errors.append(str(e))
     else:
         raise SourceError(f"cannot get the source of sglang {version}:\n  " + "\n  ".join(errors))
-    (dest / _MARKER).write_text(json.dumps({"version": version, "origin": origin, "layout": _LAYOUT}))
-    return SourceTree(dest, dest / "sglang", version, origin)
+    tmp = dest / f".{_MARKER}.{os.getpid()}"
+    tmp.write_text(json.dumps({"version": version, **record, "layout": _LAYOUT}))
+    tmp.replace(dest / _MARKER)
+    _VERIFIED[dest] = (dest / _MARKER).stat().st_mtime_ns
+    return SourceTree(dest, dest / "sglang", version, record["origin"])
 
 
 def _cached(dest: Path) -> SourceTree | None:
+    """The tree cached at `dest` when its content still has the digest its record gives."""
     marker = dest / _MARKER
     if not marker.is_file() or not (dest / "sglang").is_dir():
         return None
-    data = json.loads(marker.read_text())
-    if data.get("layout") != _LAYOUT:
+    try:
+        data = json.loads(marker.read_text())
+    except ValueError:
         return None
+    if data.get("layout") != _LAYOUT or not isinstance(data.get("digest"), str):
+        return None
+    stamp = marker.stat().st_mtime_ns
+    if _VERIFIED.get(dest) != stamp:
+        if tree_digest(dest, skip=SKIPPED) != data["digest"]:
+            return None
+        _VERIFIED[dest] = stamp
     return SourceTree(dest, dest / "sglang", data["version"], f"cache ({data['origin']})")
 
 

@@ -1,6 +1,8 @@
 """Fetching a version's SGLang source for `tools.research.source`: a shallow git fetch of its tag, or
-its wheel (else sdist) by `pip download`, and the `sglang/` package of the archive unpacked into
-the cache; `SourceError` when that fails."""
+its wheel by `pip download`, checked against the sha256 its index publishes, and the `sglang/`
+package of the archive unpacked into the cache; `SourceError` when that fails.
+
+Never an sdist: preparing one runs its build backend (its own code) on this machine."""
 
 from __future__ import annotations
 
@@ -13,6 +15,12 @@ import zipfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO
+
+from tools.research.source_check import file_sha256, published_sha256, tree_digest
+
+MARKER = "optagent-source.json"
+"""The record `tools.research.source` writes beside an unpacked tree: where it came from, its digest."""
+SKIPPED = frozenset({MARKER})
 
 _BINARIES = (".so", ".pyd", ".dylib", ".dll", ".a", ".o")
 # Git must fail fast when the network is down, never hang or prompt for credentials.
@@ -29,8 +37,9 @@ class SourceError(Exception):
     """The source could not be found or fetched; the message says what was tried."""
 
 
-def _fetch_git(version: str, dest: Path, *, repo_url: str, cache: Path, timeout: float) -> str:
-    """Clone (bare) or fetch `repo_url`, then extract `python/sglang` at tag `v<version>`."""
+def _fetch_git(version: str, dest: Path, *, repo_url: str, cache: Path, timeout: float) -> dict[str, str]:
+    """Clone (bare) or fetch `repo_url`, then extract `python/sglang` at tag `v<version>`; the
+    record of where it came from: `origin`, the tag's `commit` and the tree's `digest`."""
     import git
 
     clone = cache / "sglang-git"
@@ -63,39 +72,41 @@ def _fetch_git(version: str, dest: Path, *, repo_url: str, cache: Path, timeout:
                 raise
             tmp.rename(clone)
             repo = git.Repo(clone)
+        commit = repo.commit(tag).hexsha
         with tempfile.TemporaryFile() as tar:
-            repo.git.archive(tag, "python/sglang", format="tar", output_stream=tar)
+            repo.git.archive(commit, "python/sglang", format="tar", output_stream=tar)
             tar.seek(0)
-            _unpack(_tar_members(tar), dest, prefix="python/")
+            digest = _unpack(_tar_members(tar), dest, prefix="python/")
     except git.GitCommandError as e:
         detail = (e.stderr or str(e)).strip().splitlines()
         raise SourceError(f"git {repo_url} {tag}: {detail[-1] if detail else e}") from e
-    return f"git:{repo_url}@{tag}"
+    return {"origin": f"git:{repo_url}@{tag}", "commit": commit, "digest": digest}
 
 
-def _fetch_index(version: str, dest: Path, *, timeout: float) -> str:
-    """Download the wheel (else the sdist) of `sglang==version` with pip and unpack its sources."""
+def _fetch_index(version: str, dest: Path, *, timeout: float) -> dict[str, str]:
+    """Download the wheel of `sglang==version` with pip, check it against the sha256 its index
+    publishes, and unpack its sources; the record: `origin`, the wheel's `sha256`, the tree's `digest`."""
     with tempfile.TemporaryDirectory(prefix="sglang-dl-") as tmp:
-        base = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", tmp]
-        errors = []
-        for mode in ("--only-binary=:all:", "--no-binary=:all:"):
-            try:
-                proc = subprocess.run(
-                    [*base, mode, f"sglang=={version}"], capture_output=True, text=True, timeout=timeout
-                )
-            except subprocess.TimeoutExpired:
-                errors.append(f"pip download {mode} timed out after {timeout:.0f}s")
-                continue
-            files = sorted(Path(tmp).iterdir())
-            if proc.returncode == 0 and files:
-                archive = files[0]
-                if archive.suffix == ".whl":
-                    _unpack(_zip_members(archive), dest, prefix="")
-                else:
-                    _unpack(_tar_members(archive), dest, prefix=None)
-                return f"index:{archive.name}"
-            errors.append(f"pip download {mode}: {(proc.stderr.strip().splitlines() or ['failed'])[-1]}")
-        raise SourceError("package index: " + "; ".join(errors))
+        argv = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", tmp, "--only-binary=:all:"]
+        try:
+            proc = subprocess.run(
+                [*argv, f"sglang=={version}"], capture_output=True, text=True, timeout=timeout
+            )
+        except subprocess.TimeoutExpired as e:
+            raise SourceError(f"package index: pip download timed out after {timeout:.0f}s") from e
+        wheels = sorted(Path(tmp).glob("*.whl"))
+        if proc.returncode != 0 or not wheels:
+            last = (proc.stderr.strip().splitlines() or ["no wheel"])[-1]
+            raise SourceError(f"package index: pip download of the wheel: {last} (an sdist is never built)")
+        wheel = wheels[0]
+        digest = file_sha256(wheel)
+        published = published_sha256(wheel.name, timeout=min(timeout, 60.0))
+        if not published:
+            raise SourceError(f"package index: no index publishes a sha256 for {wheel.name}: not used")
+        if digest not in published:
+            raise SourceError(f"package index: {wheel.name} has sha256 {digest}, the index publishes another")
+        tree = _unpack(_zip_members(wheel), dest, prefix="")
+        return {"origin": f"index:{wheel.name}", "sha256": digest, "digest": tree}
 
 
 def _ensure(path: Path) -> Path:
@@ -109,9 +120,8 @@ def _zip_members(path: Path) -> Iterator[tuple[str, Callable[[], bytes]]]:
             yield name, lambda n=name: zf.read(n)
 
 
-def _tar_members(source: Path | IO[bytes]) -> Iterator[tuple[str, Callable[[], bytes]]]:
-    kwargs = {"name": source} if isinstance(source, Path) else {"fileobj": source}
-    with tarfile.open(**kwargs) as tf:
+def _tar_members(source: IO[bytes]) -> Iterator[tuple[str, Callable[[], bytes]]]:
+    with tarfile.open(fileobj=source) as tf:
         for member in tf:
             if member.isfile():
                 yield member.name, lambda m=member: tf.extractfile(m).read()
@@ -129,20 +139,15 @@ def _keep(rel: str) -> bool:
     return parts[0] == "sglang" and not rel.endswith(_BINARIES)
 
 
-def _unpack(members: Iterable[tuple[str, Callable[[], bytes]]], dest: Path, *, prefix: str | None) -> None:
-    """Write the `sglang/` package of an archive (see `_keep`) into `dest`, atomically.
-
-    `prefix` is stripped from member names; None finds `sglang/` at any depth (sdists).
-    """
+def _unpack(members: Iterable[tuple[str, Callable[[], bytes]]], dest: Path, *, prefix: str) -> str:
+    """Write the `sglang/` package of an archive (see `_keep`; `prefix` stripped from member names)
+    into `dest`, atomically, and return its `tree_digest`. A tree already there with the same
+    content is kept as it is (a reader of it is not disturbed)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=dest.parent))
     count = 0
     for name, read in members:
-        if prefix is None:
-            idx = name.find("/sglang/")
-            rel = name[idx + 1 :] if idx >= 0 else ""
-        else:
-            rel = name.removeprefix(prefix)
+        rel = name.removeprefix(prefix)
         if not _keep(rel):
             continue
         target = tmp / rel
@@ -152,6 +157,11 @@ def _unpack(members: Iterable[tuple[str, Callable[[], bytes]]], dest: Path, *, p
     if count == 0:
         shutil.rmtree(tmp, ignore_errors=True)
         raise SourceError("the archive holds no sglang/ Python sources")
+    digest = tree_digest(tmp)
+    if dest.is_dir() and tree_digest(dest, skip=SKIPPED) == digest:
+        shutil.rmtree(tmp)
+        return digest
     if dest.exists():
         shutil.rmtree(dest)
     tmp.rename(dest)
+    return digest
