@@ -106,7 +106,7 @@ class Resolver:
         self._scratch = Path(tempfile.mkdtemp(prefix="optagent-resolve-"))
         python = worker_python(tree)
         self._proc = subprocess.Popen(
-            [str(python), "-s", "-P", "-c", _BOOT.format(here=str(_HERE))],
+            [str(python), "-s", "-P", "-B", "-c", _BOOT.format(here=str(_HERE))],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
