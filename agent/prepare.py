@@ -1,9 +1,16 @@
-"""What a run and a chat do before planning: the target's preflight, the baseline (reference outputs
-and repeated sweeps of the running configuration), and the trial runner with its restart budget."""
+"""What a run and a chat do before planning, in one place (`prepare_session`): the target's
+preflight, the deployment's context, the playbook's candidates, the baseline (reference outputs and
+repeated sweeps of the running configuration), the trial runner with its restart budget, the
+planner's deps and its instructions."""
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from agent.policy.order import slow_start_flags
@@ -15,6 +22,174 @@ from agent.ui import RunUI
 
 class SessionError(Exception):
     """The run cannot proceed (unreachable host, drift, unhealthy server); the message says why."""
+
+
+@dataclass
+class RunOptions:
+    """What a session may do: the command line of `optagent run` resolved, or a chat's `[agent]`."""
+
+    goal: str
+    model: str = "builtin"
+    base_url: str | None = None
+    max_trials: int = 12
+    max_restarts: int | None = None
+    """None: half of trying each playbook lever alone (`restart_budget`)."""
+    max_wall_minutes: float | None = 240.0
+    """None: no wall-time budget (a chat ends when the user says so)."""
+    dry_run: bool = False
+    allow_lossy: bool = False
+    playbook: Path | None = None
+    """Another playbook file (default: agent/policy/playbook.toml)."""
+    max_tokens: int | None = None
+    """Model tokens the run may spend (None: no limit); spent, the run stops cleanly."""
+
+
+@dataclass
+class PreparedSession:
+    """What a run or a chat plans on (`prepare_session`)."""
+
+    config: Any
+    """The configuration with the benchmark fitted to the deployment (`DeploymentContext.fit_bench`)."""
+    deployment: Any
+    deps: Any
+    """The planner's `PlannerDeps`: the context, the candidates, the runner (None in a dry run)."""
+    baseline: Baseline
+    """Measured, saved (a chat's `--resume`) or empty until the first trial (a chat)."""
+    objective: Any
+    models: Any
+    instructions: str
+    started: float
+    phases: list[tuple[str, float]] = field(default_factory=list)
+    """(what, seconds) of the preparation: preflight and context, the baseline when measured."""
+    bench_s: float = 0.0
+    """Seconds the baseline benchmark took (0 when not measured now)."""
+    grid: int = 0
+    """Playbook levers that apply here (`agent.policy.playbook.grid_size`)."""
+
+
+@contextlib.asynccontextmanager
+async def prepare_session(
+    config: Any, opts: RunOptions, ui: RunUI, *, interactive: bool = False, resume: Any = None
+) -> AsyncIterator[PreparedSession]:
+    """Preflight and context against `config`'s target, the playbook's candidates (less those the
+    server's resolved configuration makes pointless), the baseline, the trial runner, the planner's
+    deps and its instructions: what `optagent run` and `optagent chat` plan on, prepared the same
+    way. The deployment stays open (and locked) until the block ends.
+
+    `interactive` (a chat) changes only what waits, so that the prompt comes at once: the code index
+    is loaded before the first research and the baseline measured before the first trial
+    (`agent.chat.needs`), or with `resume` (a loaded transcript) the saved one is reused while the
+    unit file and the benchmark levels are those it ran on; the instructions get their chat section.
+    """
+    from agent.context import gather_context
+    from agent.policy.models import make_models
+    from agent.policy.planner import PlannerDeps
+    from agent.policy.playbook import PLAYBOOK_PATH, evaluate, grid_size, load_playbook
+    from agent.policy.researcher import build_researcher
+    from agent.trial.resolved import drop_pointless
+    from prompts import render
+    from tools.bench.stats import objective_from_goal
+    from tools.deploy.deployment import Deployment
+    from tools.deploy.remote import make_transport
+
+    started = time.monotonic()
+    deadline = float("inf") if opts.max_wall_minutes is None else started + opts.max_wall_minutes * 60
+    models = make_models(opts.model, opts.base_url)
+    target = config.target
+    ui.step("preflight")
+    transport = make_transport(target)
+    try:
+        async with Deployment(target, on_progress=ui.deploy_progress, pace=True) as deployment:
+            await _preflight(ui, deployment, target, will_deploy=not opts.dry_run)
+            ui.step("context")
+            ctx = await gather_context(
+                config, transport, on_step=lambda s: ui.note(f"reading {s}", record=False),
+                waiting=ui.waiting, index=not interactive,
+            )  # fmt: skip
+            ui.record("context", {**ctx.summary(), "facts": ctx.facts})
+            config = config.model_copy(update={"bench": ctx.fit_bench(config.bench)})
+            phases = [("preflight and context", time.monotonic() - started)]
+            _show_context(ui, ctx)
+            playbook = load_playbook(opts.playbook or PLAYBOOK_PATH)
+            candidates = drop_pointless(evaluate(playbook, ctx.facts, ctx.catalog or None), ctx.resolved_args)
+            objective = objective_from_goal(opts.goal)
+            text = Path(target.local_unit).read_text()
+            saved, bench_s = None, 0.0
+            if interactive:
+                saved = saved_baseline(resume, text, config.bench) if resume is not None else None
+                baseline = saved[0] if saved else Baseline(reps=[], probe=None, text=text)
+                ui.note(
+                    f"baseline: the saved one, measured {saved[1]} on this unit file" if saved else
+                    "baseline: measured before the first trial (not now: the prompt comes at once)",
+                    record=False,
+                )  # fmt: skip
+            else:
+                ui.step("baseline")
+                baseline, bench_s = await measure_baseline(
+                    ui, target.endpoint, config.bench, text, deployment
+                )
+                phases.append(("baseline", bench_s))
+                if objective.slo is not None and (broken := objective.slo.broken_by(baseline.reps)):
+                    ui.note(
+                        f"the baseline breaks the goal's limit: {broken}; where it does, a change is judged "
+                        "by the objective alone, and held to the limit wherever known-good meets it"
+                    )
+            grid = grid_size(playbook, ctx.facts, ctx.catalog or None)
+            runner = None
+            if not opts.dry_run:
+                runner = make_runner(
+                    deployment, config, objective, baseline, candidates, ui,
+                    allow_lossy=opts.allow_lossy, max_trials=opts.max_trials, deadline=deadline,
+                    max_restarts=restart_budget(opts.max_restarts, grid),
+                )  # fmt: skip
+                if saved:  # another launch, maybe hours ago: the first trial measures known-good anew
+                    runner.reference, runner.known_good_blocks = None, []
+            deps = PlannerDeps(
+                goal=opts.goal,
+                ctx=ctx,
+                candidates=candidates,
+                ui=ui,
+                researcher=build_researcher(models.researcher),
+                runner=runner,
+                baseline_levels=mean_throughput(baseline.reps),
+                allow_lossy=opts.allow_lossy,
+                max_parallel_research=config.agent.max_parallel_research,
+            )
+            instructions = render(
+                "planner.md.j2",
+                goal=opts.goal,
+                allow_lossy=opts.allow_lossy,
+                max_trials=opts.max_trials,
+                dry_run=opts.dry_run,
+                context=ctx.summary(),
+                objective=str(getattr(objective, "describe", lambda: objective)()),
+                baseline=deps.baseline_levels,
+                chat=interactive,
+            )
+            yield PreparedSession(
+                config=config, deployment=deployment, deps=deps, baseline=baseline, objective=objective,
+                models=models, instructions=instructions, started=started, phases=phases,
+                bench_s=bench_s, grid=grid,
+            )  # fmt: skip
+    finally:
+        await transport.close()
+
+
+def _show_context(ui: RunUI, ctx: Any) -> None:
+    """The context in a few lines: version, model, GPUs (or the CPU host), and what could not be read."""
+    model = ctx.model.summary() if hasattr(ctx.model, "summary") else ctx.model
+    hw = ctx.hardware.summary() if hasattr(ctx.hardware, "summary") else ctx.hardware
+    ui.note(
+        f"SGLang {ctx.version} ({getattr(ctx.tree, 'origin', 'no source')}), {len(ctx.catalog)} flags",
+        record=False,
+    )
+    ui.note(f"model: {model}", record=False)
+    if getattr(ctx, "cpu", None) is not None:  # SGLang's CPU engine: the host is the device
+        ui.note(f"CPU: {ctx.cpu.summary()}", record=False)
+    else:
+        ui.note(f"GPUs: {hw}", record=False)
+    for piece, why in ctx.missing.items():
+        ui.note(f"[yellow]missing {piece}:[/] {why}")
 
 
 async def measure_baseline(
@@ -76,6 +251,36 @@ async def _bring_back(ui: RunUI, deployment: Any) -> str:
         f"{went_down(said)}; {back}. A configuration that fails under the benchmark's load is not "
         f"tuned: {fix} first, or measure at lower levels (bench.concurrency)"
     )
+
+
+def saved_baseline(loaded: Any, text: str, bench: Any) -> tuple[Any, str] | None:
+    """The latest baseline a saved session measured, as a `Baseline`, and when (None when it ran
+    on another unit file or other benchmark settings, or cannot be read back)."""
+    from agent.trial.record import Baseline
+    from tools.bench.probe import ProbeResult
+    from tools.bench.results import SweepResult
+
+    events = loaded.events_of("baseline")
+    if not events:
+        return None
+    data = events[-1].get("data") or {}
+    try:
+        reps = [SweepResult.model_validate(r) for r in data.get("reps") or []]
+        probe = ProbeResult.model_validate(data["probe"])
+    except Exception:
+        return None
+    levels = {lv.max_concurrency for s in reps for lv in s.levels}
+    if data.get("unit_text") != text or not reps or levels != set(bench.concurrency):
+        return None
+    return Baseline(reps=reps, probe=probe, text=text), _when(reps[-1].finished_at)
+
+
+def _when(stamp: Any) -> str:
+    try:
+        ago = time.time() - datetime.fromisoformat(str(stamp)).timestamp()
+    except (TypeError, ValueError):
+        return "earlier"
+    return f"{ago / 60:.0f} min ago" if ago < 5400 else f"{ago / 3600:.1f} h ago"
 
 
 def _sweep_summary(sweep: Any) -> dict[str, Any]:

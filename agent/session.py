@@ -12,29 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.prepare import _preflight, make_runner, measure_baseline, restart_budget
+from agent.prepare import RunOptions, prepare_session
 from agent.trial.record import Baseline, mean_throughput
 from agent.trial.runner import TrialRunner
 from agent.ui import RunUI
 
-
-@dataclass
-class RunOptions:
-    """The command line of `optagent run`, resolved."""
-
-    goal: str
-    model: str = "builtin"
-    base_url: str | None = None
-    max_trials: int = 12
-    max_restarts: int | None = None
-    """None: half of trying each playbook lever alone (`restart_budget`)."""
-    max_wall_minutes: float = 240.0
-    dry_run: bool = False
-    allow_lossy: bool = False
-    playbook: Path | None = None
-    """Another playbook file (default: agent/policy/playbook.toml)."""
-    max_tokens: int | None = None
-    """Model tokens the run may spend (None: no limit); spent, the run stops cleanly."""
+__all__ = ["RunOptions", "RunResult", "run_session"]
 
 
 @dataclass
@@ -68,106 +51,50 @@ class RunResult:
 
 async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
     """The whole run against `config`'s target; returns how it ended (raises `SessionError` early)."""
-    from agent.context import gather_context
     from agent.policy.loadstate import largest_gain, load_state
-    from agent.policy.models import make_models
-    from agent.policy.planner import PlannerDeps, build_planner
-    from agent.policy.playbook import PLAYBOOK_PATH, evaluate, grid_size, load_playbook
-    from agent.policy.researcher import build_researcher
+    from agent.policy.planner import build_planner
     from agent.transcripts.report import explain_run, time_use
-    from agent.trial.resolved import drop_pointless
     from agent.trial.spread import known_spread, measure_spread
-    from tools.bench.stats import objective_from_goal
-    from tools.deploy.deployment import Deployment
-    from tools.deploy.remote import make_transport
 
-    started = time.monotonic()
-    deadline = started + opts.max_wall_minutes * 60
-    models = make_models(opts.model, opts.base_url)
-    target = config.target
-    ui.step("preflight")
-    transport = make_transport(target)
-    try:
-        async with Deployment(target, on_progress=ui.deploy_progress, pace=True) as deployment:
-            await _preflight(ui, deployment, target, will_deploy=not opts.dry_run)
-            ui.step("context")
-            ctx = await gather_context(
-                config, transport, on_step=lambda s: ui.note(f"reading {s}", record=False), waiting=ui.waiting
-            )
-            ui.record("context", {**ctx.summary(), "facts": ctx.facts})
-            config = config.model_copy(update={"bench": ctx.fit_bench(config.bench)})
-            phases = [("preflight and context", time.monotonic() - started)]
-            _show_context(ui, ctx)
-            playbook = load_playbook(opts.playbook or PLAYBOOK_PATH)
-            candidates = drop_pointless(evaluate(playbook, ctx.facts, ctx.catalog or None), ctx.resolved_args)
-            ui.step("baseline")
-            text = Path(target.local_unit).read_text()
-            baseline, bench_s = await measure_baseline(ui, target.endpoint, config.bench, text, deployment)
-            phases.append(("baseline", bench_s))
-            objective = objective_from_goal(opts.goal)
-            if objective.slo is not None and (broken := objective.slo.broken_by(baseline.reps)):
-                ui.note(
-                    f"the baseline breaks the goal's limit: {broken}; where it does, a change is judged "
-                    "by the objective alone, and held to the limit wherever known-good meets it"
-                )
-            runner = None
-            if not opts.dry_run:
-                grid = grid_size(playbook, ctx.facts, ctx.catalog or None)
-                runner = make_runner(
-                    deployment, config, objective, baseline, candidates, ui,
-                    allow_lossy=opts.allow_lossy, max_trials=opts.max_trials, deadline=deadline,
-                    max_restarts=restart_budget(opts.max_restarts, grid),
-                )  # fmt: skip
-            state = load_state(ctx.facts, config.bench, baseline.reps)
-            ui.record("load_state", {"levels": state.levels, "facts": state.facts, "text": state.describe()})
-            ui.note(f"load at baseline: {state.describe()}")
-            mark = time.monotonic()
-            if runner is not None:
-                runner.largest_gain = largest_gain(candidates, state)
-            spread = await measure_spread(runner) if runner is not None else known_spread(config.bench)
-            phases.append(("launch spread", time.monotonic() - mark))
-            spread_restarts = len(runner.launch_seconds) if runner is not None else 0
-            ui.record("launch_spread", {**spread.as_dict(), "text": spread.describe()})
-            ui.note(spread.describe())
-            deps = PlannerDeps(
-                goal=opts.goal,
-                ctx=ctx,
-                candidates=candidates,
-                ui=ui,
-                researcher=build_researcher(models.researcher),
-                runner=runner,
-                baseline_levels=mean_throughput(baseline.reps),
-                allow_lossy=opts.allow_lossy,
-                max_parallel_research=config.agent.max_parallel_research,
-                state=state,
-                spread=spread.value,
-            )
-            ui.step("planning, research and trials")
-            mark = time.monotonic()
-            conclusion, status = await _plan(ui, deps, build_planner(models.planner), opts, objective)
-            ui.todo_final()
-            if models.label != "builtin":  # the offline policy calls no model: nothing to count
-                ui.note(f"model usage: {deps.tokens.line()}")
-            ui.record("usage", {"agent": "run", "by_kind": deps.tokens.by_kind()})
-            if runner is not None:
-                status = await _combine_if_needed(ui, runner, status)
-                await deployment.rollback()  # no-op unless something is still in flight
-            phases.append(("research, planning and trials", time.monotonic() - mark))
-            measured = [spread.describe(), f"load at baseline: {state.describe()}", *_order_notes(deps)]
+    async with prepare_session(config, opts, ui) as prep:
+        config, deps, runner, baseline = prep.config, prep.deps, prep.deps.runner, prep.baseline
+        phases = prep.phases
+        state = load_state(deps.ctx.facts, config.bench, baseline.reps)
+        ui.record("load_state", {"levels": state.levels, "facts": state.facts, "text": state.describe()})
+        ui.note(f"load at baseline: {state.describe()}")
+        mark = time.monotonic()
+        if runner is not None:
+            runner.largest_gain = largest_gain(deps.candidates, state)
+        spread = await measure_spread(runner) if runner is not None else known_spread(config.bench)
+        phases.append(("launch spread", time.monotonic() - mark))
+        spread_restarts = len(runner.launch_seconds) if runner is not None else 0
+        ui.record("launch_spread", {**spread.as_dict(), "text": spread.describe()})
+        ui.note(spread.describe())
+        deps.state, deps.spread = state, spread.value
+        ui.step("planning, research and trials")
+        mark = time.monotonic()
+        planner = build_planner(prep.models.planner)
+        conclusion, status = await _plan(ui, deps, planner, opts, prep.instructions)
+        ui.todo_final()
+        if prep.models.label != "builtin":  # the offline policy calls no model: nothing to count
+            ui.note(f"model usage: {deps.tokens.line()}")
+        ui.record("usage", {"agent": "run", "by_kind": deps.tokens.by_kind()})
+        if runner is not None:
+            status = await _combine_if_needed(ui, runner, status)
+            await prep.deployment.rollback()  # no-op unless something is still in flight
+        phases.append(("research, planning and trials", time.monotonic() - mark))
+        measured = [spread.describe(), f"load at baseline: {state.describe()}", *_order_notes(deps)]
 
-            def explain(r: RunResult) -> None:
-                explain_run(r, deps, runner, opts, config)
-                used = time_use(r.seconds, phases, runner, spread_restarts)
-                ui.record("time_use", {"text": used})  # `optagent transcripts show` lists it too
-                ui.note(used, record=False)
-                r.measured.extend([*measured, used])
+        def explain(r: RunResult) -> None:
+            explain_run(r, deps, runner, opts, config)
+            used = time_use(r.seconds, phases, runner, spread_restarts)
+            ui.record("time_use", {"text": used})  # `optagent transcripts show` lists it too
+            ui.note(used, record=False)
+            r.measured.extend([*measured, used])
 
-            result = await _final(
-                ui, config, runner, baseline, conclusion, status, started, bench_s, explain=explain
-            )
-    finally:
-        await transport.close()
-    return result
+        return await _final(
+            ui, config, runner, baseline, conclusion, status, prep.started, prep.bench_s, explain=explain
+        )
 
 
 def _order_notes(deps: Any) -> list[str]:
@@ -182,41 +109,14 @@ def _order_notes(deps: Any) -> list[str]:
     return ["order from the load: " + ", ".join(out)] if out else []
 
 
-def _show_context(ui: RunUI, ctx: Any) -> None:
-    model = ctx.model.summary() if hasattr(ctx.model, "summary") else ctx.model
-    hw = ctx.hardware.summary() if hasattr(ctx.hardware, "summary") else ctx.hardware
-    ui.note(
-        f"SGLang {ctx.version} ({getattr(ctx.tree, 'origin', 'no source')}), {len(ctx.catalog)} flags",
-        record=False,
-    )
-    ui.note(f"model: {model}", record=False)
-    if getattr(ctx, "cpu", None) is not None:  # SGLang's CPU engine: the host is the device
-        ui.note(f"CPU: {ctx.cpu.summary()}", record=False)
-    else:
-        ui.note(f"GPUs: {hw}", record=False)
-    for piece, why in ctx.missing.items():
-        ui.note(f"[yellow]missing {piece}:[/] {why}")
-
-
-async def _plan(ui: RunUI, deps: Any, planner: Any, opts: RunOptions, objective: Any) -> tuple[str, str]:
+async def _plan(ui: RunUI, deps: Any, planner: Any, opts: RunOptions, instructions: str) -> tuple[str, str]:
     from pydantic_ai.exceptions import UsageLimitExceeded
     from pydantic_ai.usage import UsageLimits
     from rich.markup import escape
 
     from agent.policy.agentrun import run_saving
     from agent.policy.toolerrors import ToolErrorLimit
-    from prompts import render
 
-    instructions = render(
-        "planner.md.j2",
-        goal=opts.goal,
-        allow_lossy=opts.allow_lossy,
-        max_trials=opts.max_trials,
-        dry_run=opts.dry_run,
-        context=deps.ctx.summary(),
-        objective=str(getattr(objective, "describe", lambda: objective)()),
-        baseline=deps.baseline_levels,
-    )
     deps.usage_limits = UsageLimits(
         request_limit=400, tool_calls_limit=600, total_tokens_limit=opts.max_tokens
     )

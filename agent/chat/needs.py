@@ -1,7 +1,7 @@
 """What a chat measures or builds only when a step needs it, so that its prompt comes at once: the
 baseline before the first trial that deploys (its probe and numbers are what a trial is compared
-with), the code index before the first research. `--resume` reuses the saved baseline while the
-unit file and the benchmark settings are the ones it was measured with.
+with), the code index before the first research. (`--resume` reuses the saved baseline while the unit
+file and the benchmark settings are the ones it was measured with: `agent.prepare.saved_baseline`.)
 
 Measured when needed rather than in the background: on a small machine a benchmark running beside
 research (an index build, SGLang's own start-up) would measure the load, not the server.
@@ -10,9 +10,7 @@ research (an index build, SGLang's own start-up) would measure the load, not the
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from pydantic_ai.toolsets import WrapperToolset
@@ -151,33 +149,3 @@ async def ensure_baseline(deps: Any) -> None:
     deps.baseline_levels = mean_throughput(baseline.reps)
     # what the baseline shows about the load orders the candidates from here on, as in a run
     deps.state = load_state(deps.ctx.facts, runner.bench, baseline.reps)
-
-
-def saved_baseline(loaded: Any, text: str, bench: Any) -> tuple[Any, str] | None:
-    """The latest baseline a saved session measured, as a `Baseline`, and when (None when it ran
-    on another unit file or other benchmark settings, or cannot be read back)."""
-    from agent.trial.record import Baseline
-    from tools.bench.probe import ProbeResult
-    from tools.bench.results import SweepResult
-
-    events = loaded.events_of("baseline")
-    if not events:
-        return None
-    data = events[-1].get("data") or {}
-    try:
-        reps = [SweepResult.model_validate(r) for r in data.get("reps") or []]
-        probe = ProbeResult.model_validate(data["probe"])
-    except Exception:
-        return None
-    levels = {lv.max_concurrency for s in reps for lv in s.levels}
-    if data.get("unit_text") != text or not reps or levels != set(bench.concurrency):
-        return None
-    return Baseline(reps=reps, probe=probe, text=text), _when(reps[-1].finished_at)
-
-
-def _when(stamp: Any) -> str:
-    try:
-        ago = time.time() - datetime.fromisoformat(str(stamp)).timestamp()
-    except (TypeError, ValueError):
-        return "earlier"
-    return f"{ago / 60:.0f} min ago" if ago < 5400 else f"{ago / 3600:.1f} h ago"
