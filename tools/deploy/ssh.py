@@ -250,7 +250,9 @@ class SSHTransport:
                     self._shell = await conn.create_process("exec sh", encoding=None)
                     try:
                         await self._exchange(self._shell, "true")  # the login shell's start-up output
-                    except EOFError:  # the shell ended at once: is this account allowed commands at all?
+                    # the shell ended at once (read to its end, or, sooner, closed before "true" was
+                    # written: BrokenPipeError): is this account allowed commands at all?
+                    except (EOFError, BrokenPipeError):
                         self._no_shell = await self._why_no_shell(conn)
                         if self._no_shell is not None:
                             raise TransportError(self._no_shell) from None
