@@ -28,7 +28,6 @@ from tools.deploy.lock import HostLock, LockedError
 from tools.deploy.outcome import DeployError, DeployOutcome, DriftError, UnitInvalidError
 from tools.deploy.remote import Transport, TransportError, make_transport
 from tools.deploy.running import env_file_values
-from tools.deploy.serverlog import log_file_tail
 from tools.deploy.service import ServiceError, ServiceManager, make_service_manager
 from tools.deploy.units.file import UnitFile, UnitFileError, unified_diff
 
@@ -305,8 +304,6 @@ class Deployment:
     async def log_tail(self, lines: int = 40) -> str:
         """The service log's last `lines` lines, or a note of why it could not be read."""
         try:
-            if (path := getattr(self.manager, "log_path", None)) is not None:  # a file: read from its end
-                return await log_file_tail(self.transport, path, lines=lines)
             return await self.manager.logs(lines)
         except (TransportError, ServiceError, OSError) as e:
             return f"(could not read the service log: {e})"

@@ -15,7 +15,10 @@ from tools.printable import printable
 if TYPE_CHECKING:
     from tools.deploy.transport import Transport
 
-__all__ = ["LOG_TAIL_BYTES", "error_line", "log_file_tail", "readable_tail"]
+__all__ = ["LOG_TAIL_BYTES", "START_MARKER", "error_line", "log_file_tail", "readable_tail"]
+
+START_MARKER = "--- optagent: starting "
+"""The line the process manager writes into the log before each start: a log's tail is what follows it."""
 
 LOG_TAIL_BYTES = 256 * 1024
 """How much of a log file's end is read: many times the 40 lines shown, SGLang's argument dump included."""
@@ -60,8 +63,6 @@ async def log_file_tail(
 ) -> str:
     """The last `lines` lines of the log file `path` since the server's last start, reading at most
     `max_bytes` from its end ('' when there is no log)."""
-    from tools.deploy.service import START_MARKER
-
     try:
         text = await transport.read_tail(path, max_bytes=max_bytes)
     except FileNotFoundError:

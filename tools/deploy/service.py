@@ -20,13 +20,12 @@ from tools.deploy.running import (
     running_check,
     unit_command,
 )
+from tools.deploy.serverlog import START_MARKER, log_file_tail
 
 if TYPE_CHECKING:
     from tools.config import TargetConfig
 
 __all__ = ["ProcessManager", "ServiceError", "ServiceManager", "SystemdManager", "make_service_manager"]
-
-START_MARKER = "--- optagent: starting "
 
 
 @runtime_checkable
@@ -303,15 +302,12 @@ class ProcessManager:
         await self.start()
 
     async def logs(self, lines: int = 50) -> str:
-        """The last `lines` lines of the log since the last start."""
+        """The last `lines` lines of the log since the last start, read from its end (a gigabyte
+        of log costs what its tail does: `tools.deploy.serverlog.log_file_tail`)."""
         try:
-            text = await self.transport.read_file(self.log_path)
-        except (FileNotFoundError, TransportError):
+            return await log_file_tail(self.transport, self.log_path, lines=lines)
+        except TransportError:
             return ""
-        last = text.rfind(START_MARKER)
-        if last >= 0:
-            text = text[text.find("\n", last) + 1 :]
-        return "\n".join(text.splitlines()[-lines:])
 
 
 def make_service_manager(target: TargetConfig, transport: Transport) -> ServiceManager:
