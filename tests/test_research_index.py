@@ -4,6 +4,7 @@ attributes, deprecated flags, `--no-X`, and the index cache (built once, reopene
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -287,4 +288,30 @@ def test_module_status_is_cached_on_disk_under_one_key_whatever_the_hash_seed(tr
     for seed in ("1", "2", "3"):
         env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(root)}
         subprocess.run([sys.executable, "-c", child], env=env, check=True, cwd=root)
-    assert len(list(index.db.parent.glob(index.db.stem + ".status-*.pickle"))) == 1
+    assert len(list(index.db.parent.glob(index.db.stem + ".status-*.json"))) == 1
+
+
+def test_a_status_file_is_read_as_data_so_a_planted_pickle_runs_nothing(tree, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The cache keeps every module's status per deployment next to the index; the main process
+    reads it back as JSON, so a file planted there (a pickle that runs code when loaded) runs
+    nothing and the status is computed again."""
+    import pickle
+
+    import tools.research.dispatch as dispatch
+
+    index = load_index(tree)
+    first = dispatch.module_status(index, _facts(90))
+    files = list(index.db.parent.glob(index.db.stem + ".status-*"))
+    assert [f.suffix for f in files] == [".json"]
+    canary = tmp_path / "canary"
+
+    class Planted:
+        def __reduce__(self):  # type: ignore[no-untyped-def]
+            return (Path.write_text, (canary, "ran"))  # what pickle.load would call
+
+    files[0].write_bytes(pickle.dumps(Planted()))
+    dispatch._STATUS_CACHE.clear()
+    dispatch._LAST.clear()
+    assert dispatch.module_status(index, _facts(90)) == first
+    assert not canary.exists()
+    assert json.loads(files[0].read_text()) == first  # written again, as data

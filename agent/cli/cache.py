@@ -35,7 +35,7 @@ GROUPS = {
 }
 """Folders of the cache whose children are entries, and how each child is described."""
 _INDEX_FILE = re.compile(r"^([^-]*-[0-9a-f]{8}-[0-9a-f]+)\.")
-"""`<version>-<tree>-<digest>` of `.sqlite`, `.status-*.pickle` and temp files (`tools.research.index`)."""
+"""`<version>-<tree>-<digest>` of `.sqlite`, `.status-*.json` and temp files (`tools.research.index`)."""
 
 
 class CacheBusyError(Exception):

@@ -17,8 +17,8 @@ loaded dynamically (no importer) are active.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
-import pickle
 from typing import Any
 
 from tools.research.flag_index.lookup import FlagIndex
@@ -138,19 +138,13 @@ def module_status(index: FlagIndex, facts: dict[str, Any]) -> dict[str, Status]:
     if key in _STATUS_CACHE:
         _LAST[id(index)] = (facts, _STATUS_CACHE[key])
         return _STATUS_CACHE[key]
-    path = index.db.with_name(index.db.stem + f".status-{digest}.pickle")
-    status: dict[str, Status] | None = None
-    try:
-        with path.open("rb") as fh:
-            status = pickle.load(fh)
-    except (OSError, pickle.UnpicklingError, EOFError):
-        status = None
+    path = index.db.with_name(index.db.stem + f".status-{digest}.json")
+    status = _read_status(path)
     if status is None:
         status = _module_status(index, facts)
         tmp = path.with_suffix(f".tmp{os.getpid()}")
         try:
-            with tmp.open("wb") as fh:
-                pickle.dump(status, fh, protocol=pickle.HIGHEST_PROTOCOL)
+            tmp.write_text(json.dumps(status))
             os.replace(tmp, path)
             _prune(index.db)
         except OSError:
@@ -158,6 +152,18 @@ def module_status(index: FlagIndex, facts: dict[str, Any]) -> dict[str, Status]:
     _STATUS_CACHE[key] = status
     _LAST[id(index)] = (facts, status)  # holds `facts`, so its id is not reused while cached
     return status
+
+
+def _read_status(path: Any) -> dict[str, Status] | None:
+    """A status file as JSON (data, never code: no pickle is read from the cache); None when it is
+    missing or is not a mapping of module names to true, false or null."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or not all(v is None or isinstance(v, bool) for v in data.values()):
+        return None
+    return data
 
 
 def _stable(value: Any) -> str:
@@ -173,7 +179,7 @@ def _stable(value: Any) -> str:
 
 def _prune(db: Any, keep: int = 32) -> None:
     """Keep the newest `keep` status files of an index (one per distinct set of facts)."""
-    files = sorted(db.parent.glob(db.stem + ".status-*.pickle"), key=lambda p: p.stat().st_mtime)
+    files = sorted(db.parent.glob(db.stem + ".status-*.json"), key=lambda p: p.stat().st_mtime)
     for old in files[:-keep]:
         old.unlink(missing_ok=True)
 
