@@ -225,8 +225,10 @@ class Api:
             "completion_tokens": gen.req.generated,
             "reasoning_tokens": 0,
         }
+        report = bool(getattr(self.args, "enable_cache_report", False))
+        cached = lambda: {"prompt_tokens_details": {"cached_tokens": gen.req.cached}} if report else {}  # noqa: E731
         if not body.get("stream"):
-            return self._openai_whole(gen, base, chat, usage)
+            return self._openai_whole(gen, base, chat, lambda: {**usage(), **cached()})
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         obj = "chat.completion.chunk" if chat else "text_completion"
 
@@ -261,7 +263,9 @@ class Api:
             yield chunk([choice(None, gen.finish_reason)])
             if include_usage:
                 details = {"prompt_tokens_details": None, "completion_tokens_details": None} if chat else {}
-                yield _sse({**base, "object": obj, "choices": [], "usage": {**usage(), **details}})
+                yield _sse(
+                    {**base, "object": obj, "choices": [], "usage": {**usage(), **details, **cached()}}
+                )
             yield b"data: [DONE]\n\n"
 
         return Response(content_type="text/event-stream", stream=events())
@@ -300,7 +304,7 @@ class Api:
                 "finish_reason": finish,
                 "prompt_tokens": gen.prompt_tokens,
                 "completion_tokens": gen.req.generated,
-                "cached_tokens": 0,
+                "cached_tokens": gen.req.cached,
                 "e2e_latency": time.monotonic() - t0,
             }
             return {"text": text, "meta_info": meta}
