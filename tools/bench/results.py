@@ -33,6 +33,12 @@ class RequestResult(BaseModel):
     """Every inter-token gap; kept in memory for the level statistics, not written to JSON."""
     start_s: float = 0.0
     """Send time in seconds since the level started."""
+    cached_tokens: int | None = None
+    """Prompt tokens the server found in its prefix cache, as it reported them (SGLang: `/generate`'s
+    `meta_info.cached_tokens`; the OpenAI routes' `usage.prompt_tokens_details` only under
+    `--enable-cache-report`); None: not reported."""
+    turn: int | None = None
+    """The request's turn in its conversation (multi-turn workload); None: a prompt alone."""
     error: str | None = None
     text: str = Field("", exclude=True)
 
@@ -53,6 +59,20 @@ class RequestResult(BaseModel):
         if not self.ok or self.output_tokens < 2 or self.ttft_ms is None or self.e2e_ms is None:
             return None
         return (self.e2e_ms - self.ttft_ms) / (self.output_tokens - 1)
+
+
+class TurnResult(BaseModel):
+    """The requests of one turn of a level's conversations (multi-turn workload): how long their
+    prompts were, how much of them the server found cached, and their time to first token."""
+
+    turn: int
+    completed: int
+    mean_input_tokens: float
+    total_cached_tokens: int | None = None
+    cache_hit_rate: float | None = None
+    """Cached prompt tokens / prompt tokens; None when the server reported no cached tokens."""
+    mean_ttft_ms: float | None = None
+    median_ttft_ms: float | None = None
 
 
 class LevelResult(BaseModel):
@@ -94,6 +114,12 @@ class LevelResult(BaseModel):
     p90_e2e_latency_ms: float | None = None
     p95_e2e_latency_ms: float | None = None
     p99_e2e_latency_ms: float | None = None
+    total_cached_tokens: int | None = None
+    """Prompt tokens the server reported finding in its prefix cache (None: it reported none)."""
+    cache_hit_rate: float | None = None
+    """`total_cached_tokens` / the prompt tokens of the requests that reported them."""
+    turns: list[TurnResult] = Field(default_factory=list)
+    """Per turn of a multi-turn workload, first turn first (empty for prompts alone)."""
     errors: dict[str, int] = Field(default_factory=dict)
     """Distinct error causes and how many requests each ended."""
     requests: list[RequestResult] = Field(default_factory=list)
@@ -215,4 +241,27 @@ def summarize_level(
     for name in _LATENCIES:
         fields.update(_describe(series[name], name))
     fields["max_itl_ms"] = max(series["itl"]) if series["itl"] else None
+    fields["total_cached_tokens"], fields["cache_hit_rate"] = _cache_hits(done)
+    turns = sorted({r.turn for r in done if r.turn is not None})
+    fields["turns"] = [_turn(t, [r for r in done if r.turn == t]) for t in turns]
     return LevelResult(**fields)
+
+
+def _cache_hits(done: list[RequestResult]) -> tuple[int | None, float | None]:
+    """Cached prompt tokens and their share of the prompt tokens, over the requests that reported
+    them (None, None when none did)."""
+    reported = [r for r in done if r.cached_tokens is not None]
+    if not reported:
+        return None, None
+    cached, prompt = sum(r.cached_tokens or 0 for r in reported), sum(r.input_tokens for r in reported)
+    return cached, (cached / prompt if prompt else None)
+
+
+def _turn(turn: int, done: list[RequestResult]) -> TurnResult:
+    cached, rate = _cache_hits(done)
+    ttft = _describe([r.ttft_ms for r in done if r.ttft_ms is not None], "ttft")
+    return TurnResult(
+        turn=turn, completed=len(done), mean_input_tokens=sum(r.input_tokens for r in done) / len(done),
+        total_cached_tokens=cached, cache_hit_rate=rate, mean_ttft_ms=ttft["mean_ttft_ms"],
+        median_ttft_ms=ttft["median_ttft_ms"],
+    )  # fmt: skip

@@ -69,6 +69,7 @@ def _event_tokens(api: str, event: dict[str, Any], state: dict[str, Any]) -> int
         if done is None:
             raise StreamError("malformed stream: /generate event without meta_info.completion_tokens")
         state["prompt_tokens"] = meta.get("prompt_tokens")
+        state["cached_tokens"] = meta.get("cached_tokens")
         new = done - state["last"]
         state["last"] = done
         state["usage"] = done
@@ -77,6 +78,8 @@ def _event_tokens(api: str, event: dict[str, Any], state: dict[str, Any]) -> int
     if usage:
         state["usage"] = usage.get("completion_tokens")
         state["prompt_tokens"] = usage.get("prompt_tokens")
+        # SGLang reports them here only under --enable-cache-report
+        state["cached_tokens"] = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
     choices = event.get("choices")
     if not choices:
         return 0
@@ -94,7 +97,9 @@ class _SSEReader:
 
     def __init__(self, api: str, start: float, counter: TokenCounter | None) -> None:
         self.api, self.start, self.last, self.counter = api, start, start, counter
-        self.state: dict[str, Any] = {"last": 0, "usage": None, "prompt_tokens": None, "done": False}
+        self.state: dict[str, Any] = {
+            "last": 0, "usage": None, "prompt_tokens": None, "cached_tokens": None, "done": False
+        }  # fmt: skip
         self.itl: list[float] = []
         self.tokens = 0
         self.ttft: float | None = None
@@ -182,10 +187,11 @@ async def send_request(
         return _failed(f"connection lost mid-stream: {e}", start, t0, input_len)
     state = reader.state
     output = state["usage"] if isinstance(state["usage"], int) and state["usage"] > 0 else reader.tokens
-    prompt_tokens = state["prompt_tokens"]
+    prompt_tokens, cached = state["prompt_tokens"], state["cached_tokens"]
     return RequestResult(
         ok=True,
         input_tokens=prompt_tokens if isinstance(prompt_tokens, int) else input_len,
+        cached_tokens=cached if isinstance(cached, int) and not isinstance(cached, bool) else None,
         output_tokens=output,
         ttft_ms=reader.ttft * 1000.0,
         e2e_ms=(end - start) * 1000.0,
