@@ -8,11 +8,14 @@ The workload: by default every request is a prompt of its own (random prompts: n
 (`tools.bench.workload.level_prompts(settings, concurrency, seed)`: random, shared-prefix with the
 `gsp_*` settings, or the configured mix); each prompt becomes a request as the served simulator
 admits it (`Request.for_prompt`: its prefix blocks, matched by the same radix cache), so
-`--disable-radix-cache` costs here what it costs the served simulator on the same prompts.
+`--disable-radix-cache` costs here what it costs the served simulator on the same prompts. A
+multi-turn conversation's turns (`Prompt.conversation`) go in as the client sends them: a turn
+once the one before it finished, behind the requests already waiting.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -67,7 +70,8 @@ def offline_throughput(
     """Output tokens per simulated second of a closed-loop run at `concurrency` (no noise). With
     `shared_prefix` > 0 every run of `group_size` consecutive requests starts with the same
     `shared_prefix` tokens (a system prompt) before `input_len` tokens of its own. `prompts`: the
-    requests to send instead, in order (see the module docstring)."""
+    requests to send instead, in order, a conversation's turns one after another (see the module
+    docstring)."""
     scn, model, plan = plan_for(scenario, flags)
     return throughput_for_plan(
         scn, model, plan, concurrency=concurrency, requests=requests, input_len=input_len,
@@ -92,19 +96,40 @@ def throughput_for_plan(
     """Like `offline_throughput` for an already resolved plan."""
     sched = Scheduler(PerfModel(plan, model, scn), plan, seed=seed)
     total = len(prompts) if prompts else requests or max(2 * concurrency, 4)
-    live: list[Request] = []
-    issued = done = tokens = 0
+    ready, later = _turn_order(prompts, total)
+    live: list[tuple[Request, int]] = []
+    done = tokens = 0
     elapsed = 0.0
     while done < total:
-        while len(live) < concurrency and issued < total:
-            req = _request(issued, prompts, shared_prefix, group_size, input_len, output_len)
+        while len(live) < concurrency and ready:
+            i = ready.popleft()
+            req = _request(i, prompts, shared_prefix, group_size, input_len, output_len)
             sched.add(req)
-            live.append(req)
-            issued += 1
+            live.append((req, i))
         step = sched.step()
         elapsed += step.seconds
         tokens += sum(n for _, n in step.tokens)
-        finished = [r for r in live if r.done]
+        for _, i in (finished := [(r, i) for r, i in live if r.done]):
+            if i in later:  # its conversation's next turn queues behind what already waits
+                ready.append(later.pop(i))
         done += len(finished)
-        live = [r for r in live if not r.done]
+        live = [(r, i) for r, i in live if not r.done]
     return tokens / elapsed
+
+
+def _turn_order(prompts: Sequence[Any] | None, total: int) -> tuple[deque[int], dict[int, int]]:
+    """What may be sent first (every prompt alone, and each conversation's first turn, in order),
+    and the turn that follows each turn of a conversation (`Prompt.conversation`, as the benchmark
+    client sends them: a turn only once the one before it was answered)."""
+    ready: deque[int] = deque()
+    later: dict[int, int] = {}
+    last: dict[Any, int] = {}
+    for i in range(total):
+        key = getattr(prompts[i], "conversation", None) if prompts else None
+        if key is not None and key in last:
+            later[last[key]] = i
+        else:
+            ready.append(i)
+        if key is not None:
+            last[key] = i
+    return ready, later

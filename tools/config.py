@@ -10,11 +10,11 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 DEFAULT_SIM_DIR = Path(".optagent/sim")
 CONFIG_NAME = "optagent.toml"
-Workload = Literal["random", "shared-prefix"]
+Workload = Literal["random", "shared-prefix", "multiturn"]
 
 
 class ConfigError(Exception):
@@ -83,14 +83,27 @@ class BenchConfig(_Strict):
     workload: Workload | dict[Workload, float] = "random"
     """What each level sends: `random` prompts (no two share a prefix), `shared-prefix` (groups of
     prompts sharing a long system prompt, like bench_serving's generated-shared-prefix dataset; the
-    `gsp_*` keys below mirror its `--gsp-*` flags), or the production mix as fractions, e.g.
-    `workload = { random = 0.3, shared-prefix = 0.7 }`. Left unset, a trial of a flag that touches
-    caching, scheduling or memory is measured on half of each (`tools.bench.workload.workload_for`)."""
+    `gsp_*` keys below mirror its `--gsp-*` flags), `multiturn` (conversations whose history grows
+    and is sent again every turn, like SGLang's bench_multiturn; the `multiturn_*` keys), or the
+    production mix as fractions of conversations (a single prompt is a conversation of one turn),
+    e.g. `workload = { random = 0.2, shared-prefix = 0.3, multiturn = 0.5 }`. Left unset, a trial of
+    a flag that touches caching, scheduling or memory is measured on half random, half shared-prefix
+    prompts (`tools.bench.workload.workload_for`)."""
     gsp_num_groups: int = Field(64, ge=1)
     gsp_prompts_per_group: int = Field(16, ge=1)
     gsp_system_prompt_len: int = Field(2048, ge=1)
     gsp_question_len: int = Field(128, ge=1)
     gsp_output_len: int = Field(256, ge=1)
+    multiturn_num_rounds: int = Field(5, ge=1)
+    """Turns of each conversation (bench_multiturn's `--num-rounds`); a level holds as many
+    conversations as it would send prompts (`prompts_per_level`, or max(8, 2 x its concurrency))."""
+    multiturn_request_length: int = Field(512, ge=1)
+    """Tokens of a conversation's first turn (`--request-length`)."""
+    multiturn_sub_question_input_length: int = Field(0, ge=0)
+    """Tokens of the question each later turn adds (`--sub-question-input-length`; 0: the
+    request length)."""
+    multiturn_output_length: int = Field(64, ge=1)
+    """Tokens of every answer (`--output-length`), which the next turn's history carries."""
     vocab_size: int | None = Field(None, ge=2)
     """The model's vocabulary size: random prompts' token ids are drawn below it (unset: ids
     1000-30000, in every common vocabulary). A run fills it from the model's `config.json`."""
@@ -130,6 +143,17 @@ class BenchConfig(_Strict):
         ):
             raise ValueError("a mix must give each workload a positive fraction, summing to 1")
         return v
+
+    @model_validator(mode="after")
+    def _bench_serving_sends_no_multiturn(self) -> BenchConfig:
+        if self.backend == "sglang" and "multiturn" in (
+            [self.workload] if isinstance(self.workload, str) else self.workload
+        ):
+            raise ValueError(
+                "backend 'sglang' cannot send the multiturn workload (bench_serving's own multi-turn "
+                "holds a slot per conversation and needs the chat API): use backend 'optagent'"
+            )
+        return self
 
     @field_validator("concurrency")
     @classmethod

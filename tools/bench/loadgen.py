@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from tools.bench.multiturn import conversations
 from tools.bench.netstream import ClientPool
 from tools.bench.prompts import Prompt, load_prompt_file
 from tools.bench.results import RequestResult, SweepResult, summarize_level
@@ -100,11 +101,20 @@ STALLED = "timed out"
 """How a request that got no byte for `stall_timeout_s`, or ran over `request_timeout_s`, fails."""
 
 
+@dataclass(frozen=True, slots=True)
+class _Body:
+    """One request ready to send: its encoded payload, prompt length and turn (None: alone)."""
+
+    data: bytes
+    input_len: int
+    turn: int | None = None
+
+
 async def _run_level(
     pool: ClientPool,
     path: str,
     api: str,
-    bodies: list[tuple[bytes, int]],
+    chains: list[list[_Body]],
     *,
     concurrency: int,
     request_rate: float | None,
@@ -113,8 +123,10 @@ async def _run_level(
     time_scale: float = 1.0,
 ) -> tuple[list[RequestResult], float]:
     """Send every body with at most `concurrency` in flight; returns results and the duration. A
-    request that times out (`STALLED`) stops the level: what is in flight is cancelled and the rest
-    is not sent (a server that stopped answering would keep every one of them waiting as long)."""
+    chain is a conversation: its next turn is sent once the turn before it was answered, behind the
+    requests already waiting for a slot (a prompt alone is a chain of one). A request that times out
+    (`STALLED`) stops the level: what is in flight is cancelled and the rest is not sent (a server
+    that stopped answering would keep every one of them waiting as long)."""
     counter = TokenCounter()
     results: list[RequestResult] = []
     slots: asyncio.Queue[int] = asyncio.Queue()
@@ -123,20 +135,21 @@ async def _run_level(
     t0 = time.perf_counter()
     tasks: list[asyncio.Task[None]] = []
 
-    async def one(body: bytes, input_len: int) -> None:
+    async def one(body: _Body) -> bool:
         slot = await slots.get()
         try:
             r = await send_request(
                 pool[slot],
                 path,
                 api,
-                body,
-                input_len=input_len,
+                body.data,
+                input_len=body.input_len,
                 timeout=pool.stall_s,
                 whole=pool.timeout_s,
                 counter=counter,
                 t0=t0,
             )
+            r.turn = body.turn
             results.append(r)
         finally:
             slots.put_nowait(slot)
@@ -144,6 +157,13 @@ async def _run_level(
             for task in tasks:
                 if task is not asyncio.current_task():
                     task.cancel()
+            return False
+        return True
+
+    async def conversation(chain: list[_Body]) -> None:
+        for body in chain:
+            if not await one(body):
+                return
 
     async def ticker() -> None:
         while True:
@@ -153,10 +173,10 @@ async def _run_level(
     tick = asyncio.create_task(ticker()) if progress else None
     try:
         rng = random.Random(seed)
-        for b, n in bodies:
+        for chain in chains:  # a rate spaces the conversations' first turns
             if any(t.cancelled() for t in tasks):  # a request stalled: nothing more is sent
                 break
-            tasks.append(asyncio.create_task(one(b, n)))
+            tasks.append(asyncio.create_task(conversation(chain)))
             if request_rate is not None:
                 await asyncio.sleep(
                     rng.expovariate(request_rate) * time_scale
@@ -174,8 +194,12 @@ async def _run_level(
     return results, duration
 
 
-def _encode(api: str, prompts: list[Prompt], model: str) -> list[tuple[bytes, int]]:
-    return [(json.dumps(build_payload(api, p, model=model)).encode(), p.input_len) for p in prompts]
+def _encode(api: str, prompts: list[Prompt], model: str) -> list[list[_Body]]:
+    """The level's requests as the chains they are sent in (`tools.bench.multiturn.conversations`)."""
+    return [
+        [_Body(json.dumps(build_payload(api, p, model=model)).encode(), p.input_len, p.turn) for p in chain]
+        for chain in conversations(prompts, lambda p: p.conversation)
+    ]
 
 
 def _is_unreachable(results: list[RequestResult]) -> bool:
@@ -271,20 +295,20 @@ async def _sweep_levels(
             result.errors.append(f"warm-up failed: {res[0].error}")
             return
     for c in settings.concurrency:
-        bodies = _encode(api, level_prompts(settings, c, seed, file_prompts), model)
+        chains = _encode(api, level_prompts(settings, c, seed, file_prompts), model)
         await pool.preconnect(c)
         if result.server_info is not None:  # an SGLang server (others may not take the POST lightly)
             await flush_cache(pool.client, result.endpoint, timeout=min(10.0, settings.request_timeout_s))
         progress = None
         if on_progress:
-            total = len(bodies)
+            total = sum(map(len, chains))
 
             def progress(done: int, toks: int, el: float, fin: bool, c: int = c, total: int = total) -> None:
                 on_progress(Progress(c, done, total, toks, el, rep, reps, fin))
 
         with _collector_paused():
             res, duration = await _run_level(
-                pool, path, api, bodies, concurrency=c, request_rate=request_rate, seed=seed + c,
+                pool, path, api, chains, concurrency=c, request_rate=request_rate, seed=seed + c,
                 progress=progress, time_scale=settings.time_scale,
             )  # fmt: skip
         res = sorted((r.on_clock(settings.time_scale) for r in res), key=lambda r: r.start_s)

@@ -10,7 +10,7 @@ from pathlib import Path
 # Token ids in this range exist in every common LLM vocabulary (all have >= 32k entries) and
 # avoid the low ids where special tokens usually live; a smaller vocabulary narrows it (`token_range`).
 _TOKEN_RANGE = (1000, 30000)
-_WORDS = [
+WORDS = [
     "the",
     "of",
     "and",
@@ -63,6 +63,7 @@ _WORDS = [
     "night",
     "light",
 ]
+"""Words random text prompts are drawn from (the chat API takes text, not token ids)."""
 
 
 class PromptFileError(ValueError):
@@ -77,6 +78,10 @@ class Prompt:
     output_len: int
     token_ids: list[int] | None = None
     text: str | None = None
+    conversation: int | None = None
+    """The conversation this prompt is a turn of (`tools.bench.multiturn`); None: a prompt alone."""
+    turn: int | None = None
+    """Its turn in that conversation, from 0: sent only once the turn before it was answered."""
 
 
 def token_range(vocab_size: int | None) -> tuple[int, int]:
@@ -104,7 +109,7 @@ def random_prompts(
     out = []
     for _ in range(n):
         if words:
-            text = " ".join(rng.choice(_WORDS) for _ in range(input_len))
+            text = " ".join(rng.choice(WORDS) for _ in range(input_len))
             out.append(Prompt(input_len=input_len, output_len=output_len, text=text))
         else:
             ids = [rng.randrange(lo, hi) for _ in range(input_len)]
@@ -140,7 +145,7 @@ def shared_prefix_prompts(
         return [rng.randrange(lo, hi) for _ in range(k)]
 
     def text(k: int) -> str:
-        return " ".join(rng.choice(_WORDS) for _ in range(k))
+        return " ".join(rng.choice(WORDS) for _ in range(k))
 
     systems = [text(system_prompt_len) if words else tokens(system_prompt_len) for _ in range(groups)]
     out = []

@@ -18,6 +18,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
+from tools.bench.multiturn import conversations, multiturn_prompts
 from tools.bench.prompts import Prompt, random_prompts, shared_prefix_prompts
 from tools.config import BenchConfig
 
@@ -81,6 +82,12 @@ def describe_workload(settings: BenchConfig) -> str:
             f"shared-prefix prompts ({settings.gsp_num_groups} groups of {settings.gsp_prompts_per_group} "
             f"sharing a {settings.gsp_system_prompt_len}-token system prompt)"
         ),
+        "multiturn": (
+            f"multi-turn conversations ({settings.multiturn_num_rounds} turns, "
+            f"{settings.multiturn_request_length} tokens then "
+            f"{settings.multiturn_sub_question_input_length or settings.multiturn_request_length} a turn, "
+            f"{settings.multiturn_output_length}-token answers, the history sent again every turn)"
+        ),
     }
     mix = workload_mix(settings)
     if len(mix) == 1:
@@ -137,11 +144,11 @@ def cost_workload(settings: BenchConfig) -> Any:
 
 
 def prefix_share(settings: BenchConfig) -> float:
-    """The share of prompts with a shared system prompt in that workload (`bench.prefix_share` of
-    the playbook's facts): 0 when the production mix shares no prefix, so a flag that gives up prefix
-    reuse can only gain there."""
-    judged = settings.model_copy(update={"workload": cost_workload(settings)})
-    return float(workload_mix(judged).get("shared-prefix", 0.0))
+    """The share of that workload that reuses a prefix, a shared system prompt or a conversation's
+    history (`bench.prefix_share` of the playbook's facts): 0 when the production mix shares no
+    prefix, so a flag that gives up prefix reuse can only gain there."""
+    mix = workload_mix(settings.model_copy(update={"workload": cost_workload(settings)}))
+    return float(mix.get("shared-prefix", 0.0) + mix.get("multiturn", 0.0))
 
 
 def level_prompts(
@@ -149,7 +156,9 @@ def level_prompts(
 ) -> list[Prompt]:
     """The prompts of one level: from the prompt file, or generated for the configured workload. A
     distinct seed per (rep, level): within one launch no two levels share a prompt or a system
-    prompt, and a baseline and a candidate rep with the same seed send identical prompts."""
+    prompt, and a baseline and a candidate rep with the same seed send identical prompts. Each of
+    the level's `prompts_for_level` is a conversation: one prompt, or a multi-turn conversation's
+    turns in order (`Prompt.conversation`); a mix shuffles whole conversations."""
     n = prompts_for_level(settings, concurrency)
     if file_prompts:
         start = (seed * 7919 + concurrency) % len(file_prompts)
@@ -173,6 +182,16 @@ def level_prompts(
             output_len=settings.gsp_output_len, seed=level_seed + 7, words=words,
             vocab_size=settings.vocab_size,
         )  # fmt: skip
-    if len(mix) > 1:
-        random.Random(level_seed).shuffle(prompts)
+    if counts.get("multiturn"):
+        prompts += multiturn_prompts(
+            counts["multiturn"], num_rounds=settings.multiturn_num_rounds,
+            request_length=settings.multiturn_request_length,
+            sub_question_input_length=settings.multiturn_sub_question_input_length,
+            output_length=settings.multiturn_output_length, seed=level_seed + 13, words=words,
+            vocab_size=settings.vocab_size,
+        )  # fmt: skip
+    if len(mix) > 1:  # the same order as shuffling the prompts when each is a conversation alone
+        chains = conversations(prompts, lambda p: p.conversation)
+        random.Random(level_seed).shuffle(chains)
+        prompts = [p for chain in chains for p in chain]
     return prompts
