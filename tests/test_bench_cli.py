@@ -156,3 +156,30 @@ def test_bench_bad_prompt_file_exits_2(tmp_path):
         app, ["bench", "--endpoint", "http://127.0.0.1:9", "--prompt-file", str(bad)], env={"COLUMNS": "400"}
     )
     assert res.exit_code == 2 and "p.jsonl:1" in flat(res)
+
+
+def test_bench_workload_multiturn_shows_each_turn_and_waits_for_answers(sim_server, tmp_path, monkeypatch):
+    """`--workload multiturn`: a table per turn of the conversations (cache hits `missing` where the
+    server reports none: the OpenAI route without --enable-cache-report), and each conversation is
+    closed-loop: 2 conversations never have more than 2 requests in flight at concurrency 4."""
+    monkeypatch.chdir(tmp_path)
+    srv = sim_server("seed")
+    args = ["bench", "--endpoint", srv.endpoint, "--workload", "multiturn", "--concurrency", "4",
+            "--prompts-per-level", "2", "--warmup", "0", "--reps", "1", "--json", "r.json"]  # fmt: skip
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    # the 5th turn of bench_multiturn's default shape: 512 tokens, then 64 + 512 a turn
+    assert "per turn of the conversations" in flat(res) and "│ 4 │ 5 │ 2816 │ missing │" in flat(res)
+    saved = json.loads((tmp_path / "r.json").read_text())
+    level = saved["levels"][0]
+    assert saved["settings"]["workload"] == "multiturn" and level["completed"] == 10
+    assert [t["turn"] for t in level["turns"]] == [0, 1, 2, 3, 4] and level["cache_hit_rate"] is None
+    events = sorted(
+        (t, step) for r in level["requests"]
+        for t, step in ((r["start_s"], 1), (r["start_s"] + r["e2e_ms"] / 1000, -1))
+    )  # fmt: skip
+    # an answer and the turn it lets go at the same instant: the answer first (-1 sorts first)
+    in_flight = [sum(step for _, step in events[: i + 1]) for i in range(len(events))]
+    assert max(in_flight) == 2
+    res = runner.invoke(app, ["bench", "--endpoint", srv.endpoint, "--workload", "multi-turn"])
+    assert res.exit_code == 2

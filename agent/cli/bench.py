@@ -67,6 +67,9 @@ def bench(
     prompts_per_level: int | None = typer.Option(None, "--prompts-per-level", help="0 = max(8, 2 x level)."),
     reps: int | None = typer.Option(None, "--reps", help="Repetitions of the sweep."),
     api: Literal["completions", "chat", "generate"] | None = typer.Option(None, "--api"),
+    workload: Literal["random", "shared-prefix", "multiturn"] | None = typer.Option(
+        None, "--workload", help="What each level sends (a mix: [bench] workload in the config)."
+    ),
     backend: Literal["optagent", "sglang"] | None = typer.Option(
         None, "--backend", help="optagent's client, or sglang.bench_serving run on the host."
     ),
@@ -86,6 +89,7 @@ def bench(
     overrides = dict(
         concurrency=_levels(concurrency), input_len=input_len, output_len=output_len,
         prompts_per_level=prompts_per_level, reps=reps, api=api, warmup=warmup, backend=backend,
+        workload=workload,
     )  # fmt: skip
     settings = _settings(cfg, overrides)
     if restarts is not None:
@@ -214,6 +218,27 @@ def _print_sweeps(sweeps: list[SweepResult]) -> None:
             _fmt(_mean([getattr(lv, f) if lv else None for lv in runs]), _DIGITS.get(f, 1)) for f in fields
         ]
         table.add_row(*row, style=None if all(lv and lv.ok for lv in runs) else "red")
+    console.print(table)
+    _print_turns(sweeps, levels)
+
+
+def _print_turns(sweeps: list[SweepResult], levels: list[int]) -> None:
+    """Per turn of a multi-turn workload: prompt length, the share the server found cached (where it
+    reports cached tokens) and the time to first token, each the mean of the repetitions."""
+    if not any(lv.turns for s in sweeps for lv in s.levels):
+        return
+    table = Table(title="per turn of the conversations, mean of the repetitions")
+    for col in ("conc", "turn", "prompt tok", "cache hit", "TTFT p50"):
+        table.add_column(col, justify="right")
+    for c in levels:
+        turns = [t for s in sweeps if (lv := s.level(c)) for t in lv.turns]
+        for k in sorted({t.turn for t in turns}):
+            got = [t for t in turns if t.turn == k]
+            hit = _mean([t.cache_hit_rate for t in got])
+            table.add_row(
+                str(c), str(k + 1), _fmt(_mean([t.mean_input_tokens for t in got]), 0),
+                "missing" if hit is None else f"{hit:.0%}", _fmt(_mean([t.median_ttft_ms for t in got])),
+            )  # fmt: skip
     console.print(table)
 
 
