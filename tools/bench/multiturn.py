@@ -42,12 +42,11 @@ def multiturn_prompts(
     seed: int = 0,
     words: bool = False,
     vocab_size: int | None = None,
-    first_conversation: int = 0,
 ) -> list[Prompt]:
     """The turns of `n` conversations of `num_rounds` turns each, conversation by conversation and
-    turn by turn (`Prompt.conversation`, numbered from `first_conversation`, and `Prompt.turn`).
-    Token ids, or words for the chat API (the parts of a history joined by blank lines).
-    `sub_question_input_length` 0: `request_length`, as bench_multiturn."""
+    turn by turn (`Prompt.conversation` and `Prompt.turn`, each from 0). Token ids, or words for the
+    chat API (the parts of a history joined by blank lines). `sub_question_input_length` 0: the
+    request length, as bench_multiturn."""
     rng = random.Random(seed)
     lo, hi = token_range(vocab_size)
     question_len = sub_question_input_length or request_length
@@ -67,10 +66,7 @@ def multiturn_prompts(
                 body = {"text": "\n\n".join(" ".join(p) for p in parts)}
             else:
                 body = {"token_ids": [t for p in parts for t in p]}
-            out.append(
-                Prompt(input_len=size, output_len=output_length, conversation=first_conversation + i,
-                       turn=turn, **body)
-            )  # fmt: skip
+            out.append(Prompt(input_len=size, output_len=output_length, conversation=i, turn=turn, **body))
     return out
 
 
