@@ -5,6 +5,7 @@ pytest_plugins = [
     "tests.fixtures.sim",
     "tests.fixtures.real",
     "tests.fixtures.sshd",
+    "tests.fixtures.package_index",
 ]
 
 # The CLI's module-level consoles fix their width when created if COLUMNS is set then: created here,
