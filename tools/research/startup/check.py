@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tools.research.source import SourceTree
+from tools.research.startup.isolation import level
 from tools.research.startup.resolver import Resolver, ResolverError
 
 MODEL_FLAGS = ("--model-path", "--model")
@@ -30,7 +31,7 @@ CPU_FACTS = {k: f"cpu.{k}" for k in ("arch", "count", "memory_mib", "memory_max"
 """What SGLang's CPU engine reads of its host while it resolves (`worker/fake_cpu.py`)."""
 ENV_PREFIX = "env."
 """Facts `env.SGLANG_...`: the deployment's own SGLang variables."""
-_RESOLVERS: dict[tuple[str, str, str], Resolver] = {}
+_RESOLVERS: dict[tuple[str, str, str, str], Resolver] = {}
 
 
 @dataclass
@@ -53,6 +54,8 @@ class StartupAnswer:
     stored: bool | None = None
     """Whether SGLang's own parser stores anything for the flag (False: its action only warns, as a
     deprecation that names no replacement; None: not known)."""
+    note: str = ""
+    """One line when the worker that answered ran without bubblewrap: what isolated it instead."""
 
 
 _MODEL_KEY = "__model_config__"
@@ -184,8 +187,12 @@ def settings_of(flag: str) -> list[str]:
 
 
 def resolver_for(tree: SourceTree, hw: dict[str, Any], env: dict[str, str] | None = None) -> Resolver:
-    """One worker per tree, hardware and environment for the life of the process."""
-    key = (str(tree.root.resolve()), repr(sorted(hw.items())), repr(sorted((env or {}).items())))
+    """One worker per tree, hardware, environment and isolation level for the life of the process."""
+    try:
+        isolated = level()
+    except ValueError as e:  # a level $OPTAGENT_RESOLVER_ISOLATION does not know
+        raise ResolverError(str(e)) from e
+    key = (str(tree.root.resolve()), repr(sorted(hw.items())), repr(sorted((env or {}).items())), isolated)
     if key not in _RESOLVERS:
         _RESOLVERS[key] = Resolver(tree, hw, env=env)
     return _RESOLVERS[key]
@@ -221,14 +228,24 @@ def startup_answer(
         return StartupAnswer("unknown", "not run: no model config")
     try:
         resolver = resolver_for(tree, hw, environment_of(facts))
-        base = resolver.resolve(base_argv, model_config)
-        if not base["ok"]:
-            return StartupAnswer(
-                "unknown", f"the deployment itself does not resolve here: {base['error']}", base.get("where")
-            )
-        trial = resolver.resolve([*rest, *flag], model_config, watch=settings_of(flag[0]))
+        answer = _compare(resolver, base_argv, rest, flag, model_config)
     except ResolverError as e:
         return StartupAnswer("unknown", f"not run: {e}")
+    if resolver.level != "bubblewrap":
+        answer.note = f"SGLang's start-up ran isolated by {resolver.isolation} (no bubblewrap here)"
+    return answer
+
+
+def _compare(
+    resolver: Resolver, base_argv: list[str], rest: list[str], flag: list[str], model_config: Path
+) -> StartupAnswer:
+    """The deployment's line and the line with the flag, each resolved, compared."""
+    base = resolver.resolve(base_argv, model_config)
+    if not base["ok"]:
+        return StartupAnswer(
+            "unknown", f"the deployment itself does not resolve here: {base['error']}", base.get("where")
+        )
+    trial = resolver.resolve([*rest, *flag], model_config, watch=settings_of(flag[0]))
     before, model = _split(base["args"])
     if not trial["ok"]:
         kind = "refused" if trial.get("kind") == "refused" else "unknown"

@@ -12,9 +12,12 @@ when the failure came from the stand-ins or cannot be attributed to SGLang.
 The worker (`worker/`) runs in a venv of its own per SGLang version, holding the few real packages
 resolution depends on at the versions the wheel pins (transformers reads config.json into the real
 config classes; msgspec, packaging, pillow, dill are used at import). torch, triton and pynvml are
-fakes that answer from the hardware facts; every other missing module is a permissive stand-in;
-network and other programs are denied. The worker imports SGLang once and forks per request, so
-one resolution's global changes never leak into the next.
+fakes that answer from the hardware facts; every other missing module is a permissive stand-in.
+The worker is isolated as this machine allows (`isolation.py`: bubblewrap, else `unshare -rn`,
+else Landlock, else its audit hook alone; `Resolver.isolation` says which) with resource limits;
+it can write only its private scratch folder, never the cache this process reads. The worker
+imports SGLang once and forks per request, so one resolution's global changes never leak into
+the next.
 """
 
 from __future__ import annotations
@@ -35,8 +38,14 @@ from pathlib import Path
 from typing import Any
 
 from tools.research.source import SourceTree, cache_lock, cache_root, wheel_requirements
+from tools.research.startup import isolation
 
 REAL_PACKAGES = ("transformers", "msgspec", "packaging", "pillow", "dill")
+_ONE_SPECIFIER = r"\s*(?:~=|===?|!=|<=?|>=?)\s*[A-Za-z0-9_.*+!-]+\s*"
+_SPECIFIER = re.compile(rf"(?:{_ONE_SPECIFIER}(?:,{_ONE_SPECIFIER})*)?")
+"""A plain PEP 440 version specifier (`>=4.57,<5`), or none: no URL, no extras, no path."""
+MAX_ANSWER = 64 << 20
+"""The longest answer line read from the worker (characters)."""
 _BOOT = "import sys; sys.path.insert(0, {here!r}); from worker.child import main; main()"
 _HERE = Path(__file__).resolve().parent
 
@@ -46,17 +55,33 @@ class ResolverError(RuntimeError):
 
 
 def pinned_requirements(tree: SourceTree) -> list[str]:
-    """REAL_PACKAGES with the version specifiers of the wheel's METADATA (unpinned without one)."""
+    """REAL_PACKAGES with the version specifiers of the wheel's METADATA (unpinned without one).
+    ResolverError for a requirement of one of them that is not a plain version specifier (a
+    `name @ url`, extras, anything pip would fetch from elsewhere than the index)."""
     requires = wheel_requirements(tree)
     pyproject = tree.package_dir.parent / "pyproject.toml"  # a git checkout: python/pyproject.toml
     if not requires and pyproject.is_file():
         requires = tomllib.loads(pyproject.read_text()).get("project", {}).get("dependencies", [])
     pins: dict[str, str] = {}
     for spec in requires:
-        match = re.match(r"([A-Za-z0-9_.-]+)\s*([^;]*)", spec)
-        if match and match.group(1).lower() in REAL_PACKAGES:
-            pins.setdefault(match.group(1).lower(), match.group(2).strip())
+        match = re.match(r"\s*([A-Za-z0-9_.-]+)\s*([^;]*)", spec)
+        if not match or match.group(1).lower() not in REAL_PACKAGES:
+            continue
+        version = match.group(2).strip().removeprefix("(").removesuffix(")")  # old `name (>=1)`
+        if not _SPECIFIER.fullmatch(version):
+            raise ResolverError(f"refusing the tree's requirement {spec!r}: not a plain version specifier")
+        pins.setdefault(match.group(1).lower(), version.replace(" ", ""))
     return [f"{name}{pins.get(name, '')}" for name in REAL_PACKAGES]
+
+
+def pip_environment(environ: dict[str, str]) -> dict[str, str]:
+    """What pip runs with when it fills the resolver's venv: the locale and pip's own settings
+    (`PIP_*`), a proxy and CA bundle to reach the index, HOME for pip's config and cache; no other
+    variable of this process (API keys, tokens, `PYTHON*`)."""
+    keep = {"HOME", "LANG", "LC_ALL", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "NETRC"}
+    proxies = {"http_proxy", "https_proxy", "no_proxy", "all_proxy"}
+    env = {k: v for k, v in environ.items() if k in keep or k.lower() in proxies or k.startswith("PIP_")}
+    return {**env, "PATH": "/usr/bin:/bin", "PIP_NO_INPUT": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
 
 
 def worker_python(
@@ -76,10 +101,11 @@ def worker_python(
             progress(f"setting up SGLang {tree.version}'s argument resolver (once per version)")
         steps = (
             [sys.executable, "-m", "venv", str(env)],
-            [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *requirements],
+            [str(python), "-m", "pip", "install", "-q", "--only-binary=:all:", *requirements],
         )
+        pip_env = pip_environment(dict(os.environ))
         for argv in steps:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False, env=pip_env)
             if done.returncode != 0:
                 tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["failed"]
                 raise ResolverError(f"cannot set up the resolver venv ({' '.join(argv[:4])}): {tail[0]}")
@@ -103,10 +129,27 @@ class Resolver:
         self.tree = tree
         self.timeout = timeout
         self._lock = threading.Lock()
+        try:
+            self.level = isolation.level()
+        except ValueError as e:
+            raise ResolverError(str(e)) from e
+        venv = worker_python(tree).parent.parent.resolve()
+        self._models = cache_root() / "resolver-models"
+        self._models.mkdir(parents=True, exist_ok=True)
+        self._models = self._models.resolve()
         self._scratch = Path(tempfile.mkdtemp(prefix="optagent-resolve-"))
-        python = worker_python(tree)
+        reads = isolation.read_paths(venv, tree.root, _HERE, self._models)
+        prefix = {"bubblewrap": isolation.bwrap_prefix(reads), "unshare": isolation.UNSHARE_PREFIX}
         self._proc = subprocess.Popen(
-            [str(python), "-s", "-P", "-B", "-c", _BOOT.format(here=str(_HERE))],
+            [
+                *prefix.get(self.level, []),
+                str(venv / "bin" / "python"),
+                "-s",
+                "-P",
+                "-B",
+                "-c",
+                _BOOT.format(here=str(_HERE)),
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -114,11 +157,23 @@ class Resolver:
             env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"},
             cwd=self._scratch,
         )
-        hello = {"tree_root": str(tree.root.resolve()), "hw": hw, "env": env or {}, "fork": True}
+        hello = {
+            "tree_root": str(tree.root.resolve()),
+            "hw": hw,
+            "env": env or {},
+            "fork": True,
+            "limits": isolation.limits(),
+            "read": [str(p) for p in reads],
+            "landlock": self.level != "hook",
+        }
         self.ready = self._call(hello)
         if not self.ready.get("ready"):
             self.close()
+            if self.ready.get("facts_refused"):
+                raise ResolverError(f"the hardware facts are refused: {self.ready.get('error')}")
             raise ResolverError(f"SGLang {tree.version} does not import here: {self.ready.get('error')}")
+        self.isolation = isolation.describe(self.level, int(self.ready.get("landlock") or 0))
+        """What isolates this worker, in one line (`isolation.describe`)."""
 
     def resolve(
         self, argv: list[str], model_config: Path | None = None, *, watch: list[str] | None = None
@@ -133,7 +188,7 @@ class Resolver:
         """A directory holding `config` as config.json, one path per content, so that answers of
         different workers compare equal (`model_path` is a resolved field)."""
         data = config.read_bytes()
-        model_dir = cache_root() / "resolver-models" / hashlib.sha256(data).hexdigest()[:16]
+        model_dir = self._models / hashlib.sha256(data).hexdigest()[:16]
         if not (model_dir / "config.json").is_file():
             model_dir.mkdir(parents=True, exist_ok=True)
             tmp = model_dir / f".config.{os.getpid()}.{threading.get_ident()}"
@@ -154,10 +209,19 @@ class Resolver:
                 if not sel.select(self.timeout):
                     self._proc.kill()
                     raise ResolverError(f"the resolver worker gave no answer in {self.timeout:.0f} s")
-            line = self._proc.stdout.readline()
+            line = self._proc.stdout.readline(MAX_ANSWER)
         if not line:
             raise ResolverError(f"the resolver worker exited (code {self._proc.wait()})")
-        return json.loads(line)
+        try:
+            if not line.endswith("\n"):
+                raise ValueError(f"longer than {MAX_ANSWER} characters")
+            answer = json.loads(line)
+            if not isinstance(answer, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as e:
+            self._proc.kill()
+            raise ResolverError(f"the resolver worker's answer is broken: {e}") from e
+        return answer
 
     def close(self) -> None:
         """Stop the worker (idempotent)."""

@@ -44,6 +44,8 @@ def prewarm_real_packages() -> None:
     that raise on use, e.g. ``AutoImageProcessor`` or ``modeling_llama``
     in some versions) are then served as stand-ins, like torch itself.
     """
+    with contextlib.suppress(ImportError):
+        import dill  # noqa: F401 - it reads ctypes.pythonapi at import, which the sandbox then refuses
     try:
         import transformers  # noqa: F401 - imported first, before any fake exists (see docstring)
         from transformers.utils import import_utils

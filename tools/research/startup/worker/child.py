@@ -3,8 +3,10 @@
 Run as ``python -I -m``-less script (see ``resolve_args._worker_command``).
 Protocol, JSON lines over stdin/stdout:
 
-* first line: ``{"tree_root": str, "hw": {...}, "env": {...}, "fork": bool}`` (``env``: the
-  deployment's own SGLang variables, set before SGLang is imported)
+* first line: ``{"tree_root": str, "hw": {...}, "env": {...}, "fork": bool, "limits": {...},
+  "read": [...], "landlock": bool}`` (``env``: the deployment's own SGLang variables, set before
+  SGLang is imported; ``limits``: ``RLIMIT_*`` values set first; ``read``: the paths Landlock lets
+  it read, with ``landlock``); the answer ``{"ready": ...}`` says which Landlock ABI it applied
 * then per request: ``{"argv": [...]}`` -> one response line,
   ``{"ok": true, "args": {...}}`` or
   ``{"ok": false, "kind": "refused"|"unknown", "error": str, "where": str}``.
@@ -189,15 +191,23 @@ def main() -> None:
     proto_out = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     config = json.loads(sys.stdin.readline())
+    sandbox.limit(config.get("limits") or {})
     tree_root = Path(config["tree_root"]).resolve()
-    hw = Hardware.from_dict({"torch_version": pinned_torch(tree_root), **config["hw"]})
+    try:
+        hw = Hardware.from_dict({"torch_version": pinned_torch(tree_root), **config["hw"]})
+    except (TypeError, ValueError) as exc:  # a fact that is no fact: nothing of the tree runs
+        proto_out.write(json.dumps({"ready": False, "facts_refused": True, "error": str(exc)}) + "\n")
+        return
     use_fork = bool(config.get("fork", True))
 
     scratch = Path(tempfile.mkdtemp(prefix="sglang-resolver-"))
     os.environ.update(config.get("env") or {})  # the sandbox's own settings below win
-    sandbox.install(hw, scratch)
+    read = [Path(p) for p in config.get("read") or []]
+    sandbox.install(hw, scratch, read=read, use_landlock=bool(config.get("landlock")))
+    sandbox.allow_fork(_forked.__code__)
     start = time.perf_counter()
     prewarm_real_packages()
+    sandbox.arm()
     finder = install_import_system(tree_root, hw)
     try:
         module = import_server_args()
@@ -205,6 +215,7 @@ def main() -> None:
             "ready": True,
             "import_seconds": round(time.perf_counter() - start, 3),
             "standin_modules": sorted(finder.used),
+            "landlock": sandbox.LANDLOCK_ABI,
         }
     except BaseException as exc:  # noqa: BLE001
         module = None

@@ -45,6 +45,21 @@ class CpuHost:
     numa_nodes: int
     amx: bool
 
+    def __post_init__(self) -> None:
+        check_text("cpu.arch", self.arch)
+        for name in ("count", "numa_nodes"):
+            check_count(f"cpu.{name}", getattr(self, name))
+        if (
+            isinstance(self.memory_mib, bool)
+            or not isinstance(self.memory_mib, (int, float))
+            or self.memory_mib < 0
+        ):
+            raise ValueError(f"cpu.memory_mib {self.memory_mib!r} is no memory size")
+        if self.memory_max != "max":
+            check_count("cpu.memory_max", self.memory_max)
+        if not isinstance(self.amx, bool):
+            raise ValueError(f"cpu.amx {self.amx!r} is not true or false")
+
     @classmethod
     def from_dict(cls, facts: dict[str, Any]) -> CpuHost:
         return cls(**{k: facts[k] for k in cls.__dataclass_fields__})
@@ -101,19 +116,35 @@ def build_psutil(host: CpuHost) -> types.ModuleType:
     return psutil
 
 
-def lscpu_script(host: CpuHost) -> str:
-    """A POSIX sh ``lscpu`` (shell builtins only: PATH holds no other program) printing
-    ``-p=CPU,Core,Socket,Node`` for the host's NUMA count."""
-    cpus = host.cpus
-    rows = [f"{cpu},{cpu},0,{cpu * host.numa_nodes // len(cpus)}" for cpu in cpus] if host.numa_nodes else []
-    lines = "".join(f"{row}\\n" for row in ["# CPU,Core,Socket,Node", *rows])
-    return f"""#!/bin/sh
-# Fake lscpu: the CPU topology of the host's facts, for `lscpu -p=CPU,Core,Socket,Node` only.
+LSCPU = """#!/bin/sh
+# Fake lscpu: the CPU topology of the host's facts, for `lscpu -p=CPU,Core,Socket,Node` only, printed
+# from the file lscpu.facts beside it (data, never run as code).
 case "$*" in
-    *-p=CPU,Core,Socket,Node*) printf '{lines}' ;;
+    *-p=CPU,Core,Socket,Node*) while IFS= read -r line; do printf '%s\\n' "$line"; done < "${0%/*}/lscpu.facts" ;;
     *) echo "fake lscpu: unsupported: $*" >&2; exit 9 ;;
 esac
 """
+"""The fake `lscpu` (shell builtins only: PATH holds no other program); the topology is a file."""
+
+
+def lscpu_rows(host: CpuHost) -> str:
+    """What `lscpu -p=CPU,Core,Socket,Node` prints for the host's NUMA count."""
+    cpus = host.cpus
+    rows = [f"{cpu},{cpu},0,{cpu * host.numa_nodes // len(cpus)}" for cpu in cpus] if host.numa_nodes else []
+    return "".join(f"{row}\n" for row in ["# CPU,Core,Socket,Node", *rows])
+
+
+def check_count(name: str, value: Any) -> None:
+    """ValueError unless `value` is a whole number >= 0 (a count, a size, an SM)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} {value!r} is not a whole number")
+
+
+def check_text(name: str, value: Any, *, empty: bool = True) -> None:
+    """ValueError unless `value` is one line of printable text (at most 200 characters): a name
+    the fakes print as data, never a line break or a control character."""
+    if not isinstance(value, str) or len(value) > 200 or not value.isprintable() or (not value and not empty):
+        raise ValueError(f"{name} {value!r} is not one line of printable text")
 
 
 def host_file_texts(host: CpuHost) -> dict[str, str]:
@@ -140,6 +171,7 @@ def install(host: CpuHost, scratch: Path) -> Path:
     builtins.open = open_as_host
     lscpu = scratch / "bin" / "lscpu"
     lscpu.parent.mkdir(parents=True, exist_ok=True)
-    lscpu.write_text(lscpu_script(host))
+    (scratch / "bin" / "lscpu.facts").write_text(lscpu_rows(host))
+    lscpu.write_text(LSCPU)
     lscpu.chmod(0o755)
     return lscpu

@@ -17,7 +17,7 @@ import types
 from dataclasses import dataclass
 from typing import Any
 
-from .fake_cpu import CpuHost, build_torch_cpu
+from .fake_cpu import CpuHost, build_torch_cpu, check_count, check_text
 from .standins import STANDIN_MARK, StandIn, StandInModule
 
 
@@ -35,8 +35,15 @@ class Hardware:
     multi_processor_count: int = 132
     cpu: CpuHost | None = None
 
+    def __post_init__(self) -> None:
+        for name in ("sm", "count", "memory_mib", "multi_processor_count"):
+            check_count(f"gpu.{name}", getattr(self, name))
+        for name in ("name", "cuda_version", "torch_version", "triton_version"):
+            check_text(f"gpu.{name}", getattr(self, name), empty=name == "name")
+
     @classmethod
     def from_dict(cls, hw: dict[str, Any]) -> Hardware:
+        """The facts of `hw`; ValueError for a value that is no fact of its kind (see `check_text`)."""
         known = {k: hw[k] for k in cls.__dataclass_fields__ if k in hw}
         if known.get("cpu") is not None:
             known["cpu"] = CpuHost.from_dict(known["cpu"])
@@ -295,23 +302,33 @@ def build_pynvml(hw: Hardware) -> types.ModuleType:
     return nvml
 
 
-def nvidia_smi_script(hw: Hardware) -> str:
-    """A POSIX sh ``nvidia-smi`` answering the queries SGLang makes."""
+NVIDIA_SMI = """#!/bin/sh
+# Fake nvidia-smi: answers --query-gpu=<field> from the files of nvidia-smi.facts beside it, read as
+# data (never run as code).
+case "$*" in
+    *--query-gpu=memory.total*) key=memory.total ;;
+    *--query-gpu=compute_cap*) key=compute_cap ;;
+    *--query-gpu=name*) key=name ;;
+    *--query-gpu=driver_version*) key=driver_version ;;
+    *--query-gpu=count*) key=count ;;
+    *) echo "fake nvidia-smi: unsupported query: $*" >&2; exit 9 ;;
+esac
+facts="${0%/*}/nvidia-smi.facts"
+IFS= read -r value < "$facts/$key"
+IFS= read -r count < "$facts/count"
+i=0
+while [ "$i" -lt "$count" ]; do printf '%s\\n' "$value"; i=$((i+1)); done
+"""
+"""The fake `nvidia-smi`: one text for every deployment; the facts are files it reads."""
+
+
+def nvidia_smi_answers(hw: Hardware) -> dict[str, str]:
+    """What the fake `nvidia-smi` answers per query field (one line per GPU)."""
     major, minor = hw.capability
-    rows = {
+    return {
         "memory.total": str(hw.memory_mib),
         "compute_cap": f"{major}.{minor}",
         "name": hw.name,
         "driver_version": "570.00.00",
         "count": str(hw.count),
     }
-    cases = "\n".join(f'    *--query-gpu={key}*) value="{val}" ;;' for key, val in rows.items())
-    return f"""#!/bin/sh
-# Fake nvidia-smi: answers --query-gpu=<field> from the supplied facts.
-case "$*" in
-{cases}
-    *) echo "fake nvidia-smi: unsupported query: $*" >&2; exit 9 ;;
-esac
-i=0
-while [ $i -lt {hw.count} ]; do echo "$value"; i=$((i+1)); done
-"""
