@@ -18,6 +18,7 @@ from agent.trial.budget import TRIAL_RESTARTS
 from agent.trial.record import Baseline, lossy_flags, mean_throughput, mechanism_flags
 from agent.trial.runner import TrialRunner
 from agent.ui import RunUI
+from tools.bench.objective import Goal
 
 
 class SessionError(Exception):
@@ -28,7 +29,8 @@ class SessionError(Exception):
 class RunOptions:
     """What a session may do: the command line of `optagent run` resolved, or a chat's `[agent]`."""
 
-    goal: str
+    goal: Goal
+    """The goal, read once where it entered (`tools.bench.objective.read_goal`)."""
     model: str = "builtin"
     base_url: str | None = None
     max_trials: int = 12
@@ -88,7 +90,6 @@ async def prepare_session(
     from agent.policy.researcher import build_researcher
     from agent.trial.resolved import drop_pointless
     from prompts import render
-    from tools.bench.stats import objective_from_goal
     from tools.deploy.deployment import Deployment
     from tools.deploy.remote import make_transport
 
@@ -112,7 +113,7 @@ async def prepare_session(
             _show_context(ui, ctx)
             playbook = load_playbook(opts.playbook or PLAYBOOK_PATH)
             candidates = drop_pointless(evaluate(playbook, ctx.facts, ctx.catalog or None), ctx.resolved_args)
-            objective = objective_from_goal(opts.goal)
+            objective = opts.goal.objective
             text = Path(target.local_unit).read_text()
             saved, bench_s = None, 0.0
             if interactive:
@@ -157,7 +158,7 @@ async def prepare_session(
             )
             instructions = render(
                 "planner.md.j2",
-                goal=opts.goal,
+                goal=opts.goal.text,
                 allow_lossy=opts.allow_lossy,
                 max_trials=opts.max_trials,
                 dry_run=opts.dry_run,

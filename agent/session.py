@@ -127,7 +127,7 @@ async def _plan(ui: RunUI, deps: Any, planner: Any, opts: RunOptions, instructio
     try:
         result = await run_saving(
             planner,
-            f"Goal: {opts.goal}. Make a plan, research the candidates, run trials and conclude.",
+            f"Goal: {opts.goal.text}. Make a plan, research the candidates, run trials and conclude.",
             deps=deps,
             transcript=ui.transcript,
             name="planner",

@@ -364,6 +364,7 @@ async def run_agent(config, tmp: Path, minutes: float, max_restarts: int | None 
     from agent.session import RunOptions, run_session
     from agent.transcripts.transcript import Transcript
     from agent.ui import RunUI
+    from tools.bench.objective import read_goal
 
     transcript = Transcript.create(
         tmp / "transcripts", kind="run", goal="improve throughput", model="builtin", target="sim"
@@ -373,7 +374,9 @@ async def run_agent(config, tmp: Path, minutes: float, max_restarts: int | None 
         try:
             return await run_session(
                 config,
-                RunOptions(goal="improve throughput", max_wall_minutes=minutes, max_restarts=max_restarts),
+                RunOptions(
+                    goal=read_goal("improve throughput"), max_wall_minutes=minutes, max_restarts=max_restarts
+                ),
                 ui,
             )
         finally:

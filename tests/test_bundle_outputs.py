@@ -29,6 +29,7 @@ from agent.transcripts.transcript import Transcript
 from agent.ui import RunUI, live_columns
 from sim import host
 from tests.test_run_e2e import _fast_host
+from tools.bench.objective import read_goal
 
 # the two levers that help the seed at c=64: the CUDA graphs (kernels, the run's own workload) and
 # mixed chunks (scheduling: judged on the shared-prefix mix, so the run ends with a final check)
@@ -74,7 +75,7 @@ def bundle_run(tmp_path_factory: pytest.TempPathFactory, sglang_0523) -> dict[st
     ui = RunUI(Console(file=out, width=80, record=True, force_terminal=False), transcript)
     # one trial left in the budget: what the builtin planner cannot try one at a time goes together
     opts = RunOptions(
-        goal="improve throughput", playbook=tmp / "playbook.toml", max_trials=1, max_restarts=40
+        goal=read_goal("improve throughput"), playbook=tmp / "playbook.toml", max_trials=1, max_restarts=40
     )
     try:
         result = asyncio.run(run_session(config, opts, ui))

@@ -17,6 +17,7 @@ from agent.policy.researcher import build_researcher
 from agent.transcripts.load import load_transcript
 from agent.transcripts.transcript import Transcript
 from agent.ui import RunUI
+from tools.bench.objective import Goal
 
 
 def test_parse_change() -> None:
@@ -53,7 +54,7 @@ def _dry_session(tmp_path: Path, lines: list[str]) -> tuple[ChatSession, Transcr
     ui = RunUI(console=console, transcript=t)
     researcher = build_researcher(FunctionModel(researcher_policy))
     deps = PlannerDeps(
-        goal="g", ctx=DeploymentContext(), candidates=[], ui=ui, researcher=researcher, runner=None
+        goal=Goal(), ctx=DeploymentContext(), candidates=[], ui=ui, researcher=researcher, runner=None
     )
     planner = build_planner(FunctionModel(chat_policy))
     return ChatSession(planner, deps, t, console, ask), t, asked

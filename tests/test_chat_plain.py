@@ -22,6 +22,7 @@ from agent.policy.researcher import build_researcher
 from agent.transcripts.load import load_transcript
 from agent.transcripts.transcript import Transcript
 from agent.ui import RunUI
+from tools.bench.objective import read_goal
 
 APPROVE = "apply this change to the target? [y/N] "
 
@@ -42,7 +43,7 @@ def _chat(
     console = Console(width=200, record=True)
     t = Transcript.create(tmp_path, kind="chat", goal="improve throughput", model="builtin", target="sim")
     deps = PlannerDeps(
-        goal="improve throughput", ctx=ctx, candidates=evaluate(load_playbook(), ctx.facts, ctx.catalog),
+        goal=read_goal("improve throughput"), ctx=ctx, candidates=evaluate(load_playbook(), ctx.facts, ctx.catalog),
         ui=RunUI(console=console, transcript=t),
         researcher=build_researcher(researcher_model or FunctionModel(researcher_policy)),
         runner=None,

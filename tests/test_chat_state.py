@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.sim import free_port
+from tools.bench.objective import Goal
 
 CLI = "import sys; from agent.cli.main import app; app(sys.argv[1:])"
 THREE = [
@@ -208,7 +209,7 @@ def test_an_llm_asking_to_trial_what_is_deployed_gets_the_answer_at_once(tmp_pat
 
     console = Console(width=200, record=True)
     t = Transcript.create(tmp_path, kind="chat", goal="improve throughput", model="scripted", target="sim")
-    deps = PlannerDeps(goal="g", ctx=DeploymentContext(), candidates=[], ui=RunUI(console=console, transcript=t),
+    deps = PlannerDeps(goal=Goal(), ctx=DeploymentContext(), candidates=[], ui=RunUI(console=console, transcript=t),
                        researcher=None, runner=runner)  # fmt: skip
     ctx = {"sglang_version": "0.5.23", "unit_flags": {}, "model": {}, "hardware": None, "catalog_size": 0,
            "missing": {}}  # fmt: skip
@@ -311,7 +312,7 @@ def test_what_a_run_kept_is_named_after_it(tmp_path: Path) -> None:
     runner = TrialRunner(deployment=None, endpoint="http://127.0.0.1:9", bench=BenchConfig(), objective=None,
                          baseline=Baseline(reps=[], probe=None, text=now))  # fmt: skip
     chat = Transcript.create(tmp_path, kind="chat", goal="improve throughput", model="builtin", target="sim")
-    deps = PlannerDeps(goal="g", ctx=DeploymentContext(), candidates=[], researcher=None, runner=runner,
+    deps = PlannerDeps(goal=Goal(), ctx=DeploymentContext(), candidates=[], researcher=None, runner=runner,
                        ui=RunUI(console=Console(), transcript=chat))  # fmt: skip
     state = asyncio.run(
         deployed_now(deps, [{"flag": "--enable-mixed-chunk"}, {"flag": "--tp-size", "value": "2"}])

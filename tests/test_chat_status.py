@@ -27,6 +27,7 @@ from agent.trial.record import Baseline, TrialChange, TrialRecord
 from agent.trial.runner import TrialRunner
 from agent.ui import RunUI
 from tests.fixtures.sim import free_port
+from tools.bench.objective import Goal, read_goal
 from tools.config import BenchConfig
 
 # What a run that kept `unset --disable-cuda-graph` left deployed: the unit a resumed chat starts from.
@@ -53,7 +54,7 @@ def _chat(tmp_path: Path, lines: list[str]) -> str:
 
     t = Transcript.create(tmp_path, kind="chat", goal="improve throughput", model="builtin", target="sim")
     deps = PlannerDeps(
-        goal="improve throughput", ctx=DeploymentContext(), candidates=[],
+        goal=read_goal("improve throughput"), ctx=DeploymentContext(), candidates=[],
         ui=RunUI(console=console, transcript=t),
         researcher=build_researcher(FunctionModel(researcher_policy)), runner=_resumed_runner(),
     )  # fmt: skip
@@ -129,7 +130,7 @@ def test_undoing_this_chats_change_leaves_the_earlier_one_deployed_and_recorded(
             runner = TrialRunner(deployment=d, endpoint=cfg.target.endpoint, bench=BenchConfig(), objective=None,
                                  baseline=Baseline(reps=[], probe=None, text=start))  # fmt: skip
             runner.trials, runner.best = [run_kept, mine], mine
-            deps = PlannerDeps(goal="g", ctx=DeploymentContext(), candidates=[], runner=runner,
+            deps = PlannerDeps(goal=Goal(), ctx=DeploymentContext(), candidates=[], runner=runner,
                                ui=RunUI(console=Console(), transcript=t), researcher=None)  # fmt: skip
             return await undo_last_kept(deps)
 

@@ -17,7 +17,7 @@ HOSTILE = "improve throughput\x1b]0;pwned\x07\x1b[2J\x1b[31m [bold]loud[/bold]\r
 
 
 def test_goal_words_match_at_word_boundaries() -> None:
-    title = read_goal("improve throughput for our title generation service")  # "title" holds "itl"
+    title = read_goal("improve throughput for our title generation service").objective  # "title" holds "itl"
     assert title.metrics == ["output_throughput"] and title.levels is None and title.words == "throughput"
     assert objective_from_goal("improve throughput for the format c8 service").levels is None  # "at c8"
     assert objective_from_goal("more throughput, said the itler").metrics == ["output_throughput"]
@@ -28,7 +28,7 @@ def test_goal_words_match_at_word_boundaries() -> None:
     assert objective_from_goal("improve throughput @ c=64").levels == [64]
     slo = objective_from_goal("improve throughput keeping p99 TTFT<500ms at concurrency 8").slo
     assert slo is not None and (slo.metric, slo.max_ms, slo.level) == ("p99_ttft_ms", 500.0, 8)
-    assert read_goal("make the chatbot more interactive").kind == "latency"
+    assert read_goal("make the chatbot more interactive").objective.kind == "latency"
 
 
 def _cli(*args: str, width: int) -> subprocess.CompletedProcess[str]:

@@ -11,22 +11,25 @@ from pathlib import Path
 import pytest
 
 from tests.test_run_json import _config_file
-from tools.bench.objective import GoalError, length_hints, read_goal
+from tools.bench.objective import GoalError, read_goal
 
 ROOT = Path(__file__).parents[1]
 CLI = [sys.executable, "-c", "from agent.cli.main import app; app()"]
 
 
 def test_goal_words_choose_the_objective_and_the_lengths() -> None:
-    latency = read_goal("make latency better for long prompts")
-    assert latency.kind == "latency" and latency.words == "latency"
-    assert length_hints("make latency better for long prompts") == ({"input_len": 4096}, "long prompts")
-    assert length_hints("short answers, long context")[0] == {"output_len": 32, "input_len": 4096}
-    assert read_goal("p99 ttft at concurrency 8").words == "p99 ttft ... at concurrency 8"
-    assert read_goal("").words == "" and read_goal("").kind == "throughput"  # no goal: the default
+    goal = read_goal("make latency better for long prompts")
+    assert goal.objective.kind == "latency" and goal.objective.words == "latency"
+    assert (goal.lengths, goal.length_words) == ({"input_len": 4096}, "long prompts")
+    both = read_goal("short answers, long context", strict=False)  # lengths alone name no objective
+    assert both.lengths == {"output_len": 32, "input_len": 4096}
+    assert read_goal("p99 ttft at concurrency 8").objective.words == "p99 ttft ... at concurrency 8"
+    default = read_goal("").objective  # no goal: the default
+    assert default.words == "" and default.kind == "throughput"
     for goal in ("reduce cost", "make it better", "x"):
         with pytest.raises(GoalError, match="name throughput or latency, e.g. 'improve throughput'"):
             read_goal(goal)
+        assert read_goal(goal, strict=False).objective.kind == "throughput"  # a saved goal is read as it was
 
 
 def test_run_refuses_a_goal_it_cannot_map_before_touching_anything(sim_host, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -60,9 +63,10 @@ def test_run_prints_the_objective_and_the_words_that_chose_it(sim_host, tmp_path
 def test_a_level_the_goal_names_is_added_to_the_benchmark(sim_host, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     from tools.bench.objective import unmeasured_levels
 
-    assert unmeasured_levels(read_goal("maximize output throughput at concurrency 16"), [1, 8]) == [16]
-    assert unmeasured_levels(read_goal("p99 ttft at concurrency 8"), [1, 8]) == []
-    limit = read_goal("improve throughput keeping p99 TTFT under 500 ms at concurrency 32")
+    at_16 = read_goal("maximize output throughput at concurrency 16").objective
+    assert unmeasured_levels(at_16, [1, 8]) == [16]
+    assert unmeasured_levels(read_goal("p99 ttft at concurrency 8").objective, [1, 8]) == []
+    limit = read_goal("improve throughput keeping p99 TTFT under 500 ms at concurrency 32").objective
     assert unmeasured_levels(limit, [1, 8]) == [32]  # the limit's level is judged too
     config = _config_file(sim_host, tmp_path)  # its benchmark measures concurrency 1 and 8
     done = subprocess.run(
@@ -92,8 +96,9 @@ def test_a_baseline_that_breaks_the_goal_s_limit_is_said_at_once(sim_host, tmp_p
 def test_a_user_s_tokens_per_second_is_the_time_per_output_token() -> None:
     for goal, level in [("maximize tokens per second per user at concurrency 64", [64]),
                         ("tps per user at concurrency 8", [8]), ("improve per-user throughput", None)]:  # fmt: skip
-        objective = read_goal(goal)
+        objective = read_goal(goal).objective
         assert objective.metrics == ["median_tpot_ms"] and objective.levels == level, goal
         assert not objective.higher_is_better and "1000 / TPOT" in objective.description
     # the server's total is still throughput
-    assert read_goal("maximize output throughput at concurrency 64").metrics == ["output_throughput"]
+    total = read_goal("maximize output throughput at concurrency 64").objective
+    assert total.metrics == ["output_throughput"]

@@ -23,6 +23,7 @@ from agent.ui import RunUI
 from sim import host
 from sim.scenario import SCENARIO_DIR
 from tests.fixtures.sim import free_port
+from tools.bench.objective import read_goal
 
 FLAG = "--enable-fused-moe-sum-all-reduce"
 
@@ -146,7 +147,9 @@ def test_scripted_openai_endpoint_drives_a_dry_run(tmp_path: Path, sglang_0523, 
         tmp_path / "tx", kind="run", goal="improve throughput", model="m", target="sim"
     )
     ui = RunUI(Console(width=120), transcript)
-    opts = RunOptions(goal="improve throughput", model="scripted-model", base_url=base_url, dry_run=True)
+    opts = RunOptions(
+        goal=read_goal("improve throughput"), model="scripted-model", base_url=base_url, dry_run=True
+    )
     try:
         result = asyncio.run(run_session(config, opts, ui))
     finally:

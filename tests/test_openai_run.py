@@ -25,6 +25,7 @@ from agent.transcripts.transcript import Transcript
 from agent.ui import RunUI
 from tests.fixtures.openai_script import ScriptedLLM, calls, say, steps_done, tool_call
 from tests.fixtures.sim import free_port
+from tools.bench.objective import read_goal
 
 pytestmark = pytest.mark.slow(seconds=150)
 
@@ -150,7 +151,7 @@ def test_hostile_model_is_refused_at_zero_restarts_and_the_run_ends(
     console = Console(width=160, record=True)
     with ScriptedLLM(_answer(marker), key="sk-test-secret") as llm:
         opts = RunOptions(
-            goal="improve throughput", model="openai:scripted", base_url=llm.base_url, max_trials=8
+            goal=read_goal("improve throughput"), model="openai:scripted", base_url=llm.base_url, max_trials=8
         )
         try:
             result = asyncio.run(run_session(cfg, opts, RunUI(console, transcript)))
@@ -257,7 +258,7 @@ def test_a_run_ends_cleanly_on_its_own_limits(tmp_path: Path, seed_no_graphs, mo
     unit = Path(seed_no_graphs.target.remote_unit).read_text()
     with ScriptedLLM(_stubborn) as llm:
         opts = RunOptions(
-            goal="improve throughput", model="scripted", base_url=llm.base_url, dry_run=True,
+            goal=read_goal("improve throughput"), model="scripted", base_url=llm.base_url, dry_run=True,
             max_tokens=None if limit == "tool errors" else 60_000,
         )  # fmt: skip
         try:

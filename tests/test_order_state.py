@@ -86,12 +86,13 @@ def test_the_report_says_what_the_load_made_of_each_candidate():
 
     from agent.policy.playbook import evaluate
     from agent.session import _order_notes
+    from tools.bench.objective import read_goal
 
     facts = {**SEED, "bench.max_concurrency": 64, "bench.kv_tokens_needed": 73728,
              "flag.cuda_graph_max_bs_decode": 32, "server.chunked_prefill_size": 8192}  # fmt: skip
     deps = SimpleNamespace(
         candidates=evaluate(load_playbook(), facts), state=load_state(SEED, BENCH, BASE), runner=None,
-        spread=None, allow_lossy=False, goal="improve throughput",
+        spread=None, allow_lossy=False, goal=read_goal("improve throughput"),
     )  # fmt: skip
     [line] = _order_notes(deps)
     assert line.startswith("order from the load: --cuda-graph-max-bs x1.5 (raised: state.uncaptured_share")
@@ -102,6 +103,7 @@ def test_a_goal_on_one_level_lowers_the_levers_that_act_only_elsewhere():
     from types import SimpleNamespace
 
     from agent.policy.planner import goal_levels
+    from tools.bench.objective import read_goal
 
     state = load_state(SEED, BENCH, BASE)  # running batch 1 / 8 / 64
     for goal, judged in [
@@ -109,7 +111,7 @@ def test_a_goal_on_one_level_lowers_the_levers_that_act_only_elsewhere():
         ("p99 ttft at concurrency 64", [64]),
         ("improve throughput", None),
     ]:
-        assert goal_levels(SimpleNamespace(runner=None, goal=goal, state=state)) == judged
+        assert goal_levels(SimpleNamespace(goal=read_goal(goal), state=state)) == judged
     mixed = LEVER["--enable-mixed-chunk"]  # acts where 8 or more run: c=8 and c=64
     assert state_factor(mixed, state, [64]) == state_factor(mixed, state)  # it acts where the goal looks
     factor, why = state_factor(mixed, state, [1])

@@ -29,6 +29,7 @@ from agent.transcripts.transcript import Transcript
 from agent.ui import RunUI
 from sim import host
 from tests.fixtures.real import start_real_host
+from tools.bench.objective import read_goal
 from tools.config import load_config
 from tools.deploy.health import wait_healthy
 from tools.deploy.units.file import UnitFile
@@ -157,7 +158,7 @@ def test_a_run_on_the_real_server_keeps_the_batch_cap_and_rolls_back_the_rest(
     # the traffic reaches 8 requests at once: decided there, where the batch cap binds (c=1 swings by
     # 10-20% from launch to launch on two shared cores, which would sink any rule judged there too)
     goal = "maximize output throughput at concurrency 8"
-    options = RunOptions(goal=goal, playbook=playbook, max_restarts=20, max_wall_minutes=30)
+    options = RunOptions(goal=read_goal(goal), playbook=playbook, max_restarts=20, max_wall_minutes=30)
     try:
         result = asyncio.run(run_session(config, options, ui))
     finally:

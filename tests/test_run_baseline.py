@@ -19,6 +19,7 @@ from agent.ui import RunUI
 from sim import host
 from sim.scenario import SCENARIO_DIR
 from tests.fixtures.sim import free_port
+from tools.bench.objective import read_goal
 
 
 @pytest.mark.timeout(300)
@@ -48,7 +49,9 @@ def test_a_baseline_that_crashes_the_server_ends_the_run_with_the_server_serving
     try:
         with pytest.raises(SessionError) as e:
             asyncio.run(
-                run_session(config, RunOptions(goal="improve throughput"), RunUI(console, transcript))
+                run_session(
+                    config, RunOptions(goal=read_goal("improve throughput")), RunUI(console, transcript)
+                )
             )
     finally:
         transcript.close({"status": "test"})

@@ -17,6 +17,7 @@ from agent.ui import RunUI
 from sim import host
 from sim.scenario import SCENARIO_DIR
 from tests.fixtures.sim import free_port
+from tools.bench.objective import read_goal
 from tools.deploy.health import wait_healthy
 from tools.deploy.units.file import UnitFile
 
@@ -126,7 +127,7 @@ def _run(config, tmp_path: Path, playbook: str | None = None, goal: str = "impro
         path = tmp_path / "playbook.toml"
         path.write_text(playbook)
     # these runs are about verdicts and trials, not the restart budget (tests/test_run_budget.py)
-    options = RunOptions(goal=goal, playbook=path, **{"max_restarts": 40, **opts})
+    options = RunOptions(goal=read_goal(goal), playbook=path, **{"max_restarts": 40, **opts})
     try:
         result = asyncio.run(run_session(config, options, ui))
     finally:

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 from agent.context import DeploymentContext
 from agent.policy.playbook import evaluate, load_playbook
 from agent.trial.resolved import drop_pointless, resolved_args
+from tools.bench.objective import read_goal
 from tools.deploy.health import get_server_info
 
 
@@ -75,7 +76,7 @@ def test_trial_gate_refuses_a_change_to_the_running_value(sim_server):
     info = asyncio.run(get_server_info(server.endpoint))
     recorded: list[tuple] = []
     deps = PlannerDeps(
-        goal="improve throughput",
+        goal=read_goal("improve throughput"),
         ctx=DeploymentContext(server_info=info),
         candidates=[],
         # a dry run only prints a line; a refusal is also recorded in the transcript

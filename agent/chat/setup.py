@@ -78,16 +78,17 @@ def spent_restarts(loaded: Any) -> int:
 
 @contextlib.asynccontextmanager
 async def open_chat(
-    config: Any, *, model: str, base_url: str | None, ui: Any, resume: Any = None
+    config: Any, *, goal: Any, model: str, base_url: str | None, ui: Any, resume: Any = None
 ) -> AsyncIterator[ChatSetup]:
     """What a run prepares (`agent.prepare.prepare_session`), interactively: the baseline (the saved
     one on `--resume` when it still applies) and the code index wait for the step that needs them;
-    then the planner ready for chat, with the saved history and state on `--resume`."""
+    then the planner ready for chat, with the saved history and state on `--resume`. `goal` is the
+    `tools.bench.objective.Goal` the command line read (on `--resume`, the saved session's)."""
     from agent.policy.planner import build_planner
     from agent.prepare import RunOptions, prepare_session
 
     opts = RunOptions(
-        goal=ui.transcript.header.get("goal") or "improve throughput",
+        goal=goal,
         model=model,
         base_url=base_url,
         max_trials=config.agent.max_trials,

@@ -47,9 +47,9 @@ def record_spread(config: Path | None, settings: BenchConfig, restarts: int) -> 
     if why:
         fail(f"{why}; known-good is deployed ({restarted} restarts); nothing was recorded")
     from agent.trial.spread import spread_of_blocks, unsteady
-    from tools.bench.objective import objective_from_goal
+    from tools.bench.objective import Objective
 
-    spread = spread_of_blocks(blocks, objective_from_goal(None), settings.launch_noise)
+    spread = spread_of_blocks(blocks, Objective(), settings.launch_noise)  # the default: every level
     levels = ", ".join(f"c={c} {v:.1%}" for c, v in (spread.per_level or {}).items())
     console.print(
         f"launch spread: {spread.measured:.2%} over {spread.launches} launches of known-good ({levels}; "
@@ -80,7 +80,7 @@ async def _measure(cfg: Any, settings: BenchConfig, restarts: int) -> tuple[list
     from agent.trial.record import Baseline
     from agent.trial.runner import TrialRunner
     from agent.trial.spread import launch_block, relaunch_known_good
-    from tools.bench.objective import objective_from_goal
+    from tools.bench.objective import Objective
     from tools.deploy.deployment import Deployment
     from tools.deploy.health import wait_healthy
 
@@ -92,7 +92,7 @@ async def _measure(cfg: Any, settings: BenchConfig, restarts: int) -> tuple[list
         if d.recovered:
             console.print(f"[yellow]recovered:[/] {d.recovered}", highlight=False)
         runner = TrialRunner(
-            deployment=d, endpoint=cfg.target.endpoint, bench=settings, objective=objective_from_goal(None),
+            deployment=d, endpoint=cfg.target.endpoint, bench=settings, objective=Objective(),
             baseline=Baseline(reps=[], probe=None, text=await d.known_good()), on_event=on_event,
         )  # fmt: skip
         health = await wait_healthy(cfg.target.endpoint, timeout=cfg.target.health_timeout_s)

@@ -32,10 +32,8 @@ def chat(
         from agent.cli.run import _sim_config  # the simulated deployment, started if needed
 
         cfg = _sim_config(config)
-    from agent.cli.run import with_goal_levels
-    from tools.bench.objective import objective_from_goal
+    from agent.cli.run import read_goal_option
 
-    cfg, added = with_goal_levels(cfg, objective_from_goal(goal))
     try:
         name, url = choose_model(model, base_url, configured=cfg.agent.model)
     except ModelChoiceError as e:
@@ -48,7 +46,11 @@ def chat(
             transcript = Transcript.resume(path)
         except (TranscriptNotFound, OSError, ValueError) as e:
             fail(str(e), code=2)
+        # the session goes on with its own goal, read as it was when it began (never refused now)
+        saved_goal = str(transcript.header.get("goal") or "improve throughput")
+        cfg, read, chosen = read_goal_option(saved_goal, cfg, strict=False)
     else:
+        cfg, read, chosen = read_goal_option(goal, cfg)
         label = name if not url else f"{name} @ {url}"
         transcript = Transcript.create(
             cfg.agent.transcripts_dir,
@@ -59,15 +61,14 @@ def chat(
             config=cfg,
         )
     console = chat_console()
-    if added:
-        console.print(added.removeprefix("; "), highlight=False)
+    console.print(chosen, highlight=False, markup=False)  # the goal's words: no markup
     ui = RunUI(console=console, transcript=transcript)
     console.print(f"session {transcript.id} (saved to {transcript.path})", highlight=False)
 
     spent: dict[str, int] = {}  # the counters a later --resume carries over (see restore_state)
 
     async def main() -> str:
-        async with open_chat(cfg, model=name, base_url=url, ui=ui, resume=loaded) as setup:
+        async with open_chat(cfg, goal=read, model=name, base_url=url, ui=ui, resume=loaded) as setup:
             session = ChatSession(
                 setup.planner,
                 setup.deps,

@@ -69,27 +69,28 @@ def _sim_config(config_path: Path | None, out: object = console):
     return config.model_copy(update={"bench": compact_bench(config.bench)})
 
 
-def _read_goal(goal: str, cfg: object) -> tuple[object, str]:
-    """The objective the goal names and the benchmark lengths it asks for, in words that say which
-    of the goal's words chose them; exits 2 with goals that work when it names none."""
-    from tools.bench.objective import GoalError, length_hints, read_goal
+def read_goal_option(text: str, cfg: Any, *, strict: bool = True) -> tuple[Any, Any, str]:
+    """The goal read once (`tools.bench.objective.read_goal`, exits 2 with goals that work when it
+    names none and `strict`), `cfg` with the benchmark lengths and concurrency levels it asks for,
+    and the words that say what was chosen and which of the goal's words chose it."""
+    from tools.bench.objective import GoalError, read_goal
 
     try:
-        objective = read_goal(goal)
+        goal = read_goal(text, strict=strict)
     except GoalError as e:
         fail(str(e), code=2)
+    objective = goal.objective
     said = f"from {objective.words!r}" if objective.words else "the default"
     chosen = f"objective: {objective.description} ({said})"
     if objective.slo is not None:
         where = f" at concurrency {objective.slo.level}" if objective.slo.level else ""
         chosen += f"; limit: {objective.slo.metric} <= {objective.slo.max_ms:g} ms{where}"
-    hints, words = length_hints(goal)
-    if hints:
-        cfg = cfg.model_copy(update={"bench": cfg.bench.model_copy(update=hints)})
-        lengths = ", ".join(f"{k.replace('_len', '')} {v} tokens" for k, v in hints.items())
-        chosen += f"; benchmark {lengths} (from {words!r})"
+    if goal.lengths:
+        cfg = cfg.model_copy(update={"bench": cfg.bench.model_copy(update=goal.lengths)})
+        lengths = ", ".join(f"{k.replace('_len', '')} {v} tokens" for k, v in goal.lengths.items())
+        chosen += f"; benchmark {lengths} (from {goal.length_words!r})"
     cfg, added = with_goal_levels(cfg, objective)
-    return cfg, chosen + added
+    return cfg, goal, chosen + added
 
 
 def _interrupted(state_dir: Path) -> str:
@@ -176,7 +177,7 @@ def run(
     check_transcripts_dir(cfg)
     if cfg.simulated and config is None:
         cfg = _sim_config(config, err_console if as_json else console)
-    cfg, chosen = _read_goal(goal, cfg)
+    cfg, read, chosen = read_goal_option(goal, cfg)
     try:
         name, url = choose_model(model, base_url or cfg.agent.base_url, configured=cfg.agent.model)
     except ModelChoiceError as e:
@@ -189,7 +190,7 @@ def run(
             fail("not confirmed; nothing changed", code=1)
     wall = budget_minutes(cfg, max_minutes, simulated=cfg.simulated and config is None)
     opts = RunOptions(
-        goal=goal,
+        goal=read,
         model=name,
         base_url=url,
         max_trials=cfg.agent.max_trials if max_trials is None else max_trials,

@@ -21,6 +21,7 @@ from agent.policy.verdict import FlagVerdict
 from agent.trial.record import BudgetExhausted, TrialChange, mean_throughput
 from agent.trial.runner import TrialRunner
 from agent.ui import RunUI
+from tools.bench.objective import Goal
 from tools.bench.workload import mechanisms_of_readers
 
 
@@ -28,7 +29,8 @@ from tools.bench.workload import mechanisms_of_readers
 class PlannerDeps:
     """Everything the planner's tools act on."""
 
-    goal: str
+    goal: Goal
+    """The goal, read once where it entered (`tools.bench.objective.read_goal`)."""
     ctx: DeploymentContext
     candidates: list[Candidate]
     ui: RunUI
@@ -125,9 +127,7 @@ def candidates_view(deps: PlannerDeps) -> list[dict[str, Any]]:
 def goal_levels(deps: PlannerDeps) -> list[int] | None:
     """The levels the goal's objective decides on (a named level, a latency goal's lowest measured
     one); None when every level counts (throughput, the Pareto rule)."""
-    from tools.bench.objective import objective_from_goal
-
-    objective = deps.runner.objective if deps.runner is not None else objective_from_goal(deps.goal)
+    objective = deps.goal.objective
     if objective.levels:
         return list(objective.levels)
     levels = sorted(deps.state.levels) if deps.state is not None else []

@@ -1,11 +1,15 @@
-"""What a comparison optimizes, chosen from the user's goal text, and an optional SLO."""
+"""What a comparison optimizes, chosen from the user's goal text, and an optional SLO.
+
+The goal text is read once, where it enters (`read_goal`), into a `Goal`: the objective it names and
+the benchmark lengths it asks for. What comes after (the session, the planner, the trial runner)
+reads that value and never parses the text again."""
 
 from __future__ import annotations
 
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 THROUGHPUT_METRICS = ("output_throughput", "total_throughput", "request_throughput", "input_throughput")
 _STATS = {"p99": "p99", "p95": "p95", "p90": "p90", "p50": "median", "median": "median", "mean": "mean",
@@ -178,7 +182,7 @@ _LENGTHS = re.compile(
 LONG_INPUT, SHORT_INPUT, LONG_OUTPUT, SHORT_OUTPUT = 4096, 128, 1024, 32
 
 
-def length_hints(goal: str | None) -> tuple[dict[str, int], str]:
+def _length_hints(goal: str | None) -> tuple[dict[str, int], str]:
     """Benchmark lengths the goal asks for, and the words it asked with: "long prompts" ->
     ({"input_len": 4096}, "long prompts"); "short answers" -> output_len 32. ({}, '') without."""
     hints: dict[str, int] = {}
@@ -200,11 +204,31 @@ def unmeasured_levels(objective: Objective, measured: list[int]) -> list[int]:
     return sorted({c for c in [*(objective.levels or []), *slo] if c not in measured})
 
 
-def read_goal(goal: str | None) -> Objective:
-    """`objective_from_goal`, refusing a goal whose words name no objective (the default is chosen
-    only for an empty goal): `GoalError` with goals that work, instead of silently throughput."""
-    objective = objective_from_goal(goal)
-    if objective.words or objective.slo is not None or not (goal or "").strip():
-        return objective
+class Goal(BaseModel):
+    """The user's goal, read once (`read_goal`): its text, the objective it names, and the benchmark
+    lengths it asks for."""
+
+    text: str = ""
+    objective: Objective = Field(default_factory=Objective)
+    lengths: dict[str, int] = {}
+    """Benchmark lengths the goal asks for: "long prompts" -> {"input_len": 4096}; {} without."""
+    length_words: str = ""
+    """The words that asked for `lengths` ("long prompts"; '' without)."""
+
+    @property
+    def named(self) -> bool:
+        """Whether the words name an objective or a limit (an empty goal names the default)."""
+        return bool(self.objective.words or self.objective.slo is not None or not self.text.strip())
+
+
+def read_goal(goal: str | None, *, strict: bool = True) -> Goal:
+    """The goal text read once: its objective (`objective_from_goal`) and its benchmark lengths.
+    `strict` refuses a goal whose words name no objective (the default is chosen only for an empty
+    goal): `GoalError` with goals that work, instead of silently throughput."""
+    text = goal or ""
+    lengths, words = _length_hints(text)
+    read = Goal(text=text, objective=objective_from_goal(text), lengths=lengths, length_words=words)
+    if read.named or not strict:
+        return read
     tries = "; ".join(f"'{g}'" for g in GOAL_EXAMPLES)
     raise GoalError(f"cannot tell what to optimize from {goal!r}: name throughput or latency, e.g. {tries}")
