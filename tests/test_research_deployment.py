@@ -38,9 +38,24 @@ def project(sim_host, sglang_0523, tmp_path: Path) -> Path:
     return tmp_path / "optagent.toml"
 
 
-def _research(config: Path, *args: str) -> tuple[int, str]:
-    out = CliRunner().invoke(app, ["research", *args, "--config", str(config)], env={"COLUMNS": "400"})
+def _research(config: Path, *args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+    env = {"COLUMNS": "400", **(env or {})}
+    out = CliRunner().invoke(app, ["research", *args, "--config", str(config)], env=env)
     return out.exit_code, out.stdout
+
+
+def test_research_says_when_the_start_up_ran_without_bubblewrap(project: Path) -> None:
+    """SGLang's own start-up runs under bubblewrap here; without it (the level capped at the audit
+    hook, as on a machine with neither bwrap, user namespaces nor Landlock) the verdict says so."""
+    note = "SGLang's start-up ran isolated by the audit hook only (no bubblewrap here)"
+    code, out = _research(project, "--enable-mixed-chunk", "--json")
+    assert code == 0 and not [n for n in json.loads(out)["notes"] if "isolated by" in n], out
+    code, out = _research(
+        project, "--enable-mixed-chunk", "--json", env={"OPTAGENT_RESOLVER_ISOLATION": "hook"}
+    )
+    data = json.loads(out)
+    assert code == 0 and note in data["notes"], data["notes"]
+    assert data["verdict"] == "applies"  # the same answer, only less isolated
 
 
 def test_research_reads_the_configured_deployment_and_says_which(project: Path) -> None:

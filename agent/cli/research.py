@@ -267,6 +267,8 @@ def research(
         decided_by = "start-up" if startup.kind in ("refused", "same") else "code"
         if startup.kind == "unknown":
             verdict.notes.append(f"SGLang's own start-up: {startup.message}")
+        if startup.note:  # it ran without bubblewrap: what isolated it instead
+            verdict.notes.append(startup.note)
     if json_out:
         data = {"version": tree.version, "origin": tree.origin, **verdict.to_dict(), "decided_by": decided_by}
         print(json.dumps({**data, "deployment": deployment, "facts": facts}, default=str))

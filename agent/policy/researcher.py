@@ -90,6 +90,8 @@ def flag_usage(deps: ResearchDeps, flag: str) -> dict[str, Any]:
             index = load_index(deps.ctx.tree)
             startup = deps.ctx.startup(flag, value)  # SGLang's own start-up, with and without it
             code = analyze_flag(index, flag, deps.ctx.facts, value=value, startup=startup)
+            if getattr(startup, "note", ""):  # it ran without bubblewrap: what isolated it instead
+                code.notes.append(startup.note)
     except (ValueError, OSError, sqlite3.Error) as e:  # a damaged index: say so, research goes on
         return {"flag": flag, "error": f"{type(e).__name__}: {e}"}
     out = _usage_result(code)
