@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tools.flagname import flag_dest, flag_name
 from tools.research.startup.check import MODEL_FLAGS
 
 _SCALARS = (str, int, float, bool, type(None))
@@ -73,7 +74,7 @@ class DeploymentContext:
             facts[f"server.{k}"] = v
         for k, v in self.unit_flags.items():
             # a boolean flag (no value) that is present is True; an absent one is missing
-            facts["flag." + k.lstrip("-").replace("-", "_")] = True if v is None else _number(v)
+            facts["flag." + flag_dest(k)] = True if v is None else _number(v)
         for k, v in _as_dict(self.model).items():
             if isinstance(v, _SCALARS) or (
                 isinstance(v, list | tuple) and all(isinstance(x, str) for x in v)
@@ -315,7 +316,7 @@ async def _source(ctx: DeploymentContext, config: Any, progress: Any = None, *, 
         )  # fmt: skip
         ctx.version = ctx.version or ctx.tree.version
         catalog = await asyncio.to_thread(flag_catalog, ctx.tree)
-        ctx.catalog = {_flag_name(f.name): f for f in catalog}
+        ctx.catalog = {flag_name(f.name): f for f in catalog}
     except Exception as e:
         ctx.missing["source"] = str(e)
 
@@ -325,7 +326,3 @@ async def _resolve(value: Any) -> Any:
     import inspect
 
     return await value if inspect.isawaitable(value) else value
-
-
-def _flag_name(name: str) -> str:
-    return name if name.startswith("--") else "--" + name.replace("_", "-")

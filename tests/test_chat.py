@@ -18,6 +18,24 @@ from agent.transcripts.load import load_transcript
 from agent.transcripts.transcript import Transcript
 from agent.ui import RunUI
 from tools.bench.objective import Goal
+from tools.flagname import flag_dest, flag_name
+
+
+def test_every_spelling_of_a_flag_names_one_flag() -> None:
+    """With or without its dashes, with `_` or `-`: one name, one argparse destination, wherever
+    the flag comes from (a chat line, a tool call, the command line)."""
+    from agent.cli.common import normalize_flag
+
+    spellings = [
+        "mem-fraction-static",
+        "--mem-fraction-static",
+        "mem_fraction_static",
+        " --mem_fraction_static ",
+    ]
+    assert {flag_name(s) for s in spellings} == {"--mem-fraction-static"}
+    assert {normalize_flag(s) for s in spellings} == {"--mem-fraction-static"}
+    assert {flag_dest(s) for s in spellings} == {"mem_fraction_static"}
+    assert flag_name("--no-enable-x") == "--no-enable-x"
 
 
 def test_parse_change() -> None:

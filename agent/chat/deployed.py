@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tools.flagname import flag_name
+
 LOOK_BACK = 10
 """Earlier transcripts read for the session before this one (newest first)."""
 
@@ -37,7 +39,7 @@ def already_deployed(flags: dict[str, Any], changes: list[Any]) -> list[str]:
     held = []
     for c in changes:
         flag, value, action = _get(c, "flag"), _get(c, "value"), _get(c, "action") or "set"
-        flag = "--" + str(flag).strip().lstrip("-")
+        flag = flag_name(str(flag))
         if action == "unset" and flag not in flags:
             held.append(f"unset {flag}")
         elif action != "unset" and flag in flags and _same(flags[flag], value):

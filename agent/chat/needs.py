@@ -15,6 +15,8 @@ from typing import Any
 
 from pydantic_ai.toolsets import WrapperToolset
 
+from tools.flagname import flag_name
+
 
 @dataclass
 class Prerequisites(WrapperToolset):
@@ -29,7 +31,7 @@ class Prerequisites(WrapperToolset):
         if name == "research_flag":
             async with self.lock:  # concurrent research calls: one build, one spinner
                 await ensure_index(deps)
-            deps.ui.research_started("--" + str(tool_args.get("flag", "")).strip().lstrip("-"))
+            deps.ui.research_started(flag_name(str(tool_args.get("flag", ""))))
         elif name == "run_trial" and (held := _already_deployed(deps, tool_args)):
             return _nothing_to_try(deps, held)
         elif name == "run_trial" and _will_deploy(deps, tool_args):

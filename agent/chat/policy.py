@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from agent.chat.deployed import deployed_lines
+from tools.flagname import flag_name
 
 _FLAG = re.compile(r"(?<![\w-])-{0,2}([A-Za-z][\w-]*[A-Za-z0-9])(?:[= ]+([^\s-][^\s]*))?")
 HELP = (
@@ -76,7 +77,7 @@ def parse_change(text: str) -> dict[str, Any] | None:
     m = _FLAG.match(rest)
     if m is None:
         return None
-    flag, value = "--" + m.group(1).replace("_", "-"), m.group(2)
+    flag, value = flag_name(m.group(1)), m.group(2)
     action = "unset" if words[0].lower() in ("unset", "remove", "drop") else "set"
     return {"flag": flag, "value": None if action == "unset" else value, "action": action}
 
@@ -84,7 +85,7 @@ def parse_change(text: str) -> dict[str, Any] | None:
 def _flag_of(text: str) -> str | None:
     words = text.split(maxsplit=1)
     m = _FLAG.match(words[1].strip()) if len(words) == 2 else None
-    return "--" + m.group(1).replace("_", "-") if m else None
+    return flag_name(m.group(1)) if m else None
 
 
 def describe_levels(levels: Any) -> str:
@@ -232,7 +233,7 @@ def _first_pick(messages: list[Any], returns: list[Any], done: set[str], call: A
         c["flag"]: c for n, c, _ in every if n == "research_flag" and isinstance(c, dict) and "verdict" in c
     }
     tried = tried_flags(every)
-    attempted = {"--" + str(a.get("flag", "")).lstrip("-") for n, _, a in returns if n == "research_flag"}
+    attempted = {flag_name(str(a.get("flag", ""))) for n, _, a in returns if n == "research_flag"}
     slots = next((c.get("trials_left") for c in cands if isinstance(c, dict)), None)
     research = could_come_first(cands, verdicts, tried, attempted, slots)
     if research:

@@ -14,6 +14,7 @@ from rich.segment import Segment
 
 from tools.auth import export_api_key
 from tools.config import Config, ConfigError, load_config
+from tools.flagname import flag_name
 from tools.printable import printable
 
 
@@ -105,10 +106,10 @@ def check_transcripts_dir(cfg: Config) -> None:
 
 def normalize_flag(flag: str) -> str:
     """`mem-fraction-static`, `--mem-fraction-static` and `mem_fraction_static` all mean `--mem-fraction-static`."""
-    name = flag.strip().lstrip("-").replace("_", "-")
-    if not name:
+    name = flag_name(flag)
+    if name == "--":
         raise typer.BadParameter(f"not a flag name: {flag!r}")
-    return f"--{name}"
+    return name
 
 
 def target_config(path: Path | None) -> Config:

@@ -31,7 +31,7 @@ T = TypeVar("T")
 def _edits(set_: list[str], unset: list[str]) -> list[tuple[str, str, str | None]]:
     edits: list[tuple[str, str, str | None]] = []
     for item in set_:
-        name, eq, value = item.lstrip("-").partition("=")
+        name, eq, value = item.partition("=")
         edits.append(("set", normalize_flag(name), value if eq else None))
     edits += [("unset", normalize_flag(flag), None) for flag in unset]
     if not edits:

@@ -195,6 +195,7 @@ CONTEXT = {"ignore_unknown_options": True}
 
 def _server_args(pairs: list[str]) -> dict[str, Any]:
     """`--server-arg attention_backend=triton` pairs as `server.<dest>` facts (values typed)."""
+    from tools.flagname import flag_dest
     from tools.research.analysis import _parse_literal
 
     out: dict[str, Any] = {}
@@ -202,7 +203,7 @@ def _server_args(pairs: list[str]) -> dict[str, Any]:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
             fail(f"--server-arg wants KEY=VALUE, got {pair!r}", code=2)
-        out["server." + key.strip().lstrip("-").replace("-", "_")] = _parse_literal(value.strip())
+        out["server." + flag_dest(key)] = _parse_literal(value.strip())
     return out
 
 

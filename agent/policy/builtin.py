@@ -16,6 +16,7 @@ from agent.policy.builtin_messages import _call, _response, _returns
 from agent.policy.builtin_research import decide_verdict
 from agent.policy.trialqueue import doubtful_members, next_trials
 from agent.policy.verdict import doubtful_rejection, final_rejection
+from tools.flagname import flag_name
 
 _FLAG = re.compile(r"--[A-Za-z0-9][\w-]*(?:\.[\w-]+)*")
 _ORDER = {"high": 0, "medium": 1, "low": 2}
@@ -136,11 +137,11 @@ def planner_policy(messages: list[Any], info: Any) -> Any:
         if content.get("halted"):
             budget_out = str(content["halted"])
         if name == "leave_out":
-            left_out["--" + str(args.get("flag", "")).lstrip("-")] = content
+            left_out[flag_name(str(args.get("flag", "")))] = content
             continue
         flags = [ch["flag"] for ch in args.get("changes", [])]
         if args.get("together_reason"):  # a bundle: each member counts as tried
-            members = ["--" + f.lstrip("-") for f in flags]
+            members = [flag_name(f) for f in flags]
             bundles.append((members, content))
             for f in members:
                 trials[f] = content
@@ -148,8 +149,8 @@ def planner_policy(messages: list[Any], info: Any) -> Any:
         elif len(flags) > 1:
             combined = content
         elif flags:
-            trials["--" + flags[0].lstrip("-")] = content
-            tried.setdefault("--" + flags[0].lstrip("-"), []).append(content)
+            trials[flag_name(flags[0])] = content
+            tried.setdefault(flag_name(flags[0]), []).append(content)
     extra = [
         {
             "id": "combine",

@@ -16,6 +16,7 @@ from typing import Any
 from agent.policy.builtin import _live, _lossy_blocked, trial_queue
 from agent.policy.order import certainty, expected_value, plausible_gain, restart_cost
 from agent.policy.verdict import final_rejection
+from tools.flagname import flag_name
 
 RESEARCH_AT_ONCE = 3
 """Candidates researched in one step while looking for the first pick."""
@@ -175,6 +176,6 @@ def tried_flags(returns: list[tuple[str, Any, dict[str, Any]]]) -> dict[str, lis
         if name != "run_trial" or not isinstance(content, dict) or "trial" not in content:
             continue
         for change in args.get("changes") or []:
-            flag = "--" + str(change.get("flag", "")).lstrip("-")
+            flag = flag_name(str(change.get("flag", "")))
             tried.setdefault(flag, []).append(content)
     return tried

@@ -23,6 +23,7 @@ from agent.trial.runner import TrialRunner
 from agent.ui import RunUI
 from tools.bench.objective import Goal
 from tools.bench.workload import mechanisms_of_readers
+from tools.flagname import flag_name
 
 
 @dataclass
@@ -136,7 +137,7 @@ def goal_levels(deps: PlannerDeps) -> list[int] | None:
 
 async def research(deps: PlannerDeps, flag: str, question: str, *, usage: Any = None) -> FlagVerdict:
     """Run one research subagent under the concurrency bound; its messages link to the planner's."""
-    flag = "--" + flag.strip().lstrip("-")
+    flag = flag_name(flag)
     parent = deps.current_msg
     rdeps = ResearchDeps(
         ctx=deps.ctx, candidates={c.flag: c for c in deps.candidates}, flag=flag, code=deps.code,
@@ -244,7 +245,7 @@ def build_planner(model: Any) -> Any:
         deps = ctx.deps
         if deps.runner is None:
             return {"dry_run": True, "note": "nothing deployed"}
-        flag = "--" + flag.strip().lstrip("-")
+        flag = flag_name(flag)
         member = next((c for c in deps.runner.kept_changes if c.flag == flag), None)
         if member is None:
             return {"error": f"{flag} is not in the kept configuration; nothing to leave out"}

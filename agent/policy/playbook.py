@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agent.policy.conditions import ConditionResult, check_all
 from tools.bench.workload import Mechanism
+from tools.flagname import flag_dest
 
 PLAYBOOK_PATH = Path(__file__).with_name("playbook.toml")
 PRIORITY_ORDER = {"high": 0, "medium": 1, "low": 2}
@@ -153,7 +154,7 @@ def evaluate(
         off = [r for r in check_all(lever.state, facts) if r.outcome == "fail"]
         conflicts = check_all(lever.conflicts, facts)
         status = "candidate"
-        current = facts.get("flag." + flag.lstrip("-").replace("-", "_"), "<unset>")
+        current = facts.get("flag." + flag_dest(flag), "<unset>")
         if catalog is not None and flag not in catalog:
             status, note = "not-in-version", f"{flag} is not a flag of this SGLang version"
         elif lever.action == "set" and current != "<unset>" and (value is None or str(current) == value):

@@ -16,6 +16,7 @@ from agent.policy.playbook import Candidate
 from agent.policy.toolerrors import ErrorBudget, ToolErrors
 from agent.policy.verdict import FlagVerdict
 from prompts import render
+from tools.flagname import flag_dest, flag_name
 
 MAX_MATCHES = 40
 _AST_LOCK = threading.Lock()
@@ -36,13 +37,9 @@ class ResearchDeps:
     errors: ErrorBudget = field(default_factory=ErrorBudget)
 
 
-def _dest(flag: str) -> str:
-    return flag.lstrip("-").replace("-", "_")
-
-
 def lookup_flag(deps: ResearchDeps, flag: str) -> dict[str, Any]:
     """The catalog entry of `flag` in this SGLang version and the playbook's checked conditions."""
-    flag = "--" + flag.lstrip("-")
+    flag = flag_name(flag)
     out: dict[str, Any] = {"flag": flag, "sglang_version": deps.ctx.version}
     if not deps.ctx.catalog:
         out["catalog"] = f"unavailable: {deps.ctx.missing.get('source', 'no catalog')}"
@@ -77,7 +74,7 @@ def lookup_flag(deps: ResearchDeps, flag: str) -> dict[str, Any]:
 def flag_usage(deps: ResearchDeps, flag: str) -> dict[str, Any]:
     """The code's verdict on `flag` here: its definition, every serving-path reader with its guards
     checked against this deployment (three-valued), the exits it reaches, and why (issue 10)."""
-    flag = "--" + flag.lstrip("-")
+    flag = flag_name(flag)
     if deps.ctx.tree is None:
         return {"flag": flag, "error": f"no source tree: {deps.ctx.missing.get('source', 'unknown')}"}
     from tools.research.analysis import analyze_flag
@@ -172,7 +169,7 @@ def facts_for(facts: dict[str, Any], flag: str | None) -> dict[str, Any]:
     """The facts that bear on `flag`: the model, GPUs, version, benchmark and the unit's flags, and
     the resolved server arguments that share most words with it (every other server argument is
     one `deployment_facts` call away)."""
-    dest = _dest(flag or "")
+    dest = flag_dest(flag or "")
     words = {w for w in dest.split("_") if len(w) > 2 and w not in _COMMON}
     out, related = {}, []
     for k, v in facts.items():

@@ -11,6 +11,7 @@ from agent.policy.proposal import check_changes
 from agent.trial.record import BudgetExhausted, TrialChange
 from agent.trial.resolved import same_as_running
 from tools.bench.effect import decided_levels, headline
+from tools.flagname import flag_name
 
 
 def refuse(deps: Any, changes: list[TrialChange], why: str, *, check: str) -> dict[str, Any]:
@@ -71,7 +72,7 @@ def refusal(deps: Any, changes: list[TrialChange], override: str | None) -> tupl
     The checks of `optagent deploy --set` (catalog name, type, choices, value, unit file), research
     first, the resolved value, a rejected flag only with `override`. Normalizes the flag names."""
     for ch in changes:
-        ch.flag = "--" + ch.flag.strip().lstrip("-")
+        ch.flag = flag_name(ch.flag)
     base = deps.runner.deployed_text if deps.runner is not None else None
     problems = check_changes(deps.ctx, changes, base_text=base)
     if problems:

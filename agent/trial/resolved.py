@@ -13,14 +13,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from tools.flagname import flag_dest
+
 _SCALARS = (str, int, float, bool)
 _ALIASES = {"cuda_graph_max_bs": ("cuda_graph_max_bs_decode",)}
 """Runtime keys that also resolve another argument left unset (SGLang derives the decode graph limit
 from the captured batch size when `--cuda-graph-max-bs-decode` is not given)."""
-
-
-def _key(flag: str) -> str:
-    return flag.lstrip("-").replace("-", "_")
 
 
 def _states(info: dict[str, Any]) -> dict[str, Any]:
@@ -37,7 +35,7 @@ def resolved_args(server_info: dict[str, Any], catalog: dict[str, Any] | None = 
     for flag, entry in (catalog or {}).items():
         default = getattr(entry, "default", None)
         if isinstance(default, _SCALARS):
-            out[_key(flag)] = default
+            out[flag_dest(flag)] = default
     for k, v in args.items():
         if isinstance(v, _SCALARS):
             out[k] = v
@@ -79,7 +77,7 @@ def pointless_reason(candidate: Any, resolved: dict[str, Any]) -> str | None:
     """
     if candidate.action != "set" or candidate.value is None:
         return None
-    key = _key(candidate.flag)
+    key = flag_dest(candidate.flag)
     if key not in resolved or resolved[key] is None:
         return None
     running, wanted = resolved[key], candidate.value
@@ -103,7 +101,7 @@ def drop_pointless(candidates: list[Any], resolved: dict[str, Any]) -> list[Any]
 
 def same_as_running(flag: str, value: str | None, resolved: dict[str, Any]) -> str | None:
     """Why setting `flag` to `value` changes nothing on the running server (equal values), or None."""
-    key = _key(flag)
+    key = flag_dest(flag)
     if value is None or resolved.get(key) is None:
         return None
     running = resolved[key]

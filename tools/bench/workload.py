@@ -21,6 +21,7 @@ from typing import Any, Literal
 from tools.bench.multiturn import conversations, multiturn_prompts
 from tools.bench.prompts import Prompt, random_prompts, shared_prefix_prompts
 from tools.config import BenchConfig
+from tools.flagname import flag_name
 
 Mechanism = Literal[
     "cache", "scheduling", "memory", "kernels", "communication", "speculative", "numerics", "serving"
@@ -112,7 +113,7 @@ def touches_cache(flag: str, mechanisms: Iterable[str] | None = None) -> bool:
     `mechanisms`: what it acts on, when known (playbook or readers); None: judged by `NAME_RULE`."""
     if mechanisms is not None:
         return bool(MIX_MECHANISMS & set(mechanisms))
-    return bool(NAME_RULE.search(flag.lstrip("-").replace("_", "-").lower()))
+    return bool(NAME_RULE.search(flag_name(flag).lower()))
 
 
 def workload_for(

@@ -19,6 +19,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from tools.flagname import flag_dest, flag_name
 from tools.research.scan.ast_values import _as_list, _dataclass_defaults, _literal, _Module, _unwrap_type
 from tools.research.source import SourceTree
 
@@ -231,8 +232,7 @@ def _catalog_cached(package_dir: Path, root: Path) -> tuple[FlagInfo, ...]:
 def find_flag(catalog: list[FlagInfo], flag: str) -> FlagInfo | None:
     """The catalog entry for `flag` (`--x-y`, `x-y` or `x_y`; aliases count too; `--no-x` finds a
     negatable boolean `--x`, see `negated`)."""
-    name = "--" + flag.strip().lstrip("-").replace("_", "-")
-    dest = name[2:].replace("-", "_")
+    name, dest = flag_name(flag), flag_dest(flag)
     for f in catalog:
         if f.name == name or name in f.aliases:
             return f
@@ -246,5 +246,5 @@ def find_flag(catalog: list[FlagInfo], flag: str) -> FlagInfo | None:
 
 def negated(info: FlagInfo, flag: str) -> bool:
     """Whether `flag` is the `--no-` spelling of the boolean `info` (so it sets it False)."""
-    name = "--" + flag.strip().lstrip("-").replace("_", "-")
+    name = flag_name(flag)
     return name.startswith("--no-") and name != info.name and name[5:] == info.name[2:]
