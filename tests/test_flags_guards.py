@@ -1,4 +1,4 @@
-"""Guards and effects on small written trees; `--help` parsing; the host catalog; the CLI."""
+"""The index's guards and effects on a small written tree; `--help` parsing; the host catalog; the CLI."""
 
 from __future__ import annotations
 
@@ -12,9 +12,17 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+import tools.research.index as flag_index
 from agent.cli.main import app
 from tools.deploy.remote import LocalTransport
-from tools.research.flags import catalog_from_host, find_readers, parse_help_text, research_flag
+from tools.research.flags import (
+    analyze_flag,
+    catalog_from_host,
+    find_flag,
+    flag_catalog,
+    load_index,
+    parse_help_text,
+)
 from tools.research.source import local_source
 
 SERVER_ARGS = """
@@ -60,31 +68,38 @@ def _tree(tmp_path: Path):
     return local_source(tmp_path, version="9.9.9")
 
 
-def test_guards_negate_else_and_or_branches(tmp_path):
-    readers = find_readers(_tree(tmp_path), "foo_mode")
-    runtime = {r.line: r for r in readers if r.kind == "use"}
-    assert set(runtime) == {7, 11, 12}
-    assert runtime[7].guards == ["topk > 2", "sm >= 90"]
-    assert runtime[7].function == "run"
-    assert runtime[11].guards == ["not (topk > 4)"]
-    assert runtime[11].effect.startswith("assigned to use (used at lines 12")
-    assert runtime[12].guards == ["use"]
+def _index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tree):  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("OPTAGENT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(flag_index, "_LOADED", {})
+    return load_index(tree)
+
+
+def test_a_read_keeps_its_enclosing_guards_and_the_condition_it_sits_in(tmp_path, monkeypatch):
+    index = _index(tmp_path, monkeypatch, _tree(tmp_path))
+    reads = {r.line: r for r in index.reads("foo_mode")}
     # The `default=ServerArgs.foo_mode` inside add_argument is a definition, not a read.
-    assert not [r for r in readers if r.kind == "config"]
+    assert set(reads) == {7, 11, 12} and {r.path for r in reads.values()} == {"sglang/srt/layers/foo.py"}
+    assert reads[7].guards == ["sm >= 90"] and reads[7].func == "run"
+    assert reads[7].cond == "server_args.foo_mode == 'fast' and topk > 2"
+    assert reads[11].cond == "topk > 4 or server_args['foo_mode'] == 'slow'"
+    assert reads[11].effect == "assigned to use"
+    assert "use" in reads[12].guards
 
 
-def test_dead_when_unused_or_only_logged(tmp_path):
+def test_dead_when_unused_or_only_logged(tmp_path, monkeypatch):
     tree = _tree(tmp_path)
-    unused = research_flag(tree, "--unused-knob")
-    assert unused.dead and unused.readers[0].effect == "assigned to unused, never used"
-    logged = research_flag(tree, "logged-only")
-    assert logged.dead and logged.readers[0].effect == "only logged"
-    assert "nothing follows" in logged.notes[0]
-    live = research_flag(tree, "foo_mode")
-    assert not live.dead and live.flag.choices == ["fast", "slow"] and live.flag.default == "fast"
+    index = _index(tmp_path, monkeypatch, tree)
+    unused = analyze_flag(index, "--unused-knob", {})
+    assert unused.verdict == "dead" and unused.findings[0].why == "assigned to unused, never used"
+    logged = analyze_flag(index, "logged-only", {})
+    assert logged.verdict == "dead" and logged.findings[0].why == "only logged"
+    assert "read only where nothing follows" in logged.summary
+    assert analyze_flag(index, "foo_mode", {}).verdict != "dead"
+    live = find_flag(flag_catalog(tree), "foo_mode")
+    assert live.choices == ["fast", "slow"] and live.default == "fast"
 
 
-def test_readers_in_test_code_do_not_make_a_flag_live(tmp_path):
+def test_readers_in_test_code_do_not_make_a_flag_live(tmp_path, monkeypatch):
     tree = _tree(tmp_path)
     pkg = tmp_path / "sglang"
     reader = "def check(server_args):\n    if server_args.unused_knob > 2:\n        return 1\n"
@@ -98,12 +113,15 @@ def test_readers_in_test_code_do_not_make_a_flag_live(tmp_path):
         (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
         (pkg / rel).write_text(reader)
     (pkg / "srt" / "testing_utils.py").write_text(reader.replace("check", "check_real"))
-    readers = find_readers(tree, "unused_knob")
-    assert {r.path for r in readers} == {"sglang/srt/layers/foo.py", "sglang/srt/testing_utils.py"}
+    index = _index(tmp_path, monkeypatch, tree)
+    paths = {r.path for r in index.reads("unused_knob")}
+    assert paths == {"sglang/srt/layers/foo.py", "sglang/srt/testing_utils.py"}  # test code is left out
     (pkg / "srt" / "testing_utils.py").unlink()
-    report = research_flag(tree, "--unused-knob")
-    assert report.dead and report.flag.path == "sglang/srt/server_args.py"
-    assert [r.path for r in report.readers] == ["sglang/srt/layers/foo.py"]
+    index = _index(tmp_path / "again", monkeypatch, tree)
+    report = analyze_flag(index, "--unused-knob", {})
+    assert report.verdict == "dead" and [f.location for f in report.findings] == [
+        "sglang/srt/layers/foo.py:13"
+    ]
 
 
 def _parser() -> argparse.ArgumentParser:
