@@ -148,32 +148,35 @@ def test_offline_disabling_the_radix_cache_costs_multiturn_far_more_than_random_
     )  # reuse pays: x1.85 against prompts of the same mean length
 
 
-@pytest.mark.slow(seconds=20)
+@pytest.mark.slow(seconds=25)
 def test_served_later_turns_prefill_only_what_is_new(sim_server):
     """Over /generate (SGLang's `meta_info.cached_tokens`): turn k finds turn k-1's history cached,
     exactly its whole 16-token blocks; with the radix cache off nothing is, every history is
-    prefilled again (the server log's #new-token), and throughput falls."""
-    levels, prefilled = {}, {}
+    prefilled again (the server log's #new-token), and throughput falls. Each launch measures the
+    same level three times (the cache flushed before each) and keeps its fastest: a level lasts
+    half a second, which a burst of load on a shared machine can stretch, never shorten."""
+    levels, best, prefilled = {}, {}, {}
     for flags in ([], OFF):
         srv = sim_server("seed", flags, time_scale=LONG.time_scale, seed=7)
-        result = asyncio.run(run_sweep(srv.endpoint, LONG))
-        assert not result.partial and result.level(8).completed == 32
-        levels[bool(flags)] = result.level(8)
+        sweeps = [asyncio.run(run_sweep(srv.endpoint, LONG)) for _ in range(3)]
+        assert all(not s.partial and s.level(8).completed == 32 for s in sweeps)
+        levels[bool(flags)] = [s.level(8) for s in sweeps]
+        best[bool(flags)] = max(s.level(8).output_throughput for s in sweeps)
         prefilled[bool(flags)] = sum(map(int, re.findall(r"#new-token: (\d+)", srv.log())))
         srv.stop()
-    on, off = levels[False], levels[True]
     prompts = level_prompts(LONG, 8, 0)
     expected = expected_cached(prompts)
-    assert [t.total_cached_tokens for t in on.turns] == [expected[k] for k in range(4)]
     assert expected[0] == 0 and expected[3] > expected[2] > expected[1] == 8 * 2048
-    assert [t.total_cached_tokens for t in off.turns] == [0, 0, 0, 0] and off.cache_hit_rate == 0.0
-    assert on.total_input_tokens == off.total_input_tokens == sum(p.input_len for p in prompts)
-    assert prefilled[True] - prefilled[False] == on.total_cached_tokens  # what the cache saved
-    rates = [t.cache_hit_rate for t in on.turns]
-    assert rates[0] == 0.0 and 0.8 < rates[1] < rates[2] < rates[3] < 1
-    cost = off.output_throughput / on.output_throughput - 1
+    for on, off in zip(levels[False], levels[True], strict=True):  # the same on every repetition
+        assert [t.total_cached_tokens for t in on.turns] == [expected[k] for k in range(4)]
+        assert [t.total_cached_tokens for t in off.turns] == [0, 0, 0, 0] and off.cache_hit_rate == 0.0
+        assert on.total_input_tokens == off.total_input_tokens == sum(p.input_len for p in prompts)
+        rates = [t.cache_hit_rate for t in on.turns]
+        assert rates[0] == 0.0 and 0.8 < rates[1] < rates[2] < rates[3] < 1
+    assert prefilled[True] - prefilled[False] == 3 * sum(expected.values())  # what the cache saved
+    cost = best[True] / best[False] - 1
     print(f"c=8 multi-turn --disable-radix-cache: served {cost:+.1%} (offline -44.9%)")
-    assert cost < -0.15
+    assert cost < -0.2
 
 
 def test_cache_hits_over_the_openai_api_only_with_cache_report(sim_server):
