@@ -22,7 +22,7 @@ from tools.research.gates import (
     idle_after,
     override_effect,
 )
-from tools.research.guard_eval import evaluate
+from tools.research.guard_eval import TOO_LARGE, evaluate
 from tools.research.guards.terms import Env
 from tools.research.index_types import Func, Read
 from tools.research.reach import ExitPath, exits_of, locals_of, reach_exits
@@ -94,11 +94,11 @@ def _terms(source: str) -> tuple[str, ...]:
     """Top-level `and` terms of a condition."""
     try:
         node = ast.parse(source, mode="eval").body
-    except SyntaxError:
+        if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And):
+            return tuple(t for v in node.values for t in _terms(ast.unparse(v)))
+        return (ast.unparse(node),)
+    except (SyntaxError, RecursionError, MemoryError):  # the last two: nested past Python's limits
         return (source,)
-    if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And):
-        return tuple(t for v in node.values for t in _terms(ast.unparse(v)))
-    return (ast.unparse(node),)
 
 
 def _conditions(conds: list[str], env: Env, dest: str) -> list[dict[str, str]]:
@@ -200,6 +200,8 @@ def reader_findings(
             finding.state, finding.why = "on", effect
         elif o.missing:
             finding.state, finding.why = "unknown", "needs " + ", ".join(o.missing)
+        elif TOO_LARGE in o.runtime:
+            finding.state, finding.why = "runtime", f"open: {TOO_LARGE.strip('()')}"
         else:
             finding.state, finding.why = (
                 "runtime",

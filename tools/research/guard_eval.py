@@ -14,16 +14,23 @@ The records, values and tables are in `guards/terms.py`, the evaluator itself in
 
 from __future__ import annotations
 
-from tools.research.guards.evaluator import _Eval
+from tools.research.guards.evaluator import TooLarge, _Eval
 from tools.research.guards.terms import Env, Outcome, _parse, truth
 from tools.research.platform_facts import UNKNOWN
+
+TOO_LARGE = "(a guard too large to evaluate)"
+"""The runtime term of a guard whose evaluation ran past `evaluator.MAX_STEPS` or Python's stack."""
 
 
 def evaluate(source: str, env: Env) -> Outcome:
     """Evaluate one guard (Python source) against `env`."""
     out = Outcome()
     node = _parse(source)
-    out.value = UNKNOWN if node is None else _Eval(env, out).ev(node, 0)
+    try:
+        out.value = UNKNOWN if node is None else _Eval(env, out).ev(node, 0)
+    except (TooLarge, RecursionError):  # a guard this big is no fact of the deployment: unknown
+        out.value = UNKNOWN
+        out.runtime.append(TOO_LARGE)
     out.used = list(dict.fromkeys(out.used))
     out.missing = list(dict.fromkeys(out.missing))
     out.runtime = list(dict.fromkeys(out.runtime))

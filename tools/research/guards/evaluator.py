@@ -43,9 +43,22 @@ _STR_METHODS = frozenset({"lower", "upper", "strip"})
 """String methods without arguments evaluated on a known string."""
 
 
+MAX_STEPS = 2_000
+"""Nodes one guard's evaluation visits, with the locals, constants and queries it follows. The most
+any guard of SGLang 0.5.23 takes is 117 (each of its flags researched on the story's GPUs); locals
+that name the last one twice (`b = a + a`, `c = b + b`, ...) double it at each step, so past this
+the guard is unknown (`TooLarge`)."""
+
+
+class TooLarge(Exception):
+    """A guard whose evaluation visits more than `MAX_STEPS` nodes."""
+
+
 class _Eval:
-    def __init__(self, env: Env, out: Outcome):
+    def __init__(self, env: Env, out: Outcome, steps: list[int] | None = None):
         self.env, self.out = env, out
+        self.steps = [MAX_STEPS] if steps is None else steps
+        """Nodes left to visit, shared with the evaluators of the locals and queries it follows."""
 
     def fact(self, key: str) -> Any:
         if key in self.env.facts:
@@ -119,6 +132,9 @@ class _Eval:
         return UNKNOWN
 
     def ev(self, node: ast.expr, depth: int) -> Any:  # noqa: C901, PLR0911, PLR0912 - one case per node type
+        self.steps[0] -= 1
+        if self.steps[0] < 0:
+            raise TooLarge
         if isinstance(node, ast.Constant):
             return node.value
         if isinstance(node, ast.Name):
@@ -248,7 +264,7 @@ class _Eval:
             first = ast.Name(owner, ast.Load())  # `cls`
         else:
             scratch = Outcome()  # a receiver that is no member leaves no trace in the answer
-            value = _Eval(self.env, scratch).ev(func.value, depth)
+            value = _Eval(self.env, scratch, self.steps).ev(func.value, depth)
             if not (isinstance(value, Member) and value.partition(".")[0] in enums):
                 return None
             self.out.used += scratch.used
@@ -266,7 +282,7 @@ class _Eval:
         env = self.env
         inner = Env(env.facts, env.flag, env.dests, {}, {}, consts, frozenset(), where, env.queries)
         node = _parse(text)
-        return UNKNOWN if node is None else _Eval(inner, self.out).ev(node, depth + 1)
+        return UNKNOWN if node is None else _Eval(inner, self.out, self.steps).ev(node, depth + 1)
 
     def boolop(self, node: ast.BoolOp, depth: int) -> Any:
         is_and = isinstance(node.op, ast.And)

@@ -127,7 +127,7 @@ def truth(value: Any) -> Any:
 def _parse(source: str) -> ast.expr | None:
     try:
         return ast.parse(source, mode="eval").body
-    except SyntaxError:
+    except (SyntaxError, RecursionError, MemoryError):  # the last two: nested past the parser's limits
         return None
 
 
