@@ -12,6 +12,9 @@ from tools.research.catalog import FlagInfo
 from tools.research.index_types import Call, Func, ModuleFacts, Read
 from tools.research.walk.names import KEYS
 
+MAX_COPIES = 8
+"""Tables copying a table (`B = {**A}`, `C = {**B}`, ...) followed from it; past these its readers are
+not all known. SGLang 0.5.23 copies one table once; a chain of a thousand would exhaust the stack."""
 TABLE_READ = Call("<table>", 0, [], [], {})
 """The call of a `call_sites` pair whose caller takes an entry out of a table holding the function."""
 
@@ -69,6 +72,18 @@ class FlagIndex:
     def skipped(self) -> list[str]:
         """Files left out of the index for their size (`path (N MB)`)."""
         return pickle.loads(self._meta["skipped"]) if "skipped" in self._meta else []
+
+    @cached_property
+    def unread(self) -> list[str]:
+        """Serving-path files the build left unread, one note per reason (`budget.Unread.notes`):
+        past a budget of the tree, nested too deeply, too many records."""
+        return pickle.loads(self._meta["unread"]) if "unread" in self._meta else []
+
+    @cached_property
+    def cut(self) -> dict[str, tuple[int, int]]:
+        """Dest -> (reads kept, reads on the serving path) of a dest with more reads than the index
+        keeps (`budget.MAX_READS`, the first in read order)."""
+        return pickle.loads(self._meta["cut"]) if "cut" in self._meta else {}
 
     @cached_property
     def modules(self) -> dict[str, ModuleFacts]:
@@ -205,6 +220,8 @@ class FlagIndex:
         for (key,) in rows:
             p, qual = key.split("::", 1)
             if qual.startswith("<table ") and p == path and key not in seen:
+                if len(seen) >= MAX_COPIES:
+                    return None  # copies of copies past the limit: its readers are not all known
                 copied = self._table_readers(p, qual.removeprefix("<table ").removesuffix(">"), seen | {key})
                 if copied is None:
                     return None
