@@ -30,6 +30,7 @@ from tools.research.callers import reached
 from tools.research.catalog import FlagInfo, find_flag, negated
 from tools.research.facts import default_facts, deployment_facts
 from tools.research.findings import CodeVerdict, Finding, reader_findings
+from tools.research.flag_index.budget import named
 from tools.research.flag_index.lookup import FlagIndex
 from tools.research.flag_index.serving_path import MAX_FILE_BYTES, is_config_path
 from tools.research.gates import filled_in
@@ -115,7 +116,12 @@ def analyze_flag(
     elif info.deprecated:
         verdict.notes.append("deprecated; no replacement named")
     if index.skipped:
-        verdict.notes.append(f"not read, over {MAX_FILE_BYTES >> 20} MB: {', '.join(index.skipped)}")
+        verdict.notes.append(f"not read, over {MAX_FILE_BYTES >> 20} MB: {named(index.skipped)}")
+    verdict.notes += index.unread
+    if cut := index.cut.get(target.dest):
+        verdict.notes.append(
+            f"only the first {cut[0]:,} of {cut[1]:,} reads of `{target.dest}` are indexed (the cap per setting)"
+        )
     # the alias keeps its own trial value: `if cfg.old_flag and cfg.new_flag is None` is about the trial
     flag_values = {info.dest: verdict.value, target.dest: trial}
     # the deployment without the flag: its dests at their declared defaults (unknown when None)

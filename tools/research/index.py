@@ -22,38 +22,50 @@ import sqlite3
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from tools.research.catalog import flag_catalog
+from tools.research.flag_index.budget import (
+    MAX_BUILD_SECONDS,
+    MAX_FILE_RECORDS,
+    MAX_TREE_RECORDS,
+    Unread,
+    within_budget,
+)
 from tools.research.flag_index.lookup import FlagIndex
-from tools.research.flag_index.serving_path import MAX_FILE_BYTES, is_config_path, off_path_reason
+from tools.research.flag_index.serving_path import (
+    MAX_FILE_BYTES,
+    is_config_path,
+    off_path_reason,
+    python_files,
+)
 from tools.research.flag_index.write import _write
-from tools.research.index_types import ModuleFacts
 from tools.research.source import SourceTree, cache_lock, cache_root
-from tools.research.walk.file import walk_file
+from tools.research.walk.file import UnreadFile, walk_file
 
 INDEX_FORMAT = 33
 
 
-def _files(tree: SourceTree) -> list[tuple[str, str, bool]]:
-    """Serving-path Python files: (path relative to the tree root, dotted module, is a package)."""
-    out = []
+def _files(tree: SourceTree, unread: Unread) -> list[tuple[str, str, bool]]:
+    """Serving-path Python files within the tree's budget, in read order (`budget.read_order`):
+    (path relative to the tree root, dotted module, is a package). The rest go to `unread`."""
     pkg = tree.package_dir
-    for dirpath, dirnames, filenames in os.walk(pkg):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
-        for name in sorted(filenames):
-            if not name.endswith(".py"):
-                continue
-            full = Path(dirpath) / name
-            rel_pkg = full.relative_to(pkg).as_posix()
-            if off_path_reason(rel_pkg) or full.stat().st_size > MAX_FILE_BYTES:
-                continue
-            parts = [pkg.name, *rel_pkg[:-3].split("/")]
-            is_pkg = parts[-1] == "__init__"
-            module = ".".join(parts[:-1] if is_pkg else parts)
-            out.append((tree.rel(full), module, is_pkg))
+    found = [
+        (tree.rel(full), size)
+        for full, size in python_files(pkg)
+        if size <= MAX_FILE_BYTES and not off_path_reason(full.relative_to(pkg).as_posix())
+    ]
+    out = []
+    for i in within_budget(found, unread):
+        rel = found[i][0]
+        parts = [pkg.name, *rel[len(tree.rel(pkg)) + 1 : -3].split("/")]
+        is_pkg = parts[-1] == "__init__"
+        module = ".".join(parts[:-1] if is_pkg else parts)
+        out.append((rel, module, is_pkg))
     return out
 
 
@@ -72,12 +84,63 @@ def _digest(tree: SourceTree) -> str:
     return h.hexdigest()[:16]
 
 
-def _walk_chunk(args: tuple[str, list[tuple[str, str, bool]], frozenset[str]]) -> list[ModuleFacts]:
-    root, files, dests = args
-    return [
-        walk_file(rel, module, (Path(root) / rel).read_text(errors="replace"), dests, is_pkg)
-        for rel, module, is_pkg in files
-    ]
+_WORK: dict[str, Any] = {}
+"""What every file's walk shares in one process (`_start`): the tree root, the dests, the deadline."""
+
+
+def _start(root: str, dests: frozenset[str], deadline: float) -> None:
+    _WORK.update(root=root, dests=dests, deadline=deadline)
+
+
+def _walk_one(file: tuple[str, str, bool]) -> bytes | str:
+    """One file's facts, pickled; or why it is left unread (past the deadline, nested too deeply,
+    more records than one file may give)."""
+    rel, module, is_pkg = file
+    if time.monotonic() > _WORK["deadline"]:
+        return f"over the build's budget of {MAX_BUILD_SECONDS:g} s"
+    text = (Path(_WORK["root"]) / rel).read_text(errors="replace")
+    try:
+        facts = walk_file(rel, module, text, _WORK["dests"], is_pkg)
+    except UnreadFile as e:
+        return str(e)
+    blob = pickle.dumps(facts, protocol=pickle.HIGHEST_PROTOCOL)
+    if len(blob) > MAX_FILE_RECORDS:
+        return f"over {MAX_FILE_RECORDS / 2**20:g} MiB of records for one file"
+    return blob
+
+
+def _walk(
+    root: str, files: list[tuple[str, str, bool]], dests: frozenset[str], workers: int, unread: Unread
+) -> list[bytes]:
+    """Every file's pickled facts, in read order, within the build's time and the tree's records;
+    the rest go to `unread`. Facts are held pickled until written (`_write` unpickles them a file at a
+    time)."""
+    deadline = time.monotonic() + MAX_BUILD_SECONDS
+    out: list[bytes] = []
+
+    def keep(results: Iterator[bytes | str]) -> None:
+        total = 0
+        for n, ((rel, _, _), got) in enumerate(zip(files, results, strict=False)):
+            if isinstance(got, str):
+                unread.add(rel, got)
+                continue
+            if total + len(got) > MAX_TREE_RECORDS:
+                for later, _, _ in files[n:]:  # this one and every later one: the budget is spent
+                    unread.add(
+                        later, f"over the tree's budget of {MAX_TREE_RECORDS / 2**20:g} MiB of records"
+                    )
+                return
+            out.append(got)
+            total += len(got)
+
+    if workers > 1:
+        with ProcessPoolExecutor(workers, initializer=_start, initargs=(root, dests, deadline)) as pool:
+            keep(pool.map(_walk_one, files, chunksize=8))
+            pool.shutdown(cancel_futures=True)  # files not started once the records are spent
+    else:
+        _start(root, dests, deadline)
+        keep(map(_walk_one, files))
+    return out
 
 
 def _private_fields(
@@ -92,7 +155,7 @@ def _private_fields(
             continue
         try:
             module = ast.parse((tree.root / rel).read_text(errors="replace"))
-        except (SyntaxError, ValueError):
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
             continue
         for cls in (n for n in ast.walk(module) if isinstance(n, ast.ClassDef)):
             names = [
@@ -106,9 +169,11 @@ def _private_fields(
 
 
 def build_index(tree: SourceTree, db: Path, *, workers: int = 2) -> FlagIndex:
-    """Walk every serving-path file of `tree` (in `workers` processes) into a new index at `db`."""
+    """Walk every serving-path file of `tree` (in `workers` processes) into a new index at `db`,
+    within the tree's budgets (`flag_index.budget`): what is left unread is named in the index."""
     catalog = flag_catalog(tree)
-    files = _files(tree)
+    unread = Unread()
+    files = _files(tree, unread)
     dests = frozenset(f.dest for f in catalog)
     dests |= _private_fields(tree, files, dests)
     if workers > 1 and threading.active_count() > 1:
@@ -120,16 +185,11 @@ def build_index(tree: SourceTree, db: Path, *, workers: int = 2) -> FlagIndex:
         if done.returncode == 0 and db.is_file():
             return FlagIndex(db)
         workers = 1  # the subprocess failed (e.g. no `tools` on its path): walk in this process
-    if workers > 1:
-        chunks = [files[i::workers] for i in range(workers)]
-        with ProcessPoolExecutor(workers) as pool:
-            parts = list(pool.map(_walk_chunk, [(str(tree.root), c, dests) for c in chunks]))
-    else:
-        parts = [_walk_chunk((str(tree.root), files, dests))]
+    blobs = _walk(str(tree.root), files, dests, workers, unread)
     tmp = db.with_suffix(f".tmp{os.getpid()}")
     tmp.unlink(missing_ok=True)
     db.parent.mkdir(parents=True, exist_ok=True)
-    _write(tmp, tree, catalog, [m for part in parts for m in part])
+    _write(tmp, tree, catalog, blobs, unread)
     os.replace(tmp, db)  # readers never see a half-written index
     prefix = db.name.rsplit("-", 1)[0] + "-"
     for old in db.parent.glob(prefix + "*"):  # earlier builds of this tree, their status caches

@@ -3,7 +3,9 @@ its argument code, and the files left out for their size."""
 
 from __future__ import annotations
 
-from pathlib import PurePosixPath
+import os
+from collections.abc import Iterator
+from pathlib import Path, PurePosixPath
 
 from tools.research.source import SourceTree
 
@@ -48,12 +50,34 @@ def is_config_path(path: str) -> bool:
     return any(p in path for p in _CONFIG_PATHS)
 
 
+def python_files(package_dir: Path) -> Iterator[tuple[Path, int]]:
+    """Every `.py` file under `package_dir` and its size, a directory's files (by name) before its
+    subdirectories (by name), hidden ones and `__pycache__` skipped, symlinked directories not
+    followed. Without recursion: `os.walk` and `rglob` exhaust Python's stack on directories
+    nested a thousand deep, which a path of 4,096 characters allows."""
+    todo = [package_dir]
+    while todo:
+        directory = todo.pop()
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        except OSError:
+            continue
+        subdirs = []
+        for entry in entries:
+            if entry.name.startswith(".") or entry.name == "__pycache__":
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                subdirs.append(Path(entry.path))
+            elif entry.name.endswith(".py") and entry.is_file():
+                yield Path(entry.path), entry.stat().st_size
+        todo += reversed(subdirs)
+
+
 def too_big(tree: SourceTree) -> list[str]:
     """Serving-path files left out of the index because they are over `MAX_FILE_BYTES` (generated
     tables, vendored blobs: no flag handling reads like that, and one would cost minutes and GBs)."""
-    big = [p for p in tree.package_dir.rglob("*.py") if p.stat().st_size > MAX_FILE_BYTES]
     return [
-        f"{tree.rel(p)} ({p.stat().st_size / 2**20:.0f} MB)"
-        for p in sorted(big)
-        if not off_path_reason(p.relative_to(tree.package_dir).as_posix())
+        f"{tree.rel(p)} ({size / 2**20:.0f} MB)"
+        for p, size in sorted(python_files(tree.package_dir))
+        if size > MAX_FILE_BYTES and not off_path_reason(p.relative_to(tree.package_dir).as_posix())
     ]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from tools.research import index_tables
 from tools.research.catalog import FlagInfo
+from tools.research.flag_index.budget import MAX_READS, Unread
 from tools.research.flag_index.lookup import _class_of_init
 from tools.research.flag_index.serving_path import is_config_path, too_big
 from tools.research.index_types import ModuleFacts, Read
@@ -16,8 +17,10 @@ from tools.research.source import SourceTree
 from tools.research.walk.shapes import LOG
 
 
-def _write(db: Path, tree: SourceTree, catalog: list[FlagInfo], facts: list[ModuleFacts]) -> None:
-    """Store the walked facts in a new SQLite file at `db`."""
+def _write(db: Path, tree: SourceTree, catalog: list[FlagInfo], blobs: list[bytes], unread: Unread) -> None:
+    """Store the walked facts (each file's pickled `ModuleFacts`, in read order) in a new SQLite
+    file at `db`. Two passes over the pickles, so that no more than one file's functions are held
+    as objects at a time: the names the tree defines, then every file's records."""
     con = sqlite3.connect(db)
     con.executescript(
         "CREATE TABLE meta (key TEXT PRIMARY KEY, data BLOB);"
@@ -26,21 +29,30 @@ def _write(db: Path, tree: SourceTree, catalog: list[FlagInfo], facts: list[Modu
         "CREATE TABLE callers (callee TEXT, caller TEXT, called INTEGER);"
         "CREATE TABLE ctors (name TEXT, key TEXT);"
     )
-    ctors = [(c, f"{f.path}::{f.qual}") for m in facts for f in m.funcs if (c := _class_of_init(f.qual))]
-    defined = {f.qual.rsplit(".", 1)[-1] for m in facts for f in m.funcs} | {c for c, _ in ctors}
-    defined |= {t for m in facts for t in m.tables}  # a table's readers are its holdings' users
+    ctors: list[tuple[str, str]] = []
+    defined: set[str] = set()
+    builders: set[str] = set()
+    for blob in blobs:
+        m = pickle.loads(blob)
+        ctors += [(c, f"{f.path}::{f.qual}") for f in m.funcs if (c := _class_of_init(f.qual))]
+        defined |= {f.qual.rsplit(".", 1)[-1] for f in m.funcs} | set(m.tables)
+        builders |= {f.qual.rsplit(".", 1)[-1] for f in m.funcs if any(c.callee == "cls" for c in f.calls)}
+    defined |= {c for c, _ in ctors}  # a table's readers are its holdings' users
     reads: dict[str, list[Read]] = {}
+    counted: dict[str, int] = {}
     registries: list[tuple[str, str, str, list[str]]] = []
     overrides: dict[str, list[tuple[str, str, int]]] = {}
     fills: dict[str, list[tuple[str, str, int]]] = {}
-    rows = []
     callers: set[tuple[str, str, int]] = set()
-    builders = frozenset(
-        f.qual.rsplit(".", 1)[-1] for m in facts for f in m.funcs if any(c.callee == "cls" for c in f.calls)
-    )
-    for m in facts:
+    facts: list[ModuleFacts] = []
+    for blob in blobs:
+        m = pickle.loads(blob)
+        facts.append(m)
+        rows = []
         for read in m.reads:
-            reads.setdefault(read.dest, []).append(read)
+            counted[read.dest] = counted.get(read.dest, 0) + 1
+            if counted[read.dest] <= MAX_READS:
+                reads.setdefault(read.dest, []).append(read)
         callers |= {(name, f"{m.path}::<module>", 0) for name in m.refs if name in defined}
         callers |= {
             (n, f"{m.path}::<table {t}>", 0) for t, held in m.tables.items() for n in held if n in defined
@@ -61,7 +73,7 @@ def _write(db: Path, tree: SourceTree, catalog: list[FlagInfo], facts: list[Modu
                     overrides.setdefault(dest, []).append((f.path, f.qual, e.line))
             rows.append((key, f.qual.rsplit(".", 1)[-1], _dump(f)))
         m.funcs, m.reads, m.refs = [], [], []
-    con.executemany("INSERT OR IGNORE INTO funcs VALUES (?, ?, ?)", rows)
+        con.executemany("INSERT OR IGNORE INTO funcs VALUES (?, ?, ?)", rows)
     con.execute("CREATE INDEX funcs_name ON funcs (name)")
     con.executemany("INSERT INTO callers VALUES (?, ?, ?)", sorted(callers))
     con.execute("CREATE INDEX callers_callee ON callers (callee)")
@@ -90,12 +102,14 @@ def _write(db: Path, tree: SourceTree, catalog: list[FlagInfo], facts: list[Modu
         "overrides": overrides,
         "fills": fills,
         "skipped": too_big(tree),
+        "unread": unread.notes(),
+        "cut": {d: (MAX_READS, n) for d, n in counted.items() if n > MAX_READS},
         "requires": index_tables.server_requirements(tree),
         "cuda": index_tables.torch_cuda(tree),
         "config_attrs": attrs,
         "enums": index_tables.enums(facts),
         "loads": index_tables.loads(facts),
-        "builders": builders,
+        "builders": frozenset(builders),
     }
     con.executemany("INSERT INTO meta VALUES (?, ?)", [(k, _dump(v)) for k, v in meta.items()])
     con.commit()

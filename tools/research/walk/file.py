@@ -14,16 +14,23 @@ and stores) and `record.py` (what the walker records of a statement or expressio
 from __future__ import annotations
 
 import ast
+import math
+import time
 
+from tools.research.flag_index.budget import MAX_DEPTH, MAX_FILE_SECONDS, MAX_GUARDS
 from tools.research.index_types import Exit, Func, ModuleFacts
 from tools.research.walk import nodes
 from tools.research.walk.bodies import _is_none, _local_store, _param_uses, _setter_stores
 from tools.research.walk.names import loose_names, probed_tables, table_of, tested_only, typed_only
 from tools.research.walk.nodes import src, walk
 from tools.research.walk.record import Recorder
-from tools.research.walk.shapes import _FAILED, _RAN_ON, _may_leave, _message, neg
+from tools.research.walk.shapes import _CUT, _FAILED, _RAN_ON, _may_leave, _message, neg
 
 _EXITS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
+
+
+class UnreadFile(Exception):
+    """A file the index leaves unread, and why (`str(e)`): nested too deeply, or too slow to walk."""
 
 
 class _Walker(Recorder):
@@ -47,7 +54,9 @@ class _Walker(Recorder):
     def body(self, stmts: list[ast.stmt], guards: list[str]) -> None:
         extra: list[str] = []
         for st in stmts:
-            self.stmt(st, guards + extra)
+            if time.monotonic() > _DEADLINE[0]:
+                raise UnreadFile(f"over {MAX_FILE_SECONDS:g} s to walk")
+            self.stmt(st, _kept(guards + extra))
             if isinstance(st, ast.If) and not st.orelse and st.body and isinstance(st.body[-1], _EXITS):
                 if self.func is not None and isinstance(st.body[-1], ast.Return):
                     test = [*guards, src(st.test)]  # an earlier early return also returns
@@ -60,6 +69,8 @@ class _Walker(Recorder):
                 # after a loop/try/branch that can return, the rest runs only when it did not:
                 # a runtime condition (why: `for ...: return x` then `raise "none found"`)
                 extra.append(_RAN_ON)
+            if len(extra) > MAX_GUARDS:  # a thousand early returns in a row: one runtime condition
+                extra[MAX_GUARDS - 1 :] = [_CUT]
 
     def stmt(self, st: ast.stmt, guards: list[str]) -> None:
         if isinstance(st, ast.FunctionDef | ast.AsyncFunctionDef):
@@ -164,21 +175,43 @@ class _Walker(Recorder):
         f.typed, f.receivers = typed_only(st)
         first = len(self.m.reads)
         self.body(st.body, [])
+        stores: dict[str, str | None] = {}  # one answer per local: a local read anew each line
         for read in self.m.reads[first:]:
             if read.local and read.store is None and read.func == qual:
-                read.store = _local_store(st, read.local, self.declared)
+                if read.local not in stores:
+                    stores[read.local] = _local_store(st, read.local, self.declared)
+                read.store = stores[read.local]
         self.func, self.loaded, self.declared = outer, outer_loaded, outer_declared
 
 
+def _kept(guards: list[str]) -> list[str]:
+    """`guards`, or past `MAX_GUARDS` its first ones and `_CUT` (unknown, as runtime state is)."""
+    return guards if len(guards) <= MAX_GUARDS else [*guards[: MAX_GUARDS - 1], _CUT]
+
+
+_DEADLINE = [math.inf]
+"""When the file being walked must be done (`MAX_FILE_SECONDS` from its start)."""
+
+
 def walk_file(path: str, module: str, text: str, dests: frozenset[str], is_pkg: bool) -> ModuleFacts:
-    """The index facts of one file (an unparsable file gives empty facts)."""
+    """The index facts of one file (an unparsable file gives empty facts). Raises `UnreadFile` for
+    a file nested more than `MAX_DEPTH` levels (the walker and the guard evaluator recurse: a
+    1,000-term `a + a + ...` would exhaust Python's stack), too deeply for Python to parse, or taking
+    more than `MAX_FILE_SECONDS` to walk."""
     facts = ModuleFacts(path, module)
+    _DEADLINE[0] = time.monotonic() + MAX_FILE_SECONDS
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError):
         return facts
+    except (RecursionError, MemoryError):  # the parser's own limits: a very deep expression
+        raise UnreadFile("nested too deeply to parse") from None
     try:
+        if nodes.depth(tree) > MAX_DEPTH:
+            raise UnreadFile(f"nested more than {MAX_DEPTH} levels deep")
         return _walk_tree(tree, facts, dests, is_pkg)
+    except RecursionError:  # within the limit, yet too deep for the stack in hand
+        raise UnreadFile("nested too deeply to walk") from None
     finally:
         nodes.forget()
 

@@ -54,6 +54,15 @@ def _index(root: ast.AST) -> None:
     _NODES[root], _PARENTS[root] = order, up
 
 
+def depth(root: ast.AST) -> int:
+    """Levels from `root` down to its deepest node (`root` alone: 1), without recursion: `walk` is
+    breadth first, so its last node is a deepest one; its parents are counted up to `root`."""
+    up, node, levels = parents(root), walk(root)[-1], 1
+    while node in up:
+        node, levels = up[node], levels + 1
+    return levels
+
+
 def annotation_nodes(root: ast.AST) -> set[ast.AST]:
     """The nodes of every type annotation under `root` (parameters, returns, `x: T = ...`): naming a
     class there builds nothing and tests nothing. Do not modify."""

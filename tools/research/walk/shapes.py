@@ -13,6 +13,7 @@ from tools.research.walk.nodes import src, walk
 LOG = re.compile(r"(^|\.)(warning|warn|error|info|debug|exception|print_warning|warning_once|info_once)$")
 _FAILED = "__an_exception_was_raised__"
 _RAN_ON = "__no_earlier_return__"
+_CUT = "__guards_past_the_cap__"
 """Guards naming runtime conditions: they evaluate unknown, never true."""
 
 
