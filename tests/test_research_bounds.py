@@ -14,6 +14,7 @@ import tools.research.index as flag_index
 import tools.research.walk.file as walk_file_module
 from tests.fixtures.sglang_src import synthetic_tree
 from tests.test_research_index import FILES
+from tools.research import findings
 from tools.research.analysis import analyze_flag
 from tools.research.flag_index import budget
 from tools.research.guard_eval import TOO_LARGE
@@ -217,6 +218,24 @@ def test_a_file_slower_to_walk_than_its_time_is_left_unread(tmp_path, monkeypatc
     (note,) = index.unread
     assert note.startswith("not read (over 0 s to walk): sglang/srt/server_args.py, ")  # every file
     assert "sglang/srt/layers/again.py" in note and len(note.split(", ")) == 11
+
+
+def test_a_guard_of_a_thousand_terms_lists_the_first_ones(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A generated `if a and b and ...` (flat: within the depth limit) on a reader: its evidence lists
+    the first `MAX_TERMS` terms that name a fact and counts the rest, and the guard is left open."""
+    test = " and ".join(["server_args.enable_foo", *(f"server_args.dead_knob != {i}" for i in range(1000))])
+    files = {**FILES, "srt/layers/wide.py": f"def wide(server_args):\n    if {test}:\n        return 1\n"}
+    tree = synthetic_tree(tmp_path, monkeypatch, files, "9.9.9")
+    verdict = analyze_flag(load_index(tree), "--enable-foo", {**FACTS, "server.dead_knob": 5000})
+    (found,) = [f for f in verdict.findings if "wide.py" in f.location]
+    assert len(found.conditions) == findings.MAX_TERMS == 256  # the first term is the flag: no fact
+    assert found.conditions[0] == {
+        "condition": "server_args.dead_knob != 0",
+        "fact": "server.dead_knob = 5000",
+        "outcome": "pass",
+    }
+    assert found.conditions[-1]["condition"] == "(745 more terms, not checked)"
+    assert found.state == "runtime" and found.why == f"open: {TOO_LARGE.strip('()')}"
 
 
 def test_directories_nested_a_thousand_deep_are_walked_without_recursion(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
