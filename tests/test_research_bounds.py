@@ -5,6 +5,7 @@ left out with a note that reaches the verdict; the rest of the tree is still rea
 
 from __future__ import annotations
 
+import textwrap
 import time
 
 import pytest
@@ -16,6 +17,7 @@ from tests.fixtures.sglang_src import synthetic_tree
 from tests.test_research_index import FILES
 from tools.research import findings
 from tools.research.analysis import analyze_flag
+from tools.research.catalog import flag_catalog
 from tools.research.flag_index import budget
 from tools.research.guard_eval import TOO_LARGE
 from tools.research.index import load_index
@@ -236,6 +238,25 @@ def test_a_guard_of_a_thousand_terms_lists_the_first_ones(tmp_path, monkeypatch)
     }
     assert found.conditions[-1]["condition"] == "(745 more terms, not checked)"
     assert found.state == "runtime" and found.why == f"open: {TOO_LARGE.strip('()')}"
+
+
+def test_flag_definitions_nested_too_deeply_keep_their_flags(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A default, a help text and a type a thousand levels deep in the flags' own definitions (Python
+    runs them): the catalog keeps every flag, those values unknown; the file's walk is left unread."""
+    deep = " + ".join(["1"] * 1000)
+    server_args = textwrap.dedent(FILES["srt/server_args.py"])
+    server_args = server_args.replace("dead_knob: int = 1", f"dead_knob: int = {deep}")
+    server_args = server_args.replace('help="Foo."', f"help={deep}")
+    server_args = server_args.replace("type=int, default=ServerArgs.dead_knob", f"type={deep}")
+    tree = synthetic_tree(tmp_path, monkeypatch, {**FILES, "srt/server_args.py": server_args}, "9.9.9")
+    catalog = {f.name: f for f in flag_catalog(tree)}
+    assert len(catalog) == 7
+    assert catalog["--dead-knob"].default is None and catalog["--dead-knob"].type is None
+    assert catalog["--enable-foo"].help == "" and catalog["--enable-foo"].type == "bool"
+    index = load_index(tree)
+    assert index.unread == ["not read (nested more than 100 levels deep): sglang/srt/server_args.py"]
+    verdict = analyze_flag(index, "--enable-foo", FACTS)
+    assert verdict.verdict == "applies" and index.unread[0] in verdict.notes
 
 
 def test_directories_nested_a_thousand_deep_are_walked_without_recursion(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -20,7 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from tools.flagname import flag_dest, flag_name
-from tools.research.scan.ast_values import _as_list, _dataclass_defaults, _literal, _Module, _unwrap_type
+from tools.research.scan.ast_values import (
+    _as_list,
+    _dataclass_defaults,
+    _literal,
+    _Module,
+    _text,
+    _unwrap_type,
+)
 from tools.research.source import SourceTree
 
 # Only a help text that *starts* by saying so marks a flag deprecated ("Deprecated. Use ...",
@@ -86,7 +93,7 @@ def _argparse_flags(mod: _Module, field_defaults: dict[str, Any]) -> list[FlagIn
             default_node = kw["default"]
             if isinstance(default_node, ast.Attribute) and default_node.attr in field_defaults:
                 default = field_defaults[default_node.attr]
-            elif isinstance(default_node, ast.Call) and ast.unparse(default_node.func) == "_declared_default":
+            elif isinstance(default_node, ast.Call) and _text(default_node.func) == "_declared_default":
                 default = field_defaults.get(_literal(default_node.args[0]) if default_node.args else "")
             else:
                 default = _literal(default_node, mod.constants)
@@ -102,7 +109,7 @@ def _argparse_flags(mod: _Module, field_defaults: dict[str, Any]) -> list[FlagIn
         ):
             type_name = "bool"
         elif "type" in kw:
-            type_name = ast.unparse(kw["type"])
+            type_name = _text(kw["type"])
         else:
             type_name = "str" if not action else None
         help_text = _literal(kw.get("help"), mod.constants) or ""
@@ -151,14 +158,14 @@ def _field_flags(mod: _Module, names: dict[str, ast.expr]) -> list[FlagInfo]:
             ann = stmt.annotation
             if not (
                 isinstance(ann, ast.Subscript)
-                and ast.unparse(ann.value) in ("A", "Annotated", "typing.Annotated")
+                and _text(ann.value) in ("A", "Annotated", "typing.Annotated")
                 and isinstance(ann.slice, ast.Tuple)
                 and len(ann.slice.elts) >= 2
             ):
                 continue
             type_node, meta = ann.slice.elts[0], ann.slice.elts[1]
             kw: dict[str, ast.expr] = {}
-            if isinstance(meta, ast.Call) and ast.unparse(meta.func) == "Arg":
+            if isinstance(meta, ast.Call) and _text(meta.func) == "Arg":
                 kw = {k.arg: k.value for k in meta.keywords if k.arg}
                 help_text = _literal(kw.get("help"), names) or ""
             elif isinstance(meta, ast.Constant | ast.JoinedStr | ast.BinOp):
@@ -169,7 +176,7 @@ def _field_flags(mod: _Module, names: dict[str, ast.expr]) -> list[FlagInfo]:
                 continue
             dest = stmt.target.id
             type_name, literal_choices = _unwrap_type(type_node)
-            action = ast.unparse(kw["action"]) if "action" in kw else None
+            action = _text(kw["action"]) if "action" in kw else None
             if type_name == "bool" and action is None:
                 action = "store_true"
             cli = _literal(kw.get("cli_name")) if "cli_name" in kw else None

@@ -16,7 +16,10 @@ class _Module:
 
     def __init__(self, tree: SourceTree, path: Path):
         self.rel = tree.rel(path)
-        self.node = ast.parse(path.read_text(errors="replace"), filename=str(path))
+        try:
+            self.node = ast.parse(path.read_text(errors="replace"), filename=str(path))
+        except (RecursionError, MemoryError):  # the parser's own limits, as a syntax error is
+            raise SyntaxError(f"{self.rel}: nested too deeply for Python to parse") from None
         self.constants: dict[str, ast.expr] = {}
         for stmt in self.node.body:
             if (
@@ -46,7 +49,15 @@ def _literal(node: ast.expr | None, names: dict[str, ast.expr] | None = None) ->
                 parts.append(sub.value)
         if parts:
             return "".join(parts)
-    return ast.unparse(node)
+    return _text(node)
+
+
+def _text(node: ast.AST) -> str | None:
+    """`ast.unparse(node)`, or None for a node nested past Python's stack (its value is not known)."""
+    try:
+        return ast.unparse(node)
+    except RecursionError:
+        return None
 
 
 def _as_list(value: Any) -> list[Any] | None:
@@ -68,23 +79,31 @@ def _dataclass_defaults(mod: _Module, class_name: str) -> dict[str, Any]:
     return out
 
 
-def _unwrap_type(node: ast.expr) -> tuple[str, list[Any] | None]:
-    """`Optional[Literal["a", "b"]]` → ("str", ["a", "b"]); `List[int]` → ("list[int]", None)."""
+def _unwrap_type(node: ast.expr) -> tuple[str | None, list[Any] | None]:
+    """`Optional[Literal["a", "b"]]` → ("str", ["a", "b"]); `List[int]` → ("list[int]", None);
+    (None, None) for an annotation nested past Python's stack."""
+    try:
+        return _unwrap(node)
+    except RecursionError:
+        return None, None
+
+
+def _unwrap(node: ast.expr) -> tuple[str, list[Any] | None]:
     if isinstance(node, ast.Subscript):
         head = ast.unparse(node.value).split(".")[-1]
         inner = node.slice
         if head == "Optional":
-            return _unwrap_type(inner)
+            return _unwrap(inner)
         if head == "Union" and isinstance(inner, ast.Tuple):
             rest = [e for e in inner.elts if ast.unparse(e) != "None"]
-            return _unwrap_type(rest[0]) if len(rest) == 1 else (ast.unparse(node), None)
+            return _unwrap(rest[0]) if len(rest) == 1 else (ast.unparse(node), None)
         if head == "Literal":
             values = [_literal(e) for e in (inner.elts if isinstance(inner, ast.Tuple) else [inner])]
             return (type(values[0]).__name__ if values else "str"), values
         if head in ("List", "list"):
-            return f"list[{_unwrap_type(inner)[0]}]", None
+            return f"list[{_unwrap(inner)[0]}]", None
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
         sides = [s for s in (node.left, node.right) if ast.unparse(s) != "None"]
         if len(sides) == 1:
-            return _unwrap_type(sides[0])
+            return _unwrap(sides[0])
     return ast.unparse(node), None
