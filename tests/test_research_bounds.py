@@ -126,12 +126,15 @@ def test_files_not_started_within_the_builds_time_are_left_unread(tmp_path, monk
 
 
 def test_a_file_past_its_records_cap_is_left_unread(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    files = {**FILES, "srt/gen/dense.py": _dense(200, "d")}
+    files = {**FILES, "srt/gen/dense.py": _dense(200, "d"), "srt/gen/many.py": _dense(2000, "m")}
     tree = synthetic_tree(tmp_path, monkeypatch, files, "9.9.9")
     monkeypatch.setattr(flag_index, "MAX_FILE_RECORDS", 64 * 2**10)
     index = flag_index.build_index(tree, tmp_path / "index.sqlite", workers=1)
-    assert index.unread == ["not read (over 0.0625 MiB of records for one file): sglang/srt/gen/dense.py"]
-    assert "sglang/srt/gen/dense.py" not in _read_paths(index)
+    assert index.unread == [  # many.py, 2,000 functions with 4,000 reads: stopped as it is walked
+        "not read (over 0.0625 MiB of records for one file): sglang/srt/gen/dense.py",
+        "not read (more than 5,000 functions and reads in one file): sglang/srt/gen/many.py",
+    ]
+    assert {"sglang/srt/gen/dense.py", "sglang/srt/gen/many.py"}.isdisjoint(_read_paths(index))
     assert "sglang/srt/layers/foo.py" in _read_paths(index)
 
 

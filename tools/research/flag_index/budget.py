@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from tools.research.flag_index.serving_path import is_config_path
 
 MAX_TREE_BYTES = 96 * 2**20
-"""Source bytes read per tree. SGLang 0.5.23's serving path is 2,140 files, 34.7 MiB (36.4 MB)."""
+"""Source bytes read per tree. SGLang 0.5.23's serving path is 2,140 files, 34.7 MiB (36.4 MB); it
+grows fast (0.5.9: 12.9 MiB, 0.5.15: 22.8 MiB), hence the room."""
 MAX_TREE_FILES = 8_000
 """Files read per tree (0.5.23: 2,140)."""
 MAX_BUILD_SECONDS = 600.0
@@ -30,6 +31,9 @@ slower file is left unread. A file's statements are checked as they are walked."
 MAX_GUARDS = 128
 """Guards kept on one record, a read, a call or an exit (0.5.23's most: 29); past it the first
 ones and one runtime condition that stands for the rest (unknown, never true)."""
+MAX_FILE_ENTRIES = 5_000
+"""Functions and reads one file may give (0.5.23's most: 552, `mem_cache/memory_pool.py`); counted
+as the file is walked, so a generated file of thousands is left unread early."""
 MAX_FILE_RECORDS = 4 * 2**20
 """Pickled bytes of what one file contributes (0.5.23's most: 0.43 MiB, `managers/scheduler.py`)."""
 MAX_TREE_RECORDS = 160 * 2**20

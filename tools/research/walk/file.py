@@ -17,7 +17,7 @@ import ast
 import math
 import time
 
-from tools.research.flag_index.budget import MAX_DEPTH, MAX_FILE_SECONDS, MAX_GUARDS
+from tools.research.flag_index.budget import MAX_DEPTH, MAX_FILE_ENTRIES, MAX_FILE_SECONDS, MAX_GUARDS
 from tools.research.index_types import Exit, Func, ModuleFacts
 from tools.research.walk import nodes
 from tools.research.walk.bodies import _is_none, _local_store, _param_uses, _setter_stores
@@ -56,6 +56,8 @@ class _Walker(Recorder):
         for st in stmts:
             if time.monotonic() > _DEADLINE[0]:
                 raise UnreadFile(f"over {MAX_FILE_SECONDS:g} s to walk")
+            if len(self.m.funcs) + len(self.m.reads) > MAX_FILE_ENTRIES:
+                raise UnreadFile(f"more than {MAX_FILE_ENTRIES:,} functions and reads in one file")
             self.stmt(st, _kept(guards + extra))
             if isinstance(st, ast.If) and not st.orelse and st.body and isinstance(st.body[-1], _EXITS):
                 if self.func is not None and isinstance(st.body[-1], ast.Return):
@@ -196,8 +198,9 @@ _DEADLINE = [math.inf]
 def walk_file(path: str, module: str, text: str, dests: frozenset[str], is_pkg: bool) -> ModuleFacts:
     """The index facts of one file (an unparsable file gives empty facts). Raises `UnreadFile` for
     a file nested more than `MAX_DEPTH` levels (the walker and the guard evaluator recurse: a
-    1,000-term `a + a + ...` would exhaust Python's stack), too deeply for Python to parse, or taking
-    more than `MAX_FILE_SECONDS` to walk."""
+    1,000-term `a + a + ...` would exhaust Python's stack), too deeply for Python to parse, taking
+    more than `MAX_FILE_SECONDS` to walk or giving more than `MAX_FILE_ENTRIES` functions and reads
+    (both checked statement by statement: a generated file stops early, not after its whole walk)."""
     facts = ModuleFacts(path, module)
     _DEADLINE[0] = time.monotonic() + MAX_FILE_SECONDS
     try:
