@@ -55,7 +55,9 @@ class StartupAnswer:
     """Whether SGLang's own parser stores anything for the flag (False: its action only warns, as a
     deprecation that names no replacement; None: not known)."""
     note: str = ""
-    """One line when the worker that answered ran without bubblewrap: what isolated it instead."""
+    """One line when the worker that answered ran without bubblewrap (what isolated it instead), or
+    when the launch's checks of the resolved configuration (`check_server_args`) could not run
+    here (why): a refusal of theirs would then go unseen."""
 
 
 _MODEL_KEY = "__model_config__"
@@ -232,7 +234,8 @@ def startup_answer(
     except ResolverError as e:
         return StartupAnswer("unknown", f"not run: {e}")
     if resolver.level != "bubblewrap":
-        answer.note = f"SGLang's start-up ran isolated by {resolver.isolation} (no bubblewrap here)"
+        isolated = f"SGLang's start-up ran isolated by {resolver.isolation} (no bubblewrap here)"
+        answer.note = "; ".join(filter(None, [isolated, answer.note]))
     return answer
 
 
@@ -268,4 +271,8 @@ def _compare(
     kind = "changed" if changed else "same"
     stored = _stored(base["args"], trial["args"])
     lines = trial.get("lines", [])
-    return StartupAnswer(kind, changed=changed, baseline=before, lines=lines, model=model, stored=stored)
+    unchecked = trial.get("checks") or base.get("checks")
+    note = f"SGLang's launch checks (check_server_args) did not run here: {unchecked}" if unchecked else ""
+    return StartupAnswer(
+        kind, changed=changed, baseline=before, lines=lines, model=model, stored=stored, note=note
+    )

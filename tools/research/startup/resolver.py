@@ -4,7 +4,8 @@
         base = r.resolve(["--tp-size", "2"], model_config)
         flag = r.resolve(["--tp-size", "2", "--enable-x"], model_config)
 
-Each answer is `{"ok": True, "args": {dest: value}}` (the resolved `ServerArgs`, JSON-safe) or
+Each answer is `{"ok": True, "args": {dest: value}, "checks": None}` (the resolved `ServerArgs`,
+JSON-safe, after the checks the launch runs on it; `checks` says why those could not run here) or
 `{"ok": False, "kind": "refused" | "unknown", "error": ..., "where": "sglang/...py:LINE"}`:
 "refused" when SGLang itself raised or asserted (or argparse rejected the command line), "unknown"
 when the failure came from the stand-ins or cannot be attributed to SGLang.

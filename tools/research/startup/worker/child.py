@@ -8,7 +8,8 @@ Protocol, JSON lines over stdin/stdout:
   SGLang is imported; ``limits``: ``RLIMIT_*`` values set first; ``read``: the paths Landlock lets
   it read, with ``landlock``); the answer ``{"ready": ...}`` says which Landlock ABI it applied
 * then per request: ``{"argv": [...]}`` -> one response line,
-  ``{"ok": true, "args": {...}}`` or
+  ``{"ok": true, "args": {...}, "checks": null | str}`` (``checks``: why the launch's checks of
+  the record could not run here) or
   ``{"ok": false, "kind": "refused"|"unknown", "error": str, "where": str}``.
 
 With ``fork`` the worker imports SGLang once and forks a fresh process per
@@ -40,7 +41,7 @@ from . import sandbox, standins
 from .boot import import_server_args, install_import_system, prewarm_real_packages
 from .errors import classify
 from .fake_hw import Hardware
-from .resolution import PARSED_KEY, parsed_argv, resolve_argv, to_json
+from .resolution import CHECKS_KEY, PARSED_KEY, parsed_argv, resolve_argv, to_json
 
 
 class LineWatch:
@@ -75,7 +76,13 @@ def run_request(
     watch: list[str] | None = None,
 ) -> dict[str, Any]:
     """Resolve argv, catching everything; never raises. With `watch`, the answer's `lines` are the
-    executed lines of the tree that mention those names, in order (at most the last 12)."""
+    executed lines of the tree that mention those names, in order (at most the last 12). The
+    launch's checks of the record refuse it only where SGLang's own raise or assert does; when
+    they cannot run here, `checks` says why and the resolution stands."""
+
+    def own(exc: BaseException) -> bool:
+        return classify(exc, tree_root, "")["kind"] == "refused"
+
     used_before = set(finder.used)
     random.seed(0)  # SGLang draws e.g. random_seed from `random`: keep runs comparable
     stderr = io.StringIO()
@@ -85,11 +92,11 @@ def run_request(
         with contextlib.redirect_stderr(stderr):
             sys.settrace(tracer)
             try:
-                args = resolve_argv(server_args_mod, argv)
+                args = resolve_argv(server_args_mod, argv, refused=own)
             finally:
                 sys.settrace(None)
             args[PARSED_KEY] = parsed_argv(server_args_mod, argv)  # untraced: not where it settles
-        result: dict[str, Any] = {"ok": True, "args": args}
+        result: dict[str, Any] = {"ok": True, "checks": args.pop(CHECKS_KEY), "args": args}
     except BaseException as exc:  # noqa: BLE001 - every failure is an answer
         result = {"ok": False, **classify(exc, tree_root, stderr.getvalue())}
     if tracer is not None:

@@ -73,16 +73,22 @@ class _FakeModule(StandInModule):
         return super().__getattr__(name)
 
 
-@dataclass(frozen=True)
 class DType:
-    """A torch dtype: compared by identity, printed like torch's."""
+    """A torch dtype: compared by identity, printed and named like torch's (`torch.bfloat16`, of
+    type `torch.dtype`), so a resolved value or a ModelConfig attribute holding one is rendered as
+    the real one is (`resolution.to_json`, `model_config_facts`), never as a record of its fields."""
 
-    name: str
-    itemsize: int
-    is_floating_point: bool = True
+    __slots__ = ("name", "itemsize", "is_floating_point")
+
+    def __init__(self, name: str, itemsize: int, is_floating_point: bool = True) -> None:
+        self.name, self.itemsize, self.is_floating_point = name, itemsize, is_floating_point
 
     def __repr__(self) -> str:
         return f"torch.{self.name}"
+
+
+DType.__name__ = DType.__qualname__ = "dtype"
+DType.__module__ = "torch"
 
 
 _DTYPES = [

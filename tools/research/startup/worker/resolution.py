@@ -8,13 +8,22 @@ import dataclasses
 import enum
 import os
 import types
+from collections.abc import Callable
 from typing import Any
 
 from . import standins
 
 
-def resolve_argv(server_args_mod: types.ModuleType, argv: list[str]) -> dict[str, Any]:
-    """What `sglang.launch_server` does with argv up to the resolved record."""
+def resolve_argv(
+    server_args_mod: types.ModuleType,
+    argv: list[str],
+    *,
+    refused: Callable[[BaseException], bool],
+) -> dict[str, Any]:
+    """What `sglang.launch_server` does with argv up to the resolved record, then the record's own
+    checks the launch runs before it starts anything (`launch_checks`): an exception of those that
+    `refused(exc)` calls SGLang's refusal is raised, any other leaves the resolved record as it
+    was, and `CHECKS_KEY` says why they did not run (None when they passed)."""
     server_args = server_args_mod.prepare_server_args(argv)
     if hasattr(server_args, "resolve_once"):  # >= 0.5.2x: resolution is explicit
         if (
@@ -22,17 +31,43 @@ def resolve_argv(server_args_mod: types.ModuleType, argv: list[str]) -> dict[str
         ) and server_args.tokenizer_path is None:
             server_args.tokenizer_path = server_args.model_path  # as run_server does
         server_args.resolve_once()
-    if hasattr(server_args, "resolved_dict"):
-        values = server_args.resolved_dict()
-    else:
-        values = {f.name: getattr(server_args, f.name) for f in dataclasses.fields(server_args)}
+    values = _values(server_args)
+    checks = launch_checks(server_args, refused)
+    if checks is None:  # they may write the record (0.5.23 normalizes LoRA paths): what is published
+        values = _values(server_args)
     out = {key: to_json(value) for key, value in values.items()}
     out[MODEL_CONFIG_KEY] = model_config_facts(server_args)
+    out[CHECKS_KEY] = checks
     return out
+
+
+def _values(server_args: Any) -> dict[str, Any]:
+    if hasattr(server_args, "resolved_dict"):
+        return server_args.resolved_dict()
+    return {f.name: getattr(server_args, f.name) for f in dataclasses.fields(server_args)}
+
+
+def launch_checks(server_args: Any, refused: Callable[[BaseException], bool]) -> str | None:
+    """`check_server_args()`: every version's launch asserts on the resolved record before it
+    spawns anything (entrypoints/engine.py: 0.5.23 :1165, 0.5.15.post1 :790, 0.5.9 :1026, 0.4.9
+    :689), so a refusal there is a server that does not start (`--page-size 3` with chunks of
+    4096). Raises what `refused` calls SGLang's own refusal; None when the checks passed (or the
+    tree has none), else why they could not run here (they read the fakes: 0.5.9 asks torch for
+    its cuDNN version)."""
+    if not hasattr(server_args, "check_server_args"):
+        return None  # nothing its launch would check
+    try:
+        server_args.check_server_args()
+    except Exception as exc:  # noqa: BLE001 - classified: SGLang's refusal, or not run here
+        if refused(exc):
+            raise
+        return f"{type(exc).__name__}: {exc}"[:300]
+    return None
 
 
 MODEL_CONFIG_KEY = "__model_config__"
 PARSED_KEY = "__parsed__"
+CHECKS_KEY = "__checks__"
 
 
 def parsed_argv(server_args_mod: types.ModuleType, argv: list[str]) -> dict[str, Any] | None:
@@ -51,8 +86,8 @@ def parsed_argv(server_args_mod: types.ModuleType, argv: list[str]) -> dict[str,
 
 def model_config_facts(server_args: Any) -> dict[str, Any]:
     """The scalar attributes of SGLang's own ModelConfig for this model and these arguments (what
-    the model runner decides from: `is_hybrid_swa`, `attention_arch`, `quantization`, ...), or {}
-    when it cannot be built here."""
+    the model runner decides from: `is_hybrid_swa`, `attention_arch`, `quantization`, `dtype` as
+    `torch.bfloat16`, ...), or {} when it cannot be built here."""
     try:
         from sglang.srt.configs.model_config import ModelConfig
 
@@ -68,6 +103,8 @@ def model_config_facts(server_args: Any) -> dict[str, Any]:
             kind = type(value).__name__
             facts[name] = f"{kind}.{value.name}"
             members |= {f"{kind}.{m.name}" for m in type(value)}
+        elif type(value).__name__ == "dtype" and type(value).__module__ == "torch":
+            facts[name] = repr(value)  # `torch.bfloat16`: the dtype SGLang picked, not just one
         elif value is None or isinstance(value, (bool, int, float, str)):
             facts[name] = value
         elif isinstance(value, (list, tuple)) and all(
