@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agent.policy.conditions import ConditionError, check
+from agent.policy.loadstate import LoadState, costs_at
 from agent.policy.playbook import evaluate, load_playbook
 
 SEED = {
@@ -96,6 +97,10 @@ def test_a_cpu_engine_gets_its_own_levers_and_shared_prefixes_the_queue_order():
     assert _by_flag(dict(fcfs, **{"bench.prefix_share": 0}))["--schedule-policy"].status == "already-set"
     no_cache = dict(fcfs, **{"bench.prefix_share": 0.5, "server.disable_radix_cache": True})
     assert _by_flag(no_cache)["--schedule-policy"].status == "no-op"
+    # a burstier stream is paid at every measured level: it never rides in a bundle on a partner's gain
+    state = LoadState(levels={c: {"concurrency": c, "running": 1.0, "queued": 0} for c in (1, 8)})
+    assert costs_at(_by_flag(cpu)["--stream-interval"].lever, state) == [1, 8]
+    assert costs_at(_by_flag(cpu)["--schedule-policy"].lever, state) == []
 
 
 def test_deprecated_flag_is_replaced_from_the_catalog():
