@@ -50,7 +50,7 @@ LIMITS = {
     "RLIMIT_CORE": 0,
 }
 """Resource limits the worker sets on itself (soft and hard) before it reads the tree."""
-NPROC_MARGIN = 256
+NPROC_MARGIN = 8192  # threads count: servers the user starts later (SGLang: ~100 each) must not starve it
 """RLIMIT_NPROC counts every process of the user: the worker gets this many above today's count
 (the kernel does not apply it to root; there the audit hook's fork rule bounds the worker)."""
 _SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
