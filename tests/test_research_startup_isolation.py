@@ -11,9 +11,16 @@ bubblewrap."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import signal
 import socket
+import subprocess
+import sys
 import textwrap
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +29,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures.package_index import PackageIndex
+from tests.research_profiles import DATA
 from tools.research.source import SourceTree, cache_root, local_source
 from tools.research.startup import isolation
 from tools.research.startup.check import startup_answer
@@ -35,6 +43,7 @@ from tools.research.startup.resolver import (
 
 pytestmark = pytest.mark.slow(seconds=90)
 
+LLAMA = DATA / "model-configs" / "meta-llama--Meta-Llama-3.1-8B_config.json"
 HW = {"sm": 90, "count": 2, "memory_mib": 81559, "name": "NVIDIA H100 80GB HBM3"}
 
 SERVER_ARGS = r'''
@@ -80,6 +89,7 @@ def _as_nvidia_smi(command):
     """Run `command` as the one program the audit hook lets run: the fake nvidia-smi, rewritten
     (its folder is the worker's scratch, which it may write); only the kernel stops what it does."""
     import shutil
+import signal
 
     program = shutil.which("nvidia-smi")
     with open(program, "w") as f:
@@ -326,3 +336,69 @@ def test_the_venvs_pip_installs_wheels_only_with_pips_settings_alone(
         "PIP_NO_INPUT": "1",
         "PIP_DISABLE_PIP_VERSION_CHECK": "1",
     }
+
+
+def _descendants(pid: int) -> set[int]:
+    """`pid` and every process below it (read from /proc: PID namespaces show their outer PIDs)."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            parents[int(stat.parent.name)] = int(stat.read_text().rpartition(")")[2].split()[1])
+    found = {pid}
+    while grown := {p for p, parent in parents.items() if parent in found} - found:
+        found |= grown
+    return found
+
+
+@pytest.mark.parametrize("level", isolation.LEVELS)
+def test_a_worker_outlives_the_thread_that_started_it_not_its_process(
+    level: str, sglang_0523: SourceTree, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Research starts workers from a thread pool: the worker serves on once that thread has ended.
+    The process that owns it killed outright (no clean-up ran): every process of the worker ends."""
+    monkeypatch.setenv(isolation.ENV, level)
+    started: list[Resolver] = []
+    thread = threading.Thread(target=lambda: started.append(Resolver(sglang_0523, HW)))
+    thread.start()
+    thread.join()
+    try:
+        time.sleep(1)
+        answer = started[0].resolve(["--tp-size", "2"], LLAMA)
+        assert answer["ok"] and answer["args"]["tp_size"] == 2, answer
+    finally:
+        started[0].close()
+
+    code = f"""if True:
+        import sys, time
+        sys.path.insert(0, {str(Path.cwd())!r})
+        from tools.research.source import local_source
+        from tools.research.startup.resolver import Resolver
+        from pathlib import Path
+        r = Resolver(local_source(Path({str(sglang_0523.root)!r})), {HW!r})
+        print(r._proc.pid, flush=True)
+        time.sleep(600)
+    """
+    owner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert owner.stdout is not None
+        worker = _descendants(int(owner.stdout.readline()))
+        assert len(worker) >= 1
+    finally:
+        owner.kill()
+        owner.wait()
+    deadline = time.monotonic() + 30
+    while (left := {p for p in worker if Path(f"/proc/{p}").exists()}) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left, f"worker processes left behind: {sorted(left)}"
+
+
+def test_a_worker_that_died_says_how_and_the_next_question_gets_a_new_one(sglang_0523: SourceTree) -> None:
+    from tools.research.startup.check import resolver_for
+
+    first = resolver_for(sglang_0523, HW)
+    for pid in _descendants(first._proc.pid):  # the worker and what isolates it, as an OOM kill would
+        os.kill(pid, signal.SIGKILL)
+    with pytest.raises(ResolverError, match=r"the resolver worker exited \(code -9\)"):
+        first.resolve(["--tp-size", "2"], LLAMA)
+    second = resolver_for(sglang_0523, HW)
+    assert second is not first and second.resolve(["--tp-size", "2"], LLAMA)["ok"]

@@ -195,6 +195,8 @@ def resolver_for(tree: SourceTree, hw: dict[str, Any], env: dict[str, str] | Non
     except ValueError as e:  # a level $OPTAGENT_RESOLVER_ISOLATION does not know
         raise ResolverError(str(e)) from e
     key = (str(tree.root.resolve()), repr(sorted(hw.items())), repr(sorted((env or {}).items())), isolated)
+    if key in _RESOLVERS and not _RESOLVERS[key].alive:  # a worker that died is started anew
+        _RESOLVERS.pop(key).close()
     if key not in _RESOLVERS:
         _RESOLVERS[key] = Resolver(tree, hw, env=env)
     return _RESOLVERS[key]

@@ -4,8 +4,8 @@ The worker runs code of an SGLang tree (a wheel from the index, or a checkout th
 it is kept from everything else, in levels, the strongest this machine has:
 
 * `bubblewrap` (`bwrap` of Debian's `bubblewrap`, when it works here): new user, PID, IPC, UTS,
-  cgroup and network namespaces (no network at all), every capability dropped, uid `nobody`, gone
-  with its parent. Its filesystem is a tmpfs holding read-only binds of what it reads: `/usr` and
+  cgroup and network namespaces (no network at all), every capability dropped, uid `nobody`. Its
+  filesystem is a tmpfs holding read-only binds of what it reads: `/usr` and
   the `/bin`, `/lib*` links, the dynamic linker's cache, the Python the venv runs on, the venv, the
   SGLang tree, the worker's own code and the served model configs; `/tmp` (its HOME and scratch)
   is a private tmpfs. Nothing else of this machine (the optagent cache, the project, a home
@@ -15,6 +15,11 @@ it is kept from everything else, in levels, the strongest this machine has:
 * `landlock`: no namespaces; Landlock alone keeps the worker's reads, writes and TCP to the same
   paths and none.
 * `hook`: the worker's audit hook alone (`worker/sandbox.py`); Python code can get round it.
+
+At every level the worker ends when its parent does: its stdin closes and it exits (under
+bubblewrap, every process of its PID namespace with it). Not bubblewrap's `--die-with-parent`:
+that signal comes when the *thread* that started it ends, which kills a worker started from a
+thread pool (research runs in threads) while the process that owns it lives on.
 
 At every level the worker applies, before it reads the tree, resource limits (`LIMITS`) and, where
 the kernel has it (Linux 5.13+, `worker/landlock.py`) and the level is not `hook`, Landlock rules:
@@ -90,7 +95,7 @@ def landlock_abi() -> int:
 def bwrap_prefix(paths: Iterable[Path]) -> list[str]:
     """The `bwrap` command line the worker runs under, binding `paths` read-only."""
     argv = ["bwrap", "--unshare-all", "--unshare-user", "--uid", NOBODY, "--gid", NOBODY]
-    argv += ["--cap-drop", "ALL", "--die-with-parent", "--new-session"]
+    argv += ["--cap-drop", "ALL", "--new-session"]
     argv += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]  # /tmp first: binds may lie in it
     for path in paths:
         if path.is_symlink() and str(path) in _SYSTEM:  # /bin -> usr/bin on a merged /usr

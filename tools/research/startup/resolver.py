@@ -23,6 +23,7 @@ the next.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -139,6 +140,7 @@ class Resolver:
         self._models.mkdir(parents=True, exist_ok=True)
         self._models = self._models.resolve()
         self._scratch = Path(tempfile.mkdtemp(prefix="optagent-resolve-"))
+        self._log = (self._scratch / "worker.log").open("w+")
         reads = isolation.read_paths(venv, tree.root, _HERE, self._models)
         prefix = {"bubblewrap": isolation.bwrap_prefix(reads), "unshare": isolation.UNSHARE_PREFIX}
         self._proc = subprocess.Popen(
@@ -153,7 +155,7 @@ class Resolver:
             ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
+            stderr=self._log,
             text=True,
             env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"},
             cwd=self._scratch,
@@ -204,7 +206,7 @@ class Resolver:
                 self._proc.stdin.write(json.dumps(message) + "\n")
                 self._proc.stdin.flush()
             except BrokenPipeError as e:
-                raise ResolverError("the resolver worker exited") from e
+                raise ResolverError(self._exited()) from e
             with selectors.DefaultSelector() as sel:
                 sel.register(self._proc.stdout, selectors.EVENT_READ)
                 if not sel.select(self.timeout):
@@ -212,7 +214,7 @@ class Resolver:
                     raise ResolverError(f"the resolver worker gave no answer in {self.timeout:.0f} s")
             line = self._proc.stdout.readline(MAX_ANSWER)
         if not line:
-            raise ResolverError(f"the resolver worker exited (code {self._proc.wait()})")
+            raise ResolverError(self._exited())
         try:
             if not line.endswith("\n"):
                 raise ValueError(f"longer than {MAX_ANSWER} characters")
@@ -224,11 +226,29 @@ class Resolver:
             raise ResolverError(f"the resolver worker's answer is broken: {e}") from e
         return answer
 
+    @property
+    def alive(self) -> bool:
+        """Whether the worker still runs (a resource limit or a signal may have ended it)."""
+        return self._proc.poll() is None
+
+    def _exited(self) -> str:
+        """Why the worker is gone: its exit code (a negative one: the signal) and its last words."""
+        code = self._proc.wait()
+        self._log.flush()
+        self._log.seek(0)
+        last = [line.strip() for line in self._log.read()[-4000:].splitlines() if line.strip()][-1:]
+        return f"the resolver worker exited (code {code})" + (f": {last[0]}" if last else "")
+
     def close(self) -> None:
         """Stop the worker (idempotent)."""
         if self._proc.poll() is None:
             self._proc.kill()
             self._proc.wait()
+        for pipe in (self._proc.stdin, self._proc.stdout):  # a worker outliving bwrap reads its end
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+        self._log.close()
         shutil.rmtree(self._scratch, ignore_errors=True)
 
     def __enter__(self) -> Resolver:
