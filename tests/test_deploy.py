@@ -210,7 +210,9 @@ def test_one_optagent_per_target_and_stale_locks_are_cleared(ssh_sim) -> None:  
 
 
 def test_two_concurrent_deploys_exactly_one_proceeds(ssh_sim) -> None:  # type: ignore[no-untyped-def]
-    sim = ssh_sim()
+    # A start of ~9 s keeps the two deploys overlapping even when one CLI starts seconds later
+    # (a loaded machine); a quicker one lets them run one after the other, both rightly.
+    sim = ssh_sim(time_scale=0.3, health_timeout_s=60.0)
     procs = [
         subprocess.Popen(
             [
@@ -228,7 +230,7 @@ def test_two_concurrent_deploys_exactly_one_proceeds(ssh_sim) -> None:  # type: 
         )
         for v in ("0.81", "0.82")
     ]
-    results = [(p.wait(60), p.stderr.read() if p.stderr else "") for p in procs]
+    results = [(p.wait(180), p.stderr.read() if p.stderr else "") for p in procs]
     codes = sorted(code for code, _ in results)
     assert codes == [0, 1], results
     assert any("locked" in err for code, err in results if code == 1)
