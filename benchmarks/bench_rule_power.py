@@ -281,7 +281,7 @@ def main() -> None:
     )
     args = ap.parse_args()
     if args.no_third:
-        pt._near_miss = lambda cmp, bench: False  # type: ignore[assignment]
+        pt.near_miss = lambda cmp, bench: False  # type: ignore[assignment]
     gains = tuple(float(g) for g in args.gains.split(","))
     at = list(LEVELS) if args.where == "all" else [int(args.where[1:])]
     print(

@@ -156,7 +156,7 @@ def test_a_second_launch_of_the_candidate_narrows_the_interval_and_counts():
 
 
 def test_which_candidates_earn_a_second_launch_and_more_repetitions():
-    from agent.trial.paired import _looks_like_a_winner, _worth_more
+    from agent.trial.judge import looks_like_a_winner, worth_more
 
     rng = random.Random(11)
     before, after = block(rng, noise=0.003), block(rng, noise=0.003)
@@ -164,22 +164,22 @@ def test_which_candidates_earn_a_second_launch_and_more_repetitions():
     maybe = paired_compare(
         before, block(rng, noise=0.003, shift=1.025), after, THROUGHPUT, launch_noise=0.015
     )
-    assert maybe.verdict == "inconclusive" and _looks_like_a_winner(maybe, BenchConfig())
+    assert maybe.verdict == "inconclusive" and looks_like_a_winner(maybe, BenchConfig())
     # the restart spread dominates: repetitions of the same launch would not narrow the interval
-    assert not _worth_more(maybe, BenchConfig())
+    assert not worth_more(maybe, BenchConfig())
     flat = paired_compare(before, block(rng, noise=0.003, shift=1.005), after, THROUGHPUT, launch_noise=0.015)
-    assert not _looks_like_a_winner(flat, BenchConfig())
+    assert not looks_like_a_winner(flat, BenchConfig())
     # noisy repetitions, quiet restarts: one more repetition is what sharpens the answer
     noisy = random.Random(6)
     before = block(noisy, n=2, noise=0.04)
     maybe = paired_compare(
         before, block(noisy, n=2, noise=0.04, shift=1.04), None, THROUGHPUT, launch_noise=0.002
     )
-    assert maybe.promising and _worth_more(maybe, BenchConfig())
+    assert maybe.promising and worth_more(maybe, BenchConfig())
 
 
 def test_a_noisy_level_below_the_tolerance_does_not_block_a_clear_gain_elsewhere():
-    from agent.trial.paired import _looks_like_a_winner, _worth_more
+    from agent.trial.judge import looks_like_a_winner, worth_more
 
     rng = random.Random(12)
 
@@ -196,8 +196,8 @@ def test_a_noisy_level_below_the_tolerance_does_not_block_a_clear_gain_elsewhere
     cmp = paired_compare(before, cand, after, THROUGHPUT, launch_noise=0.01)
     c1 = cmp.per_level[0]
     assert cmp.verdict == "inconclusive" and c1.ratio < 0.97 and c1.ci_high > 1  # blocks, not significant
-    assert _looks_like_a_winner(cmp, BenchConfig())  # worth a second launch
-    assert _worth_more(cmp, BenchConfig())  # and more repetitions: c=1's noise is repetition noise
+    assert looks_like_a_winner(cmp, BenchConfig())  # worth a second launch
+    assert worth_more(cmp, BenchConfig())  # and more repetitions: c=1's noise is repetition noise
 
 
 def test_a_regression_is_called_only_when_significant_over_the_family_of_levels():

@@ -20,22 +20,22 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from agent.trial.judge import _best_judged, _judged
+from agent.trial.judge import best_judged, judged
 from tools.bench.paired import Interval
 
 Z = 1.96
 
 
 def short_first_look(cmp: Any, bench: Any) -> dict[str, Any] | None:
-    """The judged interval with the highest estimate (`_best_judged`) when a first launch was
+    """The judged interval with the highest estimate (`agent.trial.judge.best_judged`) when a first launch was
     rejected without the numbers ruling the change out: an estimate above no change whose interval
     still reaches the minimum effect, no level significantly worse. None otherwise (a regression,
     or nothing left)."""
     if cmp.verdict == "regressed" or cmp.significantly_worse:
         return None
-    if not any(i.ratio is not None for i in _judged(cmp)):
+    if not any(i.ratio is not None for i in judged(cmp)):
         return None
-    best = _best_judged(cmp)
+    best = best_judged(cmp)
     if best["ratio"] <= 1 or (best["ci_high"] or 0) < 1 + bench.min_effect:
         return None
     return best
@@ -90,7 +90,7 @@ def with_first_look(r: Any, record: Any, final: Any) -> str | None:
     first = _intervals(earlier.comparison)
     both = {
         i.concurrency: p
-        for i in _judged(final)
+        for i in judged(final)
         if i.concurrency in first and (p := pooled(first[i.concurrency], i)) is not None
     }
     if not both:

@@ -26,17 +26,7 @@ import time
 from typing import Any
 
 from agent.trial.firstlook import short_first_look, with_first_look
-from agent.trial.judge import (
-    _best_judged,
-    _came_out_slower,
-    _clear_win,
-    _cmp,
-    _drifted,
-    _looks_like_a_winner,
-    _moved,
-    _near_miss,
-    _worth_more,
-)
+from agent.trial.judge import Judge, best_judged, looks_like_a_winner, near_miss, worth_more
 from agent.trial.measure import environment_failure
 from agent.trial.record import TrialRecord, comparison_dict, mean_throughput
 from agent.trial.steps import (
@@ -66,7 +56,7 @@ async def run_paired(r: Any, record: TrialRecord, new_text: str) -> None:
         return await _reject(r, record, why)
     await r.deployment.keepalive()
     cand = await _block(
-        r, record, "candidate", more=lambda reps: _worth_more(_cmp(r, before, reps, None), r.bench),
+        r, record, "candidate", more=lambda reps: worth_more(Judge(r).compare(before, reps, None), r.bench),
         max_reps=r.max_reps,
     )  # fmt: skip
     record.levels = mean_throughput(cand)
@@ -80,16 +70,16 @@ async def run_paired(r: Any, record: TrialRecord, new_text: str) -> None:
         down = went_down(await down_reason(r.deployment))  # read before the rollback restarts it
         return await _reject(r, record, f"errors under load: {errors}{down}")
     r.note_launch(new_text, cand)
-    first = _cmp(r, before, cand, None)
+    first = Judge(r).compare(before, cand, None)
     # A block from the launch that just won a trial is biased upward (it was kept because it measured
     # high): an A/B look against it must not stop a candidate early; the after block (a fresh
     # known-good launch, which the rollback costs anyway) decides. Nor may a known-good block that
     # moved far from known-good's latest block before it (a machine load that came or went).
-    if first.clear_no and not on_winner and not _moved(r, before):
+    if first.clear_no and not on_winner and not Judge(r).moved(before):
         record.comparison = comparison_dict(first)
         record.first_look = short_first_look(first, r.bench)
         return await _reject(r, record, f"stopped after {len(cand)} repetitions: {first.summary}")
-    clear = _clear_win(r, first, before, on_winner) and not r._lossy_refusal(record.changes)
+    clear = Judge(r).clear_win(first, before, on_winner) and not r._lossy_refusal(record.changes)
     if clear and not with_first_look(r, record, first):
         record.comparison = {
             **comparison_dict(first),
@@ -98,29 +88,29 @@ async def run_paired(r: Any, record: TrialRecord, new_text: str) -> None:
         return await _commit(r, record, first, [cand], note="kept on one launch: a clear win")
     # A/B/A: the rollback restarts known-good; measure it again next to the candidate
     record.decision = "rolled_back"
-    after = await _known_good_again(r, record, lambda reps: _cmp(r, before, cand, reps))
+    after = await _known_good_again(r, record, lambda reps: Judge(r).compare(before, cand, reps))
     if after is None:
         return
-    cmp = _cmp(r, before, cand, after)
+    cmp = Judge(r).compare(before, cand, after)
     # the A/B look before the second known-good block, kept to show what pairing changed
     record.comparison = {**comparison_dict(cmp), "ab_only": {"verdict": first.verdict, "ratio": first.ratio}}
     _record_blocks(r, record, after=after)
     record.improved = False  # until a second launch agrees
     record.why = cmp.summary
-    if cmp.verdict != "improved" and (moved := _drifted(r, cmp)):
+    if cmp.verdict != "improved" and (moved := Judge(r).drifted(cmp)):
         record.disturbed = moved
         record.why += (
             f"; known-good moved {moved['drift'] - 1:+.1%} at c={moved['concurrency']} between its blocks "
             f"(beyond {moved['bound']:.1%}): the machine, not the flag, decided this one"
         )
-    if cmp.verdict != "improved" and not _looks_like_a_winner(cmp, r.bench):
+    if cmp.verdict != "improved" and not looks_like_a_winner(cmp, r.bench):
         record.first_look = None if record.disturbed else short_first_look(cmp, r.bench)
         return
     if refusal := r._lossy_refusal(record.changes):
         record.why = refusal
         return
     if not r.fits(2 * r.restart_estimate() + r.block_reps * r.rep_estimate()):
-        record.near_miss = _best_judged(cmp) if _near_miss(cmp, r.bench) else None
+        record.near_miss = best_judged(cmp) if near_miss(cmp, r.bench) else None
         record.why = f"{cmp.verdict} on its first launch ({cmp.summary}); no time left for the second launch"
         return
     await _second_launch(r, record, new_text, (before, cand, after), cmp)
@@ -132,25 +122,27 @@ async def _second_launch(r: Any, record: TrialRecord, new_text: str, blocks: tup
     first = f"{cmp.verdict} on its first launch ({cmp.summary})"
     before, cand, after = blocks
     started = time.monotonic()
-    if _came_out_slower(r, after, cmp):  # a load then would pass for the candidate's gain: measure it again
+    if Judge(r).came_out_slower(
+        after, cmp
+    ):  # a load then would pass for the candidate's gain: measure it again
         after = await known_good_block(r, record, "after")
     _record_blocks(r, record, after=after)
     confirm = await _launch_again(
-        r, record, new_text, "second launch", lambda reps: _cmp(r, before, cand, after, reps)
+        r, record, new_text, "second launch", lambda reps: Judge(r).compare(before, cand, after, reps)
     )
     if confirm is None:
         record.why = f"{first}; {record.why}"
         return
     _record_blocks(r, record, confirm=confirm)
-    final = _cmp(r, before, cand, after, confirm) if not any(s.partial for s in confirm) else None
+    final = Judge(r).compare(before, cand, after, confirm) if not any(s.partial for s in confirm) else None
     launches = [cand, confirm]
     # a third launch: a rollback and two known-good blocks, a launch and a block, as this one took
     pair = 2 * (time.monotonic() - started)
-    if final is not None and final.verdict != "improved" and _near_miss(final, r.bench):
+    if final is not None and final.verdict != "improved" and near_miss(final, r.bench):
         if not r.fits(pair) or not r.restarts_left(3):
             record.comparison = {**record.comparison, **comparison_dict(final)}
             left = "no time" if r.restarts_left(3) else "no restarts"
-            record.near_miss = _best_judged(final)
+            record.near_miss = best_judged(final)
             return await _reject(
                 r, record, f"not established over two launches: {final.summary}; {left} left for a third"
             )
@@ -164,8 +156,8 @@ async def _second_launch(r: Any, record: TrialRecord, new_text: str, blocks: tup
     short = with_first_look(r, record, final) if final is not None and final.verdict == "improved" else None
     if final is None or final.verdict != "improved" or short:
         record.comparison = {**record.comparison, **(comparison_dict(final) if final else {})}
-        if final is not None and _near_miss(final, r.bench):
-            record.near_miss = _best_judged(final)
+        if final is not None and near_miss(final, r.bench):
+            record.near_miss = best_judged(final)
         why = (
             f"not established over {len(launches)} launches: {short or final.summary}"
             if final
@@ -184,13 +176,13 @@ async def _third_launch(
     side failed (the record says why; known-good is deployed). `cmp`: the two launches' comparison."""
     before, cand, after, confirm = blocks
     good = await _known_good_again(
-        r, record, lambda reps: _cmp(r, before, cand, after, confirm, (reps, [])), "after_second"
+        r, record, lambda reps: Judge(r).compare(before, cand, after, confirm, (reps, [])), "after_second"
     )
     if good is None:
         return None
-    if _came_out_slower(r, good, cmp):
+    if Judge(r).came_out_slower(good, cmp):
         good = await known_good_block(r, record, "after_second")
-    judge = lambda reps: _cmp(r, before, cand, after, confirm, (good, reps))  # noqa: E731
+    judge = lambda reps: Judge(r).compare(before, cand, after, confirm, (good, reps))  # noqa: E731
     block = await _launch_again(r, record, new_text, "third launch", judge)
     if block is None:
         return None

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.trial.judge import _cmp
+from agent.trial.judge import Judge
 from agent.trial.record import TrialRecord, comparison_dict, mean_throughput
 from agent.trial.steps import (
     _block,
@@ -62,17 +62,17 @@ async def run_leave_out(r: Any, record: TrialRecord, new_text: str) -> None:
     if any(s.partial for s in cand):
         return await _reject(r, record, f"without {member}: errors under load; the member stays")
     r.note_launch(new_text, cand)
-    first = _cmp(r, before, cand, None)
+    first = Judge(r).compare(before, cand, None)
     min_effect = r.bench.min_effect
     if not _may_pay(first, min_effect):
         record.comparison = comparison_dict(first)
         return await _drop(r, record, [cand], f"{member} left out: without it {_levels(first)} (A/B)")
     record.decision = "rolled_back"
-    after = await _known_good_again(r, record, lambda reps: _cmp(r, before, cand, reps))
+    after = await _known_good_again(r, record, lambda reps: Judge(r).compare(before, cand, reps))
     if after is None:
         return
     _record_blocks(r, record, after=after)
-    cmp = _cmp(r, before, cand, after)
+    cmp = Judge(r).compare(before, cand, after)
     record.comparison = {**comparison_dict(cmp), "ab_only": {"verdict": first.verdict, "ratio": first.ratio}}
     if member_pays(cmp, min_effect):
         record.why = f"{member} stays in the bundle: without it {_levels(cmp)}"

@@ -177,7 +177,7 @@ def spread_of_blocks(blocks: list[list[Any]], objective: Any, declared: float) -
 
 WITHIN_SHARE = 0.25
 """Repetition noise below this share of a comparison's variance is not worth another repetition
-(as `agent.trial.judge._worth_more` decides within a trial)."""
+(as `agent.trial.judge.worth_more` decides within a trial)."""
 MIN_BLOCK_REPS = 2
 """Fewest repetitions a block starts with: two blocks of one launch are compared over their
 repetitions (`tools.bench.launches.settle`), which one repetition each cannot do."""

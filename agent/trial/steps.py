@@ -11,7 +11,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from agent.trial.judge import _worth_more
+from agent.trial.judge import worth_more
 from agent.trial.measure import environment_failure, measure
 from agent.trial.record import BudgetExhausted, TrialRecord, block_samples, mean_throughput
 
@@ -204,7 +204,7 @@ async def _known_good_again(r: Any, record: TrialRecord, judge: Any, name: str =
     if not await r.rollback(record):
         return None
     await _warm(r)
-    more = lambda reps: _worth_more(judge(reps), r.bench)  # noqa: E731
+    more = lambda reps: worth_more(judge(reps), r.bench)  # noqa: E731
     good = await _block(r, record, name, more=more, max_reps=r.max_reps)
     if not good or any(s.partial for s in good):
         why = await _failed_block(r, good)
@@ -231,7 +231,7 @@ async def _launch_again(
         await _reject(r, record, f"{label}: {why}")
         return None
     await r.deployment.keepalive()
-    more = lambda reps: _worth_more(judge(reps), r.bench)  # noqa: E731
+    more = lambda reps: worth_more(judge(reps), r.bench)  # noqa: E731
     name = "confirm" if label == "second launch" else "third"
     block = await _block(r, record, name, more=more, max_reps=r.max_reps)
     r.note_launch(new_text, block)
