@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.policy.order import slow_start_flags
 from agent.trial.budget import TRIAL_RESTARTS
@@ -19,6 +19,9 @@ from agent.trial.record import Baseline, lossy_flags, mean_throughput, mechanism
 from agent.trial.runner import TrialRunner
 from agent.ui import RunUI
 from tools.bench.objective import Goal
+
+if TYPE_CHECKING:
+    from tools.deploy.deployment import Deployment
 
 
 class SessionError(Exception):
@@ -306,7 +309,7 @@ its plots (5-10 s measured on two cores); trials end this much before the wall-t
 
 
 def make_runner(
-    deployment: Any,
+    deployment: Deployment,
     config: Any,
     objective: Any,
     baseline: Baseline,

@@ -10,12 +10,15 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.prepare import RunOptions, prepare_session
 from agent.trial.record import Baseline, mean_throughput
 from agent.trial.runner import TrialRunner
 from agent.ui import RunUI
+
+if TYPE_CHECKING:
+    from agent.policy.planner import PlannerDeps
 
 __all__ = ["RunOptions", "RunResult", "run_session"]
 
@@ -97,7 +100,7 @@ async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
         )
 
 
-def _order_notes(deps: Any) -> list[str]:
+def _order_notes(deps: PlannerDeps) -> list[str]:
     """What the baseline's load made of each candidate's value (only those it changed)."""
     from agent.policy.planner import candidates_view
 

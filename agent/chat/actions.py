@@ -3,10 +3,15 @@ undo the last kept change (through the same `Deployment` gate as every trial).""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agent.policy.planner import PlannerDeps
+    from agent.trial.record import TrialRecord
+    from agent.trial.runner import TrialRunner
 
 
-def held_at_start(runner: Any) -> list[Any]:
+def held_at_start(runner: TrialRunner) -> list[TrialRecord]:
     """The kept trials of an earlier session (`--resume`) whose changes the configuration at start
     holds: after a run kept a flag, that configuration is not the baseline."""
     from tools.deploy.units.file import UnitFile
@@ -15,7 +20,7 @@ def held_at_start(runner: Any) -> list[Any]:
     return [t for t in runner.trials if t.decision == "kept" and _deployed(t, flags)]
 
 
-def previous_best(runner: Any) -> Any:
+def previous_best(runner: TrialRunner) -> TrialRecord | None:
     """The kept trial of this chat before the deployed best (None: the configuration at start). A
     kept trial of an earlier session is part of that configuration, not a step back: going back to
     it deployed the start again and said "deployed now: trial N"."""
@@ -28,7 +33,7 @@ def previous_best(runner: Any) -> Any:
     return kept[-1] if kept else None
 
 
-def start_config(runner: Any) -> str:
+def start_config(runner: TrialRunner) -> str:
     """`the configuration at start`, naming the kept trials of an earlier session it holds."""
     earlier = held_at_start(runner)
     holds = f", which holds the kept {'; '.join(t.headline() for t in earlier)}" if earlier else ""
@@ -42,13 +47,13 @@ def todo_text(todo: Any) -> str:
     return "\n".join(lines) or "(the todo list is empty)"
 
 
-def _record(deps: Any, kind: str, data: dict[str, Any]) -> None:
+def _record(deps: PlannerDeps, kind: str, data: dict[str, Any]) -> None:
     ui = getattr(deps, "ui", None)
     if ui is not None:
         ui.record(kind, data, msg=getattr(deps, "current_msg", None))
 
 
-async def status_lines(deps: Any) -> list[str]:
+async def status_lines(deps: PlannerDeps) -> list[str]:
     """Deployed flags, health, trials so far and the last measured numbers."""
     from agent.chat.policy import describe_levels
 
@@ -83,7 +88,7 @@ async def status_lines(deps: Any) -> list[str]:
     return lines
 
 
-def _deployed(trial: Any, flags: dict[str, str | None]) -> bool:
+def _deployed(trial: TrialRecord, flags: dict[str, str | None]) -> bool:
     """Whether every change of `trial` is in the deployed `flags` (an earlier session's kept trial)."""
     for c in trial.changes:
         if c.action == "unset" and c.flag in flags:
@@ -93,7 +98,7 @@ def _deployed(trial: Any, flags: dict[str, str | None]) -> bool:
     return True
 
 
-async def bench_now(deps: Any) -> str:
+async def bench_now(deps: PlannerDeps) -> str:
     """Benchmark the deployed configuration (repeated sweep) and record the numbers."""
     from agent.chat.policy import describe_levels
     from agent.trial.record import mean_throughput
@@ -110,7 +115,7 @@ async def bench_now(deps: Any) -> str:
     return f"benchmark of the deployed configuration: {describe_levels(levels)}"
 
 
-async def undo_last_kept(deps: Any) -> str:
+async def undo_last_kept(deps: PlannerDeps) -> str:
     """Deploy the configuration before the last kept change and make it the known-good one."""
     from agent.trial.record import apply_changes
 
@@ -142,7 +147,7 @@ async def undo_last_kept(deps: Any) -> str:
     return f"rolled back trial {undone.number} ({what}); deployed now: {now}"
 
 
-def change_in_words(runner: Any, tool: str, args: dict[str, Any]) -> str:
+def change_in_words(runner: TrialRunner | None, tool: str, args: dict[str, Any]) -> str:
     """The approval question's subject: `trial: set --cuda-graph-max-bs 128 (on top of ...)`."""
     if tool == "undo_last_kept":
         best = getattr(runner, "best", None)

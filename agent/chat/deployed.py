@@ -9,9 +9,13 @@ from __future__ import annotations
 import contextlib
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tools.flagname import flag_name
+
+if TYPE_CHECKING:
+    from agent.policy.planner import PlannerDeps
+    from tools.deploy.deployment import Deployment
 
 LOOK_BACK = 10
 """Earlier transcripts read for the session before this one (newest first)."""
@@ -62,7 +66,7 @@ def _same(deployed: Any, wanted: Any) -> bool:
         return False
 
 
-async def deployed_now(deps: Any, changes: list[Any] | None = None) -> dict[str, Any]:
+async def deployed_now(deps: PlannerDeps, changes: list[Any] | None = None) -> dict[str, Any]:
     """The deployed configuration now and what changed (see the module docstring); with `changes`,
     `already_deployed` lists those it already holds."""
     from tools.deploy.units.file import UnitFile
@@ -99,7 +103,9 @@ async def deployed_now(deps: Any, changes: list[Any] | None = None) -> dict[str,
     return state
 
 
-def _known_good(deployment: Any, parse: Any, text: str, flags: dict[str, Any]) -> dict[str, Any] | None:
+def _known_good(
+    deployment: Deployment | None, parse: Any, text: str, flags: dict[str, Any]
+) -> dict[str, Any] | None:
     """The known-good on record in the state dir (what a rollback restores): whether it is what is
     deployed, when it was recorded, and how the deployed flags differ from it (a change in flight)."""
     from tools.redact import redact_flags
@@ -118,7 +124,7 @@ def _known_good(deployment: Any, parse: Any, text: str, flags: dict[str, Any]) -
     }
 
 
-def _previous_session(deps: Any, flags: dict[str, Any]) -> dict[str, Any] | None:
+def _previous_session(deps: PlannerDeps, flags: dict[str, Any]) -> dict[str, Any] | None:
     """The latest earlier session in the transcripts directory that read its deployment (a run or a
     chat): its id, kind and start, how the deployed flags differ from the ones it started from, and
     the trials it kept. None when there is none."""

@@ -11,11 +11,16 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic_ai.toolsets import WrapperToolset
 
 from tools.flagname import flag_name
+
+if TYPE_CHECKING:
+    from pydantic_ai import RunContext
+
+    from agent.policy.planner import PlannerDeps
 
 
 @dataclass
@@ -26,7 +31,9 @@ class Prerequisites(WrapperToolset):
 
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
-    async def call_tool(self, name: str, tool_args: dict[str, Any], ctx: Any, tool: Any) -> Any:
+    async def call_tool(
+        self, name: str, tool_args: dict[str, Any], ctx: RunContext[PlannerDeps], tool: Any
+    ) -> Any:
         deps = ctx.deps
         if name == "research_flag":
             async with self.lock:  # concurrent research calls: one build, one spinner
@@ -40,7 +47,7 @@ class Prerequisites(WrapperToolset):
         return await self.wrapped.call_tool(name, tool_args, ctx, tool)
 
 
-def _already_deployed(deps: Any, args: dict[str, Any]) -> list[str]:
+def _already_deployed(deps: PlannerDeps, args: dict[str, Any]) -> list[str]:
     """The requested changes, when the deployed configuration holds every one of them already
     (`agent.chat.deployed.already_deployed`); [] otherwise (a trial may change something)."""
     from agent.chat.deployed import already_deployed
@@ -60,7 +67,7 @@ def _already_deployed(deps: Any, args: dict[str, Any]) -> list[str]:
     return held if len(held) == len(changes) else []
 
 
-def _nothing_to_try(deps: Any, held: list[str]) -> dict[str, Any]:
+def _nothing_to_try(deps: PlannerDeps, held: list[str]) -> dict[str, Any]:
     """The answer to a trial of changes already deployed, at once: no baseline, no approval, no
     restart (the trial runner found the same only after the baseline was measured)."""
     what = ", ".join(held)
@@ -72,7 +79,7 @@ def _nothing_to_try(deps: Any, held: list[str]) -> dict[str, Any]:
     }
 
 
-def _will_deploy(deps: Any, args: dict[str, Any]) -> bool:
+def _will_deploy(deps: PlannerDeps, args: dict[str, Any]) -> bool:
     """Whether a `run_trial` call passes the planner's checks (`agent.policy.planner.refusal`: the
     checks of `optagent deploy --set`, research first, ...) and changes the deployed configuration;
     a refused one, or one of changes already deployed, deploys nothing."""
@@ -88,7 +95,7 @@ def _will_deploy(deps: Any, args: dict[str, Any]) -> bool:
     return refusal(deps, changes, args.get("override_reason")) is None
 
 
-def _needs_approval(ctx: Any, tool_def: Any, args: dict[str, Any]) -> bool:
+def _needs_approval(ctx: RunContext[PlannerDeps], tool_def: Any, args: dict[str, Any]) -> bool:
     """Target-changing calls need approval, except those that change nothing: an undo with nothing
     to undo, a trial the planner's checks refuse (the refusal goes back at once)."""
     if tool_def.name == "undo_last_kept":
@@ -115,7 +122,7 @@ def ApprovalGate() -> Any:  # noqa: N802 - a capability instance, named like the
     return _Gate()
 
 
-async def ensure_index(deps: Any) -> None:
+async def ensure_index(deps: PlannerDeps) -> None:
     """Load the code index of the running version (built once per source tree, shown while built)."""
     tree = getattr(deps.ctx, "tree", None)
     if tree is None:
@@ -129,7 +136,7 @@ async def ensure_index(deps: Any) -> None:
             return
 
 
-async def ensure_baseline(deps: Any) -> None:
+async def ensure_baseline(deps: PlannerDeps) -> None:
     """Measure the baseline now if the chat has none yet (probe and repeated sweeps of what runs)."""
     from agent.policy.loadstate import load_state
     from agent.prepare import measure_baseline

@@ -15,7 +15,7 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic_ai import RunContext
 from rich.console import Console
@@ -24,8 +24,12 @@ from rich.markup import escape
 from agent.chat import actions, deployed
 from agent.chat.actions import change_in_words, previous_best
 from agent.chat.needs import ApprovalGate
+from agent.policy.planner import PlannerDeps  # evaluated: pydantic-ai reads the chat tools' `RunContext[...]`
 from agent.trial.record import TrialChange
 from agent.ui import held
+
+if TYPE_CHECKING:
+    from agent.trial.runner import TrialRunner
 
 SLASH_HELP = """\
 /todo      the planner's todo list
@@ -69,7 +73,7 @@ def line_reader(console: Console, *, history_file: str | None = None) -> Ask:
     return ask_pipe
 
 
-def target_text(runner: Any, tool: str, args: dict[str, Any]) -> str | None:
+def target_text(runner: TrialRunner | None, tool: str, args: dict[str, Any]) -> str | None:
     """The unit file text a target-changing tool call would deploy (None when unknown)."""
     from agent.trial.record import TrialChange, apply_changes
 
@@ -94,7 +98,7 @@ class ChatSession:
     """The state of one chat: the planner, its deps, the history, the transcript and the console."""
 
     planner: Any
-    deps: Any
+    deps: PlannerDeps
     transcript: Any
     console: Console
     ask: Ask
@@ -112,10 +116,10 @@ class ChatSession:
         self.capabilities = [ApprovalGate(), HandleDeferredToolCalls(handler=self._approve)]
 
     @property
-    def runner(self) -> Any:
+    def runner(self) -> TrialRunner | None:
         return self.deps.runner
 
-    async def _approve(self, ctx: Any, requests: Any) -> Any:
+    async def _approve(self, ctx: RunContext[PlannerDeps], requests: Any) -> Any:
         from pydantic_ai.tools import ToolDenied
 
         answers = {}
@@ -308,18 +312,20 @@ def add_chat_tools(planner: Any) -> None:
     planner._optagent_chat_tools = True
 
     @planner.tool
-    async def show_todo(ctx: RunContext[Any]) -> str:
+    async def show_todo(ctx: RunContext[PlannerDeps]) -> str:
         """The current todo list, one item a line."""
         return actions.todo_text(ctx.deps.todo)
 
     @planner.tool
-    async def deployed_now(ctx: RunContext[Any], changes: list[TrialChange] | None = None) -> dict[str, Any]:
+    async def deployed_now(
+        ctx: RunContext[PlannerDeps], changes: list[TrialChange] | None = None
+    ) -> dict[str, Any]:
         """The flags deployed now (the host's unit file), what changed since this chat started and
         since the session before it, and whether it is the known-good on record; with `changes`,
         `already_deployed` lists those it already holds (a trial of them would restart for nothing)."""
         return await deployed.deployed_now(ctx.deps, changes)
 
     @planner.tool(sequential=True)
-    async def undo_last_kept(ctx: RunContext[Any]) -> str:
+    async def undo_last_kept(ctx: RunContext[PlannerDeps]) -> str:
         """Go back to the configuration before the last kept change (the user approves the diff first)."""
         return await actions.undo_last_kept(ctx.deps)

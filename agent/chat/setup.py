@@ -8,9 +8,13 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+
+if TYPE_CHECKING:
+    from agent.policy.planner import PlannerDeps
+    from agent.transcripts.load import LoadedTranscript
 
 
 @dataclass
@@ -18,12 +22,12 @@ class ChatSetup:
     """What a chat runs on."""
 
     planner: Any
-    deps: Any
+    deps: PlannerDeps
     history: list[Any]
     instructions: str
 
 
-def restore_state(deps: Any, loaded: Any) -> list[str]:
+def restore_state(deps: PlannerDeps, loaded: LoadedTranscript) -> list[str]:
     """Put the saved todo list, verdicts and trial records back into `deps`; returns notes for the user.
 
     The known-good configuration needs no restoring: it is what is deployed, and a baseline is

@@ -54,9 +54,12 @@ class PlannerDeps:
     """What the baseline showed about the load (`agent.policy.loadstate.LoadState`; None: unknown)."""
     spread: float | None = None
     """The restart spread trials assume (`agent.trial.spread`; None: the declared one)."""
+    last_benchmark: dict[int, float] | None = None
+    """A chat's latest `/bench` numbers (`agent.chat.actions.bench_now`; None: none measured)."""
     _resolved: dict[str, Any] | None = None
     _sem: asyncio.Semaphore | None = None
-    _trial_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    trial_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """One trial at a time: the restarts of `run_trial` and `leave_out` never overlap."""
 
     @property
     def resolved(self) -> dict[str, Any]:
@@ -249,7 +252,7 @@ def build_planner(model: Any) -> Any:
         member = next((c for c in deps.runner.kept_changes if c.flag == flag), None)
         if member is None:
             return {"error": f"{flag} is not in the kept configuration; nothing to leave out"}
-        async with deps._trial_lock:
+        async with deps.trial_lock:
             try:
                 record = await deps.runner.run([member], reason=reason, kind="leave_out")
             except BudgetExhausted as e:

@@ -9,14 +9,20 @@ refusal names the reason and, where one is close, the flag or value the model ma
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from agent.context import DeploymentContext
+    from agent.trial.record import TrialChange
 
 _METACHARS = re.compile(r"[;&|`$<>\\\n\r\t\x00-\x1f]|\$\(")
 """Characters no SGLang flag value needs and a shell would act on; refused in a model's proposal
 even where the unit file would quote them (a value made of them is a mistake or an attack)."""
 
 
-def check_changes(ctx: Any, changes: list[Any], *, base_text: str | None = None) -> list[str]:
+def check_changes(
+    ctx: DeploymentContext, changes: list[TrialChange], *, base_text: str | None = None
+) -> list[str]:
     """One message per change the running version would refuse or optagent will not deploy.
 
     `ctx` is the `DeploymentContext` (its `catalog` and `version`); `changes` are `TrialChange`s.
@@ -47,7 +53,7 @@ def check_changes(ctx: Any, changes: list[Any], *, base_text: str | None = None)
     return problems
 
 
-def in_catalog(ctx: Any, flag: str) -> bool | None:
+def in_catalog(ctx: DeploymentContext, flag: str) -> bool | None:
     """Whether `flag` is a flag of the running version (None: no catalog to tell)."""
     catalog = getattr(ctx, "catalog", None) or {}
     if not catalog:

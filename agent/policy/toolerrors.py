@@ -10,7 +10,10 @@ cleanly on that limit (`ToolErrorLimit`), like any other budget.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pydantic_ai import RunContext
 
 PER_TOOL = 3
 PER_RUN = 30
@@ -51,14 +54,15 @@ def passes_through(error: BaseException) -> bool:
 def ToolErrors() -> Any:  # noqa: N802 - a capability instance, named like the class it builds
     """A pydantic-ai capability: a tool's exception becomes a retry the model reads (see module doc).
 
-    The budget is `ctx.deps.errors` (an `ErrorBudget`); deps without one get a fresh budget per call.
+    The budget is `ctx.deps.errors` (an `ErrorBudget`); deps without one get a fresh budget per call,
+    so the hooks take the run context of any deps (the planner's, a researcher's).
     """
     from pydantic_ai.capabilities.abstract import AbstractCapability
     from pydantic_ai.exceptions import ModelRetry, ToolFailed
 
     class _ToolErrors(AbstractCapability):
         async def on_tool_execute_error(
-            self, ctx: Any, *, call: Any, tool_def: Any, args: Any, error: Exception
+            self, ctx: RunContext[object], *, call: Any, tool_def: Any, args: Any, error: Exception
         ) -> Any:
             if passes_through(error):
                 raise error
@@ -73,7 +77,7 @@ def ToolErrors() -> Any:  # noqa: N802 - a capability instance, named like the c
             raise ModelRetry(f"{why}. Correct the arguments (or use another tool) and call again.")
 
         async def on_tool_validate_error(
-            self, ctx: Any, *, call: Any, tool_def: Any, args: Any, error: Exception
+            self, ctx: RunContext[object], *, call: Any, tool_def: Any, args: Any, error: Exception
         ) -> Any:
             budget = getattr(ctx.deps, "errors", None) or ErrorBudget()
             n = budget.charge(tool_def.name)

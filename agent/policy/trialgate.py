@@ -3,18 +3,41 @@ any restart, the trial itself, and what the planner learns from it (split from `
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rich.markup import escape
 
 from agent.policy.proposal import check_changes
-from agent.trial.record import BudgetExhausted, TrialChange
+from agent.trial.record import BudgetExhausted, TrialChange, TrialRecord
 from agent.trial.resolved import same_as_running
 from tools.bench.effect import decided_levels, headline
 from tools.flagname import flag_name
 
+if TYPE_CHECKING:
+    from agent.context import DeploymentContext
+    from agent.policy.verdict import FlagVerdict
+    from agent.trial.runner import TrialRunner
+    from agent.ui import RunUI
 
-def refuse(deps: Any, changes: list[TrialChange], why: str, *, check: str) -> dict[str, Any]:
+
+class TrialDeps(Protocol):
+    """What the gate reads of the planner's deps (`planner.PlannerDeps`, which imports this module)."""
+
+    ctx: DeploymentContext
+    ui: RunUI
+    runner: TrialRunner | None
+    """None in a dry run: nothing is deployed."""
+    verdicts: dict[str, FlagVerdict]
+    baseline_levels: dict[int, float]
+    current_msg: int | None
+    trial_lock: asyncio.Lock
+
+    @property
+    def resolved(self) -> dict[str, Any]: ...
+
+
+def refuse(deps: TrialDeps, changes: list[TrialChange], why: str, *, check: str) -> dict[str, Any]:
     """A proposed trial refused before any restart: shown, recorded, returned to the model."""
     what = ", ".join(c.describe() for c in changes)
     deps.ui.note(f"[yellow]refused[/] {escape(what)}: {escape(why)} (no restart)")
@@ -22,7 +45,7 @@ def refuse(deps: Any, changes: list[TrialChange], why: str, *, check: str) -> di
     return {"error": f"refused, not deployed: {why}", "refused": True, "restarts": 0}
 
 
-def trial_result(deps: Any, record: Any) -> dict[str, Any]:
+def trial_result(deps: TrialDeps, record: TrialRecord) -> dict[str, Any]:
     """What the planner learns from a trial: decision, why, numbers against the baseline."""
     leave = "leave out " if record.kind == "leave_out" else ""
     return {
@@ -54,7 +77,7 @@ def trial_result(deps: Any, record: Any) -> dict[str, Any]:
     }
 
 
-def won_at(record: Any, min_effect: float) -> list[int]:
+def won_at(record: TrialRecord, min_effect: float) -> list[int]:
     """The levels at which a kept trial established its gain (interval above 1, estimate at least
     the minimum effect); [] for any other."""
     if record.decision != "kept" or record.kind == "leave_out":
@@ -66,7 +89,7 @@ def won_at(record: Any, min_effect: float) -> list[int]:
     ]
 
 
-def refusal(deps: Any, changes: list[TrialChange], override: str | None) -> tuple[str, str] | None:
+def refusal(deps: TrialDeps, changes: list[TrialChange], override: str | None) -> tuple[str, str] | None:
     """Why a proposed trial is refused before any restart, and by which check (None: it may run).
 
     The checks of `optagent deploy --set` (catalog name, type, choices, value, unit file), research
@@ -93,7 +116,7 @@ def refusal(deps: Any, changes: list[TrialChange], override: str | None) -> tupl
 
 
 async def trial(
-    deps: Any, changes: list[TrialChange], reason: str, override: str | None, *, kind: str = ""
+    deps: TrialDeps, changes: list[TrialChange], reason: str, override: str | None, *, kind: str = ""
 ) -> dict[str, Any]:
     """Gatekeeping before the trial runner: the checks of `optagent deploy --set` (catalog name,
     type, choices, value, unit file), research first, the resolved value, rejected flags only with
@@ -112,7 +135,7 @@ async def trial(
         deps.ui.record(
             "bundle", {"changes": [c.describe() for c in changes], "why": reason}, msg=deps.current_msg
         )
-    async with deps._trial_lock:
+    async with deps.trial_lock:
         try:
             record = await deps.runner.run(changes, reason=reason, kind=kind, override=override)
         except BudgetExhausted as e:

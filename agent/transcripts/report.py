@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tools.localfiles import write_text
+
+if TYPE_CHECKING:
+    from agent.policy.planner import PlannerDeps
+    from agent.trial.runner import TrialRunner
+    from tools.config import BenchConfig
 
 
 def _table(baseline: dict[int, float], final: dict[int, float]) -> list[str]:
@@ -318,7 +323,7 @@ def final_source(best: Any) -> str:
     return f"trial {best.number}'s last candidate block (on your workload, with every change kept so far)"
 
 
-def _block_reps(runner: Any, bench: Any) -> str:
+def _block_reps(runner: TrialRunner | None, bench: BenchConfig) -> str:
     """How many repetitions a trial's block starts with, and why when not the configured number."""
     start = runner.block_reps if runner is not None else bench.reps
     if start == bench.reps:
@@ -326,7 +331,9 @@ def _block_reps(runner: Any, bench: Any) -> str:
     return f"{start} per block (the baseline's took {bench.reps}: a restart moves this server far more than a repetition does)"
 
 
-def time_use(seconds: float, phases: list[tuple[str, float]], runner: Any, spread_restarts: int) -> str:
+def time_use(
+    seconds: float, phases: list[tuple[str, float]], runner: TrialRunner | None, spread_restarts: int
+) -> str:
     """Where the run's wall time went: each phase of `phases` ((name, seconds), in order), the
     trials apart from the research and planning around them, and what was restarting in both the
     launch spread and the trials (a deploy until healthy) against the benchmarks and probes; the
@@ -354,7 +361,7 @@ def time_use(seconds: float, phases: list[tuple[str, float]], runner: Any, sprea
     return f"time: {', '.join(parts)}; {seconds:.0f} s in all"
 
 
-def _planned(runner: Any) -> str:
+def _planned(runner: TrialRunner) -> str:
     """What the deployed trials were budgeted at their starts, against what they took."""
     ran = [t for t in getattr(runner, "trials", None) or [] if t.deployed and t.planned_seconds > 0]
     if not ran:
@@ -363,7 +370,7 @@ def _planned(runner: Any) -> str:
     return f"planned {planned:.0f} s at their starts, {took:.0f} s taken"
 
 
-def explain_run(result: Any, deps: Any, runner: Any, opts: Any, config: Any) -> None:
+def explain_run(result: Any, deps: PlannerDeps, runner: TrialRunner | None, opts: Any, config: Any) -> None:
     """Fill in the budget sentence, the rule, and why each untried candidate was not tried."""
     bench = config.bench
     cap = runner.max_reps if runner else 2 * bench.reps
