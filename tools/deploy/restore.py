@@ -5,27 +5,56 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, Protocol
 
-from tools.deploy.health import wait_healthy
-from tools.deploy.journal import DAY_S, JournalEntry, save_state, sha
+from tools.deploy.health import HealthResult, wait_healthy
+from tools.deploy.journal import DAY_S, Journal, JournalEntry, save_state, sha
 from tools.deploy.outcome import DeployError, DeployOutcome, DriftError
 from tools.deploy.remote import TransportError
 from tools.deploy.running import RunCheck
 from tools.deploy.serverlog import error_line, readable_tail
 from tools.deploy.service import ServiceError
-from tools.deploy.units.file import UnitFileError, unified_diff
+from tools.deploy.units.file import UnitFile, UnitFileError, unified_diff
 from tools.redact import redact_flags, redact_text
 
-Deployment: TypeAlias = Any
-"""A `tools.deploy.deployment.Deployment` (which imports this module, so it is not imported here)."""
+if TYPE_CHECKING:
+    from tools.config import TargetConfig
+    from tools.deploy.deadman import DeadmanSwitch
+    from tools.deploy.lock import HostLock
+    from tools.deploy.remote import Transport
+    from tools.deploy.service import ServiceManager
+
+
+class DeploymentParts(Protocol):
+    """What these functions use of a `tools.deploy.deployment.Deployment`, which imports this module
+    (so it is described here, never imported); its private steps are the gate's own, done for it."""
+
+    target: TargetConfig
+    transport: Transport
+    journal: Journal
+    manager: ServiceManager
+    deadman: DeadmanSwitch
+    lock: HostLock
+    remote_unit: str
+    run_dir: str
+
+    def parse(self, text: str) -> UnitFile: ...
+    async def host_unit(self, text: str) -> UnitFile: ...
+    async def remote_text(self) -> str: ...
+    async def known_good(self, *, unproven_ok: bool = False) -> str: ...
+    async def log_tail(self, lines: int = 40) -> str: ...
+    async def rollback(self) -> DeployOutcome: ...
+    async def _restart(self, *, restoring: bool = False) -> None: ...
+    async def _wait(self) -> HealthResult: ...
+    async def _finish_commit(self) -> None: ...
+
 
 __all__ = ["after_failed_deploy", "check_running", "config_check", "recover", "restore_known_good", "status"]
 
 _AFTER_RESTART = ("restart", "wait", "healthy")
 
 
-async def config_check(d: Deployment) -> RunCheck:
+async def config_check(d: DeploymentParts) -> RunCheck:
     """Whether the service runs exactly its unit file as it is now (`running.running_check`, with
     optagent's record of its last restart); unknown when the service manager cannot tell."""
     check = getattr(d.manager, "config_check", None)
@@ -34,7 +63,7 @@ async def config_check(d: Deployment) -> RunCheck:
     return await check(started=d.journal.started())
 
 
-async def check_running(d: Deployment, text: str, source: object, *, unproven_ok: bool = False) -> bool:
+async def check_running(d: DeploymentParts, text: str, source: object, *, unproven_ok: bool = False) -> bool:
     """Refuse to record `text` as known-good unless the host's unit file is `text`, the service runs
     exactly that (its whole command line and environment, a launch script proven by a restart) and it
     is healthy; nothing is changed. True: record it. False (only with `unproven_ok`): the service is not
@@ -76,14 +105,14 @@ async def check_running(d: Deployment, text: str, source: object, *, unproven_ok
     return health.ok
 
 
-async def _wait_while_firing(d: Deployment, limit_s: float = 120.0) -> None:
+async def _wait_while_firing(d: DeploymentParts, limit_s: float = 120.0) -> None:
     deadline = time.monotonic() + limit_s
     while await d.deadman.is_firing() and time.monotonic() < deadline:
         await asyncio.sleep(0.2)
 
 
 async def after_failed_deploy(
-    d: Deployment, error: str, health: Any, diff: str, timings: dict[str, float], start: float
+    d: DeploymentParts, error: str, health: HealthResult, diff: str, timings: dict[str, float], start: float
 ) -> DeployOutcome:
     """A candidate that did not come up healthy: what the server said (its log's own reason, not
     its kilobytes of arguments), known-good restored, and the outcome that says both."""
@@ -110,7 +139,7 @@ async def after_failed_deploy(
 
 
 async def restore_known_good(
-    d: Deployment, entry: JournalEntry | None, *, fired: bool = False
+    d: DeploymentParts, entry: JournalEntry | None, *, fired: bool = False
 ) -> DeployOutcome:
     """Put the known-good file back, restart if the server may run anything else, verify, close the journal."""
     start = time.monotonic()
@@ -159,7 +188,7 @@ async def restore_known_good(
     )
 
 
-async def remove_temp_files(d: Deployment) -> None:
+async def remove_temp_files(d: DeploymentParts) -> None:
     """Delete temp files a killed optagent may have left (only called while holding the lock)."""
     unit_dir, name = d.remote_unit.rsplit("/", 1)
     lock = d.lock.path
@@ -173,7 +202,7 @@ async def remove_temp_files(d: Deployment) -> None:
             path.unlink(missing_ok=True)
 
 
-async def recover(d: Deployment) -> str | None:
+async def recover(d: DeploymentParts) -> str | None:
     """Finish or undo an interrupted deploy, or restart a server whose config does not match its file."""
     await remove_temp_files(d)
     entry = d.journal.read()
@@ -206,7 +235,7 @@ async def recover(d: Deployment) -> str | None:
     return f"restored the known-good configuration after an interrupted deploy ({entry.id}, at step {entry.step}){note}"
 
 
-async def status(d: Deployment) -> dict[str, Any]:
+async def status(d: DeploymentParts) -> dict[str, Any]:
     """What runs on the target, whether it is healthy, and optagent's own state for it."""
     t = d.target
     info: dict[str, Any] = {
@@ -261,7 +290,7 @@ async def status(d: Deployment) -> dict[str, Any]:
     return info
 
 
-async def finish_commit(d: Deployment) -> None:
+async def finish_commit(d: DeploymentParts) -> None:
     """Disarm the switch, then make the candidate known-good locally and on the host; close the journal.
 
     A switch that already fired means the host went back to known-good: say so. A local file that
@@ -285,7 +314,7 @@ async def finish_commit(d: Deployment) -> None:
     d.journal.close()
 
 
-async def backup_unit(d: Deployment, *, keep: int) -> None:
+async def backup_unit(d: DeploymentParts, *, keep: int) -> None:
     """Copy the host's unit file to a timestamped backup (temp file + rename), keep the newest `keep`."""
     stamp = time.strftime("%Y%m%dT%H%M%S") + f"-{time.time_ns() % 10**6:06d}"
     name = d.remote_unit.rsplit("/", 1)[-1]
