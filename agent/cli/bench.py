@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from rich.table import Table
 
 from agent.cli.common import ConfigOption, console, err_console, fail, get_config
+from tools.bench.objective import Objective
 from tools.bench.results import SweepResult, load_sweeps, save_sweeps
 from tools.config import BenchConfig, Config
 from tools.redact import redact_text
@@ -81,8 +82,14 @@ def bench(
     restarts: int | None = typer.Option(
         None, "--restarts", help="Relaunch known-good N times; record the launch spread in the config."
     ),
+    goal: str | None = typer.Option(
+        None,
+        "--goal",
+        help='A goodput goal: "maximize goodput with p99 TTFT under 300 ms and p99 TPOT under 40 ms".',
+    ),
 ) -> None:
-    """Sweep concurrency levels against the server and print a table of the results."""
+    """Sweep concurrency levels against the server and print a table of the results (with a goodput
+    --goal: search the highest request rate meeting its limits and print the rate curve)."""
     if ctx.invoked_subcommand:
         return
     cfg = get_config(config)
@@ -99,6 +106,13 @@ def bench(
                   "--json": json_file, "--plot": plot_file, "--backend sglang": settings.backend == "sglang"}  # fmt: skip
         check_restarts(restarts, settings, unused)
         return record_spread(config, settings, restarts)
+    objective = _goodput_objective(goal)
+    if objective is not None:
+        from agent.cli.bench_goodput import check_goodput
+
+        check_goodput({"--concurrency": concurrency, "--reps": reps, "--request-rate": request_rate,
+                       "--restarts": restarts, "--prompt-file": prompt_file,
+                       "--backend sglang": settings.backend == "sglang"})  # fmt: skip
     if request_rate is not None and request_rate <= 0:
         fail("--request-rate must be positive", code=2)
     if prompt_file is not None:
@@ -112,6 +126,10 @@ def bench(
         endpoint = _sim_endpoint() if cfg.simulated and config is None else cfg.target.endpoint
     if not endpoint.startswith(("http://", "https://")):
         fail(f"--endpoint must start with http:// or https://, got {endpoint!r}", code=2)
+    if objective is not None:
+        from agent.cli.bench_goodput import run_goodput
+
+        return run_goodput(endpoint.rstrip("/"), settings, objective, json_file, plot_file)
     sweeps = _run_with_progress(endpoint.rstrip("/"), settings, cfg, request_rate, prompt_file)
     unreachable = any("cannot reach" in e for s in sweeps for e in s.errors)
     if unreachable and not any(lv.completed for s in sweeps for lv in s.levels):
@@ -134,6 +152,23 @@ def bench(
             for cause, n in lv.errors.items()
         ]  # fmt: skip
         fail("the benchmark is incomplete (partial result):\n  " + "\n  ".join(errors[:10]))
+
+
+def _goodput_objective(goal: str | None) -> Objective | None:
+    """The goodput objective `--goal` names; None without one; exit 2 for any other goal (a sweep
+    has no objective: `bench compare --goal` judges one)."""
+    if goal is None:
+        return None
+    from tools.bench.objective import GoalError, objective_from_goal
+
+    try:
+        objective = objective_from_goal(goal)
+    except GoalError as e:
+        fail(str(e), code=2)
+    if objective.kind != "goodput":
+        fail(f"--goal here takes a goodput goal (a sweep has no objective), got {goal!r}: e.g. "
+             "'maximize goodput with p99 TTFT under 300 ms and p99 TPOT under 40 ms'", code=2)  # fmt: skip
+    return objective
 
 
 def _run_with_progress(
@@ -262,6 +297,7 @@ def compare_cmd(
     plot_file: Path | None = typer.Option(None, "--plot", help="Save a before/after PNG plot."),
 ) -> None:
     """Decide whether CANDIDATE is better than BASELINE, with the numbers and the test used."""
+    from tools.bench.objective import GoalError
     from tools.bench.stats import IncomparableResults, compare, objective_from_goal
 
     sides = []
@@ -273,10 +309,17 @@ def compare_cmd(
         except (ValueError, ValidationError) as e:
             fail(f"{path}: not a benchmark result: {str(e).splitlines()[0]}", code=2)
     try:
+        objective = objective_from_goal(goal)
+    except GoalError as e:
+        fail(str(e), code=2)
+    if objective.kind == "goodput":
+        fail("a goodput goal is judged on rate curves, not on sweeps: `optagent bench --goal` measures one",
+             code=2)  # fmt: skip
+    try:
         result = compare(
             sides[0],
             sides[1],
-            objective_from_goal(goal),
+            objective,
             min_effect=min_effect,
             regress_tolerance=tolerance,
             launch_noise=launch_noise,

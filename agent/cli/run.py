@@ -43,7 +43,7 @@ def budget_minutes(cfg: object, option: float | None, *, simulated: bool) -> flo
     return SIM_WALL_MINUTES if simulated else cfg.agent.max_wall_minutes
 
 
-def _sim_config(config_path: Path | None, out: object = console):
+def sim_config(config_path: Path | None, out: object = console):
     """The simulated deployment, started if needed (only when no config file is in use)."""
     from sim.host import ensure_up
     from tools.config import DEFAULT_SIM_DIR
@@ -80,6 +80,10 @@ def read_goal_option(text: str, cfg: Any, *, strict: bool = True) -> tuple[Any, 
     except GoalError as e:
         fail(str(e), code=2)
     objective = goal.objective
+    if objective.kind == "goodput":
+        fail(f"trials are not judged on goodput yet: `optagent bench --goal {text!r}` measures it; a run "
+             "can keep a limit while it raises throughput, e.g. 'improve throughput keeping p99 TTFT "
+             "under 300 ms'", code=2)  # fmt: skip
     said = f"from {objective.words!r}" if objective.words else "the default"
     chosen = f"objective: {objective.description} ({said})"
     if objective.slo is not None:
@@ -176,7 +180,7 @@ def run(
     cfg = get_config(config)
     check_transcripts_dir(cfg)
     if cfg.simulated and config is None:
-        cfg = _sim_config(config, err_console if as_json else console)
+        cfg = sim_config(config, err_console if as_json else console)
     cfg, read, chosen = read_goal_option(goal, cfg)
     try:
         name, url = choose_model(model, base_url or cfg.agent.base_url, configured=cfg.agent.model)

@@ -71,11 +71,14 @@ class Objective(BaseModel):
     """The number a comparison decides on: the geometric mean of `metrics` over `levels` (None:
     every level both sides measured; `lowest_level`: only the lowest of those)."""
 
-    kind: Literal["throughput", "latency", "metric"] = "throughput"
+    kind: Literal["throughput", "latency", "metric", "goodput"] = "throughput"
     metrics: list[str] = ["output_throughput"]
     levels: list[int] | None = None
     lowest_level: bool = False
     slo: Slo | None = None
+    limits: list[Slo] = []
+    """A goodput goal's limits: the highest Poisson request rate meeting all of them is the
+    objective (`tools.bench.goodput`); empty for every other kind."""
     description: str = "geometric mean of output_throughput across levels"
     words: str = ""
     """The words of the goal the objective was read from ('' for the default: nothing matched)."""
@@ -83,7 +86,34 @@ class Objective(BaseModel):
     @property
     def higher_is_better(self) -> bool:
         """Throughputs go up, latencies go down; one objective never mixes the two."""
-        return self.metrics[0] in THROUGHPUT_METRICS
+        return self.metrics[0] in (*THROUGHPUT_METRICS, "goodput")
+
+
+def _limit(m: re.Match[str]) -> Slo:
+    stat, name, lvl1, value, unit, lvl2 = m.groups()
+    level = lvl1 or lvl2
+    max_ms = float(value) * (1000.0 if unit.lower() == "s" else 1.0)
+    return Slo(metric=_latency_field(stat or "p99", name), max_ms=max_ms, level=int(level) if level else None)
+
+
+def _goodput(text: str) -> Objective:
+    """A goodput goal: every latency limit it names (p99 unless it says otherwise), no level."""
+    limits = [_limit(m) for m in _SLO.finditer(text)]
+    if not limits:
+        raise GoalError(
+            f"goodput needs latency limits, none found in {text!r}: e.g. "
+            "'maximize goodput with p99 TTFT under 300 ms and p99 TPOT under 40 ms'"
+        )
+    if leveled := [s for s in limits if s.level is not None]:
+        raise GoalError(
+            f"a goodput limit holds at every request rate, not at a concurrency: {leveled[0].metric} "
+            f"at concurrency {leveled[0].level} in {text!r}"
+        )
+    named = " and ".join(f"{s.metric} <= {s.max_ms:g} ms" for s in limits)
+    return Objective(
+        kind="goodput", metrics=["goodput"], limits=limits, words=text,
+        description=f"goodput: the highest request rate (req/s) with {named}",
+    )  # fmt: skip
 
 
 def _latency_field(stat: str | None, name: str) -> str:
@@ -114,14 +144,11 @@ def objective_from_goal(goal: str | None) -> Objective:
     - "... keeping p99 TTFT under 500 ms" -> adds an SLO that candidates must meet
     """
     text = (goal or "").strip()
+    if re.search(rf"{_START}goodput{_END}", text, re.I):
+        return _goodput(text)
     slo = None
     if m := _SLO.search(text):
-        stat, name, lvl1, value, unit, lvl2 = m.groups()
-        max_ms = float(value) * (1000.0 if unit.lower() == "s" else 1.0)
-        level = lvl1 or lvl2
-        slo = Slo(
-            metric=_latency_field(stat or "p99", name), max_ms=max_ms, level=int(level) if level else None
-        )
+        slo = _limit(m)
         text = text[: m.start()] + text[m.end() :]
     level_m = re.search(_LEVEL, text, re.I)
     level = int(level_m.group(1)) if level_m else None
@@ -167,6 +194,7 @@ GOAL_EXAMPLES = (
     "lower latency",
     "p99 ttft at concurrency 8",
     "improve throughput keeping p99 TTFT under 500 ms",
+    "maximize goodput with p99 TTFT under 300 ms and p99 TPOT under 40 ms",
 )
 
 

@@ -1,0 +1,162 @@
+"""Goodput under an SLO: the goal read into limits, the rate search, the pace check, and
+`optagent bench --goal` against the simulated server (its queueing is SGLang's scheduler's)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tools.bench.goodput import RateCurve, broken_limit, find_goodput, kept_up, rate_runs
+from tools.bench.objective import GoalError, Slo, read_goal
+from tools.bench.results import RequestResult, summarize_level
+from tools.config import BenchConfig
+
+OPTAGENT = [sys.executable, "-c", "from agent.cli.main import app; app()"]
+GOAL = "maximize goodput with p99 TTFT under 2 s and p99 TPOT under 60 ms"
+
+
+def test_a_goodput_goal_names_every_limit_and_nothing_else_reads_as_one() -> None:
+    objective = read_goal("maximize goodput with p99 TTFT under 300 ms and p95 TPOT < 0.04 s").objective
+    assert objective.kind == "goodput" and objective.higher_is_better
+    assert objective.limits == [
+        Slo(metric="p99_ttft_ms", max_ms=300.0),
+        Slo(metric="p95_tpot_ms", max_ms=40.0),
+    ]
+    assert read_goal("goodput with ttft within 1 s").objective.limits == [
+        Slo(metric="p99_ttft_ms", max_ms=1000.0)
+    ]
+    kept = read_goal("improve throughput keeping p99 TTFT under 500 ms").objective
+    assert kept.kind == "throughput" and kept.limits == [] and kept.slo is not None
+    with pytest.raises(GoalError, match="goodput needs latency limits"):
+        read_goal("maximize goodput")
+    with pytest.raises(GoalError, match="not at a concurrency"):
+        read_goal("goodput with p99 ttft at concurrency 8 under 300 ms")
+
+
+def _level(rate: float, ttft_ms: float, *, pace: float = 1.0, n: int = 100):  # type: ignore[no-untyped-def]
+    """A run at `rate` whose every request waits `ttft_ms` for its first token and whose
+    completions come at `pace` times the arrivals' pace."""
+    reqs = []
+    for i in range(n):
+        start = i / rate
+        done = i / (rate * pace) + 0.5  # completion time: a queue grows when pace < 1
+        reqs.append(RequestResult(ok=True, output_tokens=11, ttft_ms=ttft_ms, e2e_ms=(done - start) * 1000 + ttft_ms,
+                                  start_s=start))  # fmt: skip
+    return summarize_level(reqs, max_concurrency=n, duration=n / rate + 1, request_rate=rate)
+
+
+def test_the_search_brackets_then_bisects_to_the_edge_in_few_runs() -> None:
+    """A server whose TTFT passes 300 ms above 10 req/s: found within 10% in at most 8 runs, none
+    held above one that broke; a server that breaks at every rate has no goodput."""
+    limits = [Slo(metric="p99_ttft_ms", max_ms=300.0)]
+    asked: list[float | None] = []
+
+    async def server(rate: float | None):  # type: ignore[no-untyped-def]
+        asked.append(rate)
+        return _level(rate or 40.0, 100.0 if rate is None or rate <= 10 else 900.0)
+
+    curve = asyncio.run(find_goodput(server, limits))
+    assert asked[0] is None and curve.ceiling == pytest.approx(100 / (100 / 40 + 1))  # closed loop first
+    assert curve.goodput is not None and 10 / 1.1 <= curve.goodput <= 10
+    assert curve.lowest_broken is not None and curve.lowest_broken / curve.goodput <= 1.1
+    assert len(curve.points) <= 8 and "goodput" in curve.describe()
+
+    async def hopeless(rate: float | None):  # type: ignore[no-untyped-def]
+        return _level(rate or 40.0, 900.0)
+
+    none = asyncio.run(find_goodput(hopeless, limits))
+    assert none.goodput is None and "no rate tried" in none.describe()
+    assert min(p.rate for p in none.points) >= none.ceiling / 128  # it gave up at 1/64 of the start
+
+
+def test_a_noisy_run_held_above_a_broken_one_does_not_raise_the_goodput() -> None:
+    limits = [Slo(metric="p99_ttft_ms", max_ms=300.0)]
+    curve = RateCurve(limits=limits)
+    from tools.bench.goodput import RatePoint
+
+    for rate, ttft in ((5.0, 100.0), (8.0, 900.0), (9.0, 100.0)):
+        level = _level(rate, ttft)
+        curve.points.append(RatePoint(rate, level, broken_limit(level, limits)))
+    assert curve.goodput == 5.0 and curve.lowest_broken == 8.0
+
+
+def test_completions_falling_behind_arrivals_break_the_rate_whatever_the_latency() -> None:
+    assert kept_up(_level(10.0, 50.0, pace=1.0)) is None
+    assert kept_up(_level(10.0, 50.0, pace=0.95)) is None  # within the measure's reach
+    behind = kept_up(_level(10.0, 50.0, pace=0.7))
+    assert behind is not None and "70% of the arrival rate" in behind
+    assert broken_limit(_level(10.0, 50.0, pace=0.7), [Slo(metric="p99_ttft_ms", max_ms=300.0)]) == behind
+
+
+@pytest.mark.slow(seconds=60)
+def test_the_simulated_server_has_a_goodput_below_what_it_serves_all_at_once(sim_server) -> None:  # type: ignore[no-untyped-def]
+    """On the seed (SGLang's scheduler simulated at 20x): rates up to the goodput meet both limits,
+    the first above it breaks one of them or falls behind; the same limits made stricter give a
+    lower goodput (the search follows the server, not a constant)."""
+    srv = sim_server("seed", time_scale=0.05)
+    settings = BenchConfig(input_len=1024, output_len=256, warmup=2, time_scale=0.05)
+    loose = read_goal(GOAL).objective.limits
+    curve = asyncio.run(find_goodput(rate_runs(srv.endpoint, settings, prompts=150), loose))
+    assert curve.goodput is not None and curve.ceiling is not None, curve.describe()
+    held = [p for p in curve.points if p.held]
+    assert all(p.level.p99_ttft_ms <= 2000 and p.level.p99_tpot_ms <= 60 for p in held)
+    assert curve.lowest_broken is not None and curve.lowest_broken > curve.goodput
+    strict = read_goal("goodput with p99 TTFT under 400 ms and p99 TPOT under 60 ms").objective.limits
+    tighter = asyncio.run(find_goodput(rate_runs(srv.endpoint, settings, prompts=150), strict))
+    assert tighter.goodput is not None and tighter.goodput < curve.goodput, (
+        tighter.describe(),
+        curve.describe(),
+    )
+
+
+@pytest.mark.slow(seconds=60)
+def test_bench_goal_prints_the_rate_curve_and_saves_it(sim_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    srv = sim_server("seed", time_scale=0.05)
+    config = tmp_path / "optagent.toml"
+    config.write_text(
+        f'[target]\nendpoint = "{srv.endpoint}"\n[bench]\ninput_len = 1024\noutput_len = 256\n'
+        "warmup = 2\ntime_scale = 0.05\n"
+    )
+    out, png = tmp_path / "curve.json", tmp_path / "curve.png"
+    done = subprocess.run(
+        [*OPTAGENT, "bench", "--config", str(config), "--goal", GOAL, "--prompts-per-level", "120",
+         "--json", str(out), "--plot", str(png)],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "rate curve (Poisson arrivals)" in done.stdout and "p99_ttft_ms <= 2000 ms" in done.stdout
+    saved = json.loads(out.read_text())
+    assert saved["goodput_req_s"] is not None and len(saved["runs"]) >= 3
+    assert f"goodput {saved['goodput_req_s']:.3g} req/s" in done.stdout
+    assert all(r["completed"] == 120 for r in saved["runs"]) and {r["held"] for r in saved["runs"]} == {
+        True,
+        False,
+    }
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["bench", "--goal", "improve throughput"], "takes a goodput goal"),
+        (["bench", "--goal", "maximize goodput"], "goodput needs latency limits"),
+        (["bench", "--goal", GOAL, "--concurrency", "1,8"], "--concurrency cannot be used"),
+        (["bench", "--goal", GOAL, "--request-rate", "3"], "--request-rate cannot be used"),
+        (["run", "--goal", GOAL, "--yes"], "not judged on goodput yet"),
+    ],
+)
+def test_a_goodput_goal_where_it_cannot_serve_exits_2_before_anything_runs(
+    args: list[str], says: str, tmp_path: Path
+) -> None:
+    config = tmp_path / "optagent.toml"  # a server nobody listens at: nothing may reach it
+    config.write_text('[target]\nendpoint = "http://127.0.0.1:9"\n')
+    done = subprocess.run([*OPTAGENT, *args, "--config", str(config)], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path, env={**os.environ, "COLUMNS": "300"})  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert says in " ".join((done.stdout + done.stderr).split())

@@ -1,0 +1,205 @@
+"""Goodput under an SLO: the highest Poisson request rate at which every limit still holds.
+
+DistServe's goodput is the request rate a server sustains while meeting its latency limits. Here a
+rate "holds" when, over one run of requests arriving as a Poisson process at that rate (SGLang
+`bench_serving --request-rate`), every request completed, completions kept pace with arrivals
+(`kept_up`: a short run above capacity ends before its queue breaks a limit) and every limit's
+statistic (p99 TTFT, p99 TPOT, ...) stays at or under its bound. The search:
+
+1. a closed-loop run (every request of a run at once) gives the scale: the first rate tried is
+   half of its request throughput;
+2. doubling from a rate that holds (halving from one that does not) brackets the edge;
+3. bisection (geometric) narrows the bracket to `precision` (10%: a goodput figure is good to
+   about a tenth), within `max_probes` runs.
+
+The goodput is the highest rate that held below the lowest that broke: a noisy run that held above
+a broken one does not raise it. Every run is kept as the rate curve, for the report and the plot.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tools.bench.loadgen import ProgressFn, run_sweep
+from tools.bench.objective import Slo
+from tools.bench.results import LevelResult
+from tools.config import BenchConfig
+
+Measure = Callable[[float | None], Awaitable[LevelResult]]
+"""Runs one level at a Poisson rate (req/s), or closed-loop for None, and returns its summary."""
+
+
+KEPT_UP = 0.9
+"""A rate is served when completions keep at least this pace with the arrivals (`kept_up`)."""
+
+
+def kept_up(level: LevelResult) -> str | None:
+    """Why the server fell behind the arrivals of a run, or None. A run of a few hundred requests
+    above what the server sustains can end before its queue breaks a latency limit; it shows in
+    the pace: between the 10th and the 90th percentile, completions come slower than arrivals
+    (below `KEPT_UP` of them). Below capacity both keep the same pace, whatever the latency."""
+    done = sorted(level.requests, key=lambda r: r.start_s)
+    if len(done) < 10 or any(r.e2e_ms is None for r in done):
+        return None if len(done) >= 10 else f"{len(done)} requests are too few to tell the pace"
+    arrivals = [r.start_s for r in done]
+    completions = sorted(r.start_s + r.e2e_ms / 1000.0 for r in done)  # type: ignore[operator]
+    lo, hi = len(done) // 10, len(done) - 1 - len(done) // 10
+    arrived, served = arrivals[hi] - arrivals[lo], completions[hi] - completions[lo]
+    if arrived <= 0 or served <= 0:
+        return None
+    pace = arrived / served  # completions per second over arrivals per second, same requests
+    if pace < KEPT_UP:
+        return f"served at {pace:.0%} of the arrival rate (a queue grows)"
+    return None
+
+
+def broken_limit(level: LevelResult, limits: list[Slo]) -> str | None:
+    """Why a run does not meet the limits (a failed request, the server falling behind, a limit
+    above its bound, a statistic not measured), or None when it meets every one."""
+    if not level.ok:
+        return f"{level.failed} of {level.num_prompts} requests failed"
+    if behind := kept_up(level):
+        return behind
+    for slo in limits:
+        value = getattr(level, slo.metric)
+        if value is None:
+            return f"{slo.metric} was not measured"
+        if value > slo.max_ms:
+            return f"{slo.metric} {value:,.1f} ms > {slo.max_ms:g} ms"
+    return None
+
+
+@dataclass
+class RatePoint:
+    """One run at one rate: its summary and the limit it broke (None: it held)."""
+
+    rate: float
+    level: LevelResult
+    broken: str | None
+
+    @property
+    def held(self) -> bool:
+        return self.broken is None
+
+
+@dataclass
+class RateCurve:
+    """Every run of a goodput search, in the order they ran, and what they say."""
+
+    limits: list[Slo]
+    ceiling: float | None = None
+    """Request throughput of the closed-loop run (what the server takes at all), req/s."""
+    points: list[RatePoint] = field(default_factory=list)
+
+    @property
+    def lowest_broken(self) -> float | None:
+        return min((p.rate for p in self.points if not p.held), default=None)
+
+    @property
+    def goodput(self) -> float | None:
+        """The highest rate that held below the lowest that broke (req/s); None: none held."""
+        top = self.lowest_broken
+        held = [p.rate for p in self.points if p.held and (top is None or p.rate < top)]
+        return max(held, default=None)
+
+    def sorted_points(self) -> list[RatePoint]:
+        return sorted(self.points, key=lambda p: p.rate)
+
+    def describe(self) -> str:
+        limits = " and ".join(f"{s.metric} <= {s.max_ms:g} ms" for s in self.limits)
+        if self.goodput is None:
+            lowest = min((p.rate for p in self.points), default=0.0)
+            return f"no rate tried (lowest {lowest:.3g} req/s) meets {limits}"
+        above = self.lowest_broken
+        edge = f" (broken at {above:.3g})" if above is not None else " (the highest tried)"
+        return f"goodput {self.goodput:.3g} req/s with {limits}{edge}"
+
+
+async def find_goodput(
+    measure: Measure,
+    limits: list[Slo],
+    *,
+    precision: float = 0.10,
+    max_probes: int = 8,
+    start: float | None = None,
+) -> RateCurve:
+    """Search the highest rate meeting `limits` (module docstring); `start` skips the closed-loop
+    run. At most `max_probes` rate runs besides it."""
+    if not limits:
+        raise ValueError("a goodput search needs at least one limit")
+    curve = RateCurve(limits=list(limits))
+    if start is None:
+        closed = await measure(None)
+        curve.ceiling = closed.request_throughput
+        if not closed.ok or not curve.ceiling:
+            return curve  # the server does not serve the workload at all: no rate can hold
+        start = curve.ceiling / 2
+
+    async def probe(rate: float) -> bool:
+        level = await measure(rate)
+        point = RatePoint(rate, level, broken_limit(level, limits))
+        curve.points.append(point)
+        return point.held
+
+    rate, floor = start, start / 64
+    held = await probe(rate)
+    lo, hi = (rate, None) if held else (None, rate)
+    while len(curve.points) < max_probes and (lo is None or hi is None):
+        if lo is None and hi is not None:  # halving down to an edge that holds
+            if hi / 2 < floor:
+                return curve
+            lo, hi = (hi / 2, hi) if await probe(hi / 2) else (None, hi / 2)
+        elif lo is not None:  # doubling up to one that breaks
+            lo, hi = (lo, lo * 2) if not await probe(lo * 2) else (lo * 2, None)
+    while lo is not None and hi is not None and hi / lo > 1 + precision and len(curve.points) < max_probes:
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if await probe(mid) else (lo, mid)
+    return curve
+
+
+GOODPUT_PROMPTS = 200
+"""Requests per rate run by default: enough that a p99 is not the run's single slowest request."""
+
+
+def rate_runs(
+    endpoint: str, settings: BenchConfig, *, prompts: int = GOODPUT_PROMPTS, seed: int = 0,
+    on_progress: ProgressFn | None = None,
+) -> Measure:  # fmt: skip
+    """`Measure` over `endpoint`: each run sends `prompts` requests of the configured workload (the
+    same prompts and arrival pattern, scaled, at every rate), none held back by the client (as
+    `bench_serving` without `--max-concurrency`: a queue builds at the server, where it counts);
+    the warm-up goes before the first run only. None: all of them at once (closed loop)."""
+    runs = 0
+
+    async def measure(rate: float | None) -> LevelResult:
+        nonlocal runs
+        warmup = settings.warmup if runs == 0 else 0
+        runs += 1
+        one = settings.model_copy(
+            update={"concurrency": [prompts], "prompts_per_level": prompts, "warmup": warmup}
+        )
+        sweep = await run_sweep(endpoint, one, request_rate=rate, seed=seed, on_progress=on_progress)
+        if sweep.levels:
+            return sweep.levels[0]
+        return LevelResult(  # nothing measured: every request counts as failed, with the cause
+            max_concurrency=prompts, request_rate=rate, num_prompts=prompts, failed=prompts,
+            errors={e: prompts for e in sweep.errors[:1]} or {"nothing measured": prompts},
+        )  # fmt: skip
+
+    return measure
+
+
+def curve_as_dict(curve: RateCurve) -> dict[str, Any]:
+    """The curve for JSON: limits, ceiling, goodput, and each run's summary (no per-request rows)."""
+    return {
+        "limits": [s.model_dump() for s in curve.limits],
+        "ceiling_req_s": curve.ceiling,
+        "goodput_req_s": curve.goodput,
+        "runs": [
+            {"rate": p.rate, "held": p.held, "broken": p.broken, **p.level.model_dump(exclude={"requests"})}
+            for p in curve.points
+        ],
+    }
