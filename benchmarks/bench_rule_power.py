@@ -1,5 +1,5 @@
 """How often does a trial keep a change of a given true size, and how many restarts does it spend?
-A Monte Carlo through the agent's own trial code (`agent.trial.paired.run_paired` and the interval
+A Monte Carlo through the agent's own trial code (`agent.trial.paired.PairedTrial` and the interval
 of `tools.bench.paired`): the early stop after the A/B look, the A/B/A comparison, the second
 launch of a likely winner and the third launch of a near miss, with adaptive repetitions.
 
@@ -134,8 +134,7 @@ def simulate_measurements(sweep) -> None:  # type: ignore[no-untyped-def]
     async def nothing(*args: object) -> None:
         return None
 
-    steps.measure, steps._warm, steps._probe_ok = measure, nothing, nothing  # type: ignore[assignment]
-    pt._probe_ok = nothing  # type: ignore[assignment]
+    steps.measure, steps.warm, steps.Trial.probe_ok = measure, nothing, nothing  # type: ignore[assignment,method-assign]
 
 
 def one_trial(  # type: ignore[no-untyped-def]

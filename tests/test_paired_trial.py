@@ -27,8 +27,6 @@ LEVELS = {1: 120.0, 8: 400.0, 64: 1200.0}
 def script_blocks(monkeypatch, launches: Launches, *, probe: bool = False) -> None:  # type: ignore[no-untyped-def]
     """Every block the trial code measures comes from `launches`; no warm-up (nor, unless `probe`,
     output probe) runs against the unreachable endpoint."""
-    import agent.trial.paired as pt
-    import agent.trial.prune as pr
     import agent.trial.steps as steps
 
     async def measure(*args: object, **kw: object):  # type: ignore[no-untyped-def]
@@ -38,11 +36,9 @@ def script_blocks(monkeypatch, launches: Launches, *, probe: bool = False) -> No
         return None
 
     monkeypatch.setattr(steps, "measure", measure)
-    monkeypatch.setattr(steps, "_warm", nothing)
+    monkeypatch.setattr(steps, "warm", nothing)
     if not probe:
-        monkeypatch.setattr(pt, "_probe_ok", nothing)
-        monkeypatch.setattr(steps, "_probe_ok", nothing)
-        monkeypatch.setattr(pr, "_probe_ok", nothing)  # prune binds its own name at import
+        monkeypatch.setattr(steps.Trial, "probe_ok", nothing)  # every kind of trial's
 
 
 @dataclass
@@ -120,7 +116,6 @@ def trial(
     reference and best); `earlier`: known-good was
     measured before on a launch of this speed factor (an earlier trial's block); `loaded`: the
     running known-good launch was measured before (after the last trial) at this share of its speed."""
-    import agent.trial.paired as pt
     import agent.trial.steps as steps
 
     async def measure(*args: object, **kw: object) -> list[SweepResult]:
@@ -130,9 +125,8 @@ def trial(
         return None
 
     monkeypatch.setattr(steps, "measure", measure)
-    monkeypatch.setattr(steps, "_warm", nothing)
-    monkeypatch.setattr(pt, "_probe_ok", nothing)  # outputs identical
-    monkeypatch.setattr(steps, "_probe_ok", nothing)
+    monkeypatch.setattr(steps, "warm", nothing)
+    monkeypatch.setattr(steps.Trial, "probe_ok", nothing)  # outputs identical
     runner = TrialRunner(
         deployment=launches, endpoint="http://127.0.0.1:9", bench=BenchConfig(),
         objective=objective_from_goal("improve throughput"), baseline=Baseline(reps=[], probe=None, text=UNIT),

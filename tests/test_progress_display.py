@@ -46,7 +46,6 @@ def test_a_trial_benchmark_replaces_the_waiting_bar() -> None:
 def test_every_block_of_a_trial_is_named_with_its_number(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """A near miss's six blocks (agent/trial/paired.py, on the scripted launches of
     tests/test_paired_trial.py): each one named with its number on the screen when done."""
-    import agent.trial.paired as pt
     import agent.trial.steps as steps
     from agent.trial.record import Baseline, TrialChange
     from agent.trial.runner import TrialRunner
@@ -62,9 +61,8 @@ def test_every_block_of_a_trial_is_named_with_its_number(monkeypatch) -> None:  
         return None
 
     monkeypatch.setattr(steps, "measure", measure)
-    monkeypatch.setattr(steps, "_warm", nothing)
-    monkeypatch.setattr(pt, "_probe_ok", nothing)
-    monkeypatch.setattr(steps, "_probe_ok", nothing)
+    monkeypatch.setattr(steps, "warm", nothing)
+    monkeypatch.setattr(steps.Trial, "probe_ok", nothing)
     out = io.StringIO()
     recorded: list[str] = []
     ui = RunUI(

@@ -157,7 +157,6 @@ def test_the_gsp_keys_and_bench_serving_argv_are_sglang_0523s_own(sglang_0523):
 def trial_workloads(monkeypatch, flag: str, mechanisms: dict | None = None):  # type: ignore[no-untyped-def]
     """The workload of every block of a trial of `flag` (a scripted deployment that loses 30%, the
     real runner), the runner and the record."""
-    import agent.trial.paired as pt
     import agent.trial.steps as steps
     from agent.trial.record import Baseline, TrialChange
     from agent.trial.runner import TrialRunner
@@ -174,9 +173,8 @@ def trial_workloads(monkeypatch, flag: str, mechanisms: dict | None = None):  # 
         return None
 
     monkeypatch.setattr(steps, "measure", measure)
-    monkeypatch.setattr(steps, "_warm", nothing)
-    monkeypatch.setattr(pt, "_probe_ok", nothing)
-    monkeypatch.setattr(steps, "_probe_ok", nothing)
+    monkeypatch.setattr(steps, "warm", nothing)
+    monkeypatch.setattr(steps.Trial, "probe_ok", nothing)
     bench = BenchConfig()
     runner = TrialRunner(
         deployment=launches, endpoint="http://127.0.0.1:9", bench=bench, mechanisms=mechanisms or {},

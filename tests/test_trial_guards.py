@@ -444,17 +444,20 @@ def test_another_repetition_is_measured_only_while_it_fits(sim_server):
     import time
 
     from agent.trial.record import TrialRecord
-    from agent.trial.steps import _block
+    from agent.trial.steps import measure_block
 
     server = sim_server("seed", time_scale=0.05)
     runner = _runner(HealthyFake(), server, deadline=time.monotonic() + 600)
-    reps = asyncio.run(_block(runner, None, "before", start=1, max_reps=1))
+    reps = asyncio.run(measure_block(runner, None, "before", start=1, max_reps=1))
     one = runner.rep_estimate()
     assert one > 0 and len(reps) == 1
     # room for the block's one repetition, not for the second `more` asks for
     runner.deadline = time.monotonic() + 1.3 * one
     record = TrialRecord(number=1, changes=[], reason="test")
-    reps = asyncio.run(_block(runner, record, "after", start=1, more=lambda reps: True, max_reps=6))
+    reps = asyncio.run(measure_block(runner, record, "after", start=1, more=lambda reps: True, max_reps=6))
     assert len(reps) == 1
     runner.deadline = time.monotonic() + 600  # with time, `more` has its way
-    assert len(asyncio.run(_block(runner, record, "after", start=1, more=lambda reps: True, max_reps=3))) == 3
+    assert (
+        len(asyncio.run(measure_block(runner, record, "after", start=1, more=lambda reps: True, max_reps=3)))
+        == 3
+    )

@@ -24,7 +24,7 @@ class TrialBudget:
         the time one baseline repetition took in this run, or the longest trial measured without its
         third launch when one took longer; plus, for a flag that starts slowly (`slow_starts`), what
         its two launches take beyond an ordinary restart (the median one so far). A third launch is
-        not budgeted here: it starts only if the deadline leaves room for it (`paired._second_launch`).
+        not budgeted here: it starts only if the deadline leaves room for it (`PairedTrial._second_launch`).
         Trials on the workload this one runs on set the figure (a trial on the shared-prefix mix
         took 346 s where one on random prompts took 243 s, and the longer one left torch.compile
         untried with 5.5 of 18 minutes left); until one has, every trial does."""

@@ -21,6 +21,8 @@ import math
 from typing import Any
 
 from agent.trial.judge import best_judged, judged
+from agent.trial.record import TrialRecord
+from agent.trial.state import RunnerState
 from tools.bench.paired import Interval
 
 Z = 1.96
@@ -79,7 +81,7 @@ def _intervals(comparison: dict[str, Any] | None) -> dict[Any, dict[str, Any]]:
     return {i.get("concurrency"): i for i in judged or [] if i}
 
 
-def with_first_look(r: Any, record: Any, final: Any) -> str | None:
+def with_first_look(r: RunnerState, record: TrialRecord, final: Any) -> str | None:
     """Why `final`'s improvement does not hold once the change's earlier short first launch is
     pooled in (None: it holds at some judged level, or there is no such launch): at each judged
     level measured both times, the two intervals pooled must lie above no change with an estimate

@@ -17,7 +17,7 @@ and all three launches of each are judged. The A block after a trial is the next
 before. A clear win at the A/B look (its interval's low end at twice the minimum effect, known-good
 measuring as it did before) is kept at once: one restart instead of three.
 The steps it is made of (a block, a deploy and its probe, a rollback, a commit) are in
-`agent.trial.steps`.
+`agent.trial.steps` (`Trial`, which this one extends).
 """
 
 from __future__ import annotations
@@ -26,165 +26,162 @@ import time
 from typing import Any
 
 from agent.trial.firstlook import short_first_look, with_first_look
-from agent.trial.judge import Judge, best_judged, looks_like_a_winner, near_miss, worth_more
+from agent.trial.judge import best_judged, looks_like_a_winner, near_miss, worth_more
 from agent.trial.measure import environment_failure
-from agent.trial.record import TrialRecord, comparison_dict, mean_throughput
-from agent.trial.steps import (
-    _block,
-    _commit,
-    _deploy,
-    _known_good_again,
-    _launch_again,
-    _probe_ok,
-    _record_blocks,
-    _reject,
-    down_reason,
-    known_good_block,
-    went_down,
-)
+from agent.trial.record import comparison_dict, mean_throughput
+from agent.trial.steps import Trial, down_reason, went_down
 
 
-async def run_paired(r: Any, record: TrialRecord, new_text: str) -> None:
-    """The whole A/B/A trial of `record` (deployed as `new_text`) on runner `r`."""
-    on_winner = r.reference is not None and r.reference is r.best_reps
-    before = await known_good_block(r, record)
-    if not await _deploy(r, record, new_text, "candidate"):
-        return
-    record.deployed = True
-    await r.deployment.keepalive()  # the dead-man's switch must not fire mid-measurement
-    if why := await _probe_ok(r, record):
-        return await _reject(r, record, why)
-    await r.deployment.keepalive()
-    cand = await _block(
-        r, record, "candidate", more=lambda reps: worth_more(Judge(r).compare(before, reps, None), r.bench),
-        max_reps=r.max_reps,
-    )  # fmt: skip
-    record.levels = mean_throughput(cand)
-    _record_blocks(r, record, before=before, candidate=cand)
-    if any(s.partial for s in cand):
-        errors = "; ".join(e for s in cand for e in s.errors) or "failed requests"
-        env = environment_failure(errors)
-        if env:
-            record.environment = env
-            r.halted = f"environment failure: {env}"
-        down = went_down(await down_reason(r.deployment))  # read before the rollback restarts it
-        return await _reject(r, record, f"errors under load: {errors}{down}")
-    r.note_launch(new_text, cand)
-    first = Judge(r).compare(before, cand, None)
-    # A block from the launch that just won a trial is biased upward (it was kept because it measured
-    # high): an A/B look against it must not stop a candidate early; the after block (a fresh
-    # known-good launch, which the rollback costs anyway) decides. Nor may a known-good block that
-    # moved far from known-good's latest block before it (a machine load that came or went).
-    if first.clear_no and not on_winner and not Judge(r).moved(before):
-        record.comparison = comparison_dict(first)
-        record.first_look = short_first_look(first, r.bench)
-        return await _reject(r, record, f"stopped after {len(cand)} repetitions: {first.summary}")
-    clear = Judge(r).clear_win(first, before, on_winner) and not r._lossy_refusal(record.changes)
-    if clear and not with_first_look(r, record, first):
+class PairedTrial(Trial):
+    """One trial, A/B/A(/B(/A/B)), of `record`'s changes on top of known-good (see above)."""
+
+    async def run(self, new_text: str) -> None:
+        """The whole A/B/A trial of `record` (deployed as `new_text`)."""
+        r, record = self.runner, self.record
+        on_winner = r.reference is not None and r.reference is r.best_reps
+        before = await self.known_good_block()
+        if not await self.deploy(new_text, "candidate"):
+            return
+        record.deployed = True
+        await r.deployment.keepalive()  # the dead-man's switch must not fire mid-measurement
+        if why := await self.probe_ok():
+            return await self.reject(why)
+        await r.deployment.keepalive()
+        cand = await self.block(
+            "candidate", more=lambda reps: worth_more(self.judge.compare(before, reps, None), r.bench),
+            max_reps=r.max_reps,
+        )  # fmt: skip
+        record.levels = mean_throughput(cand)
+        self.record_blocks(before=before, candidate=cand)
+        if any(s.partial for s in cand):
+            errors = "; ".join(e for s in cand for e in s.errors) or "failed requests"
+            env = environment_failure(errors)
+            if env:
+                record.environment = env
+                r.halt(f"environment failure: {env}")
+            down = went_down(await down_reason(r.deployment))  # read before the rollback restarts it
+            return await self.reject(f"errors under load: {errors}{down}")
+        r.note_launch(new_text, cand)
+        first = self.judge.compare(before, cand, None)
+        # A block from the launch that just won a trial is biased upward (it was kept because it measured
+        # high): an A/B look against it must not stop a candidate early; the after block (a fresh
+        # known-good launch, which the rollback costs anyway) decides. Nor may a known-good block that
+        # moved far from known-good's latest block before it (a machine load that came or went).
+        if first.clear_no and not on_winner and not self.judge.moved(before):
+            record.comparison = comparison_dict(first)
+            record.first_look = short_first_look(first, r.bench)
+            return await self.reject(f"stopped after {len(cand)} repetitions: {first.summary}")
+        clear = self.judge.clear_win(first, before, on_winner) and not r.lossy_refusal(record.changes)
+        if clear and not with_first_look(r, record, first):
+            record.comparison = {
+                **comparison_dict(first),
+                "ab_only": {"verdict": first.verdict, "ratio": first.ratio},
+            }
+            return await self.commit(first, [cand], note="kept on one launch: a clear win")
+        # A/B/A: the rollback restarts known-good; measure it again next to the candidate
+        record.decision = "rolled_back"
+        after = await self.known_good_again(lambda reps: self.judge.compare(before, cand, reps))
+        if after is None:
+            return
+        cmp = self.judge.compare(before, cand, after)
+        # the A/B look before the second known-good block, kept to show what pairing changed
         record.comparison = {
-            **comparison_dict(first),
+            **comparison_dict(cmp),
             "ab_only": {"verdict": first.verdict, "ratio": first.ratio},
         }
-        return await _commit(r, record, first, [cand], note="kept on one launch: a clear win")
-    # A/B/A: the rollback restarts known-good; measure it again next to the candidate
-    record.decision = "rolled_back"
-    after = await _known_good_again(r, record, lambda reps: Judge(r).compare(before, cand, reps))
-    if after is None:
-        return
-    cmp = Judge(r).compare(before, cand, after)
-    # the A/B look before the second known-good block, kept to show what pairing changed
-    record.comparison = {**comparison_dict(cmp), "ab_only": {"verdict": first.verdict, "ratio": first.ratio}}
-    _record_blocks(r, record, after=after)
-    record.improved = False  # until a second launch agrees
-    record.why = cmp.summary
-    if cmp.verdict != "improved" and (moved := Judge(r).drifted(cmp)):
-        record.disturbed = moved
-        record.why += (
-            f"; known-good moved {moved['drift'] - 1:+.1%} at c={moved['concurrency']} between its blocks "
-            f"(beyond {moved['bound']:.1%}): the machine, not the flag, decided this one"
-        )
-    if cmp.verdict != "improved" and not looks_like_a_winner(cmp, r.bench):
-        record.first_look = None if record.disturbed else short_first_look(cmp, r.bench)
-        return
-    if refusal := r._lossy_refusal(record.changes):
-        record.why = refusal
-        return
-    if not r.fits(2 * r.restart_estimate() + r.block_reps * r.rep_estimate()):
-        record.near_miss = best_judged(cmp) if near_miss(cmp, r.bench) else None
-        record.why = f"{cmp.verdict} on its first launch ({cmp.summary}); no time left for the second launch"
-        return
-    await _second_launch(r, record, new_text, (before, cand, after), cmp)
-
-
-async def _second_launch(r: Any, record: TrialRecord, new_text: str, blocks: tuple, cmp: Any) -> None:
-    """Deploy the candidate again and judge both of its launches against both known-good ones; a
-    near miss gets a third launch of each side. Commit it only if that says improved, else roll back."""
-    first = f"{cmp.verdict} on its first launch ({cmp.summary})"
-    before, cand, after = blocks
-    started = time.monotonic()
-    if Judge(r).came_out_slower(
-        after, cmp
-    ):  # a load then would pass for the candidate's gain: measure it again
-        after = await known_good_block(r, record, "after")
-    _record_blocks(r, record, after=after)
-    confirm = await _launch_again(
-        r, record, new_text, "second launch", lambda reps: Judge(r).compare(before, cand, after, reps)
-    )
-    if confirm is None:
-        record.why = f"{first}; {record.why}"
-        return
-    _record_blocks(r, record, confirm=confirm)
-    final = Judge(r).compare(before, cand, after, confirm) if not any(s.partial for s in confirm) else None
-    launches = [cand, confirm]
-    # a third launch: a rollback and two known-good blocks, a launch and a block, as this one took
-    pair = 2 * (time.monotonic() - started)
-    if final is not None and final.verdict != "improved" and near_miss(final, r.bench):
-        if not r.fits(pair) or not r.restarts_left(3):
-            record.comparison = {**record.comparison, **comparison_dict(final)}
-            left = "no time" if r.restarts_left(3) else "no restarts"
-            record.near_miss = best_judged(final)
-            return await _reject(
-                r, record, f"not established over two launches: {final.summary}; {left} left for a third"
+        self.record_blocks(after=after)
+        record.improved = False  # until a second launch agrees
+        record.why = cmp.summary
+        if cmp.verdict != "improved" and (moved := self.judge.drifted(cmp)):
+            record.disturbed = moved
+            record.why += (
+                f"; known-good moved {moved['drift'] - 1:+.1%} at c={moved['concurrency']} between its blocks "
+                f"(beyond {moved['bound']:.1%}): the machine, not the flag, decided this one"
             )
-        third_started = time.monotonic()
-        third = await _third_launch(r, record, new_text, (before, cand, after, confirm), final)
-        record.third_seconds = time.monotonic() - third_started
-        if third is None:
+        if cmp.verdict != "improved" and not looks_like_a_winner(cmp, r.bench):
+            record.first_look = None if record.disturbed else short_first_look(cmp, r.bench)
             return
-        final, block = third
-        launches.append(block)
-    short = with_first_look(r, record, final) if final is not None and final.verdict == "improved" else None
-    if final is None or final.verdict != "improved" or short:
-        record.comparison = {**record.comparison, **(comparison_dict(final) if final else {})}
-        if final is not None and near_miss(final, r.bench):
-            record.near_miss = best_judged(final)
-        why = (
-            f"not established over {len(launches)} launches: {short or final.summary}"
-            if final
-            else "errors on a relaunch"
+        if refusal := r.lossy_refusal(record.changes):
+            record.why = refusal
+            return
+        if not r.fits(2 * r.restart_estimate() + r.block_reps * r.rep_estimate()):
+            record.near_miss = best_judged(cmp) if near_miss(cmp, r.bench) else None
+            record.why = (
+                f"{cmp.verdict} on its first launch ({cmp.summary}); no time left for the second launch"
+            )
+            return
+        await self._second_launch(new_text, (before, cand, after), cmp)
+
+    async def _second_launch(self, new_text: str, blocks: tuple, cmp: Any) -> None:
+        """Deploy the candidate again and judge both of its launches against both known-good ones; a
+        near miss gets a third launch of each side. Commit it only if that says improved, else roll back."""
+        r, record = self.runner, self.record
+        first = f"{cmp.verdict} on its first launch ({cmp.summary})"
+        before, cand, after = blocks
+        started = time.monotonic()
+        # a load then would pass for the candidate's gain: measure it again
+        if self.judge.came_out_slower(after, cmp):
+            after = await self.known_good_block("after")
+        self.record_blocks(after=after)
+        confirm = await self.launch_again(
+            new_text, "second launch", lambda reps: self.judge.compare(before, cand, after, reps)
         )
-        return await _reject(r, record, why)
-    record.comparison = {**record.comparison, **comparison_dict(final)}
-    await _commit(r, record, final, launches)
+        if confirm is None:
+            record.why = f"{first}; {record.why}"
+            return
+        self.record_blocks(confirm=confirm)
+        final = (
+            self.judge.compare(before, cand, after, confirm) if not any(s.partial for s in confirm) else None
+        )
+        launches = [cand, confirm]
+        # a third launch: a rollback and two known-good blocks, a launch and a block, as this one took
+        pair = 2 * (time.monotonic() - started)
+        if final is not None and final.verdict != "improved" and near_miss(final, r.bench):
+            if not r.fits(pair) or not r.restarts_left(3):
+                record.comparison = {**record.comparison, **comparison_dict(final)}
+                left = "no time" if r.restarts_left(3) else "no restarts"
+                record.near_miss = best_judged(final)
+                return await self.reject(
+                    f"not established over two launches: {final.summary}; {left} left for a third"
+                )
+            third_started = time.monotonic()
+            third = await self._third_launch(new_text, (before, cand, after, confirm), final)
+            record.third_seconds = time.monotonic() - third_started
+            if third is None:
+                return
+            final, block = third
+            launches.append(block)
+        short = (
+            with_first_look(r, record, final) if final is not None and final.verdict == "improved" else None
+        )
+        if final is None or final.verdict != "improved" or short:
+            record.comparison = {**record.comparison, **(comparison_dict(final) if final else {})}
+            if final is not None and near_miss(final, r.bench):
+                record.near_miss = best_judged(final)
+            why = (
+                f"not established over {len(launches)} launches: {short or final.summary}"
+                if final
+                else "errors on a relaunch"
+            )
+            return await self.reject(why)
+        record.comparison = {**record.comparison, **comparison_dict(final)}
+        await self.commit(final, launches)
 
-
-async def _third_launch(
-    r: Any, record: TrialRecord, new_text: str, blocks: tuple, cmp: Any
-) -> tuple[Any, list] | None:
-    """A near miss: roll back and measure known-good on a third launch, then the candidate on its
-    third; (the comparison of three launches a side, the candidate's block) or None when either
-    side failed (the record says why; known-good is deployed). `cmp`: the two launches' comparison."""
-    before, cand, after, confirm = blocks
-    good = await _known_good_again(
-        r, record, lambda reps: Judge(r).compare(before, cand, after, confirm, (reps, [])), "after_second"
-    )
-    if good is None:
-        return None
-    if Judge(r).came_out_slower(good, cmp):
-        good = await known_good_block(r, record, "after_second")
-    judge = lambda reps: Judge(r).compare(before, cand, after, confirm, (good, reps))  # noqa: E731
-    block = await _launch_again(r, record, new_text, "third launch", judge)
-    if block is None:
-        return None
-    _record_blocks(r, record, after_second=good, third=block)
-    return (judge(block) if not any(s.partial for s in block) else None), block
+    async def _third_launch(self, new_text: str, blocks: tuple, cmp: Any) -> tuple[Any, list] | None:
+        """A near miss: roll back and measure known-good on a third launch, then the candidate on its
+        third; (the comparison of three launches a side, the candidate's block) or None when either
+        side failed (the record says why; known-good is deployed). `cmp`: the two launches' comparison."""
+        before, cand, after, confirm = blocks
+        good = await self.known_good_again(
+            lambda reps: self.judge.compare(before, cand, after, confirm, (reps, [])), "after_second"
+        )
+        if good is None:
+            return None
+        if self.judge.came_out_slower(good, cmp):
+            good = await self.known_good_block("after_second")
+        judge = lambda reps: self.judge.compare(before, cand, after, confirm, (good, reps))  # noqa: E731
+        block = await self.launch_again(new_text, "third launch", judge)
+        if block is None:
+            return None
+        self.record_blocks(after_second=good, third=block)
+        return (judge(block) if not any(s.partial for s in block) else None), block

@@ -18,17 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.trial.judge import Judge
-from agent.trial.record import TrialRecord, comparison_dict, mean_throughput
-from agent.trial.steps import (
-    _block,
-    _deploy,
-    _known_good_again,
-    _probe_ok,
-    _record_blocks,
-    _reject,
-    known_good_block,
-)
+from agent.trial.record import comparison_dict, mean_throughput
+from agent.trial.steps import Trial
 
 
 def member_pays(cmp: Any, min_effect: float) -> bool:
@@ -45,57 +36,64 @@ def _may_pay(cmp: Any, min_effect: float) -> bool:
     return any(i.ratio is not None and i.ratio <= 1 - min_effect / 2 for i in cmp.per_level)
 
 
-async def run_leave_out(r: Any, record: TrialRecord, new_text: str) -> None:
-    """The leave-out trial of `record` (its changes are the member; `new_text` the bundle without it)."""
-    member = ", ".join(c.describe() for c in record.changes)
-    before = await known_good_block(r, record)
-    if not await _deploy(r, record, new_text, "without a bundle member"):
-        return
-    record.deployed = True
-    await r.deployment.keepalive()
-    if why := await _probe_ok(r, record):
-        return await _reject(r, record, f"without {member}: {why}")
-    await r.deployment.keepalive()
-    cand = await _block(r, record, "candidate", max_reps=r.max_reps)
-    _record_blocks(r, record, before=before, candidate=cand)
-    record.levels = mean_throughput(cand)
-    if any(s.partial for s in cand):
-        return await _reject(r, record, f"without {member}: errors under load; the member stays")
-    r.note_launch(new_text, cand)
-    first = Judge(r).compare(before, cand, None)
-    min_effect = r.bench.min_effect
-    if not _may_pay(first, min_effect):
-        record.comparison = comparison_dict(first)
-        return await _drop(r, record, [cand], f"{member} left out: without it {_levels(first)} (A/B)")
-    record.decision = "rolled_back"
-    after = await _known_good_again(r, record, lambda reps: Judge(r).compare(before, cand, reps))
-    if after is None:
-        return
-    _record_blocks(r, record, after=after)
-    cmp = Judge(r).compare(before, cand, after)
-    record.comparison = {**comparison_dict(cmp), "ab_only": {"verdict": first.verdict, "ratio": first.ratio}}
-    if member_pays(cmp, min_effect):
-        record.why = f"{member} stays in the bundle: without it {_levels(cmp)}"
-        return
-    if not await _deploy(r, record, new_text, "without a bundle member, again"):
-        record.why = f"{member} stays: the configuration without it did not start again ({record.why})"
-        return
-    await r.deployment.keepalive()
-    if why := await _probe_ok(r, record):
-        return await _reject(r, record, f"without {member}, again: {why}")
-    again = await _block(r, record, "confirm", max_reps=r.bench.reps)
-    _record_blocks(r, record, confirm=again)
-    r.note_launch(new_text, again)
-    await _drop(r, record, [cand, again], f"{member} left out: without it {_levels(cmp)} (A/B/A)")
+class LeaveOutTrial(Trial):
+    """A kept bundle's member left out: the bundle without it deployed, kept only if the member
+    does not pay (see above)."""
 
+    async def run(self, new_text: str) -> None:
+        """The leave-out trial of `record` (its changes are the member; `new_text` the bundle without it)."""
+        r, record = self.runner, self.record
+        member = ", ".join(c.describe() for c in record.changes)
+        before = await self.known_good_block()
+        if not await self.deploy(new_text, "without a bundle member"):
+            return
+        record.deployed = True
+        await r.deployment.keepalive()
+        if why := await self.probe_ok():
+            return await self.reject(f"without {member}: {why}")
+        await r.deployment.keepalive()
+        cand = await self.block("candidate", max_reps=r.max_reps)
+        self.record_blocks(before=before, candidate=cand)
+        record.levels = mean_throughput(cand)
+        if any(s.partial for s in cand):
+            return await self.reject(f"without {member}: errors under load; the member stays")
+        r.note_launch(new_text, cand)
+        first = self.judge.compare(before, cand, None)
+        min_effect = r.bench.min_effect
+        if not _may_pay(first, min_effect):
+            record.comparison = comparison_dict(first)
+            return await self._drop([cand], f"{member} left out: without it {_levels(first)} (A/B)")
+        record.decision = "rolled_back"
+        after = await self.known_good_again(lambda reps: self.judge.compare(before, cand, reps))
+        if after is None:
+            return
+        self.record_blocks(after=after)
+        cmp = self.judge.compare(before, cand, after)
+        record.comparison = {
+            **comparison_dict(cmp),
+            "ab_only": {"verdict": first.verdict, "ratio": first.ratio},
+        }
+        if member_pays(cmp, min_effect):
+            record.why = f"{member} stays in the bundle: without it {_levels(cmp)}"
+            return
+        if not await self.deploy(new_text, "without a bundle member, again"):
+            record.why = f"{member} stays: the configuration without it did not start again ({record.why})"
+            return
+        await r.deployment.keepalive()
+        if why := await self.probe_ok():
+            return await self.reject(f"without {member}, again: {why}")
+        again = await self.block("confirm", max_reps=r.bench.reps)
+        self.record_blocks(confirm=again)
+        r.note_launch(new_text, again)
+        await self._drop([cand, again], f"{member} left out: without it {_levels(cmp)} (A/B/A)")
 
-async def _drop(r: Any, record: TrialRecord, launches: list[list[Any]], why: str) -> None:
-    """The configuration without the member, deployed now, becomes known-good."""
-    await r.deployment.commit()
-    record.decision, record.why = "kept", why + "; costs less than the minimum effect at every level"
-    record.improved = False
-    r.best, r.best_reps, r.reference = record, launches[-1], launches[-1]
-    r.known_good_blocks = [launches[-1]]
+    async def _drop(self, launches: list[list[Any]], why: str) -> None:
+        """The configuration without the member, deployed now, becomes known-good."""
+        r, record = self.runner, self.record
+        await r.deployment.commit()
+        record.decision, record.why = "kept", why + "; costs less than the minimum effect at every level"
+        record.improved = False
+        r.adopt(record, launches[-1])
 
 
 def _levels(cmp: Any) -> str:

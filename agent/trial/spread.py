@@ -29,6 +29,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from agent.trial.state import RunnerState
+
 DECLARED_WEIGHT = 0
 """Launches' worth of evidence the declared spread keeps once the deployment's own is measured
 (none: the measured figure replaces it)."""
@@ -216,7 +218,7 @@ def spread_restarts(bench: Any) -> int:
     return bench.spread_launches + bench.spread_launches % 2
 
 
-async def measure_spread(r: Any) -> LaunchSpread:
+async def measure_spread(r: RunnerState) -> LaunchSpread:
     """Relaunch known-good `r.bench.spread_launches` times (rounded up to even: each deploy of the
     marked copy is followed by the rollback, so known-good ends deployed), a block on each launch,
     and set `r.launch_prior`. The restarts count in the run's. Falls back to `known_spread` when the
@@ -224,39 +226,36 @@ async def measure_spread(r: Any) -> LaunchSpread:
     spread = known_spread(r.bench)
     n = spread_restarts(r.bench)
     if n == 0 or not r.reference:
-        r.launch_prior = spread.prior
+        r.assume_spread(spread.prior)
         return spread
     cost = n * (r.restart_estimate() + r.bench.reps * r.rep_estimate())
     if not r.fits(cost + r.trial_estimate()):  # the budget is for trials first
-        r.launch_prior = spread.prior
+        r.assume_spread(spread.prior)
         spread.skipped = f"not measured: {n} relaunches (~{cost / 60:.0f} min) and one trial do not fit the wall-time budget"
         return spread
     first = r.reference
     relaunched, _ = await relaunch_known_good(r, n)
     blocks = [first, *relaunched]
     if len(blocks) < 3:
-        r.launch_prior = spread.prior
+        r.assume_spread(spread.prior)
         return spread
     measured = spread_of_blocks(blocks, r.objective, r.bench.launch_noise)
     measured.block_reps, measured.rep_noise = block_reps(blocks, r.objective, measured.value, r.bench.reps)
-    r.launch_prior = measured.prior
-    r.block_reps = measured.block_reps
-    # known-good's history (its spread is in the prior already: not pooled again); the running
-    # launch, when measured, is the last
-    r.prior_blocks = [b for b in blocks if b is not r.reference]
-    r.known_good_blocks = list(blocks)
+    # known-good's history (its spread is in the prior already: not pooled again)
+    r.assume_spread(measured.prior, block_reps=measured.block_reps, launches=blocks)
     # no restart spent on trials that cannot be judged
-    r.halted = unsteady(measured, largest_gain=r.largest_gain, min_effect=r.bench.min_effect) or r.halted
+    if why := unsteady(measured, largest_gain=r.largest_gain, min_effect=r.bench.min_effect):
+        r.halt(why)
     return measured
 
 
-async def launch_block(r: Any, label: str) -> tuple[list[Any], str]:
+async def launch_block(r: RunnerState, label: str) -> tuple[list[Any], str]:
     """The probe's warm-up (as every launch of a trial gets), then a block of `r.bench.reps` sweeps
     on the running launch: (the block, why it is incomplete or "")."""
-    from agent.trial.steps import _block, _warm
+    from agent.trial.steps import measure_block, warm  # at call time: stand-ins patch `steps`
 
-    await _warm(r)
-    block = await _block(r, None, label, start=r.bench.reps, max_reps=r.bench.reps)
+    await warm(r)
+    block = await measure_block(r, None, label, start=r.bench.reps, max_reps=r.bench.reps)
     if block and not any(s.partial for s in block):
         return block, ""
     return (
@@ -265,7 +264,9 @@ async def launch_block(r: Any, label: str) -> tuple[list[Any], str]:
     )
 
 
-async def relaunch_known_good(r: Any, n: int, *, label: str = "spread launch") -> tuple[list[list[Any]], str]:
+async def relaunch_known_good(
+    r: RunnerState, n: int, *, label: str = "spread launch"
+) -> tuple[list[list[Any]], str]:
     """Relaunch known-good `n` times through `r.deployment` (the marked copy of its unit file
     deployed, then the rollback, in turn: a fresh launch of the same server each) and measure a block
     of `r.bench.reps` repetitions on each, after the probe's warm-up. Returns the blocks and why it
@@ -285,8 +286,7 @@ async def relaunch_known_good(r: Any, n: int, *, label: str = "spread launch") -
         r.note_restart(outcome)
         # a failed deploy rolled back by itself: one more restart (a rollback's own outcome says
         # rolled_back too, and is one restart)
-        r.restarts += 1 + int(i % 2 == 0 and bool(getattr(outcome, "rolled_back", False)))
-        r.reference = None
+        r.count_restarts(1 + int(i % 2 == 0 and bool(getattr(outcome, "rolled_back", False))))
         on_marked = i % 2 == 0 and outcome.ok
         if not outcome.ok:
             why = f"relaunch {i + 1} failed: {outcome.error or 'not healthy'}"
@@ -296,13 +296,11 @@ async def relaunch_known_good(r: Any, n: int, *, label: str = "spread launch") -
         if why:
             break
         blocks.append(block)
-        r.reference = block
+        r.measured_launch(block)
     if on_marked:  # stopped on the marked copy: known-good back
         outcome = await r.deployment.rollback()
-        r.restarts += 1
-        r.reference = None
+        r.count_restarts()
         if not outcome.ok:
             why = "; ".join(filter(None, [why, f"the rollback to known-good failed: {outcome.error}"]))
-    if r.reference is not None:
-        r.known_good_blocks = [r.reference]
+    r.history_from_reference()
     return blocks, why
