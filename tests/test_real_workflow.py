@@ -196,12 +196,17 @@ def test_a_run_on_the_real_server_keeps_the_batch_cap_and_rolls_back_the_rest(
     info = httpx.get(config.target.endpoint + "/get_server_info", timeout=30).json()
     assert info["max_running_requests"] == 8
 
-    # an independent client confirms the gain: the kept configuration against the one the run began on
-    after = asyncio.run(_tokens_per_second(real.endpoint))
-    asyncio.run(_relaunch(config, original))
-    before = asyncio.run(_tokens_per_second(real.endpoint))
-    assert after > 1.5 * before, (before, after)
-    asyncio.run(_relaunch(config, Path(config.target.local_unit).read_text()))
+    # an independent client confirms the gain: the kept configuration, the one the run began on, the
+    # kept one again (kept-before-kept: a load that drifts on a shared machine weighs on both sides)
+    kept_unit = Path(config.target.local_unit).read_text()
+    try:
+        after = asyncio.run(_tokens_per_second(real.endpoint))
+        asyncio.run(_relaunch(config, original))
+        before = asyncio.run(_tokens_per_second(real.endpoint))
+    finally:
+        asyncio.run(_relaunch(config, kept_unit))  # the host back on what the source of truth says
+    again = asyncio.run(_tokens_per_second(real.endpoint))
+    assert (after + again) / 2 > 1.5 * before, (before, after, again)
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
