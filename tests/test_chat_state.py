@@ -191,10 +191,10 @@ def test_an_llm_asking_to_trial_what_is_deployed_gets_the_answer_at_once(tmp_pat
     prompts: list[str] = []
 
     def model(messages, info):  # type: ignore[no-untyped-def]
-        from agent.policy.builtin_messages import _returns
+        from agent.policy.builtin_messages import tool_returns
 
         prompts.append(info.instructions or "")
-        returns = _returns(messages)
+        returns = tool_returns(messages)
         if not returns:
             change = {"flag": "--enable-mixed-chunk", "action": "set"}
             return ModelResponse(parts=[ToolCallPart("run_trial", {"changes": [change], "reason": "asked"})])

@@ -220,7 +220,7 @@ def _already_reply(held: list[str], state: dict[str, Any]) -> str:
 def _first_pick(messages: list[Any], returns: list[Any], done: set[str], call: Any, say: Any) -> Any:
     """One first pick and its reason in the order a run uses (`agent.policy.builtin_pick`):
     the candidates, then research of those that could still come first, then the answer."""
-    from agent.policy.builtin_messages import _returns
+    from agent.policy.builtin_messages import tool_returns
     from agent.policy.builtin_pick import could_come_first, first_pick_text, tried_flags
 
     if "list_candidates" not in done:
@@ -228,7 +228,7 @@ def _first_pick(messages: list[Any], returns: list[Any], done: set[str], call: A
     cands = next(c for n, c, _ in reversed(returns) if n == "list_candidates")
     if not isinstance(cands, list):
         return say(_summary("list_candidates", cands))
-    every = _returns(messages)  # the whole conversation: verdicts and trials of earlier turns count
+    every = tool_returns(messages)  # the whole conversation: verdicts and trials of earlier turns count
     verdicts = {
         c["flag"]: c for n, c, _ in every if n == "research_flag" and isinstance(c, dict) and "verdict" in c
     }

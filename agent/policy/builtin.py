@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from agent.policy.builtin_conclusion import conclusion
-from agent.policy.builtin_messages import _call, _response, _returns
+from agent.policy.builtin_messages import builtin_response, tool_call, tool_returns
 from agent.policy.builtin_research import decide_verdict
 from agent.policy.trialqueue import doubtful_members, next_trials
 from agent.policy.verdict import doubtful_rejection, final_rejection
@@ -32,11 +32,11 @@ def researcher_policy(messages: list[Any], info: Any) -> Any:
     first = messages[0]
     prompt = " ".join(str(getattr(p, "content", "")) for p in first.parts)
     flag = (_FLAG.findall(prompt) or ["--unknown"])[0]
-    got = {name: content for name, content, _ in _returns(messages)}
+    got = {name: content for name, content, _ in tool_returns(messages)}
     if "lookup" not in got:
-        return _response([_call("lookup", {"flag": flag}), _call("usage", {"flag": flag})])
+        return builtin_response([tool_call("lookup", {"flag": flag}), tool_call("usage", {"flag": flag})])
     verdict = decide_verdict(flag, got["lookup"], got.get("usage") or {})
-    return _response([_call(info.output_tools[0].name, verdict)])
+    return builtin_response([tool_call(info.output_tools[0].name, verdict)])
 
 
 # ---- planner ------------------------------------------------------------------------------------
@@ -88,7 +88,7 @@ def _todo(
                     "priority": prio,
                 }
             )
-        elif _lossy_blocked(c, v):
+        elif lossy_blocked(c, v):
             items.append(
                 {
                     "id": flag,
@@ -111,11 +111,11 @@ def _todo(
 
 def planner_policy(messages: list[Any], info: Any) -> Any:
     """Candidates → todo list → research all (concurrently) → trials in order → combined → conclusion."""
-    returns = _returns(messages)
+    returns = tool_returns(messages)
     cands = next((c for n, c, _ in returns if n == "list_candidates"), None)
     if cands is None:
-        return _response([_call("list_candidates", {})])
-    live = _live(cands)
+        return builtin_response([tool_call("list_candidates", {})])
+    live = live_candidates(cands)
     verdicts = {
         c["flag"]: c for n, c, _ in returns if n == "research_flag" and isinstance(c, dict) and "verdict" in c
     }
@@ -161,15 +161,15 @@ def planner_policy(messages: list[Any], info: Any) -> Any:
     ]
     if not any(n == "todo_write" for n, _, _ in returns):
         todo = _todo(cands, verdicts, trials, extra)
-        research = [_call("research_flag", {"flag": c["flag"]}) for c in live]
-        return _response([_call("todo_write", {"items": todo}), *research])
+        research = [tool_call("research_flag", {"flag": c["flag"]}) for c in live]
+        return builtin_response([tool_call("todo_write", {"items": todo}), *research])
     # a kept bundle first loses the members that cannot show they pay (one leave-out trial each)
     prune = None if budget_out else _next_leave_out(cands, verdicts, bundles, left_out)
     if prune is not None:
         flag, why = prune
         todo = _todo(cands, verdicts, trials, extra)
-        return _response(
-            [_call("todo_write", {"items": todo}), _call("leave_out", {"flag": flag, "reason": why})]
+        return builtin_response(
+            [tool_call("todo_write", {"items": todo}), tool_call("leave_out", {"flag": flag, "reason": why})]
         )
     # highest expected value per restart first (research certainty x plausible gain / restart cost);
     # a near miss may get a second look, ranked by what was measured; small levers as one bundle
@@ -189,7 +189,7 @@ def planner_policy(messages: list[Any], info: Any) -> Any:
             args["override_reason"] = (
                 "the code search was inconclusive but the playbook's conditions hold here"
             )
-        return _response([_call("todo_write", {"items": todo}), _call("run_trial", args)])
+        return builtin_response([tool_call("todo_write", {"items": todo}), tool_call("run_trial", args)])
     if nxt is not None:
         todo = _todo(cands, verdicts, trials, extra)
         for item in todo:
@@ -205,7 +205,7 @@ def planner_policy(messages: list[Any], info: Any) -> Any:
             args["override_reason"] = (
                 "the code search was inconclusive but the playbook's conditions hold here"
             )
-        return _response([_call("todo_write", {"items": todo}), _call("run_trial", args)])
+        return builtin_response([tool_call("todo_write", {"items": todo}), tool_call("run_trial", args)])
     # each trial runs on top of the changes kept so far, so kept ones are already combined; what
     # improved alone but is not deployed gets one trial together with the deployed best
     kept = [t for t in trials.values() if t.get("improved") and t.get("decision") != "kept"]
@@ -216,8 +216,11 @@ def planner_policy(messages: list[Any], info: Any) -> Any:
             "changes": [{"flag": c["flag"], "value": c["value"], "action": c["action"]} for c in changes],
             "reason": "check that the gains of the flags kept individually add up",
         }
-        return _response(
-            [_call("todo_write", {"items": _todo(cands, verdicts, trials, extra)}), _call("run_trial", args)]
+        return builtin_response(
+            [
+                tool_call("todo_write", {"items": _todo(cands, verdicts, trials, extra)}),
+                tool_call("run_trial", args),
+            ]
         )
     if not _final_todo_written(messages):
         extra[0]["status"] = "completed" if combined else "cancelled"
@@ -226,12 +229,14 @@ def planner_policy(messages: list[Any], info: Any) -> Any:
             if combined
             else ": nothing left to combine (each trial ran on top of the changes kept before it)"
         )
-        return _response([_call("todo_write", {"items": _todo(cands, verdicts, trials, extra)})])
+        return builtin_response([tool_call("todo_write", {"items": _todo(cands, verdicts, trials, extra)})])
     from pydantic_ai.messages import TextPart
 
     untried = {c["flag"]: i + 1 for i, (c, why) in enumerate(queue) if why == "untried"}
     earlier = [t for ts in tried.values() for t in ts[:-1]] + list(left_out.values())
-    return _response([TextPart(conclusion(cands, verdicts, trials, combined, budget_out, untried, earlier))])
+    return builtin_response(
+        [TextPart(conclusion(cands, verdicts, trials, combined, budget_out, untried, earlier))]
+    )
 
 
 def _next_leave_out(
@@ -253,7 +258,7 @@ def _next_leave_out(
     return None
 
 
-def _live(cands: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def live_candidates(cands: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Candidates worth a code check, lossless first, then by the playbook's priority."""
     return sorted(
         (c for c in cands if c["status"] in _RESEARCHED),
@@ -271,8 +276,8 @@ def trial_queue(
     `slots`: the trials the budget still fits (None: not known yet)."""
     worth = [
         c
-        for c in _live(cands)
-        if _worth(verdicts.get(c["flag"])) and not _lossy_blocked(c, verdicts.get(c["flag"]))
+        for c in live_candidates(cands)
+        if _worth(verdicts.get(c["flag"])) and not lossy_blocked(c, verdicts.get(c["flag"]))
     ]
     return next_trials(worth, verdicts, tried, slots)
 
@@ -281,7 +286,7 @@ def _worth(v: dict[str, Any] | None) -> bool:
     return v is not None and (v["verdict"] in ("applies", "unknown") or doubtful_rejection(v))
 
 
-def _lossy_blocked(cand: dict[str, Any], v: dict[str, Any] | None) -> bool:
+def lossy_blocked(cand: dict[str, Any], v: dict[str, Any] | None) -> bool:
     """Lossy by the playbook or the research, and the user did not allow lossy changes."""
     lossy = cand.get("lossy") or bool((v or {}).get("lossy"))
     return bool(lossy) and not cand.get("lossy_allowed", False)

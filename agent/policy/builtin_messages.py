@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 
-def _returns(messages: list[Any]) -> list[tuple[str, Any, dict[str, Any]]]:
+def tool_returns(messages: list[Any]) -> list[tuple[str, Any, dict[str, Any]]]:
     """Every tool return in the history: (tool name, content, args of its call)."""
     from pydantic_ai.messages import ModelResponse, ToolCallPart, ToolReturnPart
 
@@ -21,13 +21,15 @@ def _returns(messages: list[Any]) -> list[tuple[str, Any, dict[str, Any]]]:
     return out
 
 
-def _call(name: str, args: dict[str, Any]) -> Any:
+def tool_call(name: str, args: dict[str, Any]) -> Any:
+    """A call of tool `name` with `args`, as a builtin policy answers with it."""
     from pydantic_ai.messages import ToolCallPart
 
     return ToolCallPart(name, args)
 
 
-def _response(parts: list[Any]) -> Any:
+def builtin_response(parts: list[Any]) -> Any:
+    """The model response of a builtin policy made of `parts` (tool calls, text)."""
     from pydantic_ai.messages import ModelResponse
 
     return ModelResponse(parts=parts, model_name="builtin")

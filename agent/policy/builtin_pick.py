@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from agent.policy.builtin import _live, _lossy_blocked, trial_queue
+from agent.policy.builtin import live_candidates, lossy_blocked, trial_queue
 from agent.policy.order import certainty, expected_value, plausible_gain, restart_cost
 from agent.policy.verdict import final_rejection
 from tools.flagname import flag_name
@@ -48,11 +48,11 @@ def could_come_first(
     best = value_of(queue[0][0], verdicts) if queue else 0.0
     open_ = [
         c
-        for c in _live(cands)
+        for c in live_candidates(cands)
         if c["flag"] not in verdicts
         and c["flag"] not in tried
         and c["flag"] not in attempted
-        and not _lossy_blocked(c, None)
+        and not lossy_blocked(c, None)
     ]
     beat = sorted(
         (c for c in open_ if expected_value(c, SURE) > best), key=lambda c: -expected_value(c, SURE)
@@ -119,7 +119,7 @@ def first_pick_text(
     was just printed (the reason does not repeat its summary); `failed`: flags whose research was
     asked for and gave no verdict (said, since one of them could have come first)."""
     queue = trial_queue(cands, verdicts, tried, slots)
-    ruled_out = [c["flag"] for c in _live(cands) if final_rejection(verdicts.get(c["flag"]))]
+    ruled_out = [c["flag"] for c in live_candidates(cands) if final_rejection(verdicts.get(c["flag"]))]
     failed = [f for f in failed if f not in verdicts]
     unsettled = (
         f"Research of {', '.join(failed)} failed (why is above): 'research {failed[0]}' again before "
@@ -142,8 +142,8 @@ def first_pick_text(
     nexts = [(value_of(c, verdicts), f"{_change(c)} (+{value_of(c, verdicts):.1%})") for c, _ in rest]
     unresearched = [
         c
-        for c in _live(cands)
-        if c["flag"] not in verdicts and c["flag"] not in tried and not _lossy_blocked(c, None)
+        for c in live_candidates(cands)
+        if c["flag"] not in verdicts and c["flag"] not in tried and not lossy_blocked(c, None)
     ]
     nexts += [
         (
