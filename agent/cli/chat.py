@@ -29,9 +29,9 @@ def chat(
     cfg = get_config(config)
     check_transcripts_dir(cfg)
     if cfg.simulated and config is None:
-        from agent.cli.run import _sim_config  # the simulated deployment, started if needed
+        from agent.cli.run import sim_config  # the simulated deployment, started if needed
 
-        cfg = _sim_config(config)
+        cfg = sim_config(config)
     from agent.cli.run import read_goal_option
 
     try:
