@@ -159,8 +159,8 @@ def test_the_wheel_comes_first_and_git_only_without_one(tmp_path, monkeypatch):
 
         return fetch
 
-    monkeypatch.setattr(source, "_fetch_index", fail("index"))
-    monkeypatch.setattr(source, "_fetch_git", fail("git"))
+    monkeypatch.setattr(source, "fetch_wheel", fail("index"))
+    monkeypatch.setattr(source, "fetch_git", fail("git"))
     with pytest.raises(SourceError, match="index unavailable"):
         get_source("0.5.9", cache_dir=tmp_path / "a")
     assert tried == ["index", "git"]

@@ -196,14 +196,14 @@ CONTEXT = {"ignore_unknown_options": True}
 def _server_args(pairs: list[str]) -> dict[str, Any]:
     """`--server-arg attention_backend=triton` pairs as `server.<dest>` facts (values typed)."""
     from tools.flagname import flag_dest
-    from tools.research.analysis import _parse_literal
+    from tools.research.analysis import parse_literal
 
     out: dict[str, Any] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
             fail(f"--server-arg wants KEY=VALUE, got {pair!r}", code=2)
-        out["server." + flag_dest(key)] = _parse_literal(value.strip())
+        out["server." + flag_dest(key)] = parse_literal(value.strip())
     return out
 
 

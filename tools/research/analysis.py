@@ -42,7 +42,7 @@ from tools.research.verdict.decide import Question, decide, is_validator
 __all__ = ["CodeVerdict", "Finding", "analyze_flag"]
 
 
-def _parse_literal(text: str) -> Any:
+def parse_literal(text: str) -> Any:
     """`4` -> 4, `0.9` -> 0.9, `true`/`false`/`none`, anything else the text."""
     for cast in (int, float):
         try:
@@ -55,7 +55,7 @@ def _parse_literal(text: str) -> Any:
 def _parse_value(text: str | None, info: FlagInfo) -> Any:
     if text is None:
         return True if info.type == "bool" else non_default(info.default)
-    return _parse_literal(text)
+    return parse_literal(text)
 
 
 def _replacement(index: FlagIndex, info: FlagInfo) -> tuple[FlagInfo, str | None] | None:

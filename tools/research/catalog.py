@@ -21,12 +21,12 @@ from typing import Any
 
 from tools.flagname import flag_dest, flag_name
 from tools.research.scan.ast_values import (
-    _as_list,
-    _dataclass_defaults,
-    _literal,
-    _Module,
-    _text,
-    _unwrap_type,
+    ParsedModule,
+    as_list,
+    dataclass_defaults,
+    literal_value,
+    node_text,
+    unwrap_type,
 )
 from tools.research.source import SourceTree
 
@@ -61,7 +61,9 @@ class FlagInfo:
         return asdict(self)
 
 
-def _deprecation(help_text: str, action: str | None, new_flag: Any) -> tuple[bool, str | None]:
+def deprecation_of(help_text: str, action: str | None, new_flag: Any) -> tuple[bool, str | None]:
+    """(deprecated, replacement) of a flag from its help text, its argparse `action` and a declared
+    `new_flag`; the replacement is `new_flag`, else the `--flag` the help text says to use."""
     deprecated = bool(action and "Deprecated" in action) or bool(_DEPRECATED_RE.search(help_text))
     if not deprecated:
         return False, None
@@ -71,7 +73,7 @@ def _deprecation(help_text: str, action: str | None, new_flag: Any) -> tuple[boo
     return True, m.group(1).rstrip(".,)`") if m else None
 
 
-def _argparse_flags(mod: _Module, field_defaults: dict[str, Any]) -> list[FlagInfo]:
+def _argparse_flags(mod: ParsedModule, field_defaults: dict[str, Any]) -> list[FlagInfo]:
     """Every `*.add_argument("--x", ...)` call in a module."""
     flags = []
     for node in ast.walk(mod.node):
@@ -86,17 +88,17 @@ def _argparse_flags(mod: _Module, field_defaults: dict[str, Any]) -> list[FlagIn
         if not longs:
             continue
         kw = {k.arg: k.value for k in node.keywords if k.arg}
-        action = _literal(kw.get("action")) if "action" in kw else None
+        action = literal_value(kw.get("action")) if "action" in kw else None
         action = action if isinstance(action, str) else None
-        dest = _literal(kw["dest"]) if "dest" in kw else _implicit_dest(longs, field_defaults)
+        dest = literal_value(kw["dest"]) if "dest" in kw else _implicit_dest(longs, field_defaults)
         if "default" in kw:
             default_node = kw["default"]
             if isinstance(default_node, ast.Attribute) and default_node.attr in field_defaults:
                 default = field_defaults[default_node.attr]
-            elif isinstance(default_node, ast.Call) and _text(default_node.func) == "_declared_default":
-                default = field_defaults.get(_literal(default_node.args[0]) if default_node.args else "")
+            elif isinstance(default_node, ast.Call) and node_text(default_node.func) == "_declared_default":
+                default = field_defaults.get(literal_value(default_node.args[0]) if default_node.args else "")
             else:
-                default = _literal(default_node, mod.constants)
+                default = literal_value(default_node, mod.constants)
         elif action in ("store_true", "BooleanOptionalAction") or (action or "").endswith("StoreTrueAction"):
             default = field_defaults.get(dest, False)
         else:
@@ -109,19 +111,19 @@ def _argparse_flags(mod: _Module, field_defaults: dict[str, Any]) -> list[FlagIn
         ):
             type_name = "bool"
         elif "type" in kw:
-            type_name = _text(kw["type"])
+            type_name = node_text(kw["type"])
         else:
             type_name = "str" if not action else None
-        help_text = _literal(kw.get("help"), mod.constants) or ""
-        choices = _literal(kw["choices"], mod.constants) if "choices" in kw else None
-        deprecated, replacement = _deprecation(str(help_text), action, _literal(kw.get("new_flag")))
+        help_text = literal_value(kw.get("help"), mod.constants) or ""
+        choices = literal_value(kw["choices"], mod.constants) if "choices" in kw else None
+        deprecated, replacement = deprecation_of(str(help_text), action, literal_value(kw.get("new_flag")))
         flags.append(
             FlagInfo(
                 name=longs[0],
                 dest=str(dest),
                 type=type_name,
                 default=default,
-                choices=_as_list(choices),
+                choices=as_list(choices),
                 help=str(help_text),
                 deprecated=deprecated,
                 replacement=replacement,
@@ -140,7 +142,7 @@ def _implicit_dest(longs: list[str], fields: dict[str, Any]) -> str:
     return next((c for c in candidates if c in fields), candidates[0])
 
 
-def _field_flags(mod: _Module, names: dict[str, ast.expr]) -> list[FlagInfo]:
+def _field_flags(mod: ParsedModule, names: dict[str, ast.expr]) -> list[FlagInfo]:
     """Annotated fields `x: A[type, "help" | Arg(...)] = default` of every class in a module."""
     flags = []
     for cls in ast.walk(mod.node):
@@ -151,49 +153,51 @@ def _field_flags(mod: _Module, names: dict[str, ast.expr]) -> list[FlagInfo]:
             if isinstance(stmt, ast.Assign) and any(
                 isinstance(t, ast.Name) and t.id == "_NS_PATH" for t in stmt.targets
             ):
-                namespace = _literal(stmt.value)
+                namespace = literal_value(stmt.value)
         for stmt in cls.body:
             if not (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)):
                 continue
             ann = stmt.annotation
             if not (
                 isinstance(ann, ast.Subscript)
-                and _text(ann.value) in ("A", "Annotated", "typing.Annotated")
+                and node_text(ann.value) in ("A", "Annotated", "typing.Annotated")
                 and isinstance(ann.slice, ast.Tuple)
                 and len(ann.slice.elts) >= 2
             ):
                 continue
             type_node, meta = ann.slice.elts[0], ann.slice.elts[1]
             kw: dict[str, ast.expr] = {}
-            if isinstance(meta, ast.Call) and _text(meta.func) == "Arg":
+            if isinstance(meta, ast.Call) and node_text(meta.func) == "Arg":
                 kw = {k.arg: k.value for k in meta.keywords if k.arg}
-                help_text = _literal(kw.get("help"), names) or ""
+                help_text = literal_value(kw.get("help"), names) or ""
             elif isinstance(meta, ast.Constant | ast.JoinedStr | ast.BinOp):
-                help_text = _literal(meta, names)
+                help_text = literal_value(meta, names)
             else:
                 continue
-            if _literal(kw.get("no_cli")) is True:
+            if literal_value(kw.get("no_cli")) is True:
                 continue
             dest = stmt.target.id
-            type_name, literal_choices = _unwrap_type(type_node)
-            action = _text(kw["action"]) if "action" in kw else None
+            type_name, literal_choices = unwrap_type(type_node)
+            action = node_text(kw["action"]) if "action" in kw else None
             if type_name == "bool" and action is None:
                 action = "store_true"
-            cli = _literal(kw.get("cli_name")) if "cli_name" in kw else None
-            deprecated, replacement = _deprecation(str(help_text), action, None)
+            cli = literal_value(kw.get("cli_name")) if "cli_name" in kw else None
+            deprecated, replacement = deprecation_of(str(help_text), action, None)
             flags.append(
                 FlagInfo(
                     name=cli if isinstance(cli, str) else "--" + dest.replace("_", "-"),
                     dest=dest,
                     type="bool" if action and "store" in action and type_name == "bool" else type_name,
-                    default=_literal(stmt.value, names) if stmt.value is not None else None,
-                    choices=_as_list(_literal(kw["choices"], names)) if "choices" in kw else literal_choices,
+                    default=literal_value(stmt.value, names) if stmt.value is not None else None,
+                    choices=as_list(literal_value(kw["choices"], names))
+                    if "choices" in kw
+                    else literal_choices,
                     help=str(help_text),
                     deprecated=deprecated,
                     replacement=replacement,
                     path=mod.rel,
                     line=stmt.lineno,
-                    aliases=[a for a in (_literal(kw.get("aliases")) or []) if isinstance(a, str)],
+                    aliases=[a for a in (literal_value(kw.get("aliases")) or []) if isinstance(a, str)],
                     namespace=namespace if isinstance(namespace, str) else None,
                     negatable="BooleanOptional" in (action or ""),
                 )
@@ -213,17 +217,17 @@ def _catalog_cached(package_dir: Path, root: Path) -> tuple[FlagInfo, ...]:
     if not server_args.is_file():
         raise FileNotFoundError(f"{tree.rel(server_args)}: not in this tree; is it an SGLang source?")
     field_files = sorted((package_dir / "srt" / "arg_groups" / "fields").glob("*.py"))
-    field_modules = [_Module(tree, p) for p in field_files]
+    field_modules = [ParsedModule(tree, p) for p in field_files]
     choices_file = package_dir / "srt" / "arg_groups" / "choices.py"
     shared: dict[str, ast.expr] = {}
     if choices_file.is_file():
-        shared.update(_Module(tree, choices_file).constants)
+        shared.update(ParsedModule(tree, choices_file).constants)
     flags: list[FlagInfo] = []
     for mod in field_modules:
         flags.extend(_field_flags(mod, {**shared, **mod.constants}))
-    main = _Module(tree, server_args)
+    main = ParsedModule(tree, server_args)
     main.constants = {**shared, **main.constants}
-    defaults = _dataclass_defaults(main, "ServerArgs")
+    defaults = dataclass_defaults(main, "ServerArgs")
     for f in flags:
         defaults.setdefault(f.dest, f.default)
     flags.extend(_field_flags(main, main.constants))

@@ -14,8 +14,8 @@ The records, values and tables are in `guards/terms.py`, the evaluator itself in
 
 from __future__ import annotations
 
-from tools.research.guards.evaluator import TooLarge, _Eval
-from tools.research.guards.terms import Env, Outcome, _parse, truth
+from tools.research.guards.evaluator import Evaluator, TooLarge
+from tools.research.guards.terms import Env, Outcome, parse_guard, truth
 from tools.research.platform_facts import UNKNOWN
 
 TOO_LARGE = "(a guard too large to evaluate)"
@@ -25,9 +25,9 @@ TOO_LARGE = "(a guard too large to evaluate)"
 def evaluate(source: str, env: Env) -> Outcome:
     """Evaluate one guard (Python source) against `env`."""
     out = Outcome()
-    node = _parse(source)
+    node = parse_guard(source)
     try:
-        out.value = UNKNOWN if node is None else _Eval(env, out).ev(node, 0)
+        out.value = UNKNOWN if node is None else Evaluator(env, out).ev(node, 0)
     except (TooLarge, RecursionError):  # a guard this big is no fact of the deployment: unknown
         out.value = UNKNOWN
         out.runtime.append(TOO_LARGE)

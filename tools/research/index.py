@@ -43,7 +43,7 @@ from tools.research.flag_index.serving_path import (
     off_path_reason,
     python_files,
 )
-from tools.research.flag_index.write import _write
+from tools.research.flag_index.write import write_index
 from tools.research.source import SourceTree, cache_lock, cache_root
 from tools.research.walk.file import UnreadFile, walk_file
 
@@ -113,7 +113,7 @@ def _walk(
     root: str, files: list[tuple[str, str, bool]], dests: frozenset[str], workers: int, unread: Unread
 ) -> list[bytes]:
     """Every file's pickled facts, in read order, within the build's time and the tree's records;
-    the rest go to `unread`. Facts are held pickled until written (`_write` unpickles them a file at a
+    the rest go to `unread`. Facts are held pickled until written (`write_index` unpickles them a file at a
     time)."""
     deadline = time.monotonic() + MAX_BUILD_SECONDS
     out: list[bytes] = []
@@ -189,7 +189,7 @@ def build_index(tree: SourceTree, db: Path, *, workers: int = 2) -> FlagIndex:
     tmp = db.with_suffix(f".tmp{os.getpid()}")
     tmp.unlink(missing_ok=True)
     db.parent.mkdir(parents=True, exist_ok=True)
-    _write(tmp, tree, catalog, blobs, unread)
+    write_index(tmp, tree, catalog, blobs, unread)
     os.replace(tmp, db)  # readers never see a half-written index
     prefix = db.name.rsplit("-", 1)[0] + "-"
     for old in db.parent.glob(prefix + "*"):  # earlier builds of this tree, their status caches

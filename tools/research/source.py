@@ -25,7 +25,7 @@ from typing import Any
 
 from tools.research.source_check import tree_digest
 from tools.research.source_fetch import MARKER as _MARKER
-from tools.research.source_fetch import SKIPPED, SourceError, _fetch_git, _fetch_index
+from tools.research.source_fetch import SKIPPED, SourceError, fetch_git, fetch_wheel
 
 DEFAULT_REPO_URL = "https://github.com/sgl-project/sglang.git"
 CACHE_ENV = "OPTAGENT_CACHE_DIR"
@@ -114,8 +114,8 @@ def _fetch(
     released files), else a shallow git fetch of its tag; a repository other than the default is
     what the user asked for, so it goes first."""
     fetchers = [
-        lambda: _fetch_index(version, dest, timeout=pip_timeout),
-        lambda: _fetch_git(version, dest, repo_url=repo_url, cache=cache, timeout=git_timeout),
+        lambda: fetch_wheel(version, dest, timeout=pip_timeout),
+        lambda: fetch_git(version, dest, repo_url=repo_url, cache=cache, timeout=git_timeout),
     ]
     if repo_url != DEFAULT_REPO_URL:
         fetchers.reverse()

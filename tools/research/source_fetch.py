@@ -37,7 +37,7 @@ class SourceError(Exception):
     """The source could not be found or fetched; the message says what was tried."""
 
 
-def _fetch_git(version: str, dest: Path, *, repo_url: str, cache: Path, timeout: float) -> dict[str, str]:
+def fetch_git(version: str, dest: Path, *, repo_url: str, cache: Path, timeout: float) -> dict[str, str]:
     """Clone (bare) or fetch `repo_url`, then extract `python/sglang` at tag `v<version>`; the
     record of where it came from: `origin`, the tag's `commit` and the tree's `digest`."""
     import git
@@ -83,7 +83,7 @@ def _fetch_git(version: str, dest: Path, *, repo_url: str, cache: Path, timeout:
     return {"origin": f"git:{repo_url}@{tag}", "commit": commit, "digest": digest}
 
 
-def _fetch_index(version: str, dest: Path, *, timeout: float) -> dict[str, str]:
+def fetch_wheel(version: str, dest: Path, *, timeout: float) -> dict[str, str]:
     """Download the wheel of `sglang==version` with pip, check it against the sha256 its index
     publishes, and unpack its sources; the record: `origin`, the wheel's `sha256`, the tree's `digest`."""
     with tempfile.TemporaryDirectory(prefix="sglang-dl-") as tmp:

@@ -184,7 +184,7 @@ class FlagIndex:
         uses it without calling it (a callback, a dispatch table), so its call sites are not all
         known, or when more than `limit` functions call a function of that name. `uses`: such a
         use is a (caller, None) pair instead (whoever asks decides whether that caller runs)."""
-        name = _class_of_init(func.qual) or func.qual.rsplit(".", 1)[-1]  # `Class(...)` calls its __init__
+        name = class_of_init(func.qual) or func.qual.rsplit(".", 1)[-1]  # `Class(...)` calls its __init__
         query = "SELECT caller, called FROM callers WHERE callee = ? LIMIT ?"
         rows = self._con.execute(query, (name, limit + 1)).fetchall()
         if len(rows) > limit:
@@ -317,7 +317,7 @@ class FlagIndex:
         return out
 
 
-def _class_of_init(qual: str) -> str | None:
+def class_of_init(qual: str) -> str | None:
     """`Class` for `Class.__init__` (a module-level class's constructor), else None."""
     cls, _, name = qual.partition(".")
     return cls if name == "__init__" else None

@@ -10,14 +10,16 @@ from pathlib import Path
 from tools.research import index_tables
 from tools.research.catalog import FlagInfo
 from tools.research.flag_index.budget import MAX_READS, Unread
-from tools.research.flag_index.lookup import _class_of_init
+from tools.research.flag_index.lookup import class_of_init
 from tools.research.flag_index.serving_path import is_config_path, too_big
 from tools.research.index_types import ModuleFacts, Read
 from tools.research.source import SourceTree
 from tools.research.walk.shapes import LOG
 
 
-def _write(db: Path, tree: SourceTree, catalog: list[FlagInfo], blobs: list[bytes], unread: Unread) -> None:
+def write_index(
+    db: Path, tree: SourceTree, catalog: list[FlagInfo], blobs: list[bytes], unread: Unread
+) -> None:
     """Store the walked facts (each file's pickled `ModuleFacts`, in read order) in a new SQLite
     file at `db`. Two passes over the pickles, so that no more than one file's functions are held
     as objects at a time: the names the tree defines, then every file's records."""
@@ -34,7 +36,7 @@ def _write(db: Path, tree: SourceTree, catalog: list[FlagInfo], blobs: list[byte
     builders: set[str] = set()
     for blob in blobs:
         m = pickle.loads(blob)
-        ctors += [(c, f"{f.path}::{f.qual}") for f in m.funcs if (c := _class_of_init(f.qual))]
+        ctors += [(c, f"{f.path}::{f.qual}") for f in m.funcs if (c := class_of_init(f.qual))]
         defined |= {f.qual.rsplit(".", 1)[-1] for f in m.funcs} | set(m.tables)
         builders |= {f.qual.rsplit(".", 1)[-1] for f in m.funcs if any(c.callee == "cls" for c in f.calls)}
     defined |= {c for c, _ in ctors}  # a table's readers are its holdings' users

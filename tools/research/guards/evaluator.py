@@ -1,4 +1,4 @@
-"""The evaluator of one guard expression (`_Eval`), node by node, in Kleene logic (see
+"""The evaluator of one guard expression (`Evaluator`), node by node, in Kleene logic (see
 `tools.research.guard_eval`)."""
 
 from __future__ import annotations
@@ -9,24 +9,24 @@ import operator
 from typing import Any
 
 from tools.research.guards.terms import (
-    _CONFIG_FACTS,
-    _CONFIG_RECEIVERS,
-    _QUANT,
-    _SCOPES,
-    _SERVER_ARGS,
     CODE_ENUMS,
     CODE_FACTS,
+    CONFIG_FACTS,
+    CONFIG_RECEIVERS,
     MODEL_ATTRS,
     MODEL_ENUMS,
+    QUANT,
+    SCOPES,
+    SERVER_ARGS,
+    BindParams,
     Env,
     Member,
     Outcome,
-    _Bind,
-    _compare,
-    _container,
-    _dotted,
-    _parse,
-    _reads_a_flag,
+    compare_values,
+    dotted_name,
+    is_container,
+    parse_guard,
+    reads_a_flag,
     truth,
 )
 from tools.research.platform_facts import UNKNOWN, platform, topology
@@ -54,7 +54,10 @@ class TooLarge(Exception):
     """A guard whose evaluation visits more than `MAX_STEPS` nodes."""
 
 
-class _Eval:
+class Evaluator:
+    """Evaluates one guard expression against `env` (`.ev(node, depth)`), noting in `out` what it
+    used, what was missing and what is runtime state; `steps` is shared with the evaluations it starts."""
+
     def __init__(self, env: Env, out: Outcome, steps: list[int] | None = None):
         self.env, self.out = env, out
         self.steps = [MAX_STEPS] if steps is None else steps
@@ -73,16 +76,20 @@ class _Eval:
         facts = self.env.facts
         if MODEL_ATTRS not in facts:
             return UNKNOWN  # the ModelConfig was not built for this deployment
-        receiver = _dotted(node.value)
+        receiver = dotted_name(node.value)
         key = f"model_config.{node.attr}"
         if key in facts and (receiver == "model_config" or receiver.endswith(".model_config")):
             return self.fact(key)
         if receiver and (entry := facts[MODEL_ATTRS].get(node.attr)) and depth < 5:
             text, own = entry
             if receiver == "self":  # unless this class sets it its own way
-                sub = _parse(text) if self.env.where.partition("::")[2].partition(".")[0] not in own else None
+                sub = (
+                    parse_guard(text)
+                    if self.env.where.partition("::")[2].partition(".")[0] not in own
+                    else None
+                )
             else:  # another object's copy: only of the model config's own attribute (`kvc.is_hybrid_swa`)
-                sub = _parse(text) if text.endswith(f"model_config.{node.attr}") else None
+                sub = parse_guard(text) if text.endswith(f"model_config.{node.attr}") else None
             return UNKNOWN if sub is None else self.ev(sub, depth + 1)
         if f"{receiver}.{node.attr}" in facts.get(MODEL_ENUMS, ()):
             return f"{receiver}.{node.attr}"
@@ -110,23 +117,23 @@ class _Eval:
         if value is not None:
             return value
         local = env.locals.get(name)
-        scope = _SCOPES.get(name)
+        scope = SCOPES.get(name)
         in_scope = scope is None or bool(scope.search(env.where))
-        if name in CODE_FACTS and in_scope and not (local and _reads_a_flag(local, env)):
+        if name in CODE_FACTS and in_scope and not (local and reads_a_flag(local, env)):
             # `topk = topk_ids.shape[1]` is the MoE top-k; `topk = server_args.speculative_eagle_topk`
             # is another flag's value and is followed as a local below
             return self.fact(CODE_FACTS[name])
         if (
-            not (local and _reads_a_flag(local, env))
+            not (local and reads_a_flag(local, env))
             and (size := topology(name, env.facts, self.out)) is not None
         ):
             return size
-        if name in _QUANT:
+        if name in QUANT:
             q = self.fact("model.quantization")
-            return q if q is UNKNOWN else any(s in str(q or "").lower() for s in _QUANT[name])
+            return q if q is UNKNOWN else any(s in str(q or "").lower() for s in QUANT[name])
         for table in (env.locals, env.consts):
             text = table.get(name)
-            if text and depth < 5 and (sub := _parse(text)) is not None and not _container(sub):
+            if text and depth < 5 and (sub := parse_guard(text)) is not None and not is_container(sub):
                 return self.ev(sub, depth + 1)
         self.out.runtime.append(name)
         return UNKNOWN
@@ -145,10 +152,10 @@ class _Eval:
             value = platform(node.attr, self.env.facts, self.out)
             if value is not None:
                 return value
-            if node.attr in CODE_FACTS and _CONFIG_RECEIVERS.search(_dotted(node.value)):
+            if node.attr in CODE_FACTS and CONFIG_RECEIVERS.search(dotted_name(node.value)):
                 return self.fact(CODE_FACTS[node.attr])
-            if node.attr in _CONFIG_FACTS and _CONFIG_RECEIVERS.search(_dotted(node.value)):
-                value = self.fact(_CONFIG_FACTS[node.attr])
+            if node.attr in CONFIG_FACTS and CONFIG_RECEIVERS.search(dotted_name(node.value)):
+                value = self.fact(CONFIG_FACTS[node.attr])
                 return (value,) if node.attr == "architectures" and value is not UNKNOWN else value
             if (model := self.model_config(node, depth)) is not UNKNOWN:
                 return model
@@ -156,10 +163,10 @@ class _Eval:
                 receiver = " ".join(ast.unparse(node.value).split())
                 if (size := topology(node.attr, self.env.facts, self.out, receiver=receiver)) is not None:
                     return size
-            receiver = _dotted(node.value)
+            receiver = dotted_name(node.value)
             if receiver == "self" and (text := self.env.locals.get(f"self.{node.attr}")) and depth < 5:
-                sub = _parse(text)  # `self.mode = Mode(cfg.x)` earlier in this function
-                if sub is not None and not _container(sub):
+                sub = parse_guard(text)  # `self.mode = Mode(cfg.x)` earlier in this function
+                if sub is not None and not is_container(sub):
                     return self.ev(sub, depth + 1)
             if node.attr in self.env.facts.get(CODE_ENUMS, {}).get(receiver, {}):
                 return Member(f"{receiver}.{node.attr}")  # `DisaggregationMode.DECODE`
@@ -211,15 +218,15 @@ class _Eval:
             known = isinstance(key, ast.Constant) and isinstance(key.value, str)
             if known and (key.value in self.env.flag or key.value in self.env.dests):
                 return self.dest(key.value)
-            if known and name == "getattr" and key.value in _CONFIG_FACTS:  # getattr(hf_config, "x", d)
+            if known and name == "getattr" and key.value in CONFIG_FACTS:  # getattr(hf_config, "x", d)
                 return self.ev(ast.Attribute(node.args[0], key.value, ast.Load()), depth)
             if known and name == "getattr" and f"model_config.{key.value}" in self.env.facts:
                 return self.model_config(ast.Attribute(node.args[0], key.value, ast.Load()), depth)
-        members = self.env.facts.get(CODE_ENUMS, {}).get(_dotted(func))
+        members = self.env.facts.get(CODE_ENUMS, {}).get(dotted_name(func))
         if members and len(node.args) == 1 and not node.keywords:  # `Mode(cfg.x)`: the member of that value
             value = self.ev(node.args[0], depth)
             found = [k for k, v in members.items() if v == value and value is not UNKNOWN]
-            return Member(f"{_dotted(func)}.{found[0]}") if found else UNKNOWN
+            return Member(f"{dotted_name(func)}.{found[0]}") if found else UNKNOWN
         if name == "get_device_capability":
             sm = self.fact("gpu.sm")
             return UNKNOWN if sm is UNKNOWN else (sm // 10, sm % 10)
@@ -245,7 +252,7 @@ class _Eval:
                 return UNKNOWN
         if isinstance(func, ast.Attribute) and (method := self.enum_method(node, func, depth)) is not None:
             return method
-        arity = 1 if len(node.args) == 1 and _SERVER_ARGS.search(_dotted(node.args[0])) else 0
+        arity = 1 if len(node.args) == 1 and SERVER_ARGS.search(dotted_name(node.args[0])) else 0
         queries = self.env.queries if len(node.args) == arity and not node.keywords and depth < 5 else None
         if queries is not None and (query := queries(name, arity)) is not None:
             return self.query(*query, depth)
@@ -259,30 +266,30 @@ class _Eval:
         enums = self.env.facts.get(CODE_ENUMS, {})
         if self.env.queries is None or depth >= 5 or node.keywords or not enums:
             return None
-        owner = _dotted(func.value)
+        owner = dotted_name(func.value)
         if owner in enums:
             first = ast.Name(owner, ast.Load())  # `cls`
         else:
             scratch = Outcome()  # a receiver that is no member leaves no trace in the answer
-            value = _Eval(self.env, scratch, self.steps).ev(func.value, depth)
+            value = Evaluator(self.env, scratch, self.steps).ev(func.value, depth)
             if not (isinstance(value, Member) and value.partition(".")[0] in enums):
                 return None
             self.out.used += scratch.used
-            owner, first = value.partition(".")[0], _parse(value)
+            owner, first = value.partition(".")[0], parse_guard(value)
         query = self.env.queries(f"{owner}.{func.attr}", -1)
-        lam = _parse(query[0]) if query else None
+        lam = parse_guard(query[0]) if query else None
         if not isinstance(lam, ast.Lambda) or len(lam.args.args) != len(node.args) + 1:
             return None
         bound = dict(zip([a.arg for a in lam.args.args], [first, *node.args], strict=True))
-        body = _Bind(bound).visit(copy.deepcopy(lam.body))  # `_parse` is cached: bind a copy
+        body = BindParams(bound).visit(copy.deepcopy(lam.body))  # `parse_guard` is cached: bind a copy
         return self.ev(body, depth + 1)
 
     def query(self, text: str, consts: dict[str, str], where: str, depth: int) -> Any:
         """A one-line query function's returned expression, evaluated where it is defined."""
         env = self.env
         inner = Env(env.facts, env.flag, env.dests, {}, {}, consts, frozenset(), where, env.queries)
-        node = _parse(text)
-        return UNKNOWN if node is None else _Eval(inner, self.out, self.steps).ev(node, depth + 1)
+        node = parse_guard(text)
+        return UNKNOWN if node is None else Evaluator(inner, self.out, self.steps).ev(node, depth + 1)
 
     def boolop(self, node: ast.BoolOp, depth: int) -> Any:
         is_and = isinstance(node.op, ast.And)
@@ -301,7 +308,7 @@ class _Eval:
         result: Any = True
         for op, right_node in zip(node.ops, node.comparators, strict=True):
             right = self.ev(right_node, depth)
-            r = _compare(left, op, right)
+            r = compare_values(left, op, right)
             if r is False:
                 return False
             if r is UNKNOWN:

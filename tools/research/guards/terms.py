@@ -47,16 +47,16 @@ CODE_FACTS = {
     "tp_world_size": "server.tp_size",
     "gpu_mem": "gpu.memory_mib",  # `gpu_mem = get_device_memory_capacity()` (MiB) in argument code
 }
-_SCOPES = {name: re.compile(r"moe|expert", re.IGNORECASE) for name in ("topk", "top_k")}
-_SCOPES["gpu_mem"] = re.compile(r"server_args|arg_groups")
+SCOPES = {name: re.compile(r"moe|expert", re.IGNORECASE) for name in ("topk", "top_k")}
+SCOPES["gpu_mem"] = re.compile(r"server_args|arg_groups")
 """`topk` is the MoE top-k in MoE code only (speculative decoding has a `topk` of its own);
 `gpu_mem` is the GPU's memory in argument code."""
-_QUANT = {
+QUANT = {
     "use_int8_w8a16": ("w8a16", "int8"),
     "use_int4_w4a16": ("w4a16", "int4", "awq", "gptq"),
     "use_fp8_w8a8": ("fp8",),
 }
-_CONFIG_FACTS = {
+CONFIG_FACTS = {
     "architectures": "model.architecture",  # `hf_config.architectures[0]`: the first, the one served
     "model_type": "model.model_type",
     "hidden_size": "model.hidden_size",
@@ -69,9 +69,10 @@ MODEL_ATTRS = "model_config.self_attrs"
 """Facts beside SGLang's own ModelConfig (`model_config.<attr>`): the enum members it compares
 against (`AttentionArch.MLA`) and `self.<attr>` -> the model-config expression every `self` in the
 tree sets it from (`tools.research.flag_index.lookup.FlagIndex.config_attrs`)."""
-_SERVER_ARGS = re.compile(r"(^|\.)(server_args|args|view|cfg)$")
+SERVER_ARGS = re.compile(r"(^|\.)(server_args|args|view|cfg)$")
 """The one argument of a query function that is the server args (`attn_dp_enabled_of(view)`)."""
-_CONFIG_RECEIVERS = re.compile(r"(^|\.)(config|hf_config|text_config|hf_text_config|model_config)$")
+CONFIG_RECEIVERS = re.compile(r"(^|\.)(config|hf_config|text_config|hf_text_config|model_config)$")
+"""The receivers whose attributes are a model config's (`hf_config.architectures`)."""
 
 
 @dataclass
@@ -124,14 +125,17 @@ def truth(value: Any) -> Any:
 
 
 @lru_cache(maxsize=8192)
-def _parse(source: str) -> ast.expr | None:
+def parse_guard(source: str) -> ast.expr | None:
+    """A guard's expression, parsed once per text (None: not an expression Python can parse)."""
     try:
         return ast.parse(source, mode="eval").body
     except (SyntaxError, RecursionError, MemoryError):  # the last two: nested past the parser's limits
         return None
 
 
-def _compare(left: Any, op: ast.cmpop, right: Any) -> Any:
+def compare_values(left: Any, op: ast.cmpop, right: Any) -> Any:
+    """`left op right` in three-valued logic: UNKNOWN when either side is, or when a non-default or
+    an enum member cannot be compared with the other side."""
     if isinstance(op, ast.Is | ast.IsNot):
         if left is UNKNOWN or right is UNKNOWN:
             return UNKNOWN
@@ -171,7 +175,7 @@ def _compare(left: Any, op: ast.cmpop, right: Any) -> Any:
         return UNKNOWN
 
 
-class _Bind(ast.NodeTransformer):
+class BindParams(ast.NodeTransformer):
     """A method's parameters replaced by the expressions it is called with."""
 
     def __init__(self, bound: dict[str, ast.expr]):
@@ -181,7 +185,7 @@ class _Bind(ast.NodeTransformer):
         return self.bound.get(node.id, node)
 
 
-def _dotted(node: ast.expr) -> str:
+def dotted_name(node: ast.expr) -> str:
     """`a.b.c` of a Name/Attribute chain (calls and subscripts give the empty string)."""
     parts = []
     while isinstance(node, ast.Attribute):
@@ -196,12 +200,12 @@ def _dotted(node: ast.expr) -> str:
 _ATTRS = re.compile(r"\.(\w+)|\[['\"](\w+)['\"]\]")
 
 
-def _reads_a_flag(text: str, env: Env) -> bool:
+def reads_a_flag(text: str, env: Env) -> bool:
     """Whether an expression reads a server arg (`server_args.x`, `cfg["x"]`)."""
     return any((a or b) in env.dests or (a or b) in env.flag for a, b in _ATTRS.findall(text))
 
 
-def _container(node: ast.expr) -> bool:
+def is_container(node: ast.expr) -> bool:
     """`[]`, `{}`, `set()`, `list(...)`: a value the code fills later, not a constant."""
     if isinstance(node, ast.List | ast.Dict | ast.Set | ast.ListComp | ast.DictComp | ast.SetComp):
         return True

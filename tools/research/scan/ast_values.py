@@ -11,7 +11,7 @@ from typing import Any
 from tools.research.source import SourceTree
 
 
-class _Module:
+class ParsedModule:
     """A parsed file plus its module-level constants, for resolving `choices=SOME_LIST`."""
 
     def __init__(self, tree: SourceTree, path: Path):
@@ -32,12 +32,12 @@ class _Module:
                 self.constants[stmt.target.id] = stmt.value
 
 
-def _literal(node: ast.expr | None, names: dict[str, ast.expr] | None = None) -> Any:
+def literal_value(node: ast.expr | None, names: dict[str, ast.expr] | None = None) -> Any:
     """A literal value, a resolved module constant, or the source text of the expression."""
     if node is None:
         return None
     if isinstance(node, ast.Name) and names and node.id in names:
-        return _literal(names[node.id])
+        return literal_value(names[node.id])
     try:
         return ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
@@ -49,10 +49,10 @@ def _literal(node: ast.expr | None, names: dict[str, ast.expr] | None = None) ->
                 parts.append(sub.value)
         if parts:
             return "".join(parts)
-    return _text(node)
+    return node_text(node)
 
 
-def _text(node: ast.AST) -> str | None:
+def node_text(node: ast.AST) -> str | None:
     """`ast.unparse(node)`, or None for a node nested past Python's stack (its value is not known)."""
     try:
         return ast.unparse(node)
@@ -60,7 +60,8 @@ def _text(node: ast.AST) -> str | None:
         return None
 
 
-def _as_list(value: Any) -> list[Any] | None:
+def as_list(value: Any) -> list[Any] | None:
+    """A choices value as a list (a set sorted by text, a scalar as a one-item list; None stays None)."""
     if value is None:
         return None
     if isinstance(value, list | tuple | set | frozenset):
@@ -68,18 +69,18 @@ def _as_list(value: Any) -> list[Any] | None:
     return [value]
 
 
-def _dataclass_defaults(mod: _Module, class_name: str) -> dict[str, Any]:
+def dataclass_defaults(mod: ParsedModule, class_name: str) -> dict[str, Any]:
     """Field defaults of `class_name` in a module: literal values, or source text when computed."""
     out: dict[str, Any] = {}
     for node in ast.walk(mod.node):
         if isinstance(node, ast.ClassDef) and node.name == class_name:
             for stmt in node.body:
                 if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
-                    out[stmt.target.id] = _literal(stmt.value, mod.constants)
+                    out[stmt.target.id] = literal_value(stmt.value, mod.constants)
     return out
 
 
-def _unwrap_type(node: ast.expr) -> tuple[str | None, list[Any] | None]:
+def unwrap_type(node: ast.expr) -> tuple[str | None, list[Any] | None]:
     """`Optional[Literal["a", "b"]]` → ("str", ["a", "b"]); `List[int]` → ("list[int]", None);
     (None, None) for an annotation nested past Python's stack."""
     try:
@@ -98,7 +99,7 @@ def _unwrap(node: ast.expr) -> tuple[str, list[Any] | None]:
             rest = [e for e in inner.elts if ast.unparse(e) != "None"]
             return _unwrap(rest[0]) if len(rest) == 1 else (ast.unparse(node), None)
         if head == "Literal":
-            values = [_literal(e) for e in (inner.elts if isinstance(inner, ast.Tuple) else [inner])]
+            values = [literal_value(e) for e in (inner.elts if isinstance(inner, ast.Tuple) else [inner])]
             return (type(values[0]).__name__ if values else "str"), values
         if head in ("List", "list"):
             return f"list[{_unwrap(inner)[0]}]", None

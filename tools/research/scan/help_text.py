@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from tools.research.catalog import FlagInfo, _deprecation
+from tools.research.catalog import FlagInfo, deprecation_of
 
 _OPTION_RE = re.compile(r"^  (-{1,2}[\w][\w.-]*.*?)(?:\s{2,}(\S.*))?$")
 
@@ -37,7 +37,7 @@ def parse_help_text(text: str) -> list[FlagInfo]:
         m = re.search(r"\(default: ([^)]*)\)", f.help)
         if m:
             f.default = m.group(1)
-        f.deprecated, f.replacement = _deprecation(f.help, None, None)
+        f.deprecated, f.replacement = deprecation_of(f.help, None, None)
     return [f for f in flags if f.name != "--help"]
 
 

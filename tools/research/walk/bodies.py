@@ -11,16 +11,17 @@ from tools.research.walk.nodes import src, walk
 from tools.research.walk.shapes import LOG
 
 
-def _is_none(node: ast.expr) -> bool:
+def is_none(node: ast.expr) -> bool:
+    """The literal `None`."""
     return isinstance(node, ast.Constant) and node.value is None
 
 
-def _stored(target: ast.expr, declared: set[str]) -> bool:
+def is_stored(target: ast.expr, declared: set[str]) -> bool:
     """An assignment target that keeps the value for later: an attribute, a declared global."""
     return isinstance(target, ast.Attribute) or (isinstance(target, ast.Name) and target.id in declared)
 
 
-def _param_uses(func: ast.AST, params: list[str]) -> dict[str, list[tuple[str, str]]]:
+def param_uses(func: ast.AST, params: list[str]) -> dict[str, list[tuple[str, str]]]:
     """How the body of `func` uses each of `params` (see `Func.uses`); up to 16 parameters."""
     if not params or len(params) > 16:
         return {}
@@ -52,7 +53,7 @@ def _param_uses(func: ast.AST, params: list[str]) -> dict[str, list[tuple[str, s
     return uses
 
 
-def _only_logs(stmts: list[ast.stmt]) -> bool:
+def only_logs(stmts: list[ast.stmt]) -> bool:
     """Whether a branch does nothing but log (or pass)."""
     return bool(stmts) and all(
         isinstance(st, ast.Pass)
@@ -61,7 +62,7 @@ def _only_logs(stmts: list[ast.stmt]) -> bool:
     )
 
 
-def _local_store(func: ast.AST, local: str, declared: set[str]) -> str | None:
+def local_store(func: ast.AST, local: str, declared: set[str]) -> str | None:
     """The module global a local only travels into (`backend = cfg.x; if backend == "auto": backend
     = "cutlass"; X = Backend(backend)` with `global X`), or None when the local is used otherwise."""
     allowed: set[ast.AST] = set()
@@ -94,7 +95,7 @@ def _picks(node: ast.If, local: str) -> bool:
     return all(assigns(b) for b in node.body) and (tail or all(assigns(b) for b in orelse))
 
 
-def _setter_stores(body: list[ast.stmt], declared: set[str]) -> list[tuple[str, int]]:
+def setter_stores(body: list[ast.stmt], declared: set[str]) -> list[tuple[str, int]]:
     """The targets of a body that only stores (globals, attributes; values without calls), else []."""
     stores: list[tuple[str, int]] = []
     for st in body:
@@ -105,7 +106,7 @@ def _setter_stores(body: list[ast.stmt], declared: set[str]) -> list[tuple[str, 
         if any(isinstance(n, ast.Call | ast.Await | ast.Yield | ast.YieldFrom) for n in walk(st.value)):
             return []
         targets = st.targets if isinstance(st, ast.Assign) else [st.target]
-        if not all(_stored(t, declared) for t in targets):
+        if not all(is_stored(t, declared) for t in targets):
             return []
         stores += [(src(t), st.lineno) for t in targets]
     return stores

@@ -20,11 +20,11 @@ import time
 from tools.research.flag_index.budget import MAX_DEPTH, MAX_FILE_ENTRIES, MAX_FILE_SECONDS, MAX_GUARDS
 from tools.research.index_types import Exit, Func, ModuleFacts
 from tools.research.walk import nodes
-from tools.research.walk.bodies import _is_none, _local_store, _param_uses, _setter_stores
+from tools.research.walk.bodies import is_none, local_store, param_uses, setter_stores
 from tools.research.walk.names import loose_names, probed_tables, table_of, tested_only, typed_only
 from tools.research.walk.nodes import src, walk
 from tools.research.walk.record import Recorder
-from tools.research.walk.shapes import _CUT, _FAILED, _RAN_ON, _may_leave, _message, neg
+from tools.research.walk.shapes import CUT, FAILED, RAN_ON, exit_message, may_leave, neg
 
 _EXITS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
 
@@ -64,15 +64,15 @@ class _Walker(Recorder):
                     test = [*guards, src(st.test)]  # an earlier early return also returns
                     self.func.gates.append(Exit("return", st.lineno, src(st.body[-1]), test))
                 extra.append(neg(st.test))
-            elif self.func is not None and isinstance(st, ast.If) and not st.orelse and _may_leave(st):
+            elif self.func is not None and isinstance(st, ast.If) and not st.orelse and may_leave(st):
                 # `if c: ... return ...` nested: the rest runs when c fails, or when the branch did not return
-                extra.append(f"{neg(st.test)} or {_RAN_ON}")
-            elif self.func is not None and _may_leave(st) and _RAN_ON not in extra:
+                extra.append(f"{neg(st.test)} or {RAN_ON}")
+            elif self.func is not None and may_leave(st) and RAN_ON not in extra:
                 # after a loop/try/branch that can return, the rest runs only when it did not:
                 # a runtime condition (why: `for ...: return x` then `raise "none found"`)
-                extra.append(_RAN_ON)
+                extra.append(RAN_ON)
             if len(extra) > MAX_GUARDS:  # a thousand early returns in a row: one runtime condition
-                extra[MAX_GUARDS - 1 :] = [_CUT]
+                extra[MAX_GUARDS - 1 :] = [CUT]
 
     def stmt(self, st: ast.stmt, guards: list[str]) -> None:
         if isinstance(st, ast.FunctionDef | ast.AsyncFunctionDef):
@@ -112,7 +112,7 @@ class _Walker(Recorder):
         elif isinstance(st, ast.Try) or type(st).__name__ == "TryStar":
             self.body(st.body, guards)
             for h in st.handlers:
-                self.body(h.body, [*guards, _FAILED])  # runs only when something failed at runtime
+                self.body(h.body, [*guards, FAILED])  # runs only when something failed at runtime
             self.body(st.orelse, guards)
             self.body(st.finalbody, guards)
         elif isinstance(st, ast.Import | ast.ImportFrom):
@@ -125,9 +125,9 @@ class _Walker(Recorder):
         else:
             if isinstance(st, ast.Raise) and self.func is not None:
                 exc = src(st.exc.func if isinstance(st.exc, ast.Call) else st.exc) if st.exc else "re-raise"
-                self.func.exits.append(Exit("raise", st.lineno, _message(st.exc), guards, exc))
+                self.func.exits.append(Exit("raise", st.lineno, exit_message(st.exc), guards, exc))
             elif isinstance(st, ast.Assert) and self.func is not None:
-                msg = _message(st.msg) or src(st.test)
+                msg = exit_message(st.msg) or src(st.test)
                 self.func.exits.append(
                     Exit("assert", st.lineno, msg, [*guards, neg(st.test)], "AssertionError")
                 )
@@ -157,7 +157,7 @@ class _Walker(Recorder):
         if len(body) == 1 and isinstance(body[0], ast.Return) and body[0].value is not None:
             f.value = src(body[0].value)
         f.gives = any(
-            isinstance(n, ast.Return) and not (n.value is None or _is_none(n.value)) for n in walk(st)
+            isinstance(n, ast.Return) and not (n.value is None or is_none(n.value)) for n in walk(st)
         )
         self.m.funcs.append(f)
         self.func = f
@@ -170,8 +170,8 @@ class _Walker(Recorder):
             elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
                 f.locals[node.target.id] = None  # `x += 1`: not a single assignment
         if [p for p in params if p not in ("self", "cls")]:
-            f.stores = _setter_stores(body, self.declared)
-        f.uses = _param_uses(st, [q for q in params if q not in ("self", "cls")])
+            f.stores = setter_stores(body, self.declared)
+        f.uses = param_uses(st, [q for q in params if q not in ("self", "cls")])
         f.tested = tested_only(st)
         f.probed = probed_tables(st)
         f.typed, f.receivers = typed_only(st)
@@ -181,14 +181,14 @@ class _Walker(Recorder):
         for read in self.m.reads[first:]:
             if read.local and read.store is None and read.func == qual:
                 if read.local not in stores:
-                    stores[read.local] = _local_store(st, read.local, self.declared)
+                    stores[read.local] = local_store(st, read.local, self.declared)
                 read.store = stores[read.local]
         self.func, self.loaded, self.declared = outer, outer_loaded, outer_declared
 
 
 def _kept(guards: list[str]) -> list[str]:
-    """`guards`, or past `MAX_GUARDS` its first ones and `_CUT` (unknown, as runtime state is)."""
-    return guards if len(guards) <= MAX_GUARDS else [*guards[: MAX_GUARDS - 1], _CUT]
+    """`guards`, or past `MAX_GUARDS` its first ones and `CUT` (unknown, as runtime state is)."""
+    return guards if len(guards) <= MAX_GUARDS else [*guards[: MAX_GUARDS - 1], CUT]
 
 
 _DEADLINE = [math.inf]

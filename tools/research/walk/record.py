@@ -9,10 +9,18 @@ import ast
 import re
 
 from tools.research.index_types import Call, Exit, Read
-from tools.research.walk.bodies import _only_logs, _stored
+from tools.research.walk.bodies import is_stored, only_logs
 from tools.research.walk.nodes import parents as parents_in
 from tools.research.walk.nodes import src, walk
-from tools.research.walk.shapes import _FAILED, LOG, _absolute, _bare_exit, _message, _short_circuit, neg
+from tools.research.walk.shapes import (
+    FAILED,
+    LOG,
+    absolute_import,
+    bare_exit,
+    exit_message,
+    neg,
+    short_circuit,
+)
 
 _SERVER_ARGS = re.compile(r"(self\.)?server_args")
 """The receivers a later fill-in of a server argument is written through."""
@@ -49,7 +57,7 @@ class Recorder:
                 if self.func is None and t.id in self.m.consts:
                     # `try: import zmq; ok = True / except ImportError: ok = False`: the value
                     # where the import worked; two values otherwise (if/else): no constant
-                    if _FAILED not in guards:
+                    if FAILED not in guards:
                         self.twice.add(t.id)
                 elif self.func is None:
                     self.m.consts[t.id] = src(st.value)
@@ -85,7 +93,7 @@ class Recorder:
         if isinstance(last, ast.Return) and isinstance(last.value, ast.Dict) and last.value.keys:
             keys = [k.value if isinstance(k, ast.Constant) else None for k in last.value.keys]
             if all(k in self.dests for k in keys):
-                message = _message(logs[0]) if logs else f"returns {src(last.value)}"
+                message = exit_message(logs[0]) if logs else f"returns {src(last.value)}"
                 values = [src(v) for v in last.value.values]
                 guard = [*guards, src(st.test)]
                 self.func.exits.append(Exit("override", st.lineno, message, guard, sets=keys, values=values))
@@ -103,14 +111,14 @@ class Recorder:
         ]
         if sets or isinstance(st.body[-1], ast.Return):
             self.func.exits.append(
-                Exit("fallback", st.lineno, _message(logs[0]), [*guards, src(st.test)], sets=sets)
+                Exit("fallback", st.lineno, exit_message(logs[0]), [*guards, src(st.test)], sets=sets)
             )
 
     def imports(self, st: ast.Import | ast.ImportFrom, guards: list[str]) -> None:
         if isinstance(st, ast.Import):
             names = [a.name for a in st.names]
         else:
-            base = _absolute(self.m.module, st.level, st.module, self.is_pkg)
+            base = absolute_import(self.m.module, st.level, st.module, self.is_pkg)
             names = [base] + [f"{base}.{a.name}" for a in st.names]
         (self.func.imports if self.func is not None else self.m.imports).extend(names)
         keys = tuple(self.func.keys) if self.func is not None else ()
@@ -135,7 +143,7 @@ class Recorder:
                         Call(
                             name,
                             node.lineno,
-                            [*guards, *_short_circuit(node, parents)],
+                            [*guards, *short_circuit(node, parents)],
                             [src(a) for a in node.args],
                             {k.arg: src(k.value) for k in node.keywords if k.arg},
                             isinstance(st, ast.Expr) and st.value is node,
@@ -203,7 +211,7 @@ class Recorder:
                 local,
                 effect,
                 inert,
-                isinstance(st, ast.If) and not st.orelse and _bare_exit(st.body),
+                isinstance(st, ast.If) and not st.orelse and bare_exit(st.body),
                 store,
                 passed_to,
             )
@@ -222,7 +230,7 @@ class Recorder:
         if not isinstance(st, ast.Assign | ast.AnnAssign) or st.value is None or node not in walk(st.value):
             return None, None
         targets = st.targets if isinstance(st, ast.Assign) else [st.target]
-        if targets and all(_stored(t, self.declared if self.func else set()) for t in targets):
+        if targets and all(is_stored(t, self.declared if self.func else set()) for t in targets):
             return ", ".join(src(t) for t in targets), None
         return None, None
 
@@ -239,7 +247,7 @@ class Recorder:
                 return f"assigned to {', '.join(names)}", False, names[0]
             return f"assigned to {', '.join(src(t) for t in targets)}", False, None
         if isinstance(st, ast.If | ast.While):
-            if _only_logs([*st.body, *st.orelse]):
+            if only_logs([*st.body, *st.orelse]):
                 return "only logged", True, None  # `if not cfg.x: logger.info("x is on")`
             return "controls a branch", False, None
         calls = [c for c in chain[1:] if isinstance(c, ast.Call)]

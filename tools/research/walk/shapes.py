@@ -11,13 +11,13 @@ import re
 from tools.research.walk.nodes import src, walk
 
 LOG = re.compile(r"(^|\.)(warning|warn|error|info|debug|exception|print_warning|warning_once|info_once)$")
-_FAILED = "__an_exception_was_raised__"
-_RAN_ON = "__no_earlier_return__"
-_CUT = "__guards_past_the_cap__"
+FAILED = "__an_exception_was_raised__"
+RAN_ON = "__no_earlier_return__"
+CUT = "__guards_past_the_cap__"
 """Guards naming runtime conditions: they evaluate unknown, never true."""
 
 
-def _may_leave(st: ast.stmt) -> bool:
+def may_leave(st: ast.stmt) -> bool:
     """A compound statement with a `return` somewhere inside (nested functions aside)."""
     if not isinstance(st, ast.For | ast.AsyncFor | ast.While | ast.Try | ast.With | ast.AsyncWith | ast.If):
         return False
@@ -42,7 +42,9 @@ def neg(node: ast.expr) -> str:
     return f"not ({src(node)})"
 
 
-def _message(node: ast.AST | None) -> str:
+def exit_message(node: ast.AST | None) -> str:
+    """The message of an exit (a raise's or a log call's argument): its string constants joined when
+    one is longer than 3 characters, else its source; at most 200 characters."""
     if node is None:
         return ""
     for sub in walk(node):
@@ -52,7 +54,7 @@ def _message(node: ast.AST | None) -> str:
     return src(node)[:200]
 
 
-def _bare_exit(body: list[ast.stmt]) -> bool:
+def bare_exit(body: list[ast.stmt]) -> bool:
     """A block that only leaves: ends in `raise`/`continue`/`break`/`return` without a value (or
     `return None`); `return 1` is the branch's result, not an early exit."""
     if not body:
@@ -63,7 +65,8 @@ def _bare_exit(body: list[ast.stmt]) -> bool:
     return isinstance(last, ast.Raise | ast.Continue | ast.Break)
 
 
-def _absolute(module: str, level: int, name: str | None, is_pkg: bool) -> str:
+def absolute_import(module: str, level: int, name: str | None, is_pkg: bool) -> str:
+    """The dotted module a relative import (`from ..x import y` in `module`) names."""
     if not level:
         return name or ""
     parts = module.split(".")
@@ -72,7 +75,7 @@ def _absolute(module: str, level: int, name: str | None, is_pkg: bool) -> str:
     return ".".join([*base, name] if name else base)
 
 
-def _short_circuit(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> list[str]:
+def short_circuit(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> list[str]:
     """What must hold for `node` to be evaluated inside its expression: the operands before it in
     `a and b and f()` (`not a` in `a or f()`), the test of the `x if t else y` branch it is in."""
     out: list[str] = []
