@@ -89,7 +89,6 @@ def _as_nvidia_smi(command):
     """Run `command` as the one program the audit hook lets run: the fake nvidia-smi, rewritten
     (its folder is the worker's scratch, which it may write); only the kernel stops what it does."""
     import shutil
-import signal
 
     program = shutil.which("nvidia-smi")
     with open(program, "w") as f:
