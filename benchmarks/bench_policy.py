@@ -6,7 +6,7 @@ From a run's transcript (`optagent run` or `bench_agent.py` on the simulated sce
 run with no restarts to spend, which gathers the facts and researches, takes ~1-2 min) it takes the
 facts, the playbook's candidates and the research verdicts; then, `--runs` times, the builtin
 planner's choice of the next trial (`agent.policy.builtin.trial_queue`: expected value per restart, second
-looks at near misses) and the agent's own trial code (`TrialRunner`, `run_paired`: early stops,
+looks at near misses) and the agent's own trial code (`TrialRunner`, `PairedTrial`: early stops,
 A/B/A, second and third launches, the restart budget) run against simulated launches. A launch's
 true output rate per level is the noise-free model (`sim.offline`) of the configuration deployed,
 times a log-normal launch factor (the restart spread); each repetition adds its own noise. Wall
@@ -99,7 +99,9 @@ class Target:
     async def keepalive(self) -> bool:
         return True
 
-    def sweep(self) -> SweepResult:
+    def sweep(self, rep: int = 0) -> SweepResult:
+        """Repetition `rep` on the running configuration (its seed; the simulated prompts have no
+        effect of their own)."""
         levels = truth(self.scenario, self.running) or {}
         out = [
             LevelResult(
@@ -110,7 +112,7 @@ class Target:
             )  # fmt: skip
             for c, v in levels.items()
         ]
-        return SweepResult(endpoint="http://sim", api="completions", levels=out)
+        return SweepResult(endpoint="http://sim", api="completions", levels=out, seed=rep)
 
 
 _TRUTH: dict[tuple[str, str], dict[int, float] | None] = {}
@@ -230,7 +232,7 @@ def replay(name: str, tx, args) -> tuple[str, list[tuple[str, float]]]:  # type:
     unit = _unit(name)
     budget = args.max_restarts or restart_budget(None, grid_size(load_playbook(), facts, sim_catalog()))
     base = truth(name, unit)
-    best, alone = oracle(name, resolved, base)
+    best, alone, _ = oracle(name, resolved, base)
     rng = random.Random(1)
     shares, restarts, noop_runs, sets, noop_flags = [], [], 0, Counter(), Counter()
     for _ in range(args.runs):
