@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import subprocess
 import sys
@@ -160,3 +161,20 @@ def test_a_goodput_goal_where_it_cannot_serve_exits_2_before_anything_runs(
                           timeout=120, cwd=tmp_path, env={**os.environ, "COLUMNS": "300"})  # fmt: skip
     assert done.returncode == 2, done.stdout + done.stderr
     assert says in " ".join((done.stdout + done.stderr).split())
+
+
+def test_the_estimate_is_where_the_broken_limit_crosses_its_bound_between_the_edge_runs() -> None:
+    """Held at 8 req/s with p99 TTFT 200 ms, broken at 10 with 400 ms, limit 300: the crossing on
+    log scales is 8 x 1.25^(ln 1.5 / ln 2) = 9.11 req/s; `goodput` stays the step the search took."""
+    from tools.bench.goodput import RatePoint
+
+    limits = [Slo(metric="p99_ttft_ms", max_ms=300.0)]
+    curve = RateCurve(limits=limits)
+    for rate, ttft in ((4.0, 100.0), (8.0, 200.0), (10.0, 400.0)):
+        level = _level(rate, ttft)
+        curve.points.append(RatePoint(rate, level, broken_limit(level, limits)))
+    assert curve.goodput == 8.0
+    assert curve.estimate == pytest.approx(8 * 1.25 ** (math.log(1.5) / math.log(2)))
+    behind = _level(10.0, 250.0, pace=0.5)  # broken by the pace alone, under the latency limit
+    curve.points[-1] = RatePoint(10.0, behind, broken_limit(behind, limits))
+    assert curve.points[-1].broken and 8.0 < curve.estimate < 10.0

@@ -36,24 +36,28 @@ KEPT_UP = 0.9
 """A rate is served when completions keep at least this pace with the arrivals (`kept_up`)."""
 
 
-def kept_up(level: LevelResult) -> str | None:
-    """Why the server fell behind the arrivals of a run, or None. A run of a few hundred requests
-    above what the server sustains can end before its queue breaks a latency limit; it shows in
-    the pace: between the 10th and the 90th percentile, completions come slower than arrivals
-    (below `KEPT_UP` of them). Below capacity both keep the same pace, whatever the latency."""
+def pace(level: LevelResult) -> float | None:
+    """Completions per second over arrivals per second between the 10th and the 90th percentile of
+    a run's requests (the same requests on both sides): ~1 below capacity, whatever the latency;
+    below 1 when a queue grows. None with fewer than 10 timed requests."""
     done = sorted(level.requests, key=lambda r: r.start_s)
     if len(done) < 10 or any(r.e2e_ms is None for r in done):
-        return None if len(done) >= 10 else f"{len(done)} requests are too few to tell the pace"
+        return None
     arrivals = [r.start_s for r in done]
     completions = sorted(r.start_s + r.e2e_ms / 1000.0 for r in done)  # type: ignore[operator]
     lo, hi = len(done) // 10, len(done) - 1 - len(done) // 10
     arrived, served = arrivals[hi] - arrivals[lo], completions[hi] - completions[lo]
-    if arrived <= 0 or served <= 0:
-        return None
-    pace = arrived / served  # completions per second over arrivals per second, same requests
-    if pace < KEPT_UP:
-        return f"served at {pace:.0%} of the arrival rate (a queue grows)"
-    return None
+    return arrived / served if arrived > 0 and served > 0 else 1.0
+
+
+def kept_up(level: LevelResult) -> str | None:
+    """Why the server fell behind the arrivals of a run, or None. A run of a few hundred requests
+    above what the server sustains can end before its queue breaks a latency limit; it shows in
+    the `pace`: completions slower than arrivals (below `KEPT_UP` of them)."""
+    got = pace(level)
+    if got is None:
+        return f"{len(level.requests)} requests are too few to tell the pace"
+    return f"served at {got:.0%} of the arrival rate (a queue grows)" if got < KEPT_UP else None
 
 
 def broken_limit(level: LevelResult, limits: list[Slo]) -> str | None:
@@ -104,6 +108,31 @@ class RateCurve:
         top = self.lowest_broken
         held = [p.rate for p in self.points if p.held and (top is None or p.rate < top)]
         return max(held, default=None)
+
+    @property
+    def estimate(self) -> float | None:
+        """The goodput between the last rate that held and the first that broke: where each limit
+        that broke there (and the pace) crosses its bound, interpolated on log scales; the lowest
+        crossing. A figure that moves smoothly with the server, where `goodput` moves in steps of
+        the search's precision (what a paired comparison of small effects needs). None: none held."""
+        low, high = self.goodput, self.lowest_broken
+        if low is None or high is None:
+            return low
+        at = {p.rate: p.level for p in self.points}
+        a, b = at[low], at[high]
+        crossings = [high]
+        if not b.ok:
+            return low  # requests failed above: nothing to interpolate on
+        bounds = [(getattr(a, s.metric), getattr(b, s.metric), s.max_ms) for s in self.limits]
+        slow_a, slow_b = pace(a), pace(b)  # pace falls as the rate rises: its inverse rises
+        if slow_a and slow_b:
+            bounds.append((1 / slow_a, 1 / slow_b, 1 / KEPT_UP))
+        for va, vb, bound in bounds:
+            if va is None or vb is None or not (0 < va <= bound < vb):
+                continue
+            f = math.log(bound / va) / math.log(vb / va)
+            crossings.append(low * (high / low) ** f)
+        return max(low, min(crossings))
 
     def sorted_points(self) -> list[RatePoint]:
         return sorted(self.points, key=lambda p: p.rate)
