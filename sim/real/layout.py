@@ -23,7 +23,14 @@ DEFAULT_REAL_DIR = Path(".optagent/real")
 # What SGLang's CPU path needs (SGLang's own CPU recipe): the torch-native attention, no CUDA graphs;
 # and an idle scheduler that waits on its sockets (0.5.23 IdleSleeper) instead of spinning: idle,
 # it took ~76% of a core here, ~1% with the flag (on two cores, several servers would starve).
-CPU_FLAGS = ["--device", "cpu", "--attention-backend", "torch_native", "--disable-cuda-graph", "--sleep-on-idle"]
+CPU_FLAGS = [
+    "--device",
+    "cpu",
+    "--attention-backend",
+    "torch_native",
+    "--disable-cuda-graph",
+    "--sleep-on-idle",
+]
 # A deployment someone set up cautiously: a small KV pool, and a batch cap below the traffic.
 PRODUCTION_FLAGS = [
     "--mem-fraction-static",
