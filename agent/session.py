@@ -67,7 +67,7 @@ async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
         ui.note(f"load at baseline: {state.describe()}")
         mark = time.monotonic()
         if runner is not None:
-            runner.largest_gain = largest_gain(deps.candidates, state)
+            runner.expect_gain(largest_gain(deps.candidates, state))
         spread = await measure_spread(runner) if runner is not None else known_spread(config.bench)
         phases.append(("launch spread", time.monotonic() - mark))
         spread_restarts = len(runner.launch_seconds) if runner is not None else 0

@@ -128,17 +128,14 @@ async def undo_last_kept(deps: PlannerDeps) -> str:
     text = runner.baseline.text if prev is None else apply_changes(runner.baseline.text, prev.full_changes())
     what = ", ".join(c.describe() for c in undone.changes)
     outcome = await runner.deployment.deploy(text, reason=f"chat: roll back trial {undone.number} ({what})")
-    runner.restarts += 1
-    runner.reference = None  # the known-good block must be measured again on this launch
+    runner.count_restarts()  # the known-good block must be measured again on this launch
     data = {"action": "undo", "trial": undone.number, "changes": what, "ok": outcome.ok, "diff": outcome.diff}
     if not outcome.ok:
         data["error"] = outcome.error
         _record(deps, "deploy", data)
         return f"could not roll back trial {undone.number}: {outcome.error}; trial {undone.number} stays deployed"
     await runner.deployment.commit()
-    runner.best = prev
-    runner.best_reps = None
-    runner.known_good_blocks = []  # a new known-good configuration: its own history starts here
+    runner.undone(prev)  # a new known-good configuration: its own history starts here
     # what the review reads as deployed: the start holds an earlier session's kept trial, if any
     now_kept = prev or next(reversed(held_at_start(runner)), None)
     data["now"] = "baseline" if now_kept is None else f"trial {now_kept.number}"

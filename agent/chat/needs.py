@@ -152,9 +152,7 @@ async def ensure_baseline(deps: PlannerDeps) -> None:
     baseline, _ = await measure_baseline(
         deps.ui, runner.endpoint, runner.bench, runner.deployed_text, runner.deployment
     )
-    runner.baseline = baseline
-    runner.reference = list(baseline.reps)  # measured just now, in the launch the trial starts from
-    runner.known_good_blocks.append(runner.reference)
+    runner.rebaselined(baseline)  # measured just now, in the launch the trial starts from
     deps.baseline_levels = mean_throughput(baseline.reps)
     # what the baseline shows about the load orders the candidates from here on, as in a run
     deps.state = load_state(deps.ctx.facts, runner.bench, baseline.reps)

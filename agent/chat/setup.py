@@ -58,8 +58,7 @@ def restore_state(deps: PlannerDeps, loaded: LoadedTranscript) -> list[str]:
         notes.append(f"{len(trials)} earlier trials; kept: {'; '.join(kept) or 'none'}")
     if deps.runner is not None:
         # Earlier trials and restarts count against the budget; the deployed config is the new baseline.
-        deps.runner.trials = trials
-        deps.runner.restarts = spent_restarts(loaded)
+        deps.runner.resumed(trials, spent_restarts(loaded))
         if deps.runner.restarts:
             notes.append(f"{deps.runner.restarts} restarts spent earlier count against the budget")
     return notes

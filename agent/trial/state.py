@@ -203,6 +203,27 @@ class RunnerState(TrialBudget):
         self.prior_blocks = [b for b in launches if b is not self.reference]
         self.known_good_blocks = list(launches)
 
+    def expect_gain(self, largest: float | None) -> None:
+        """The largest gain a candidate may bring here, known once the baseline's load is read."""
+        self.largest_gain = largest
+
+    def rebaselined(self, baseline: Baseline) -> None:
+        """`baseline` measured known-good's running launch just now (a chat's first trial): the
+        reference, one more entry of known-good's history."""
+        self.baseline = baseline
+        self.reference = list(baseline.reps)
+        self.known_good_blocks.append(self.reference)
+
+    def undone(self, previous: TrialRecord | None) -> None:
+        """The last kept trial was rolled back and committed (chat's undo): `previous` (None: the
+        baseline) is known-good again, its new launch not measured yet, its history starting anew."""
+        self.best, self.best_reps, self.reference = previous, None, None
+        self.known_good_blocks = []
+
+    def resumed(self, trials: list[TrialRecord], restarts: int) -> None:
+        """A resumed session's earlier `trials` and `restarts` count against this one's budget."""
+        self.trials, self.restarts = trials, restarts
+
     def note_rep_seconds(self, seconds: float) -> None:
         """One repetition of the latest block took `seconds` (`rep_estimate`)."""
         self.rep_seconds_seen = seconds
