@@ -6,6 +6,7 @@ pytest_plugins = [
     "tests.fixtures.real",
     "tests.fixtures.sshd",
     "tests.fixtures.package_index",
+    "tests.fixtures.quiet",
 ]
 
 # The CLI's module-level consoles fix their width when created if COLUMNS is set then: created here,

@@ -42,6 +42,7 @@ def deployed(cfg) -> str:  # type: ignore[no-untyped-def]
     return Path(cfg.target.remote_unit).read_text()
 
 
+@pytest.mark.quiet
 def test_restarts_records_the_launch_spread_and_a_run_then_uses_it(sim_host, tmp_path):
     from agent.trial.spread import known_spread, measure_spread
     from sim import host
@@ -138,6 +139,7 @@ def test_a_failed_relaunch_leaves_known_good_deployed_and_records_nothing(sim_ho
     assert deployed(cfg) == before and httpx.get(cfg.target.endpoint + "/health").status_code == 200
 
 
+@pytest.mark.quiet
 def test_on_the_default_simulated_deployment_the_spread_is_measured_and_printed(tmp_path, monkeypatch):
     """No optagent.toml: the simulated deployment in .optagent/sim is relaunched the same way; no
     file names it, so the figure is printed with what to record, and no config file appears."""

@@ -140,6 +140,7 @@ async def _relaunch(config, text: str) -> None:  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.timeout(2400)
+@pytest.mark.quiet
 def test_a_run_on_the_real_server_keeps_the_batch_cap_and_rolls_back_the_rest(
     real_ssh, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]

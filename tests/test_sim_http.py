@@ -123,6 +123,7 @@ def test_invalid_json_body(server: SimServer) -> None:
     assert resp.status_code == 400 and "not valid JSON" in resp.json()["message"]
 
 
+@pytest.mark.quiet
 def test_benchmark_figures_are_in_the_servers_seconds_whatever_its_clock(sim_server) -> None:  # type: ignore[no-untyped-def]
     """The simulated clock may run faster than the GPUs it models; a benchmark told how fast
     (`BenchConfig.time_scale`) reports the same simulated tok/s and ITL at either speed."""
