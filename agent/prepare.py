@@ -214,6 +214,11 @@ async def measure_baseline(
         raise SessionError(f"the baseline benchmark failed: {errors}{after}")
     levels = mean_throughput(reps)
     ui.note("baseline: " + ", ".join(f"c={c}: {v:,.1f} tok/s" for c, v in levels.items()), record=False)
+    if goodputs := [lv.goodput for s in reps for lv in s.levels if lv.goodput is not None]:
+        limits = " and ".join(f"{k} <= {v:g} ms" for k, v in bench.goodput_limits.items())
+        runs = sum(len(s.rate_curve) for s in reps)
+        ui.note(f"baseline goodput: {', '.join(f'{g:.3g}' for g in goodputs)} req/s with {limits} "
+                f"(one search a repetition, {runs} rate runs)", record=False)  # fmt: skip
     ui.record(
         "baseline",
         {

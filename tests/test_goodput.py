@@ -7,15 +7,17 @@ import asyncio
 import json
 import math
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tools.bench.goodput import RateCurve, broken_limit, find_goodput, kept_up, rate_runs
+from tools.bench.goodput import RateCurve, broken_limit, find_goodput, kept_up
+from tools.bench.loadgen import rate_runs
 from tools.bench.objective import GoalError, Slo, read_goal
-from tools.bench.results import RequestResult, summarize_level
+from tools.bench.results import LevelResult, RequestResult, SweepResult, summarize_level
 from tools.config import BenchConfig
 
 OPTAGENT = [sys.executable, "-c", "from agent.cli.main import app; app()"]
@@ -96,19 +98,20 @@ def test_completions_falling_behind_arrivals_break_the_rate_whatever_the_latency
 
 
 @pytest.mark.slow(seconds=60)
+@pytest.mark.quiet
 def test_the_simulated_server_has_a_goodput_below_what_it_serves_all_at_once(sim_server) -> None:  # type: ignore[no-untyped-def]
-    """On the seed (SGLang's scheduler simulated at 20x): rates up to the goodput meet both limits,
+    """On the seed (SGLang's scheduler simulated at 10x): rates up to the goodput meet both limits,
     the first above it breaks one of them or falls behind; the same limits made stricter give a
     lower goodput (the search follows the server, not a constant)."""
-    srv = sim_server("seed", time_scale=0.05)
-    settings = BenchConfig(input_len=1024, output_len=256, warmup=2, time_scale=0.05)
+    srv = sim_server("seed", time_scale=0.1)
+    settings = BenchConfig(input_len=1024, output_len=256, warmup=2, time_scale=0.1)
     loose = read_goal(GOAL).objective.limits
     curve = asyncio.run(find_goodput(rate_runs(srv.endpoint, settings, prompts=150), loose))
     assert curve.goodput is not None and curve.ceiling is not None, curve.describe()
     held = [p for p in curve.points if p.held]
     assert all(p.level.p99_ttft_ms <= 2000 and p.level.p99_tpot_ms <= 60 for p in held)
     assert curve.lowest_broken is not None and curve.lowest_broken > curve.goodput
-    strict = read_goal("goodput with p99 TTFT under 400 ms and p99 TPOT under 60 ms").objective.limits
+    strict = read_goal("goodput with p99 TTFT under 600 ms and p99 TPOT under 60 ms").objective.limits
     tighter = asyncio.run(find_goodput(rate_runs(srv.endpoint, settings, prompts=150), strict))
     assert tighter.goodput is not None and tighter.goodput < curve.goodput, (
         tighter.describe(),
@@ -117,6 +120,7 @@ def test_the_simulated_server_has_a_goodput_below_what_it_serves_all_at_once(sim
 
 
 @pytest.mark.slow(seconds=60)
+@pytest.mark.quiet
 def test_bench_goal_prints_the_rate_curve_and_saves_it(sim_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     srv = sim_server("seed", time_scale=0.05)
     config = tmp_path / "optagent.toml"
@@ -149,7 +153,6 @@ def test_bench_goal_prints_the_rate_curve_and_saves_it(sim_server, tmp_path: Pat
         (["bench", "--goal", "maximize goodput"], "goodput needs latency limits"),
         (["bench", "--goal", GOAL, "--concurrency", "1,8"], "--concurrency cannot be used"),
         (["bench", "--goal", GOAL, "--request-rate", "3"], "--request-rate cannot be used"),
-        (["run", "--goal", GOAL, "--yes"], "not judged on goodput yet"),
     ],
 )
 def test_a_goodput_goal_where_it_cannot_serve_exits_2_before_anything_runs(
@@ -178,3 +181,63 @@ def test_the_estimate_is_where_the_broken_limit_crosses_its_bound_between_the_ed
     behind = _level(10.0, 250.0, pace=0.5)  # broken by the pace alone, under the latency limit
     curve.points[-1] = RatePoint(10.0, behind, broken_limit(behind, limits))
     assert curve.points[-1].broken and 8.0 < curve.estimate < 10.0
+
+
+def test_goodput_limits_in_the_config_are_latency_statistics_at_one_run_size() -> None:
+    from pydantic import ValidationError
+
+    ok = BenchConfig(goodput_limits={"p99_ttft_ms": 300, "median_tpot_ms": 40}, concurrency=[200])
+    assert ok.goodput_limits == {"p99_ttft_ms": 300.0, "median_tpot_ms": 40.0}
+    for bad, says in (
+        ({"goodput_limits": {"p99_ttft": 300}, "concurrency": [200]}, "no latency statistic"),
+        ({"goodput_limits": {"p99_ttft_ms": 0}, "concurrency": [200]}, "above 0 ms"),
+        ({"goodput_limits": {"p99_ttft_ms": 300}, "concurrency": [1, 8]}, "one concurrency value"),
+    ):
+        with pytest.raises(ValidationError, match=says):
+            BenchConfig(**bad)
+
+
+def _goodput_sweep(seed: int, value: float | None) -> SweepResult:
+    level = (
+        []
+        if value is None
+        else [LevelResult(max_concurrency=200, num_prompts=200, completed=200, goodput=value)]
+    )
+    return SweepResult(endpoint="http://x", api="completions", seed=seed, levels=level, partial=value is None)
+
+
+def test_a_paired_comparison_of_goodput_searches_decides_on_the_goodput() -> None:
+    """Blocks of goodput repetitions go through the same A/B/A statistics as sweeps: +15% on three
+    repetitions a side is kept; a candidate whose search found no rate meeting the limits is not."""
+    from tools.bench.paired import paired_compare
+
+    objective = read_goal(GOAL).objective
+    rng = random.Random(3)
+    block = lambda g: [_goodput_sweep(r, g * math.exp(rng.gauss(0, 0.01))) for r in range(3)]  # noqa: E731
+    better = paired_compare(block(10.0), block(11.5), block(10.0), objective)
+    assert better.verdict == "improved" and better.ratio == pytest.approx(1.15, abs=0.03), better.summary
+    assert better.summary.startswith("improved") and "goodput" in better.summary
+    same = paired_compare(block(10.0), block(10.0), block(10.0), objective)
+    assert same.verdict in ("no_change", "inconclusive")
+    none = paired_compare(block(10.0), [_goodput_sweep(r, None) for r in range(3)], block(10.0), objective)
+    assert none.verdict == "regressed"
+
+
+@pytest.mark.slow(seconds=60)
+@pytest.mark.quiet
+def test_with_goodput_limits_a_sweep_is_a_search_and_the_next_starts_where_it_ended(sim_server) -> None:  # type: ignore[no-untyped-def]
+    from tools.bench.loadgen import goodput_hint, run_sweep
+
+    srv = sim_server("seed", time_scale=0.05)
+    settings = BenchConfig(input_len=1024, output_len=256, warmup=1, time_scale=0.05, concurrency=[120],
+                           goodput_limits={"p99_ttft_ms": 2000, "p99_tpot_ms": 60})  # fmt: skip
+    first = asyncio.run(run_sweep(srv.endpoint, settings, seed=0))
+    assert not first.partial and [lv.max_concurrency for lv in first.levels] == [120], first.errors
+    found = first.levels[0].goodput
+    assert found and first.rate_curve[0].request_rate is None  # from scratch: the closed loop first
+    held = [lv for lv in first.rate_curve if lv.request_rate and lv.request_rate <= found]
+    assert held and all(lv.p99_ttft_ms <= 2000 and lv.p99_tpot_ms <= 60 for lv in held)
+    again = asyncio.run(run_sweep(srv.endpoint, settings, seed=1, start_rate=goodput_hint([first])))
+    assert again.rate_curve[0].request_rate == pytest.approx(found)  # no closed loop: it starts there
+    assert len(again.rate_curve) < len(first.rate_curve)
+    assert again.levels[0].goodput == pytest.approx(found, rel=0.25)

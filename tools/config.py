@@ -134,6 +134,23 @@ class BenchConfig(_Strict):
     (the server stopped answering: the rest would wait as long), so a candidate that hangs mid-stream
     is out of a trial within this."""
     backend: Literal["optagent", "sglang"] = "optagent"
+    goodput_limits: dict[str, float] = Field(default_factory=dict)
+    """Latency limits in ms by statistic (`{ p99_ttft_ms = 300, p99_tpot_ms = 40 }`): when set, every
+    sweep is a goodput search (`tools.bench.goodput`): its one level, at `concurrency`'s single value
+    (requests per rate run, none held back by the client), carries the highest Poisson request rate
+    meeting every limit. A goodput goal sets it."""
+
+    @field_validator("goodput_limits")
+    @classmethod
+    def _latency_statistics(cls, v: dict[str, float]) -> dict[str, float]:
+        import re
+
+        for name, ms in v.items():
+            if not re.fullmatch(r"(mean|median|p90|p95|p99)_(ttft|tpot|itl|e2e_latency)_ms", name):
+                raise ValueError(f"{name!r} is no latency statistic (e.g. p99_ttft_ms, median_tpot_ms)")
+            if not ms > 0:
+                raise ValueError(f"the limit of {name} must be above 0 ms, got {ms}")
+        return v
 
     @field_validator("workload")
     @classmethod
@@ -143,6 +160,16 @@ class BenchConfig(_Strict):
         ):
             raise ValueError("a mix must give each workload a positive fraction, summing to 1")
         return v
+
+    @model_validator(mode="after")
+    def _goodput_runs_at_one_size(self) -> BenchConfig:
+        if self.goodput_limits and len(self.concurrency) != 1:
+            raise ValueError(
+                "goodput_limits needs one concurrency value: the requests of each rate run (e.g. [200])"
+            )
+        if self.goodput_limits and self.backend == "sglang":
+            raise ValueError("the goodput search runs with optagent's client, not backend = 'sglang'")
+        return self
 
     @model_validator(mode="after")
     def _bench_serving_sends_no_multiturn(self) -> BenchConfig:

@@ -15,7 +15,8 @@ from pathlib import Path
 from rich.table import Table
 
 from agent.cli.common import console, err_console, fail
-from tools.bench.goodput import GOODPUT_PROMPTS, RateCurve, curve_as_dict, find_goodput, rate_runs
+from tools.bench.goodput import GOODPUT_PROMPTS, RateCurve, curve_as_dict, find_goodput
+from tools.bench.loadgen import rate_runs
 from tools.bench.objective import Objective
 from tools.config import BenchConfig
 from tools.localfiles import write_bytes, write_text

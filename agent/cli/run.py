@@ -80,10 +80,14 @@ def read_goal_option(text: str, cfg: Any, *, strict: bool = True) -> tuple[Any, 
     except GoalError as e:
         fail(str(e), code=2)
     objective = goal.objective
-    if objective.kind == "goodput":
-        fail(f"trials are not judged on goodput yet: `optagent bench --goal {text!r}` measures it; a run "
-             "can keep a limit while it raises throughput, e.g. 'improve throughput keeping p99 TTFT "
-             "under 300 ms'", code=2)  # fmt: skip
+    if objective.kind == "goodput":  # every benchmark of the session is a goodput search
+        from tools.bench.goodput import GOODPUT_PROMPTS
+
+        runs = cfg.bench.prompts_per_level or GOODPUT_PROMPTS
+        limits = {s.metric: s.max_ms for s in objective.limits}
+        cfg = cfg.model_copy(
+            update={"bench": cfg.bench.model_copy(update={"goodput_limits": limits, "concurrency": [runs]})}
+        )
     said = f"from {objective.words!r}" if objective.words else "the default"
     chosen = f"objective: {objective.description} ({said})"
     if objective.slo is not None:

@@ -59,7 +59,7 @@ async def measure(
     """`start` sweeps (None: `bench.reps`), then one more at a time (up to `max_reps`) while
     `more(reps)` says the comparison is worth sharpening. Stops at a partial sweep (its numbers are
     not trusted)."""
-    from tools.bench.loadgen import run_sweep
+    from tools.bench.loadgen import goodput_hint, run_sweep
 
     target = start or bench.reps
     reps: list[Any] = []
@@ -71,6 +71,7 @@ async def measure(
             seed=rep_seed(len(reps), bench),
             rep=len(reps),
             reps=target,
+            start_rate=goodput_hint(reps),
         )
         reps.append(sweep)
         if sweep.partial:

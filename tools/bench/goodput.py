@@ -8,7 +8,8 @@ statistic (p99 TTFT, p99 TPOT, ...) stays at or under its bound. The search:
 
 1. a closed-loop run (every request of a run at once) gives the scale: the first rate tried is
    half of its request throughput;
-2. doubling from a rate that holds (halving from one that does not) brackets the edge;
+2. doubling from a rate that holds (halving from one that does not) brackets the edge (steps of
+   1.25 from a goodput found before on the same server: the repetitions after a search's first);
 3. bisection (geometric) narrows the bracket to `precision` (10%: a goodput figure is good to
    about a tenth), within `max_probes` runs.
 
@@ -23,10 +24,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tools.bench.loadgen import ProgressFn, run_sweep
 from tools.bench.objective import Slo
 from tools.bench.results import LevelResult
-from tools.config import BenchConfig
 
 Measure = Callable[[float | None], Awaitable[LevelResult]]
 """Runs one level at a Poisson rate (req/s), or closed-loop for None, and returns its summary."""
@@ -94,8 +93,10 @@ class RateCurve:
     """Every run of a goodput search, in the order they ran, and what they say."""
 
     limits: list[Slo]
+    closed: LevelResult | None = None
+    """The closed-loop run that scaled the search (None when it started from a rate given)."""
     ceiling: float | None = None
-    """Request throughput of the closed-loop run (what the server takes at all), req/s."""
+    """Request throughput of the closed-loop run, req/s."""
     points: list[RatePoint] = field(default_factory=list)
 
     @property
@@ -155,13 +156,15 @@ async def find_goodput(
     max_probes: int = 8,
     start: float | None = None,
 ) -> RateCurve:
-    """Search the highest rate meeting `limits` (module docstring); `start` skips the closed-loop
-    run. At most `max_probes` rate runs besides it."""
+    """Search the highest rate meeting `limits` (module docstring); `start` (a goodput found before
+    on the same server) skips the closed-loop run and brackets in steps of 1.25 instead of 2. At
+    most `max_probes` rate runs besides the closed-loop one."""
     if not limits:
         raise ValueError("a goodput search needs at least one limit")
     curve = RateCurve(limits=list(limits))
+    step = 2.0 if start is None else 1.25
     if start is None:
-        closed = await measure(None)
+        curve.closed = closed = await measure(None)
         curve.ceiling = closed.request_throughput
         if not closed.ok or not curve.ceiling:
             return curve  # the server does not serve the workload at all: no rate can hold
@@ -177,12 +180,12 @@ async def find_goodput(
     held = await probe(rate)
     lo, hi = (rate, None) if held else (None, rate)
     while len(curve.points) < max_probes and (lo is None or hi is None):
-        if lo is None and hi is not None:  # halving down to an edge that holds
-            if hi / 2 < floor:
+        if lo is None and hi is not None:  # stepping down to an edge that holds
+            if hi / step < floor:
                 return curve
-            lo, hi = (hi / 2, hi) if await probe(hi / 2) else (None, hi / 2)
-        elif lo is not None:  # doubling up to one that breaks
-            lo, hi = (lo, lo * 2) if not await probe(lo * 2) else (lo * 2, None)
+            lo, hi = (hi / step, hi) if await probe(hi / step) else (None, hi / step)
+        elif lo is not None:  # stepping up to one that breaks
+            lo, hi = (lo, lo * step) if not await probe(lo * step) else (lo * step, None)
     while lo is not None and hi is not None and hi / lo > 1 + precision and len(curve.points) < max_probes:
         mid = math.sqrt(lo * hi)
         lo, hi = (mid, hi) if await probe(mid) else (lo, mid)
@@ -191,34 +194,6 @@ async def find_goodput(
 
 GOODPUT_PROMPTS = 200
 """Requests per rate run by default: enough that a p99 is not the run's single slowest request."""
-
-
-def rate_runs(
-    endpoint: str, settings: BenchConfig, *, prompts: int = GOODPUT_PROMPTS, seed: int = 0,
-    on_progress: ProgressFn | None = None,
-) -> Measure:  # fmt: skip
-    """`Measure` over `endpoint`: each run sends `prompts` requests of the configured workload (the
-    same prompts and arrival pattern, scaled, at every rate), none held back by the client (as
-    `bench_serving` without `--max-concurrency`: a queue builds at the server, where it counts);
-    the warm-up goes before the first run only. None: all of them at once (closed loop)."""
-    runs = 0
-
-    async def measure(rate: float | None) -> LevelResult:
-        nonlocal runs
-        warmup = settings.warmup if runs == 0 else 0
-        runs += 1
-        one = settings.model_copy(
-            update={"concurrency": [prompts], "prompts_per_level": prompts, "warmup": warmup}
-        )
-        sweep = await run_sweep(endpoint, one, request_rate=rate, seed=seed, on_progress=on_progress)
-        if sweep.levels:
-            return sweep.levels[0]
-        return LevelResult(  # nothing measured: every request counts as failed, with the cause
-            max_concurrency=prompts, request_rate=rate, num_prompts=prompts, failed=prompts,
-            errors={e: prompts for e in sweep.errors[:1]} or {"nothing measured": prompts},
-        )  # fmt: skip
-
-    return measure
 
 
 def curve_as_dict(curve: RateCurve) -> dict[str, Any]:

@@ -17,10 +17,12 @@ from typing import Any
 
 import httpx
 
+from tools.bench.goodput import GOODPUT_PROMPTS, Measure, find_goodput
 from tools.bench.multiturn import conversations
 from tools.bench.netstream import ClientPool
+from tools.bench.objective import Slo
 from tools.bench.prompts import Prompt, load_prompt_file
-from tools.bench.results import RequestResult, SweepResult, summarize_level
+from tools.bench.results import LevelResult, RequestResult, SweepResult, summarize_level
 from tools.bench.streaming import API_PATHS, TokenCounter, build_payload, send_request
 from tools.bench.workload import level_prompts
 from tools.config import BenchConfig
@@ -217,14 +219,19 @@ async def run_sweep(
     model: str | None = None,
     rep: int = 0,
     reps: int = 1,
+    start_rate: float | None = None,
 ) -> SweepResult:
-    """One sweep over `settings.concurrency` against `endpoint` (`http://host:port`).
+    """One sweep over `settings.concurrency` against `endpoint` (`http://host:port`); with
+    `settings.goodput_limits`, a goodput search (`goodput_sweep`, from `start_rate`: see
+    `goodput_hint`).
 
     Warm-up requests go first and are not counted. Failed requests are recorded with their cause
     and make the result `partial`; if the server becomes unreachable the remaining levels are
     skipped and named in `errors`. Never raises for a server problem.
     """
     endpoint = endpoint.rstrip("/")
+    if settings.goodput_limits:
+        return await goodput_sweep(endpoint, settings, seed=seed, on_progress=on_progress, start=start_rate)
     path = API_PATHS[settings.api]
     file_prompts = load_prompt_file(prompt_file, output_len=settings.output_len) if prompt_file else None
     result = SweepResult(
@@ -341,9 +348,82 @@ async def run_repeated(
     sweeps = []
     for rep in range(reps):
         sweep = await run_sweep(
-            endpoint, settings, on_progress=on_progress, seed=rep, rep=rep, reps=reps, **sweep_kwargs
-        )
+            endpoint, settings, on_progress=on_progress, seed=rep, rep=rep, reps=reps,
+            start_rate=goodput_hint(sweeps), **sweep_kwargs,
+        )  # fmt: skip
         sweeps.append(sweep)
         if sweep.partial:
             break
     return sweeps
+
+
+def rate_runs(
+    endpoint: str, settings: BenchConfig, *, prompts: int = GOODPUT_PROMPTS, seed: int = 0,
+    on_progress: ProgressFn | None = None,
+) -> Measure:  # fmt: skip
+    """`Measure` over `endpoint`: each run sends `prompts` requests of the configured workload (the
+    same prompts and arrival pattern, scaled, at every rate), none held back by the client (as
+    `bench_serving` without `--max-concurrency`: a queue builds at the server, where it counts);
+    the warm-up goes before the first run only. None: all of them at once (closed loop)."""
+    runs = 0
+
+    async def measure(rate: float | None) -> LevelResult:
+        nonlocal runs
+        warmup = settings.warmup if runs == 0 else 0
+        runs += 1
+        one = settings.model_copy(
+            update={
+                "concurrency": [prompts],
+                "prompts_per_level": prompts,
+                "warmup": warmup,
+                "goodput_limits": {},
+            }
+        )
+        sweep = await run_sweep(endpoint, one, request_rate=rate, seed=seed, on_progress=on_progress)
+        if sweep.levels:
+            return sweep.levels[0]
+        return LevelResult(  # nothing measured: every request counts as failed, with the cause
+            max_concurrency=prompts, request_rate=rate, num_prompts=prompts, failed=prompts,
+            errors={e: prompts for e in sweep.errors[:1]} or {"nothing measured": prompts},
+        )  # fmt: skip
+
+    return measure
+
+
+def goodput_hint(sweeps: list[SweepResult]) -> float | None:
+    """Where the next goodput search of the same configuration starts: the first goodput found
+    among `sweeps` (None: search from scratch)."""
+    return next((lv.goodput for s in sweeps for lv in s.levels if lv.goodput), None)
+
+
+async def goodput_sweep(
+    endpoint: str,
+    settings: BenchConfig,
+    *,
+    seed: int = 0,
+    on_progress: ProgressFn | None = None,
+    start: float | None = None,
+) -> SweepResult:
+    """One repetition of a goodput objective: a search (`tools.bench.goodput.find_goodput`) under
+    `settings.goodput_limits`, as a sweep of one level at `settings.concurrency[0]` requests per run:
+    the run at the highest rate that held, with `goodput` its estimate; every run in `rate_curve`.
+    No rate holding leaves the level out (the sweep is partial, with why)."""
+    prompts = settings.concurrency[0]
+    limits = [Slo(metric=k, max_ms=v) for k, v in settings.goodput_limits.items()]
+    measure = rate_runs(endpoint, settings, prompts=prompts, seed=seed, on_progress=on_progress)
+    curve = await find_goodput(measure, limits, start=start)
+    runs = [*([curve.closed] if curve.closed else []), *(p.level for p in curve.points)]
+    runs = [
+        run.model_copy(update={"requests": []}) for run in runs
+    ]  # the summaries: the best run keeps its own
+    result = SweepResult(
+        endpoint=redact_text(endpoint), api=settings.api, settings=settings.model_dump(mode="json"),
+        client_host=socket.gethostname(), seed=seed, rate_curve=runs,
+    )  # fmt: skip
+    best = next((p.level for p in curve.points if p.rate == curve.goodput), None)
+    if best is None:
+        result.errors.append(curve.describe())
+    else:
+        result.levels.append(best.model_copy(update={"max_concurrency": prompts, "goodput": curve.estimate}))
+    result.partial = best is None
+    return result

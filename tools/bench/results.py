@@ -122,6 +122,9 @@ class LevelResult(BaseModel):
     """Per turn of a multi-turn workload, first turn first (empty for prompts alone)."""
     errors: dict[str, int] = Field(default_factory=dict)
     """Distinct error causes and how many requests each ended."""
+    goodput: float | None = None
+    """A goodput search's result (req/s, `RateCurve.estimate`): this level is its run at the highest
+    rate that held; None for every other level."""
     requests: list[RequestResult] = Field(default_factory=list)
 
     @property
@@ -147,6 +150,8 @@ class SweepResult(BaseModel):
     partial: bool = False
     """True when anything failed or a level is missing: treat the numbers as incomplete."""
     errors: list[str] = Field(default_factory=list)
+    rate_curve: list[LevelResult] = Field(default_factory=list)
+    """A goodput search's runs, in the order they ran (`request_rate` None: the closed-loop one)."""
 
     def level(self, concurrency: int) -> LevelResult | None:
         """The level run at `concurrency`, if any."""
