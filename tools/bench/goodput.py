@@ -52,10 +52,15 @@ def pace(level: LevelResult) -> float | None:
 def kept_up(level: LevelResult) -> str | None:
     """Why the server fell behind the arrivals of a run, or None. A run of a few hundred requests
     above what the server sustains can end before its queue breaks a latency limit; it shows in
-    the `pace`: completions slower than arrivals (below `KEPT_UP` of them)."""
+    the `pace`: completions slower than arrivals (below `KEPT_UP` of them). A run whose arrivals
+    span under two median latencies cannot tell (the server may hold all of it at once)."""
     got = pace(level)
     if got is None:
         return f"{len(level.requests)} requests are too few to tell the pace"
+    starts = [r.start_s for r in level.requests]
+    span, e2e = max(starts) - min(starts), (level.median_e2e_latency_ms or 0.0) / 1000.0
+    if level.request_rate is not None and span < 2 * e2e:
+        return f"too short to tell: arrivals over {span:.1f} s, under two median latencies ({e2e:.1f} s)"
     return f"served at {got:.0%} of the arrival rate (a queue grows)" if got < KEPT_UP else None
 
 
@@ -193,7 +198,9 @@ async def find_goodput(
 
 
 GOODPUT_PROMPTS = 200
-"""Requests per rate run by default: enough that a p99 is not the run's single slowest request."""
+"""Requests per rate run at least: enough that a p99 is not the run's single slowest request."""
+GOODPUT_SPANS = 4
+"""A rate run's arrivals span at least this many median end-to-end latencies (`kept_up`)."""
 
 
 def curve_as_dict(curve: RateCurve) -> dict[str, Any]:

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import gc
 import json
+import math
 import random
 import socket
 import time
@@ -17,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from tools.bench.goodput import GOODPUT_PROMPTS, Measure, find_goodput
+from tools.bench.goodput import GOODPUT_PROMPTS, GOODPUT_SPANS, Measure, find_goodput
 from tools.bench.multiturn import conversations
 from tools.bench.netstream import ClientPool
 from tools.bench.objective import Slo
@@ -361,31 +362,30 @@ def rate_runs(
     endpoint: str, settings: BenchConfig, *, prompts: int = GOODPUT_PROMPTS, seed: int = 0,
     on_progress: ProgressFn | None = None,
 ) -> Measure:  # fmt: skip
-    """`Measure` over `endpoint`: each run sends `prompts` requests of the configured workload (the
-    same prompts and arrival pattern, scaled, at every rate), none held back by the client (as
-    `bench_serving` without `--max-concurrency`: a queue builds at the server, where it counts);
-    the warm-up goes before the first run only. None: all of them at once (closed loop)."""
-    runs = 0
+    """`Measure` over `endpoint`: each run sends at least `prompts` requests of the configured
+    workload (the same prompts and arrival pattern, scaled, at every rate), none held back by the
+    client (as `bench_serving` without `--max-concurrency`: a queue builds at the server, where it
+    counts); the warm-up goes before the first run only. None: all of them at once (closed loop).
+
+    A run must outlast its requests' latency, or a server that holds the whole run in flight at
+    once answers any rate: at a rate, a run sends enough requests for its arrivals to span
+    `GOODPUT_SPANS` median end-to-end latencies of the run before it (at most 10 x `prompts`)."""
+    runs: list[LevelResult] = []
 
     async def measure(rate: float | None) -> LevelResult:
-        nonlocal runs
-        warmup = settings.warmup if runs == 0 else 0
-        runs += 1
-        one = settings.model_copy(
-            update={
-                "concurrency": [prompts],
-                "prompts_per_level": prompts,
-                "warmup": warmup,
-                "goodput_limits": {},
-            }
-        )
+        e2e = runs[-1].median_e2e_latency_ms if runs else None
+        n = prompts
+        if rate is not None and e2e:
+            n = min(10 * prompts, max(prompts, math.ceil(rate * GOODPUT_SPANS * e2e / 1000.0)))
+        update = {"concurrency": [n], "prompts_per_level": n, "goodput_limits": {}}
+        one = settings.model_copy(update={**update, "warmup": 0 if runs else settings.warmup})
         sweep = await run_sweep(endpoint, one, request_rate=rate, seed=seed, on_progress=on_progress)
-        if sweep.levels:
-            return sweep.levels[0]
-        return LevelResult(  # nothing measured: every request counts as failed, with the cause
-            max_concurrency=prompts, request_rate=rate, num_prompts=prompts, failed=prompts,
-            errors={e: prompts for e in sweep.errors[:1]} or {"nothing measured": prompts},
+        level = sweep.levels[0] if sweep.levels else LevelResult(  # nothing measured: all failed, with why
+            max_concurrency=n, request_rate=rate, num_prompts=n, failed=n,
+            errors={e: n for e in sweep.errors[:1]} or {"nothing measured": n},
         )  # fmt: skip
+        runs.append(level)
+        return level
 
     return measure
 
