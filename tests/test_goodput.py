@@ -246,3 +246,12 @@ def test_with_goodput_limits_a_sweep_is_a_search_and_the_next_starts_where_it_en
     assert again.rate_curve[0].request_rate == pytest.approx(found)  # no closed loop: it starts there
     assert len(again.rate_curve) < len(first.rate_curve)
     assert again.levels[0].goodput == pytest.approx(found, rel=0.25)
+
+
+def test_a_goodput_decision_reads_as_a_rate_where_higher_is_better() -> None:
+    from agent.transcripts.markdown import metric_label
+    from tools.bench.effect import Effect
+
+    assert metric_label("goodput") == "goodput req/s"
+    assert not Effect(metric="goodput", rule="objective", verdict="improved").lower_is_better
+    assert Effect(metric="p99_ttft_ms", rule="objective", verdict="improved").lower_is_better

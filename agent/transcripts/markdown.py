@@ -164,9 +164,12 @@ def _metric_table(effect: Any) -> list[str]:
 
 
 def metric_label(metric: str) -> str:
-    """`p99_ttft_ms` -> `p99 TTFT ms`, `request_throughput` -> `req/s`, other throughputs tok/s."""
+    """`p99_ttft_ms` -> `p99 TTFT ms`, `request_throughput` -> `req/s`, other throughputs tok/s,
+    `goodput` -> `goodput req/s`."""
     if metric == "request_throughput":
         return "req/s"
+    if metric == "goodput":
+        return "goodput req/s"
     if metric.endswith("_throughput"):
         return f"{metric.removesuffix('_throughput')} tok/s"
     stat, _, rest = metric.partition("_")

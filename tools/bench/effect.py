@@ -74,7 +74,7 @@ class Effect:
     @property
     def lower_is_better(self) -> bool:
         """A latency decision: its ratios are gains (known-good / candidate: + is a lower latency)."""
-        return "throughput" not in self.metric
+        return "throughput" not in self.metric and self.metric != "goodput"
 
     def change(self, lv: LevelEffect) -> str:
         """`lv`'s change in words: `+4.0% [+1.2..+6.9]`, for a latency `gain +4.0% [...]`."""
