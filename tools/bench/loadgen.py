@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import json
 import math
@@ -372,6 +373,10 @@ def rate_runs(
     `GOODPUT_SPANS` median end-to-end latencies of the run before it (at most 10 x `prompts`)."""
     runs: list[LevelResult] = []
 
+    def as_search(p: Progress) -> None:  # shown under the search's level, whatever a run's size
+        if on_progress is not None:
+            on_progress(dataclasses.replace(p, concurrency=prompts))
+
     async def measure(rate: float | None) -> LevelResult:
         e2e = runs[-1].median_e2e_latency_ms if runs else None
         n = prompts
@@ -379,7 +384,7 @@ def rate_runs(
             n = min(10 * prompts, max(prompts, math.ceil(rate * GOODPUT_SPANS * e2e / 1000.0)))
         update = {"concurrency": [n], "prompts_per_level": n, "goodput_limits": {}}
         one = settings.model_copy(update={**update, "warmup": 0 if runs else settings.warmup})
-        sweep = await run_sweep(endpoint, one, request_rate=rate, seed=seed, on_progress=on_progress)
+        sweep = await run_sweep(endpoint, one, request_rate=rate, seed=seed, on_progress=as_search)
         level = sweep.levels[0] if sweep.levels else LevelResult(  # nothing measured: all failed, with why
             max_concurrency=n, request_rate=rate, num_prompts=n, failed=n,
             errors={e: n for e in sweep.errors[:1]} or {"nothing measured": n},
