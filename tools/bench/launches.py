@@ -13,14 +13,14 @@ from tools.bench.objective import Objective
 from tools.bench.results import SweepResult
 
 
-def _values(reps: list[SweepResult], objective: Objective, levels: list[int]) -> list[float]:
+def rep_values(reps: list[SweepResult], objective: Objective, levels: list[int]) -> list[float]:
     """Per repetition: the mean log metric over `levels`, oriented so that higher is better
     (a repetition missing any value is left out)."""
-    return [v for _, v in _pairs(reps, objective, levels)]
+    return [v for _, v in seeded_values(reps, objective, levels)]
 
 
-def _pairs(reps: list[SweepResult], objective: Objective, levels: list[int]) -> Block:
-    """(seed, value) per repetition, as `_values`: the seed names the prompts it was measured on."""
+def seeded_values(reps: list[SweepResult], objective: Objective, levels: list[int]) -> Block:
+    """(seed, value) per repetition, as `rep_values`: the seed names the prompts it was measured on."""
     sign = 1.0 if objective.higher_is_better else -1.0
     out = []
     for s in reps:
@@ -58,7 +58,7 @@ def _group_noise(
     """(sum of squares of the block means around their mean, its degrees of freedom, what repetition
     noise alone puts into that sum) for the blocks of 2+ repetitions of one configuration, their
     prompts' effect taken out (`fit_blocks`); None below two such blocks."""
-    kept = [p for b in blocks if len(p := _pairs(b, objective, levels)) >= 2]
+    kept = [p for b in blocks if len(p := seeded_values(b, objective, levels)) >= 2]
     if len(kept) < 2:
         return None
     fit = fit_blocks(kept)
@@ -104,12 +104,12 @@ def settle(
     # the levels where every repetition of both blocks has the goal's metrics
     levels = [
         c
-        for c in sorted(_ok_levels(first) & _ok_levels(second))
-        if all(len(_values(x, objective, [c])) == len(x) for x in (first, second))
+        for c in sorted(ok_levels(first) & ok_levels(second))
+        if all(len(rep_values(x, objective, [c])) == len(x) for x in (first, second))
     ]
     family = alpha / max(1, len(levels))
     for c in levels:
-        a, b = _pairs(first, objective, [c]), _pairs(second, objective, [c])
+        a, b = seeded_values(first, objective, [c]), seeded_values(second, objective, [c])
         if len(a) < 2 or len(b) < 2:
             continue
         fit = fit_blocks([a, b])
@@ -120,7 +120,7 @@ def settle(
         if p < family:
             slow, fast = (first, second) if gap > 0 else (second, first)
             gap = math.expm1(abs(gap))
-            if _mean(_values(slow, objective, levels)) > _mean(_values(fast, objective, levels)):
+            if _mean(rep_values(slow, objective, levels)) > _mean(rep_values(fast, objective, levels)):
                 slow, fast = fast, slow  # the faster block over all levels is kept
             which = "earlier" if slow is first else "later"
             why = (
@@ -131,7 +131,8 @@ def settle(
     return first + second, None, ""
 
 
-def _ok_levels(reps: list[SweepResult]) -> set[int]:
+def ok_levels(reps: list[SweepResult]) -> set[int]:
+    """The levels every repetition of `reps` measured whole."""
     sets = [{lv.max_concurrency for lv in s.levels if lv.ok} for s in reps]
     return set.intersection(*sets) if sets else set()
 

@@ -28,7 +28,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from tools.bench.blockfit import Block, fit_blocks
-from tools.bench.launches import _ok_levels, _pairs, _values, launch_spread, pooled_spread
+from tools.bench.launches import launch_spread, ok_levels, pooled_spread, rep_values, seeded_values
 from tools.bench.objective import Objective
 from tools.bench.results import SweepResult
 
@@ -183,14 +183,14 @@ def paired_compare(
     after `confirm`: three launches of each side are judged."""
     after = after or []
     more_good, more_cand = third or ([], [])
-    levels = sorted(_ok_levels(before))
+    levels = sorted(ok_levels(before))
     wanted = objective.levels or (levels[:1] if objective.lowest_level else levels)
     pareto = objective.kind == "throughput" and not objective.levels and not objective.lowest_level
     kw = dict(launch_noise=launch_noise, alpha=alpha, prior_df=prior_df)
 
     def judged(at: list[int], concurrency: int | None = None) -> Interval:
         def v(blocks: list[list[SweepResult]]) -> list[Block]:
-            return [_pairs(x, objective, at) for x in blocks]
+            return [seeded_values(x, objective, at) for x in blocks]
 
         return interval(
             v([before, after, more_good]), v([cand, confirm or [], more_cand]),
@@ -205,7 +205,7 @@ def paired_compare(
     base = dict(rule=rule, ratio=overall.ratio, overall=overall, per_level=per_level)
     every_cand = cand + (confirm or []) + more_cand
     bad_cand = any(s.partial for s in every_cand) or any(
-        len(_values(every_cand, objective, [c])) < len(every_cand) for c in levels
+        len(rep_values(every_cand, objective, [c])) < len(every_cand) for c in levels
     )
     if bad_cand:
         return PairedComparison(
