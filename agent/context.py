@@ -196,7 +196,11 @@ async def gather_context(
     context manager yielding a progress callback (`RunUI.waiting`): a fetch of the source or a build
     of its code index (30 s to minutes, cold) is shown while it lasts. With `index`, the code index
     is loaded here (research needs it next) rather than inside the first research. `tree`: the
-    source tree to read instead of the running version's (`optagent research --source/--version`)."""
+    source tree to read instead of the running version's (`optagent research --source/--version`).
+
+    One piece because it reads the pieces in the order the progress shows them, each failure
+    recorded in `ctx.missing` rather than raised, into the one context it returns.
+    """
     from tools.bench.workload import prefix_share
     from tools.deploy.units.file import UnitFile
 

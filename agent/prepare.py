@@ -85,6 +85,9 @@ async def prepare_session(
     is loaded before the first research and the baseline measured before the first trial
     (`agent.chat.needs`), or with `resume` (a loaded transcript) the saved one is reused while the
     unit file and the benchmark levels are those it ran on; the instructions get their chat section.
+
+    One piece because every step runs inside the one open (and locked) deployment and transport it
+    yields from, in the order the steps are shown (preflight, context, baseline), each feeding the next.
     """
     from agent.context import gather_context
     from agent.policy.models import make_models

@@ -203,6 +203,9 @@ class Api:
         return max_new, temperature == 0, bool(body.get("ignore_eos", False))
 
     def _openai(self, body: dict[str, Any], *, chat: bool) -> Response:
+        """Answer `/v1/completions` or (`chat`) `/v1/chat/completions`, whole or streamed as SGLang
+        streams it. One piece because the nested `choice`, `chunk` and `events` close over the one
+        generation, response id and usage they stream."""
         if chat:
             messages = body.get("messages")
             if not isinstance(messages, list) or not messages:

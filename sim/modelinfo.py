@@ -105,7 +105,9 @@ def _attention_params(cfg: dict[str, Any], hidden: int, q_heads: int, kv_heads: 
 
 
 def model_info(config: dict[str, Any], *, name: str = "model", path: str = "config.json") -> ModelInfo:
-    """Derive `ModelInfo` from a config dict (plain or with a nested `text_config`)."""
+    """Derive `ModelInfo` from a config dict (plain or with a nested `text_config`). One piece because
+    it reads the config once, key by key, each size feeding the next (layer kinds, attention, MoE);
+    a third of it is the constructor call."""
     arch = (config.get("architectures") or ["unknown"])[0]
     cfg = config.get("text_config") or config
     hidden = int(_need(cfg, "hidden_size", path))

@@ -147,7 +147,12 @@ def _sized(model: ModelInfo, dense_bytes: float, expert_bytes: float) -> ModelIn
 
 
 def resolve_plan(args: argparse.Namespace, scenario: Scenario, model: ModelInfo) -> Plan:
-    """Resolve parsed `launch_server` flags on the scenario's hardware, or raise `StartupError`."""
+    """Resolve parsed `launch_server` flags on the scenario's hardware, or raise `StartupError`.
+
+    One piece because it follows SGLang's start-up in order: each refusal is raised where SGLang
+    raises it (the first error a bad launch hits is SGLang's first), and each resolved value (chunk,
+    max batch, memory fraction) feeds the memory budget below it.
+    """
     hw, tp = scenario.hardware, args.tp_size
     if tp > hw.count:
         raise StartupError(

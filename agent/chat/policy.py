@@ -245,7 +245,11 @@ def _first_pick(messages: list[Any], returns: list[Any], done: set[str], call: A
 
 
 def chat_policy(messages: list[Any], info: Any) -> Any:
-    """Answer the latest chat request with one tool call, then a short report of what it returned."""
+    """Answer the latest chat request with one tool call, then a short report of what it returned.
+
+    One piece because it is a table of request patterns read top to bottom, the first match deciding:
+    each row is a call, then a report of what the call returned, so the order of the rows is the rule.
+    """
     from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
 
     prompt, returns = _since_last_prompt(messages)

@@ -89,7 +89,13 @@ def bench(
     ),
 ) -> None:
     """Sweep concurrency levels against the server and print a table of the results (with a goodput
-    --goal: search the highest request rate meeting its limits and print the rate curve)."""
+    --goal: search the highest request rate meeting its limits and print the rate curve).
+    \f
+
+    One piece because it is a typer callback read top to bottom: the options checked in the order
+    they are read, `--restarts` and `--goal` handed off, then the sweep and its report; a third
+    of it is the option list.
+    """
     if ctx.invoked_subcommand:
         return
     cfg = get_config(config)
@@ -296,7 +302,12 @@ def compare_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the decision as JSON."),
     plot_file: Path | None = typer.Option(None, "--plot", help="Save a before/after PNG plot."),
 ) -> None:
-    """Decide whether CANDIDATE is better than BASELINE, with the numbers and the test used."""
+    """Decide whether CANDIDATE is better than BASELINE, with the numbers and the test used.
+    \f
+
+    One piece because it is a typer command read top to bottom: both files and the goal checked
+    in the order they are given, one comparison, then its print-out (JSON or a table).
+    """
     from tools.bench.objective import GoalError
     from tools.bench.stats import IncomparableResults, compare, objective_from_goal
 

@@ -18,7 +18,13 @@ def chat(
     goal: str = typer.Option("improve throughput", "--goal", "-g", help="What the session is for."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before changing the target."),
 ) -> None:
-    """Talk to the optimization agent interactively."""
+    """Talk to the optimization agent interactively.
+    \f
+
+    One piece because it is a typer command read top to bottom: options, a resumed or new
+    transcript, then the chat loop, whose `main()` closes over that transcript and the `spent`
+    counters that every way out records when it closes the transcript.
+    """
     from agent.chat.session import ChatSession, line_reader
     from agent.chat.setup import chat_console, open_chat
     from agent.policy.models import ModelChoiceError, choose_model

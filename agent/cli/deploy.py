@@ -148,7 +148,13 @@ def deploy(
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the diff; touch nothing."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
 ) -> None:
-    """Change server flags: edit, upload, restart, wait healthy, or roll back."""
+    """Change server flags: edit, upload, restart, wait healthy, or roll back.
+    \f
+
+    One piece because it is a typer command whose two paths, `--dry-run` (read-only: no lock, no
+    writes) and the real deploy, share the edits and checks made first; each nested coroutine
+    closes over the same target, unit kind and edits.
+    """
     from tools.deploy.deployment import Deployment
     from tools.deploy.units.file import unified_diff
 

@@ -236,7 +236,12 @@ def research(
     With a configured deployment (optagent.toml, or the simulated one `optagent sim up` lays out)
     its facts are read as a run reads them: SGLang version, unit file, resolved server arguments,
     the model's config.json and the GPUs; the options given override them. A value `optagent
-    deploy` refuses is refused here, at once, with deploy's reason (one check, `refusals`)."""
+    deploy` refuses is refused here, at once, with deploy's reason (one check, `refusals`).
+    \f
+
+    One piece because it is a typer command: the facts are assembled in the order the options
+    override them, then one verdict is reached and printed; half its length is the option list.
+    """
     from agent.cli.research_view import deployment_view, facts_of, print_verdict
     from tools.research.analysis import analyze_flag
     from tools.research.flags import find_flag, flag_catalog

@@ -161,7 +161,13 @@ def run(
         False, "--json", help="Print a JSON summary on stdout (progress goes to stderr)."
     ),
 ) -> None:
-    """Plan, research and trial server flags; keep only what is measurably better."""
+    """Plan, research and trial server flags; keep only what is measurably better.
+    \f
+
+    One piece because it is a typer command read top to bottom: the options checked in the order
+    they are read, the approval, then one session whose transcript every exit below closes with
+    its own status and exit code; most of its length is the option list.
+    """
     import asyncio
 
     from agent.policy.models import ModelChoiceError, choose_model

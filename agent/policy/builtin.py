@@ -45,6 +45,9 @@ def researcher_policy(messages: list[Any], info: Any) -> Any:
 def _todo(
     cands: list[dict[str, Any]], verdicts: dict[str, dict], trials: dict[str, dict], extra: list[dict]
 ) -> list:
+    """The todo list the builtin planner writes: one item per candidate, then `extra`. One piece
+    because it is one ladder of rules per candidate read top to bottom (ruled out by the playbook,
+    tried, unresearched, rejected, lossy, else pending), the first match giving the item."""
     items = []
     for c in cands:
         flag, prio = c["flag"], c["priority"]
@@ -110,7 +113,12 @@ def _todo(
 
 
 def planner_policy(messages: list[Any], info: Any) -> Any:
-    """Candidates → todo list → research all (concurrently) → trials in order → combined → conclusion."""
+    """Candidates → todo list → research all (concurrently) → trials in order → combined → conclusion.
+
+    One piece because the next step is a ladder read top to bottom (todo and research, a leave-out,
+    the queue's next trial or bundle, the combined trial, the final todo, the conclusion), every rung
+    reading the state folded from the tool returns at the top.
+    """
     returns = tool_returns(messages)
     cands = next((c for n, c, _ in returns if n == "list_candidates"), None)
     if cands is None:

@@ -38,7 +38,8 @@ def conclusion(
 ) -> str:
     """Markdown: what was kept with its numbers, what was rolled back and why, what was ruled out,
     and which candidates were never tried and why (`untried`: flag -> rank by expected value).
-    `trials`: each flag's latest trial; `earlier`: the first trials of flags given a second look."""
+    `trials`: each flag's latest trial; `earlier`: the first trials of flags given a second look.
+    One piece because it writes one Markdown document section by section, in the order it is read."""
     seen: set[Any] = set()  # a bundle is each member's trial: listed once
     singles = []
     for t in sorted([*(earlier or []), *trials.values()], key=lambda t: t.get("trial") or 0):

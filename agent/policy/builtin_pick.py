@@ -117,7 +117,8 @@ def first_pick_text(
     """One first pick with its reason, then at most `NEXT_SHOWN` next ones (the unresearched among
     them with the most they could be worth), and how to run the first. `shown`: flags whose verdict
     was just printed (the reason does not repeat its summary); `failed`: flags whose research was
-    asked for and gave no verdict (said, since one of them could have come first)."""
+    asked for and gave no verdict (said, since one of them could have come first). One piece
+    because it writes one message line by line, in the order it is read, from one trial queue."""
     queue = trial_queue(cands, verdicts, tried, slots)
     ruled_out = [c["flag"] for c in live_candidates(cands) if final_rejection(verdicts.get(c["flag"]))]
     failed = [f for f in failed if f not in verdicts]

@@ -190,7 +190,9 @@ def verdict_for_planner(v: FlagVerdict) -> dict[str, Any]:
 
 
 def build_planner(model: Any) -> Any:
-    """The planner agent (pydantic-ai); its final output is the written conclusion."""
+    """The planner agent (pydantic-ai); its final output is the written conclusion. One piece
+    because pydantic-ai registers tools by decorating them on the agent instance: each nested tool is
+    defined here, on `agent`, and its docstring is what the model reads."""
     agent = Agent(
         model, name="planner", deps_type=PlannerDeps, output_type=str, retries=3, capabilities=[ToolErrors()]
     )

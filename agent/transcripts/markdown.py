@@ -265,7 +265,8 @@ def approval_lines(approvals: list[dict[str, Any]]) -> list[str]:
 
 def review_markdown(review: Review, *, conditions_marker: bool = False) -> str:
     """The review as a Markdown document (`conditions_marker`: leave paragraphs for the HTML export to
-    replace with every condition and the todo list's history, collapsed)."""
+    replace with every condition and the todo list's history, collapsed). One piece because it writes
+    one document section by section, in the order it is read; each section's lines are helpers."""
     h = review.header
     out = [f"# optagent session {h.get('id', '?')}", ""]
     out += [f"- Kind: {h.get('kind', '?')}, started {h.get('started_at', '?')}, status: {review.status}"]

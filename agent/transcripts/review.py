@@ -250,7 +250,9 @@ def deployed_trial(loaded: LoadedTranscript, trials: list[TrialRecord]) -> Trial
 
 
 def build_review(loaded: LoadedTranscript) -> Review:
-    """Extract the review of one loaded transcript."""
+    """Extract the review of one loaded transcript. One piece because it is one fold of the
+    transcript's events into the fields of `Review`, which depend on each other (what was kept
+    follows the deployed trial, the final gain follows both); a third of it is the constructor call."""
     header = loaded.header or {}
     context: dict[str, Any] = {}
     for e in loaded.events_of("context"):

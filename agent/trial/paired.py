@@ -36,7 +36,9 @@ class PairedTrial(Trial):
     """One trial, A/B/A(/B(/A/B)), of `record`'s changes on top of known-good (see above)."""
 
     async def run(self, new_text: str) -> None:
-        """The whole A/B/A trial of `record` (deployed as `new_text`)."""
+        """The whole A/B/A trial of `record` (deployed as `new_text`). One piece because it is the
+        protocol in the order it runs: each measurement, then the decision it allows (reject, keep on
+        a clear win, roll back), every early return one of them; the second launch is its own method."""
         r, record = self.runner, self.record
         on_winner = r.reference is not None and r.reference is r.best_reps
         before = await self.known_good_block()

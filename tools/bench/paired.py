@@ -111,7 +111,8 @@ def interval(
     known-good blocks disagree on beyond their own noise and the restart spread. The t quantile
     takes Welch-Satterthwaite degrees of freedom: the restart spread counts with those of
     `launch_spread` and the drift bound is taken as given, so a handful of repetitions does not
-    inflate the quantile of a variance they hardly contribute to."""
+    inflate the quantile of a variance they hardly contribute to. One piece because it is one
+    variance formula, its terms summed and weighed for one t interval; half its length is this text."""
     from scipy import stats as sps
 
     a, b = [g for g in known_good if g], [g for g in cand if g]
@@ -180,7 +181,12 @@ def paired_compare(
     configuration the run launched more than once tells how far a restart moves a server).
     `confirm`: a block on a second launch of the candidate (after `after`): both candidate launches
     are judged. `third`: (known-good, candidate) blocks of one more launch of each, in that order
-    after `confirm`: three launches of each side are judged."""
+    after `confirm`: three launches of each side are judged.
+
+    One piece because it is one verdict rule read top to bottom: the intervals, the sets the rule
+    reads (worse, significantly below, wins, can still reach), then the ladder regressed / improved /
+    no_change / inconclusive, all on the same thresholds.
+    """
     after = after or []
     more_good, more_cand = third or ([], [])
     levels = sorted(ok_levels(before))

@@ -169,6 +169,9 @@ def compare(
     between server restarts) widens every interval when the two sides ran in different launches
     (e.g. a trial vs its baseline). Raises `IncomparableResults`
     when the repetitions differ in a setting of `MEASURED_SETTINGS`.
+
+    One piece because it is one decision read top to bottom: the guards in the order they decide
+    (no data, errors, lost levels), the intervals, then the verdict ladder on the same thresholds.
     """
     _check_comparable(baseline_reps + candidate_reps)
     objective = objective or Objective()

@@ -82,7 +82,11 @@ def analyze_flag(
     `startup` is what SGLang's own argument resolution said of the flag here
     (`tools.research.startup.check`): its refusal, or an identical configuration, decides; a changed
     configuration leaves the verdict to the readers, minus the refusals and resets in argument code
-    that the real resolution did not make."""
+    that the real resolution did not make.
+
+    One piece because it builds one verdict in the order its parts depend on each other: the catalog
+    entry, the facts, the replacement researched, the notes, the readers, then `decide`.
+    """
     name = "--" + flag.strip().lstrip("-").replace("_", "-")
     info = find_flag(index.catalog, name)
     if info is None:

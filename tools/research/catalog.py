@@ -74,7 +74,8 @@ def deprecation_of(help_text: str, action: str | None, new_flag: Any) -> tuple[b
 
 
 def _argparse_flags(mod: ParsedModule, field_defaults: dict[str, Any]) -> list[FlagInfo]:
-    """Every `*.add_argument("--x", ...)` call in a module."""
+    """Every `*.add_argument("--x", ...)` call in a module. One piece because it is one walk of the
+    tree, each call read keyword by keyword (dest, default, type, help) into one `FlagInfo`."""
     flags = []
     for node in ast.walk(mod.node):
         if not (
@@ -143,7 +144,8 @@ def _implicit_dest(longs: list[str], fields: dict[str, Any]) -> str:
 
 
 def _field_flags(mod: ParsedModule, names: dict[str, ast.expr]) -> list[FlagInfo]:
-    """Annotated fields `x: A[type, "help" | Arg(...)] = default` of every class in a module."""
+    """Annotated fields `x: A[type, "help" | Arg(...)] = default` of every class in a module.
+    One piece because it is one walk of the classes, each field read part by part into one `FlagInfo`."""
     flags = []
     for cls in ast.walk(mod.node):
         if not isinstance(cls, ast.ClassDef):

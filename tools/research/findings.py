@@ -145,6 +145,10 @@ def reader_findings(
     v: CodeVerdict,
     without: dict[str, Any],
 ) -> None:
+    """Append to `v` a finding for each reader of `dest` (a note for each read that is not the flag).
+    One piece because each read goes through one ladder of states read top to bottom (off, on,
+    unknown, runtime), then refinements that may overrule it (module, gate, store, exits), with a
+    budget of followed exits and the callees already walked shared across the reads."""
     dests = frozenset(f.dest for f in index.catalog)
     definitions = {f.path for f in index.catalog if f.path}
     reads = index.reads(dest)

@@ -22,7 +22,8 @@ def write_index(
 ) -> None:
     """Store the walked facts (each file's pickled `ModuleFacts`, in read order) in a new SQLite
     file at `db`. Two passes over the pickles, so that no more than one file's functions are held
-    as objects at a time: the names the tree defines, then every file's records."""
+    as objects at a time: the names the tree defines, then every file's records. One piece because
+    both passes and the meta row write one open database, the second pass's tables becoming meta."""
     con = sqlite3.connect(db)
     con.executescript(
         "CREATE TABLE meta (key TEXT PRIMARY KEY, data BLOB);"

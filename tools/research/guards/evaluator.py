@@ -139,6 +139,8 @@ class Evaluator:
         return UNKNOWN
 
     def ev(self, node: ast.expr, depth: int) -> Any:  # noqa: C901, PLR0911, PLR0912 - one case per node type
+        """The value of `node` on this deployment, or UNKNOWN. One piece because it is one dispatch,
+        one case per node type, that charges the step budget once per node it evaluates."""
         self.steps[0] -= 1
         if self.steps[0] < 0:
             raise TooLarge

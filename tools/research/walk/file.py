@@ -75,6 +75,8 @@ class _Walker(Recorder):
                 extra[MAX_GUARDS - 1 :] = [CUT]
 
     def stmt(self, st: ast.stmt, guards: list[str]) -> None:
+        """Walk one statement under `guards` (the conditions it runs on). One piece because it is one
+        dispatch, one case per statement type, each passing its own guards down to its body."""
         if isinstance(st, ast.FunctionDef | ast.AsyncFunctionDef):
             self.function(st)
         elif isinstance(st, ast.ClassDef):

@@ -169,7 +169,9 @@ def install(
     hw: Hardware, scratch: Path, *, read: list[Path] | None = None, use_landlock: bool = False
 ) -> None:
     """Set the environment, apply Landlock (`use_landlock`: reads under `read` and `scratch`,
-    writes under `scratch`) and install the audit hook (irreversible)."""
+    writes under `scratch`) and install the audit hook (irreversible). One piece because the steps
+    must run in this order (fakes and environment, Landlock, `fork_exec` guard, hook) and the nested
+    hook closes over what they set up: the programs allowed, the scratch folder, the worker's pid."""
     global LANDLOCK_ABI
     bin_dir = scratch / "bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
