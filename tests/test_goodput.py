@@ -186,6 +186,9 @@ def test_the_estimate_is_where_the_broken_limit_crosses_its_bound_between_the_ed
     behind = _level(10.0, 250.0, pace=0.5)  # broken by the pace alone, under the latency limit
     curve.points[-1] = RatePoint(10.0, behind, broken_limit(behind, limits))
     assert curve.points[-1].broken and 8.0 < curve.estimate < 10.0
+    burst = _level(10.0, 100.0, n=10)  # broken only as too short to tell: nothing to interpolate on
+    curve.points[-1] = RatePoint(10.0, burst, broken_limit(burst, limits))
+    assert (curve.points[-1].broken or "").startswith("too short") and curve.estimate == 8.0
 
 
 def test_goodput_limits_in_the_config_are_latency_statistics_at_one_run_size() -> None:

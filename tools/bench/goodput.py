@@ -126,7 +126,7 @@ class RateCurve:
             return low
         at = {p.rate: p.level for p in self.points}
         a, b = at[low], at[high]
-        crossings = [high]
+        crossings: list[float] = []
         if not b.ok:
             return low  # requests failed above: nothing to interpolate on
         bounds = [(getattr(a, s.metric), getattr(b, s.metric), s.max_ms) for s in self.limits]
@@ -138,7 +138,8 @@ class RateCurve:
                 continue
             f = math.log(bound / va) / math.log(vb / va)
             crossings.append(low * (high / low) ** f)
-        return max(low, min(crossings))
+        # none: what broke above is nothing to interpolate on (a run too short to tell)
+        return max(low, min(crossings)) if crossings else low
 
     def sorted_points(self) -> list[RatePoint]:
         return sorted(self.points, key=lambda p: p.rate)
