@@ -145,6 +145,8 @@ def test_benchmark_figures_are_in_the_servers_seconds_whatever_its_clock(sim_ser
         ]  # TTFT: too few ms to compare
     for fast, slow in zip(figures[0.25], figures[0.5], strict=True):
         for a, b in zip(fast, slow, strict=True):
-            assert a == pytest.approx(b, rel=0.1), figures  # unscaled, the faster clock reads twice as much
+            # unscaled, the faster clock would read twice as much; within 20%: at 4x a 20 ms simulated
+            # ITL is 5 ms of wall time, where the client's own jitter alone moved it 13% (17.9 vs 20.6)
+            assert a == pytest.approx(b, rel=0.2), figures
     # the seed's GPUs, not the wall clock: c=1 decodes ~125 tok/s in simulated seconds
     assert 80 < figures[0.5][0][0] < 200
