@@ -16,7 +16,7 @@ from rich.table import Table
 
 from agent.cli.common import console, err_console, fail
 from tools.bench.goodput import GOODPUT_PROMPTS, RateCurve, curve_as_dict, find_goodput
-from tools.bench.loadgen import rate_runs
+from tools.bench.loadgen import Progress, rate_runs
 from tools.bench.objective import Objective
 from tools.config import BenchConfig
 from tools.localfiles import write_bytes, write_text
@@ -37,11 +37,11 @@ def run_goodput(endpoint: str, settings: BenchConfig, objective: Objective, json
         f"[dim]{objective.description}: {prompts} requests per rate, Poisson arrivals[/]", highlight=False
     )
 
-    def on_progress(p: object) -> None:  # one line per finished run, not a bar per request
-        if getattr(p, "finished", False):
+    def on_progress(p: Progress) -> None:  # one line per finished run, not a bar per request
+        if p.finished:
             err_console.print(
                 f"[dim]  run done: {p.done} requests in {p.elapsed_s:.1f} s[/]", highlight=False
-            )  # type: ignore[attr-defined]
+            )
 
     measure = rate_runs(endpoint, settings, prompts=prompts, on_progress=on_progress)
     curve = asyncio.run(find_goodput(measure, objective.limits))
