@@ -64,6 +64,7 @@ def _todo(
             continue
         v, t = verdicts.get(flag), trials.get(flag)
         if t is not None:
+            label = f"{flag} {_value_tried(c, t)}" if c["value"] is not None else label
             status = "completed" if t.get("decision") else "cancelled"
             what = t.get("decision") or ("dry run" if t.get("dry_run") else "not run")
             why = t.get("why") or t.get("error") or t.get("note", "")  # a dry run: "nothing deployed"
@@ -157,6 +158,7 @@ def planner_policy(messages: list[Any], info: Any) -> Any:
         elif len(flags) > 1:
             combined = content
         elif flags:
+            content = {**content, "size": _number(args["changes"][0].get("value"))}
             trials[flag_name(flags[0])] = content
             tried.setdefault(flag_name(flags[0]), []).append(content)
     extra = [
@@ -206,7 +208,9 @@ def planner_policy(messages: list[Any], info: Any) -> Any:
         change = {"flag": nxt["flag"], "value": nxt["value"], "action": nxt["action"]}
         v = verdicts[nxt["flag"]]
         reason = f"research: {v['verdict']} — {v['summary']}; playbook: {nxt['helps']}"
-        if nxt["flag"] in tried:  # a near miss: say what the first trial measured
+        if nxt.get("sized"):  # the next value of a sized lever: what the values tried leave room for
+            reason = look
+        elif nxt["flag"] in tried:  # a near miss: say what the first trial measured
             reason = f"{look}: {tried[nxt['flag']][-1].get('why')}"
         args = {"changes": [change], "reason": reason}
         if v["verdict"] == "unknown":
@@ -220,8 +224,11 @@ def planner_policy(messages: list[Any], info: Any) -> Any:
     if kept and combined is None and not budget_out:
         changes = [c for c in live if c["flag"] in trials and trials[c["flag"]].get("improved")]
         extra[0]["status"] = "in_progress"
+        value = {c["flag"]: _value_tried(c, trials[c["flag"]]) for c in changes}
         args = {
-            "changes": [{"flag": c["flag"], "value": c["value"], "action": c["action"]} for c in changes],
+            "changes": [
+                {"flag": c["flag"], "value": value[c["flag"]], "action": c["action"]} for c in changes
+            ],
             "reason": "check that the gains of the flags kept individually add up",
         }
         return builtin_response(
@@ -298,6 +305,24 @@ def lossy_blocked(cand: dict[str, Any], v: dict[str, Any] | None) -> bool:
     """Lossy by the playbook or the research, and the user did not allow lossy changes."""
     lossy = cand.get("lossy") or bool((v or {}).get("lossy"))
     return bool(lossy) and not cand.get("lossy_allowed", False)
+
+
+def _number(value: Any) -> float | None:
+    """A flag value as a number (a sized lever's value), None when it is not one."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _value_tried(cand: dict[str, Any], trial: dict[str, Any]) -> Any:
+    """The value a candidate's latest trial alone set (a sized lever's search moves it), else the
+    playbook's."""
+    changes = trial.get("changes") or []
+    if trial.get("kind") == "single" and len(changes) == 1 and changes[0].split()[0] == cand["flag"]:
+        parts = changes[0].split(maxsplit=1)
+        return parts[1] if len(parts) == 2 else cand["value"]
+    return cand["value"]
 
 
 def _final_todo_written(messages: list[Any]) -> bool:

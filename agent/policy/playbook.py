@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent.policy.conditions import ConditionResult, check_all
+from agent.policy.sizing import Ladder, Sizes, ladder
 from tools.bench.workload import Mechanism
 from tools.flagname import flag_dest
 
@@ -65,6 +66,9 @@ class Lever(BaseModel):
     lossy: bool = False
     priority: Literal["high", "medium", "low"] = "medium"
     replaced_by: Replacement | None = None
+    sizes: Sizes | None = None
+    """A sized lever: its value is searched along a ladder (`agent.policy.sizing`), the playbook's
+    value first."""
 
 
 class Candidate(BaseModel):
@@ -78,6 +82,9 @@ class Candidate(BaseModel):
     conflicts: list[dict[str, Any]]
     status: Literal["candidate", "no-op", "incompatible", "not-in-version", "already-set"]
     note: str = ""
+    ladder: Ladder | None = None
+    """The values a sized lever's search may try here (None: not a sized lever, or its value or a
+    bound is not known)."""
 
     @property
     def ruled_out(self) -> str:
@@ -182,9 +189,16 @@ def evaluate(
                 conflicts=_as_dicts(conflicts),
                 status=status,
                 note=note,
+                ladder=_ladder(lever, value, facts.get("server." + flag_dest(flag)), facts),
             )
         )
     return out
+
+
+def _ladder(lever: Lever, value: str | None, current: Any, facts: dict[str, Any]) -> Ladder | None:
+    if lever.sizes is None or lever.action != "set":
+        return None
+    return ladder(lever.sizes, value, current, lambda template: _fill(template, facts))
 
 
 def grid_size(levers: list[Lever], facts: dict[str, Any], catalog: dict[str, Any] | None = None) -> int:

@@ -61,6 +61,8 @@ def trial_result(deps: TrialDeps, record: TrialRecord) -> dict[str, Any]:
         "baseline_output_tok_s": deps.baseline_levels,
         "ratio": (record.comparison or {}).get("ratio"),
         "verdict": (record.comparison or {}).get("verdict"),
+        # the estimates the rule decides on (level, or "all": the objective), for a sized search
+        "judged_ratios": judged_ratios(record.comparison),
         # what the decision compared: known-good vs candidate blocks, change with its 95% interval
         "decided": decided_levels(record.model_dump(mode="json")),
         "headline": headline(record.model_dump(mode="json")),
@@ -75,6 +77,16 @@ def trial_result(deps: TrialDeps, record: TrialRecord) -> dict[str, Any]:
         # what the rest of the run can still try (the planner bundles what does not fit)
         "trials_left": deps.runner.trials_left() if deps.runner is not None else None,
     }
+
+
+def judged_ratios(comparison: dict[str, Any] | None) -> dict[str, float | None]:
+    """The estimates the rule decided on: each level's ratio under the Pareto rule (keys are the
+    levels as text), the objective's (`"all"`) otherwise; {} without a comparison."""
+    if not comparison:
+        return {}
+    if comparison.get("rule") == "pareto":
+        return {str(i["concurrency"]): i.get("ratio") for i in comparison.get("per_level") or []}
+    return {"all": (comparison.get("overall") or {}).get("ratio")}
 
 
 def won_at(record: TrialRecord, min_effect: float) -> list[int]:

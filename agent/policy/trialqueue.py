@@ -40,6 +40,7 @@ from agent.policy.order import (
     restart_cost,
     second_look_value,
 )
+from agent.policy.sizing import Ladder, next_size
 from tools.bench.paired import Interval
 
 RETRY_SHARE = 0.8
@@ -261,6 +262,27 @@ def fit_budget(
     return [*head, (value, -2, bundle, why), *rest]
 
 
+def sized_steps(
+    candidates: list[dict[str, Any]], verdicts: dict[str, Any], tried: dict[str, list[dict[str, Any]]]
+) -> list[tuple[float, int, dict[str, Any], str]]:
+    """(value per restart, index, candidate at its next value, why) for each sized lever tried
+    alone whose search is not over (`next_size`). Valued as any candidate is: research's
+    certainty times the most the next value may gain, over a trial's restart cost."""
+    out = []
+    for i, c in enumerate(candidates):
+        results = tried.get(c["flag"], [])
+        if not c.get("ladder") or not results or results[-1].get("disturbed"):
+            continue
+        steps = Ladder.model_validate(c["ladder"])
+        nxt = next_size(steps, results, c.get("min_effect") or 0.02)
+        if nxt is None:
+            continue
+        value, gain, why = nxt
+        worth = certainty(verdicts.get(c["flag"])) * gain / restart_cost(c)
+        out.append((worth, i, {**c, "value": steps.show(value), "sized": True}, why))
+    return out
+
+
 def next_trials(
     candidates: list[dict[str, Any]],
     verdicts: dict[str, Any],
@@ -279,6 +301,7 @@ def next_trials(
         ranked.append((value, -1, entry, why))
     in_bundle = {c["flag"] for c in bundle[0]} if bundle else set()
     ranked += second_looks(candidates, tried) + another_looks(candidates, verdicts, tried)
+    ranked += sized_steps(candidates, verdicts, tried)
     for i, c in enumerate(candidates):
         if c["flag"] in in_bundle:
             continue
