@@ -155,3 +155,28 @@ def test_the_queue_offers_the_next_value_of_a_sized_lever_from_the_playbook():
     assert "sized search" in queue[0][1]
     flat = {**kept, "decision": "rolled back", "judged_ratios": {"all": 1.004}}
     assert next_trials([view], verdicts, {cand.flag: [flat]}) == []
+
+
+def _trial(number: int, value: str, decision: str, ratio64: float, kind: str = "single") -> dict:
+    per_level = [
+        {"concurrency": 1, "ratio": 1.0, "ci_low": 0.99, "ci_high": 1.01},
+        {"concurrency": 64, "ratio": ratio64, "ci_low": ratio64 - 0.02, "ci_high": ratio64 + 0.02},
+    ]
+    return {
+        "number": number,
+        "kind": kind,
+        "decision": decision,
+        "changes": [{"flag": "--chunked-prefill-size", "value": value, "action": "set"}],
+        "comparison": {"rule": "pareto", "per_level": per_level, "overall": {}},
+    }
+
+
+def test_the_report_shows_each_value_searched_against_the_value_deployed_then():
+    from agent.transcripts.sized import curve_lines
+
+    lines = curve_lines([_trial(2, "8192", "kept", 1.06), _trial(5, "16384", "rolled_back", 0.99)])
+    text = "\n".join(lines)
+    assert lines[0] == "## Values searched" and "`--chunked-prefill-size`" in text
+    assert "| 2 | 8192 | as deployed | +0.0% [-1.0..+1.0] | +6.0% [+4.0..+8.0] | kept |" in text
+    assert "| 5 | 16384 | 8192 | +0.0% [-1.0..+1.0] | -1.0% [-3.0..+1.0] | rolled back |" in text
+    assert curve_lines([_trial(2, "8192", "kept", 1.06)]) == []  # one value: nothing searched

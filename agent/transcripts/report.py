@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agent.transcripts.sized import curve_lines
 from tools.localfiles import write_text
 
 if TYPE_CHECKING:
@@ -176,6 +177,7 @@ def render_report(result: Any, *, plot_name: str | None, review: Any = None) -> 
     if ba is not None:
         lines.append(f"- {ba.summary()}")
     lines += ["", *kept_lines(result, review), *_together(result.trials, _groups(result, review))]
+    lines += curve_lines([t.model_dump(mode="json") for t in result.trials])
     if plot_name:
         lines += [f"![each trial's change per level, with its 95% interval]({plot_name})", ""]
     lines += ["## How a change was judged", "", getattr(result, "rule", "") or RULE_DEFAULT, ""]
