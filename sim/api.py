@@ -98,6 +98,7 @@ class Api:
             return Response(400, b"Flush cache failed: there are running or waiting requests.\n", _TEXT)
         if sched.cache is not None:
             sched.cache.clear()
+        sched.spec_tokens = sched.spec_forwards = 0  # SGLang's flush_cache resets its metrics too
         return Response(200, b"Cache flushed.\n", _TEXT)
 
     # -- info ----------------------------------------------------------------------------------
@@ -127,7 +128,7 @@ class Api:
 
     def _server_info(self) -> dict[str, Any]:
         sched = self.engine.scheduler
-        accept = self.engine.scheduler.perf.acceptance if self.plan.spec_steps else None
+        accept = sched.accept_length if self.plan.spec_steps else None
         live = {
             "max_total_num_tokens": sched.capacity,
             "max_req_input_len": self.context_length - 1,
@@ -148,7 +149,7 @@ class Api:
                 "cuda_graph": {"prefill": 0.0, "decode": 0.0},
             },
         }
-        if accept is not None:  # as SGLang: only a speculative server reports it
+        if accept is not None:  # as SGLang: a speculative server, once it verified a draft
             live["avg_spec_accept_length"] = accept
         return server_info(self.args, self.plan.resolved, version=SGLANG_VERSION, live=live)
 

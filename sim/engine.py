@@ -32,7 +32,6 @@ class Engine:
         self._window_tokens = 0
         self._window_start = time.monotonic()
         self.last_gen_throughput = 0.0
-        self.accept_lengths: list[float] = []
 
     def submit(self, req: Request) -> asyncio.Queue[int]:
         """Queue `req`; its queue receives the number of new tokens after each step that advanced it."""

@@ -160,6 +160,15 @@ class Scheduler:
         self.running: list[Request] = []
         self.rng = random.Random(seed)
         self.run_factor, self.step_sigma = run_factor, step_sigma
+        self.spec_tokens = self.spec_forwards = 0
+        """Tokens generated and requests verified by speculative steps since start or the last
+        `/flush_cache` (SGLang's metrics reporter: its `avg_spec_accept_length` is their ratio)."""
+
+    @property
+    def accept_length(self) -> float | None:
+        """SGLang's `avg_spec_accept_length`: tokens per request per verify step, the bonus token
+        included (1 to steps + 1); None before a speculative step."""
+        return self.spec_tokens / self.spec_forwards if self.spec_forwards else None
 
     def add(self, req: Request) -> None:
         """Queue a request."""
@@ -281,6 +290,8 @@ class Scheduler:
                 while n <= self.plan.spec_steps and draw() < p:
                     n += 1
             n = min(n, req.stop_at - req.generated)
+            if mean_tokens > 1.0 and n > 0:
+                self.spec_tokens, self.spec_forwards = self.spec_tokens + n, self.spec_forwards + 1
             if n > 0:
                 req.generated += n
                 out.append((req, n))

@@ -88,6 +88,9 @@ class TrialRecord(BaseModel):
     samples: dict[str, list[dict[int, dict[str, float | None]]]] = Field(default_factory=dict)
     """Per block (as in `blocks`): each repetition's value of the goal's metrics per level, so a
     reviewer can recompute the interval from the transcript (`samples_as_sweeps`)."""
+    speculation: dict[str, dict[int, dict[str, float | None]]] = Field(default_factory=dict)
+    """Per block, on a speculative server: per level the steps it ran with, its mean accept length
+    and TPOT (`agent.trial.speculation`, which judges a change on them)."""
     seeds: dict[str, list[int]] = Field(default_factory=dict)
     """Per block: the seed of each repetition's prompts (repetition r of every block sends seed r's:
     the comparison takes each seed's own speed out, `tools.bench.blockfit`)."""

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from agent.trial.paired import PairedTrial
 from agent.trial.prune import LeaveOutTrial
 from agent.trial.record import BudgetExhausted, TrialChange, TrialRecord, apply_changes
+from agent.trial.speculation import judged
 from agent.trial.state import RunnerState
 
 
@@ -90,6 +91,7 @@ class TrialRunner(RunnerState):
             await _finish_before_cancelling(self._deploy_and_measure(record, new_text))
         finally:
             record.seconds = time.monotonic() - started
+            record.notes += judged(record.speculation)[0]  # the accept lengths, what they made of it
             self.on_event("trial", record.model_dump(mode="json"))
         return record
 

@@ -16,6 +16,7 @@ from typing import Any
 from agent.trial.judge import Judge, worth_more
 from agent.trial.measure import environment_failure, measure
 from agent.trial.record import BudgetExhausted, TrialRecord, block_samples, mean_throughput
+from agent.trial.speculation import block_acceptance, judged
 from agent.trial.state import RunnerState, TrialDeployment
 
 BLOCK_LABELS = {
@@ -91,6 +92,8 @@ def _record_blocks(r: RunnerState, record: TrialRecord, **blocks: list[Any]) -> 
         record.blocks[name] = len(reps)
         record.samples[name] = block_samples(reps, metrics)
         record.seeds[name] = [s.seed for s in reps]
+        if accepted := block_acceptance(reps):
+            record.speculation[name] = accepted
 
 
 async def known_good_block(
@@ -265,8 +268,11 @@ class Trial:
         return block
 
     async def commit(self, final: Any, launches: list[list[Any]], note: str = "") -> None:
-        """The candidate, deployed now, becomes known-good."""
+        """The candidate, deployed now, becomes known-good, unless speculation stopped paying with
+        it (`agent.trial.speculation`): then it is rolled back."""
         record = self.record
+        if why := judged(record.speculation)[1]:
+            return await self.reject(f"{final.summary}; but {why}")
         await self.runner.deployment.commit()
         record.levels = mean_throughput([s for block in launches for s in block])
         record.improved = True

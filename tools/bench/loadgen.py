@@ -69,6 +69,23 @@ async def fetch_server_info(client: httpx.AsyncClient, endpoint: str) -> dict[st
     return None
 
 
+def speculative(server_info: dict[str, Any] | None) -> bool:
+    """The server decodes speculatively (its resolved `speculative_algorithm` is set)."""
+    return bool((server_info or {}).get("speculative_algorithm"))
+
+
+async def accept_length(client: httpx.AsyncClient, endpoint: str) -> float | None:
+    """SGLang's `avg_spec_accept_length` now (its first scheduler's, as `bench_serving` reads it);
+    None when the server does not say or cannot be asked."""
+    try:
+        info = await fetch_server_info(client, endpoint)
+    except httpx.HTTPError:
+        return None
+    states = (info or {}).get("internal_states") or [{}]
+    value = states[0].get("avg_spec_accept_length") if isinstance(states[0], dict) else None
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
 async def flush_cache(client: httpx.AsyncClient, endpoint: str, *, timeout: float = 10.0) -> bool:
     """Empty the server's prefix cache before a level (SGLang's `/flush_cache`, as bench_serving
     does after its warm-up): what an earlier level or sweep of this launch left in the cache must
@@ -327,9 +344,10 @@ async def _sweep_levels(
             )  # fmt: skip
         res = sorted((r.on_clock(settings.time_scale) for r in res), key=lambda r: r.start_s)
         duration /= settings.time_scale  # in the server's seconds (the simulator's clock may run fast)
-        result.levels.append(
-            summarize_level(res, max_concurrency=c, duration=duration, request_rate=request_rate)
-        )
+        level = summarize_level(res, max_concurrency=c, duration=duration, request_rate=request_rate)
+        if speculative(result.server_info):
+            level.accept_length = await accept_length(pool.client, result.endpoint)
+        result.levels.append(level)
         if stalled := next((r.error for r in res if (r.error or "").startswith(STALLED)), None):
             result.errors.append(
                 f"a request stalled at concurrency {c} ({stalled}): the rest of the sweep was not sent"

@@ -122,6 +122,11 @@ class LevelResult(BaseModel):
     """Per turn of a multi-turn workload, first turn first (empty for prompts alone)."""
     errors: dict[str, int] = Field(default_factory=dict)
     """Distinct error causes and how many requests each ended."""
+    accept_length: float | None = None
+    """Speculative decoding's accept length over the level: SGLang's `avg_spec_accept_length` read
+    after it (tokens per request per verify step, the bonus token included; the server's counters
+    start again at the `/flush_cache` before each level), as `bench_serving` reports it; None on a
+    server without speculative decoding."""
     goodput: float | None = None
     """A goodput search's result (req/s, `RateCurve.estimate`): this level is its run at the highest
     rate that held; None for every other level."""
