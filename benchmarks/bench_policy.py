@@ -5,7 +5,7 @@ policy. This replays the trial phase of a real run many times.
 From a run's transcript (`optagent run` or `bench_agent.py` on the simulated scenario; by default a
 run with no restarts to spend, which gathers the facts and researches, takes ~1-2 min) it takes the
 facts, the playbook's candidates and the research verdicts; then, `--runs` times, the builtin
-planner's choice of the next trial (`agent.policy.builtin.trial_queue`: expected value per restart, second
+planner's choice of the next trial (`agent.policy.builtin.policy.trial_queue`: expected value per restart, second
 looks at near misses) and the agent's own trial code (`TrialRunner`, `PairedTrial`: early stops,
 A/B/A, second and third launches, the restart budget) run against simulated launches. A launch's
 true output rate per level is the noise-free model (`sim.offline`) of the configuration deployed,
@@ -47,7 +47,7 @@ from bench_agent import (  # noqa: E402
 )
 from bench_rule_power import simulate_measurements  # noqa: E402
 
-from agent.policy.builtin import trial_queue  # noqa: E402
+from agent.policy.builtin.policy import trial_queue  # noqa: E402
 from agent.policy.playbook import evaluate, grid_size, load_playbook  # noqa: E402
 from agent.prepare import restart_budget  # noqa: E402
 from agent.transcripts.load import load_transcript  # noqa: E402

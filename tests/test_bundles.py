@@ -125,7 +125,7 @@ def test_the_builtin_planner_tries_the_small_levers_as_one_change_then_leaves_ou
 def planner_policy_for(cands: list[dict], verdicts: dict, bundles: list[tuple[dict, dict]]):  # type: ignore[no-untyped-def]
     from pydantic_ai.messages import ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart
 
-    from agent.policy.builtin import planner_policy
+    from agent.policy.builtin.policy import planner_policy
 
     history = _history(cands, verdicts, [])
     for i, (args, result) in enumerate(bundles):

@@ -15,7 +15,7 @@ from rich.console import Console
 from agent.chat.policy import chat_policy
 from agent.chat.session import ChatSession
 from agent.context import DeploymentContext
-from agent.policy.builtin import researcher_policy
+from agent.policy.builtin.policy import researcher_policy
 from agent.policy.planner import PlannerDeps, build_planner
 from agent.policy.playbook import evaluate, load_playbook
 from agent.policy.researcher import build_researcher

@@ -191,7 +191,7 @@ def test_an_llm_asking_to_trial_what_is_deployed_gets_the_answer_at_once(tmp_pat
     prompts: list[str] = []
 
     def model(messages, info):  # type: ignore[no-untyped-def]
-        from agent.policy.builtin_messages import tool_returns
+        from agent.policy.builtin.messages import tool_returns
 
         prompts.append(info.instructions or "")
         returns = tool_returns(messages)
@@ -254,8 +254,8 @@ def test_the_first_pick_researches_only_what_could_come_first_and_matches_the_fu
     """Research goes in batches down the most each candidate could be worth, and stops when nothing
     unresearched could beat the best so far: the pick is the one a run researching everything puts
     first (`trial_queue`), for fewer researches."""
-    from agent.policy.builtin import trial_queue
-    from agent.policy.builtin_pick import could_come_first, first_pick_text
+    from agent.policy.builtin.pick import could_come_first, first_pick_text
+    from agent.policy.builtin.policy import trial_queue
 
     cands = [_lever("--a", "high"), _lever("--b", "high"), _lever("--c", "high"), _lever("--d", "high"),
              _lever("--e", "medium"), _lever("--f", "low")]  # fmt: skip

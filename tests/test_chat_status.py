@@ -19,7 +19,7 @@ from agent.chat.actions import previous_best
 from agent.chat.policy import chat_policy
 from agent.chat.session import ChatSession, target_text
 from agent.context import DeploymentContext
-from agent.policy.builtin import researcher_policy
+from agent.policy.builtin.policy import researcher_policy
 from agent.policy.planner import PlannerDeps, build_planner
 from agent.policy.researcher import build_researcher
 from agent.transcripts.transcript import Transcript

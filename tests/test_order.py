@@ -84,7 +84,7 @@ def _calls(response) -> dict[str, dict]:  # type: ignore[no-untyped-def]
 def test_the_builtin_planner_takes_a_second_look_once_and_reports_both_trials():
     from pydantic_ai.messages import ModelRequest, ToolReturnPart
 
-    from agent.policy.builtin import planner_policy
+    from agent.policy.builtin.policy import planner_policy
 
     extra = {"note": "", "lossy": False, "helps": "h"}
     cands = [{**cand("--a", "high"), **extra}, {**cand("--b", "low"), **extra}]
@@ -119,7 +119,7 @@ def test_the_builtin_planner_takes_a_second_look_once_and_reports_both_trials():
 
 
 def test_a_doubtful_rejection_is_tried_after_the_sure_candidates_and_a_sure_one_never():
-    from agent.policy.builtin import trial_queue
+    from agent.policy.builtin.policy import trial_queue
     from agent.policy.verdict import FlagVerdict
 
     def code(verdict: str, certainty: float) -> dict:

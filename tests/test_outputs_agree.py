@@ -13,7 +13,7 @@ from types import SimpleNamespace
 from typer.testing import CliRunner
 
 from agent.cli.main import app
-from agent.policy.builtin_conclusion import conclusion
+from agent.policy.builtin.conclusion import conclusion
 from agent.policy.planner import trial_result
 from agent.session import RunResult
 from agent.transcripts.export import export_html, plot_figure

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.policy.builtin_research import decide_verdict
+from agent.policy.builtin.research import decide_verdict
 from tests.fixtures.sglang_src import synthetic_tree
 from tools.research.analysis import analyze_flag
 from tools.research.index import load_index

@@ -117,7 +117,7 @@ def test_fa3_on_blackwell_is_refused_by_the_code_and_a_playbook_refusal_is_not_o
 
 
 def test_a_playbook_refusal_stands_when_the_code_only_finds_a_running_reader():
-    from agent.policy.builtin_research import decide_verdict
+    from agent.policy.builtin.research import decide_verdict
 
     lookup = {
         "sglang_version": "0.5.23",

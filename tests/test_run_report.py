@@ -44,8 +44,8 @@ def test_report_explains_the_rule_budget_and_untried_candidates_and_lists_trials
 
 
 def test_a_flag_the_code_sent_to_a_trial_is_not_listed_as_ruled_out():
-    from agent.policy.builtin import _todo
-    from agent.policy.builtin_conclusion import conclusion
+    from agent.policy.builtin.conclusion import conclusion
+    from agent.policy.builtin.policy import _todo
 
     # the playbook says no-op (needs TP > 1); the code found a running reader; the trial rolled it back
     cands = [

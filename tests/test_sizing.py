@@ -23,7 +23,10 @@ def _fill(facts):
 
 def test_ladder_of_sizes_stays_within_the_bounds_read_from_the_facts():
     steps = ladder(
-        Sizes(step="x2", low="8", high="{bench.max_concurrency}"), "64", 48, _fill({"bench.max_concurrency": 64})
+        Sizes(step="x2", low="8", high="{bench.max_concurrency}"),
+        "64",
+        48,
+        _fill({"bench.max_concurrency": 64}),
     )
     assert steps is not None
     assert steps.values == [8, 16, 32, 64] and steps.current == 48 and steps.integer
@@ -93,7 +96,9 @@ def test_a_first_value_that_costs_turns_the_search_to_the_other_side():
     # speculative steps: 3 deployed, 2 (the playbook's) loses 6%, 4 gains 3%
     steps = Ladder(step="+1", values=[1, 2, 3, 4, 5], current=3, integer=True)
     true = {1: -0.20, 2: -0.06, 3: 0.0, 4: 0.03, 5: 0.035}
-    trials = [{"size": 2, "kind": "single", "decision": "rolled back", "judged_ratios": {"all": math.exp(true[2])}}]
+    trials = [
+        {"size": 2, "kind": "single", "decision": "rolled back", "judged_ratios": {"all": math.exp(true[2])}}
+    ]
     nxt = next_size(steps, trials, 0.02)
     assert nxt is not None and nxt[0] == 4
     assert nxt[1] == pytest.approx(math.expm1(0.06), rel=1e-6)  # the line through 2 and 3, one step on
@@ -102,7 +107,12 @@ def test_a_first_value_that_costs_turns_the_search_to_the_other_side():
 def test_the_peak_between_two_ladder_values_is_refined_when_the_climb_leaves_room():
     steps = Ladder(step="x2", values=[4096, 8192, 16384], current=4096, integer=True)
     kept = {"size": 8192, "kind": "single", "decision": "kept", "judged_ratios": {"all": math.exp(0.08)}}
-    lost = {"size": 16384, "kind": "single", "decision": "rolled back", "judged_ratios": {"all": math.exp(-0.05)}}
+    lost = {
+        "size": 16384,
+        "kind": "single",
+        "decision": "rolled back",
+        "judged_ratios": {"all": math.exp(-0.05)},
+    }
     nxt = next_size(steps, [kept, lost], 0.02)
     assert nxt is not None and nxt[0] == 12288  # halfway: the last climb's line, 0.58 of a step on
     assert nxt[1] == pytest.approx(math.expm1(0.08 * (math.log2(12288) - 13)), rel=1e-6)

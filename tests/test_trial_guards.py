@@ -190,7 +190,7 @@ def _verdict(flag: str, *, lossy: bool = False) -> dict:
 
 
 def _next_calls(cands: list[dict], verdicts: dict[str, dict]) -> dict[str, dict]:
-    from agent.policy.builtin import planner_policy
+    from agent.policy.builtin.policy import planner_policy
 
     response = planner_policy(_history(cands, verdicts), None)
     return {p.tool_name: p.args_as_dict() for p in response.parts if hasattr(p, "tool_name")}

@@ -218,10 +218,10 @@ def _already_reply(held: list[str], state: dict[str, Any]) -> str:
 
 
 def _first_pick(messages: list[Any], returns: list[Any], done: set[str], call: Any, say: Any) -> Any:
-    """One first pick and its reason in the order a run uses (`agent.policy.builtin_pick`):
+    """One first pick and its reason in the order a run uses (`agent.policy.builtin.pick`):
     the candidates, then research of those that could still come first, then the answer."""
-    from agent.policy.builtin_messages import tool_returns
-    from agent.policy.builtin_pick import could_come_first, first_pick_text, tried_flags
+    from agent.policy.builtin.messages import tool_returns
+    from agent.policy.builtin.pick import could_come_first, first_pick_text, tried_flags
 
     if "list_candidates" not in done:
         return call("list_candidates", {})
@@ -264,7 +264,7 @@ def chat_policy(messages: list[Any], info: Any) -> Any:
         return ModelResponse(parts=[TextPart(reply)], model_name="builtin")
 
     if re.match(r"^(improve|optimi[sz]e|make .* faster|go\b|auto)", low):
-        from agent.policy.builtin import planner_policy
+        from agent.policy.builtin.policy import planner_policy
 
         return planner_policy(messages, info)
     if _WHY_NOT.match(low):

@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from agent.policy.builtin_research import decide_verdict
+from agent.policy.builtin.research import decide_verdict
 from agent.policy.proposal import in_catalog
 from agent.policy.verdict import FlagVerdict
 
@@ -82,7 +82,7 @@ def check_claims(
             v.checked.append(f"relabelled: the model said {said}; the code's analysis did not decide it")
             v.decided_by = "model"
         return v
-    # the code's verdict, with the playbook's rules where the code's reach ends (builtin_research)
+    # the code's verdict, with the playbook's rules where the code's reach ends (builtin/research.py)
     ours = FlagVerdict.model_validate(decide_verdict(v.flag, lookup, code))
     if v.verdict == ours.verdict:
         if v.decided_by != ours.decided_by:

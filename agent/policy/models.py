@@ -49,7 +49,7 @@ def make_models(name: str, base_url: str | None) -> ModelChoice:
     if name == "builtin":
         from pydantic_ai.models.function import FunctionModel
 
-        from agent.policy.builtin import planner_policy, researcher_policy
+        from agent.policy.builtin.policy import planner_policy, researcher_policy
 
         return ModelChoice(
             FunctionModel(planner_policy, model_name="builtin-planner"),

@@ -49,7 +49,7 @@ BASES = {
     "catalog": "the version's flag catalog",
 }
 """What a verdict rests on (`CodeVerdict.basis`). A playbook rule alone is the agent's own
-(`decided_by: playbook`, `agent.policy.builtin_research`)."""
+(`decided_by: playbook`, `agent.policy.builtin.research`)."""
 
 
 @dataclass

@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from agent.policy.builtin_conclusion import conclusion
-from agent.policy.builtin_messages import builtin_response, tool_call, tool_returns
-from agent.policy.builtin_research import decide_verdict
+from agent.policy.builtin.conclusion import conclusion
+from agent.policy.builtin.messages import builtin_response, tool_call, tool_returns
+from agent.policy.builtin.research import decide_verdict
 from agent.policy.trialqueue import doubtful_members, next_trials
 from agent.policy.verdict import doubtful_rejection, final_rejection
 from tools.flagname import flag_name

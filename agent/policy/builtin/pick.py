@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from agent.policy.builtin import live_candidates, lossy_blocked, trial_queue
+from agent.policy.builtin.policy import live_candidates, lossy_blocked, trial_queue
 from agent.policy.order import certainty, expected_value, plausible_gain, restart_cost
 from agent.policy.verdict import final_rejection
 from tools.flagname import flag_name
