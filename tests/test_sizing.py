@@ -190,3 +190,57 @@ def test_the_report_shows_each_value_searched_against_the_value_deployed_then():
     assert "| 2 | 8192 | as deployed | +0.0% [-1.0..+1.0] | +6.0% [+4.0..+8.0] | kept |" in text
     assert "| 5 | 16384 | 8192 | +0.0% [-1.0..+1.0] | -1.0% [-3.0..+1.0] | rolled back |" in text
     assert curve_lines([_trial(2, "8192", "kept", 1.06)]) == []  # one value: nothing searched
+
+
+def test_the_builtin_planner_searches_a_sized_lever_from_the_first_value_s_result():
+    from pydantic_ai.messages import ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart, UserPromptPart
+
+    from agent.policy.builtin.policy import planner_policy
+
+    flag = "--speculative-num-steps"
+    steps = Ladder(step="+1", values=[1, 2, 3, 4, 5], current=3, integer=True)
+    cand = {
+        "flag": flag, "value": "2", "action": "set", "priority": "low", "status": "candidate", "note": "",
+        "lossy": False, "helps": "h", "ladder": steps.model_dump(), "min_effect": 0.02,
+    }  # fmt: skip
+    verdict = {"flag": flag, "verdict": "applies", "summary": "read here", "certainty": 0.9}
+
+    def history(trials: list[tuple[str, dict]]) -> list:
+        msgs = [
+            ModelRequest(parts=[UserPromptPart("go")]),
+            ModelResponse(parts=[ToolCallPart("list_candidates", {}, tool_call_id="c")]),
+            ModelRequest(parts=[ToolReturnPart("list_candidates", [cand], tool_call_id="c")]),
+            ModelResponse(parts=[ToolCallPart("todo_write", {"items": []}, tool_call_id="todo")]),
+            ModelRequest(parts=[ToolReturnPart("todo_write", "ok", tool_call_id="todo")]),
+            ModelResponse(parts=[ToolCallPart("research_flag", {"flag": flag}, tool_call_id="r")]),
+            ModelRequest(parts=[ToolReturnPart("research_flag", verdict, tool_call_id="r")]),
+        ]
+        for i, (value, result) in enumerate(trials):
+            change = {"flag": flag, "value": value, "action": "set"}
+            msgs.append(
+                ModelResponse(parts=[ToolCallPart("run_trial", {"changes": [change]}, tool_call_id=f"t{i}")])
+            )
+            msgs.append(ModelRequest(parts=[ToolReturnPart("run_trial", result, tool_call_id=f"t{i}")]))
+        return msgs
+
+    def calls(response) -> dict:  # type: ignore[no-untyped-def]
+        return {p.tool_name: p.args_as_dict() for p in response.parts if hasattr(p, "tool_name")}
+
+    lost = {"trial": 1, "kind": "single", "changes": [f"{flag} 2"], "decision": "rolled_back",
+            "why": "regressed", "judged_ratios": {"1": 0.94, "64": 0.96}}  # fmt: skip
+    nxt = calls(planner_policy(history([("2", lost)]), None))["run_trial"]
+    assert nxt["changes"] == [{"flag": flag, "value": "4", "action": "set"}]
+    assert nxt["reason"].startswith(
+        "sized search: the values tried so far leave 4 room for up to +6.4% at c=1"
+    )
+    flat = {
+        **lost,
+        "trial": 2,
+        "changes": [f"{flag} 4"],
+        "why": "no change",
+        "judged_ratios": {"1": 1.002, "64": 1.0},
+    }
+    done = calls(planner_policy(history([("2", lost), ("4", flat)]), None))
+    assert "run_trial" not in done  # 5 could gain at most what 4 did over 3: nothing
+    todo = {i["id"]: i["content"] for i in done["todo_write"]["items"]}
+    assert todo[flag].startswith(f"trial {flag} 4: rolled_back")
