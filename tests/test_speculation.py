@@ -61,3 +61,10 @@ def test_no_accept_length_without_speculation(sim_server):
     settings = BenchConfig(concurrency=[2], input_len=64, output_len=16, warmup=0, prompts_per_level=4)
     result = asyncio.run(run_sweep(server.endpoint, settings))
     assert not result.partial and result.levels[0].accept_length is None
+
+
+def test_a_trial_that_left_speculation_as_it_was_says_nothing_of_it():
+    same = {"before": {1: _cell(3, 2.5)}, "candidate": {1: _cell(3, 2.51)}}
+    assert judged(same) == ([], None)
+    moved = {"before": {1: _cell(3, 2.5)}, "candidate": {1: _cell(3, 2.2)}}
+    assert judged(moved)[0] == ["accept length c=1 2.50 -> 2.20"]

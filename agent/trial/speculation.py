@@ -13,8 +13,8 @@ speculation runs there (on the simulated seed it reads 2.1x where plain decoding
 
 A candidate whose payoff, that upper bound, falls below 1 at a level where known-good's was at
 least 1 has surely made speculation cost there: it is not kept, whatever the throughput at other
-levels (plain decoding would beat it where it lost). Every speculative trial's accept lengths go in
-its notes.
+levels (plain decoding would beat it where it lost). A trial that moved the accept length (or the
+steps) has both sides' accept lengths in its notes.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ from typing import Any
 
 KNOWN_GOOD = ("before", "after", "after_second")
 CANDIDATE = ("candidate", "confirm", "third")
+MOVED = 0.02
+"""An accept length that moved less than this between the sides, with the same steps, goes unsaid."""
 
 
 @dataclass(frozen=True)
@@ -108,8 +110,15 @@ def judged(speculation: dict[str, dict[Any, dict[str, Any]]]) -> tuple[list[str]
     def length(s: dict[int, Acceptance], c: int) -> str:
         return f"{s[c].accept_length:.2f}" if c in s else "n/a"
 
-    notes = ["accept length " + ", ".join(f"c={c} {length(before, c)} -> {length(after, c)}" for c in levels)]
     pays = payoffs(before, after)
+    moved = [
+        c
+        for c in levels
+        if c in before and c in after and abs(after[c].accept_length / before[c].accept_length - 1) > MOVED
+    ]
+    if not pays and not moved and set(before) == set(after):
+        return [], None  # speculation as it was: nothing to say
+    notes = ["accept length " + ", ".join(f"c={c} {length(before, c)} -> {length(after, c)}" for c in levels)]
     if pays:
         notes.append(
             "speculation's speed-up over plain decoding, at most (from both sides' step times) "
