@@ -122,3 +122,27 @@ def test_the_builtin_planner_gives_the_look_when_the_untried_are_done_and_says_w
     again = {**short, "trial": 3, "first_look": None}
     done = [*history, ({"changes": [{"flag": "--b"}]}, kept), ({"changes": [{"flag": "--a"}]}, again)]
     assert "run_trial" not in _calls(planner_policy_for(cands, verdicts, done))
+
+
+def test_a_third_launch_gives_way_to_a_better_candidate_only_when_both_do_not_fit():
+    from agent.trial.paired import crowds_out
+    from agent.trial.record import Baseline
+    from agent.trial.runner import TrialRunner
+    from tools.bench.objective import objective_from_goal
+    from tools.config import BenchConfig
+
+    unit = "[Service]\nExecStart=/usr/bin/python -m sglang.launch_server --model-path /m\n"
+    runner = TrialRunner(
+        deployment=None, endpoint="http://127.0.0.1:1", bench=BenchConfig(),
+        objective=objective_from_goal("improve throughput"), baseline=Baseline(reps=[], probe=None, text=unit),
+        max_restarts=20,
+    )  # fmt: skip
+    miss = {"concurrency": 64, "ratio": 1.018, "ci_low": 0.998, "ci_high": 1.038}  # a near miss
+    assert crowds_out(runner, miss, 10.0) is None  # nothing waits
+    runner.waiting(0.048)  # applies at certainty 0.8, +6% expected
+    assert crowds_out(runner, miss, 10.0) is None  # the budget fits both: the third launch goes
+    runner.restarts = 15  # 5 left: the third launch (3) or the next trial (4), not both
+    why = crowds_out(runner, miss, 10.0)
+    assert why is not None and why.endswith("worth 4.80%")
+    sure = {"concurrency": 64, "ratio": 1.08, "ci_low": 1.01, "ci_high": 1.15}
+    assert crowds_out(runner, sure, 10.0) is None  # a near miss worth more than the one waiting

@@ -16,12 +16,10 @@ these values is `agent.policy.trialqueue`.
 
 from __future__ import annotations
 
-import math
-from statistics import NormalDist
 from typing import Any
 
 from agent.policy.verdict import REJECTED
-from agent.trial.firstlook import log_estimate
+from agent.trial.firstlook import log_estimate, look_value
 from agent.trial.spread import establishable  # noqa: F401 - the planner's name for it
 
 GAIN_BY_PRIORITY = {"high": 0.06, "medium": 0.04, "low": 0.02}
@@ -81,17 +79,6 @@ def slow_start_flags(candidates: list[Any]) -> dict[str, float]:
     costs = {c.flag: restart_cost({"flag": c.flag, "restart_cost": getattr(c.lever, "restart_cost", None)})
              for c in candidates}  # fmt: skip
     return {flag: cost for flag, cost in costs.items() if cost > 1}
-
-
-def look_value(estimates: list[tuple[float, float] | None], cost: float) -> float:
-    """certainty x gain / restart cost of one change whose parts measured `estimates` (independent
-    trials: log ratios add, so do their variances)."""
-    known = [e for e in estimates if e is not None]
-    if not known or len(known) < len(estimates):
-        return 0.0
-    total = sum(log for log, _ in known)
-    se = math.sqrt(sum(err**2 for _, err in known))
-    return NormalDist().cdf(total / se) * max(0.0, math.expm1(total)) / cost
 
 
 def second_look_value(candidate: dict[str, Any], near_miss: dict[str, Any]) -> float:

@@ -130,6 +130,27 @@ def candidates_view(deps: PlannerDeps) -> list[dict[str, Any]]:
     ]
 
 
+def waiting_value(deps: PlannerDeps, changes: list[TrialChange]) -> float:
+    """The value per trial (`order.expected_value`) of the best candidate no trial has touched
+    yet, besides `changes`, that research lets through (applies, unknown, or a doubtful rejection)
+    and the lossy rule does not block; 0 when none waits."""
+    from agent.policy.order import expected_value
+    from agent.policy.verdict import doubtful_rejection
+
+    runner = deps.runner
+    touched = {c.flag for t in (runner.trials if runner is not None else []) for c in t.changes}
+    touched |= {c.flag for c in changes}
+    values = [0.0]
+    for c in candidates_view(deps):
+        v = deps.verdicts.get(c["flag"])
+        verdict = v.model_dump() if v is not None else None
+        if c["flag"] in touched or verdict is None or (c["lossy"] and not c["lossy_allowed"]):
+            continue
+        if verdict["verdict"] in ("applies", "unknown") or doubtful_rejection(verdict):
+            values.append(expected_value(c, verdict))
+    return max(values)
+
+
 def goal_levels(deps: PlannerDeps) -> list[int] | None:
     """The levels the goal's objective decides on (a named level, a latency goal's lowest measured
     one); None when every level counts (throughput, the Pareto rule)."""
@@ -242,6 +263,8 @@ def build_planner(model: Any) -> Any:
         required to deploy a flag research rejected."""
         kind = "bundle" if together_reason and len(changes) > 1 else ""
         reason = f"{reason}; {together_reason}" if kind else reason
+        if ctx.deps.runner is not None:  # what a third launch of this one would take restarts from
+            ctx.deps.runner.waiting(waiting_value(ctx.deps, changes))
         return await trial(ctx.deps, changes, reason, override_reason, kind=kind)
 
     @agent.tool(sequential=True)

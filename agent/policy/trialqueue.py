@@ -35,12 +35,12 @@ from agent.policy.order import (
     certainty,
     expected_value,
     log_estimate,
-    look_value,
     plausible_gain,
     restart_cost,
     second_look_value,
 )
 from agent.policy.sizing import Ladder, next_size
+from agent.trial.firstlook import look_value
 from tools.bench.paired import Interval
 
 RETRY_SHARE = 0.8

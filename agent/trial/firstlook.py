@@ -18,6 +18,7 @@ the looks a fresh trial would keep.
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 from typing import Any
 
 from agent.trial.judge import best_judged, judged
@@ -49,6 +50,17 @@ def log_estimate(interval: dict[str, Any]) -> tuple[float, float] | None:
     if not (ratio and low and high and 0 < low < high):
         return None
     return math.log(ratio), (math.log(high) - math.log(low)) / (2 * Z)
+
+
+def look_value(estimates: list[tuple[float, float] | None], cost: float) -> float:
+    """certainty x gain / restart cost of one change whose parts measured `estimates` (independent
+    trials: log ratios add, so do their variances)."""
+    known = [e for e in estimates if e is not None]
+    if not known or len(known) < len(estimates):
+        return 0.0
+    total = sum(log for log, _ in known)
+    se = math.sqrt(sum(err**2 for _, err in known))
+    return NormalDist().cdf(total / se) * max(0.0, math.expm1(total)) / cost
 
 
 def pooled(first: dict[str, Any], now: Any) -> tuple[float, float, float] | None:

@@ -25,11 +25,35 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from agent.trial.firstlook import short_first_look, with_first_look
+from agent.trial.budget import TRIAL_RESTARTS
+from agent.trial.firstlook import log_estimate, look_value, short_first_look, with_first_look
 from agent.trial.judge import best_judged, looks_like_a_winner, near_miss, worth_more
 from agent.trial.measure import environment_failure
 from agent.trial.record import comparison_dict, mean_throughput
+from agent.trial.state import RunnerState
 from agent.trial.steps import Trial, down_reason, went_down
+
+THIRD_RESTARTS = 3
+"""A near miss's third launch: a rollback to known-good, the candidate once more, and its end."""
+
+
+def crowds_out(r: RunnerState, miss: dict[str, Any], seconds: float) -> str | None:
+    """Why a near miss's third launch gives way to the candidate waiting (None: it goes ahead). Only
+    when the budget cannot fit both the third launch and one more trial: then the third launch is
+    valued as a look at what it measured (`look_value`: the chance the gain is real times the gain,
+    for its restarts against a trial's) and the waiting candidate as the planner values it."""
+    if r.waiting_value <= 0:
+        return None
+    both = r.restarts_left(THIRD_RESTARTS + TRIAL_RESTARTS) and r.fits(seconds + r.trial_estimate())
+    if both:
+        return None
+    worth = look_value([log_estimate(miss)], THIRD_RESTARTS / TRIAL_RESTARTS)
+    if worth >= r.waiting_value:
+        return None
+    return (
+        f"a third launch, worth {worth:.2%} a trial here, would take the restarts of the candidate "
+        f"waiting, worth {r.waiting_value:.2%}"
+    )
 
 
 class PairedTrial(Trial):
@@ -139,12 +163,14 @@ class PairedTrial(Trial):
         # a third launch: a rollback and two known-good blocks, a launch and a block, as this one took
         pair = 2 * (time.monotonic() - started)
         if final is not None and final.verdict != "improved" and near_miss(final, r.bench):
-            if not r.fits(pair) or not r.restarts_left(3):
+            crowded = crowds_out(r, best_judged(final), pair)
+            if not r.fits(pair) or not r.restarts_left(THIRD_RESTARTS) or crowded:
                 record.comparison = {**record.comparison, **comparison_dict(final)}
-                left = "no time" if r.restarts_left(3) else "no restarts"
+                left = "no time" if r.restarts_left(THIRD_RESTARTS) else "no restarts"
                 record.near_miss = best_judged(final)
                 return await self.reject(
-                    f"not established over two launches: {final.summary}; {left} left for a third"
+                    f"not established over two launches: {final.summary}; "
+                    + (crowded or f"{left} left for a third")
                 )
             third_started = time.monotonic()
             third = await self._third_launch(new_text, (before, cand, after, confirm), final)

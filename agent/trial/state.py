@@ -60,6 +60,10 @@ class RunnerState(TrialBudget):
     largest_gain: float | None = None
     """The largest gain a candidate may bring here (the planner's `plausible_gain`): on a deployment
     whose launches are unsteady, trials go on only for a gain that can be established against them."""
+    waiting_value: float = 0.0
+    """What the best candidate still untried is worth per ordinary trial (certainty x plausible
+    gain / restart cost, the planner's `expected_value`), as the planner saw it before this trial;
+    0: none waits. A near miss's third launch that would take its restarts must be worth more."""
     max_trials: int = 12
     max_restarts: int | None = None
     """Restarts trials may spend in all (None: no limit). A trial starts only if its A/B/A, a
@@ -206,6 +210,10 @@ class RunnerState(TrialBudget):
     def expect_gain(self, largest: float | None) -> None:
         """The largest gain a candidate may bring here, known once the baseline's load is read."""
         self.largest_gain = largest
+
+    def waiting(self, value: float) -> None:
+        """The best untried candidate's value per ordinary trial, before the next trial starts."""
+        self.waiting_value = max(0.0, value)
 
     def rebaselined(self, baseline: Baseline) -> None:
         """`baseline` measured known-good's running launch just now (a chat's first trial): the
