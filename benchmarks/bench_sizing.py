@@ -120,7 +120,7 @@ def search(steps: Ladder, first: float, levels, rng: random.Random, sd: float) -
             }
             deployed = value if kept else deployed
         trials.append(trial)
-        nxt = next_size(steps, trials, MIN_EFFECT)
+        nxt = next_size(steps, trials, MIN_EFFECT, TOLERANCE)
         value = nxt[0] if nxt else None
     return deployed, len(trials)
 

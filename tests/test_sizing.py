@@ -244,3 +244,15 @@ def test_the_builtin_planner_searches_a_sized_lever_from_the_first_value_s_resul
     assert "run_trial" not in done  # 5 could gain at most what 4 did over 3: nothing
     todo = {i["id"]: i["content"] for i in done["todo_write"]["items"]}
     assert todo[flag].startswith(f"trial {flag} 4: rolled_back")
+
+
+def test_no_value_whose_bound_regresses_beyond_the_tolerance_at_a_level():
+    # seen on the simulated H100: 48 -> 64 running requests cost a little at c=1 and c=8 and won at
+    # c=64; the line through 48 and 64 leaves 32 room at c=1 but sure to lose ~16% at c=64
+    steps = Ladder(step="x2", values=[8, 16, 32, 64], current=48, integer=True)
+    kept = {
+        "size": 64, "kind": "single", "decision": "kept",
+        "judged_ratios": {"1": 0.980, "8": 0.971, "64": 1.067},
+    }  # fmt: skip
+    assert next_size(steps, [kept], 0.02, 0.03) is None
+    assert next_size(steps, [kept], 0.02, 0.5) is not None  # a rule that tolerated any loss would try it

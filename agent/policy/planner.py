@@ -122,6 +122,7 @@ def candidates_view(deps: PlannerDeps) -> list[dict[str, Any]]:
             # a sized lever: the values its search may try here (`agent.policy.sizing`)
             "ladder": c.ladder.model_dump() if c.ladder is not None else None,
             "min_effect": bench.min_effect if bench is not None else None,
+            "regress_tolerance": bench.regress_tolerance if bench is not None else None,
             # the trials the budget fits as the list is made (each trial result says it again)
             "trials_left": deps.runner.trials_left() if deps.runner is not None else None,
             **state(c),

@@ -141,16 +141,18 @@ def bound(points: dict[float, float], x: float, ladder: Ladder) -> float | None:
 
 
 def next_size(
-    ladder: Ladder, trials: list[dict[str, Any]], min_effect: float
+    ladder: Ladder, trials: list[dict[str, Any]], min_effect: float, tolerance: float = 0.03
 ) -> tuple[float, float, str] | None:
-    """(value, the most it may gain over the best value so far, why) of the value to try next, of
-    those that could beat the best by `min_effect` at a judged level: first bracket (outside the
-    values tried, the nearest step: the bound grows with distance only because the line does),
-    then refine (between values tried, the highest bound). None when no value could; none at or
-    beyond a value that failed to start."""
+    """(value, the most it may gain over the value deployed now, why) of the value to try next, of
+    those that could beat it by `min_effect` at a judged level and whose bound loses no more than
+    `tolerance` at any (a value sure to regress beyond it there, the rule would roll back): first
+    bracket (outside the values tried, the nearest step: the bound grows with distance only because
+    the line does), then refine (between values tried, the highest bound). None when no value
+    could; none at or beyond a value that failed to start."""
     measured = curve(ladder, trials)
     if not measured:
         return None
+    deployed = deployed_size(ladder, trials)
     tried = {float(t["size"]) for t in trials if t.get("size") is not None}
     failed = [float(t["size"]) for t in trials if t.get("failed_start") and t.get("size") is not None]
     options = set(ladder.values) | {
@@ -160,27 +162,40 @@ def next_size(
         if (m := ladder.between(a, b)) is not None
     }
     picks: list[tuple[bool, float, float, float, str]] = []  # (refine, steps out, -gain, value, why)
-    for x in sorted(options - tried - ({ladder.current} if ladder.current is not None else set())):
+    known = tried | ({ladder.current} if ladder.current is not None else set())
+    for x in sorted(options - known):
         if any(_beyond(x, f, ladder.current) for f in failed):
             continue
-        for level, pts in measured.items():
-            top = max(pts, key=lambda v: pts[v])
-            most = bound(pts, x, ladder)
-            if most is None or most - pts[top] < math.log1p(min_effect):
-                continue
-            gain = math.expm1(most - pts[top])
-            at = "" if level == "all" else f" at c={level}"
-            why = (
-                f"sized search: the values tried so far leave {ladder.show(x)} room for up to "
-                f"{gain:+.1%}{at} over the best ({ladder.show(top)})"
-            )
-            inside = min(pts) < x < max(pts)
-            step = 0.0 if inside else abs(ladder.position(x) - ladder.position(top))
-            picks.append((inside, step, -gain, x, why))
+        room = {
+            level: most - pts[deployed]
+            for level, pts in measured.items()
+            if deployed in pts and (most := bound(pts, x, ladder)) is not None
+        }
+        if not room or min(room.values()) < math.log(1 - tolerance):
+            continue
+        level, best = max(room.items(), key=lambda kv: kv[1])
+        if best < math.log1p(min_effect):
+            continue
+        gain = math.expm1(best)
+        at = "" if level == "all" else f" at c={level}"
+        why = (
+            f"sized search: the values tried so far leave {ladder.show(x)} room for up to "
+            f"{gain:+.1%}{at} over {ladder.show(deployed)}, deployed now"
+        )
+        pts = measured[level]
+        inside = min(pts) < x < max(pts)
+        step = 0.0 if inside else abs(ladder.position(x) - ladder.position(deployed))
+        picks.append((inside, step, -gain, x, why))
     if not picks:
         return None
     *_, gain, x, why = min(picks)
     return x, -gain, why
+
+
+def deployed_size(ladder: Ladder, trials: list[dict[str, Any]]) -> float:
+    """The lever's value deployed now: the last one kept, else the deployment's own."""
+    kept = [float(t["size"]) for t in trials if t.get("decision") == "kept" and t.get("size") is not None]
+    return kept[-1] if kept else ladder.current  # type: ignore[return-value]
 
 
 def _beyond(x: float, failed: float, current: float | None) -> bool:

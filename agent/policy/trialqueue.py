@@ -274,7 +274,7 @@ def sized_steps(
         if not c.get("ladder") or not results or results[-1].get("disturbed"):
             continue
         steps = Ladder.model_validate(c["ladder"])
-        nxt = next_size(steps, results, c.get("min_effect") or 0.02)
+        nxt = next_size(steps, results, c.get("min_effect") or 0.02, c.get("regress_tolerance") or 0.03)
         if nxt is None:
             continue
         value, gain, why = nxt
