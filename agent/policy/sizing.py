@@ -143,9 +143,9 @@ def bound(points: dict[float, float], x: float, ladder: Ladder) -> float | None:
 def next_size(
     ladder: Ladder, trials: list[dict[str, Any]], min_effect: float, tolerance: float = 0.03
 ) -> tuple[float, float, str] | None:
-    """(value, the most it may gain over the value deployed now, why) of the value to try next, of
-    those that could beat it by `min_effect` at a judged level and whose bound loses no more than
-    `tolerance` at any (a value sure to regress beyond it there, the rule would roll back): first
+    """(value, the most it may gain over the best value measured, why) of the value to try next, of
+    those that could beat that by `min_effect` at a judged level and whose bound loses no more than
+    `tolerance` against the value deployed at any (the rule would roll it back): first
     bracket (outside the values tried, the nearest step: the bound grows with distance only because
     the line does), then refine (between values tried, the highest bound). None when no value
     could; none at or beyond a value that failed to start."""
@@ -166,21 +166,22 @@ def next_size(
     for x in sorted(options - known):
         if any(_beyond(x, f, ladder.current) for f in failed):
             continue
-        room = {
-            level: most - pts[deployed]
+        rooms = [
+            (level, most - pts[deployed], most - max(pts.values()))
             for level, pts in measured.items()
             if deployed in pts and (most := bound(pts, x, ladder)) is not None
-        }
-        if not room or min(room.values()) < math.log(1 - tolerance):
-            continue
-        level, best = max(room.items(), key=lambda kv: kv[1])
+        ]
+        if not rooms or min(dep for _, dep, _ in rooms) < math.log(1 - tolerance):
+            continue  # sure to regress beyond the tolerance somewhere, against what is deployed
+        level, _, best = max(rooms, key=lambda r: r[2])
         if best < math.log1p(min_effect):
-            continue
+            continue  # nowhere could it beat the best value measured by the minimum effect
         gain = math.expm1(best)
         at = "" if level == "all" else f" at c={level}"
+        top = max(measured[level], key=lambda v: measured[level][v])
         why = (
             f"sized search: the values tried so far leave {ladder.show(x)} room for up to "
-            f"{gain:+.1%}{at} over {ladder.show(deployed)}, deployed now"
+            f"{gain:+.1%}{at} over the best ({ladder.show(top)})"
         )
         pts = measured[level]
         inside = min(pts) < x < max(pts)
