@@ -23,6 +23,9 @@ of one trial alone (one member's cost hides the others' gains).
 The budget is counted too: when more candidates are open than the trials the budget still fits (the
 runner's `trials_left`, in every trial result), the ones research is sure enough of that would not
 be reached go into one change in the last slot (`fit_budget`), rather than not being tried at all.
+
+A sized lever tried alone comes back at its next value while its search is not over
+(`sized_steps`, `agent.policy.sizing`), valued by the most that value may gain.
 """
 
 from __future__ import annotations
