@@ -35,10 +35,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_agent import LEVELS, MIN_EFFECT, noise_free  # noqa: E402
+from bench_agent import LEVELS, MIN_EFFECT, noise_free, sim_catalog  # noqa: E402
 
-from agent.policy.playbook import load_playbook  # noqa: E402
-from agent.policy.sizing import Ladder, ladder, next_size  # noqa: E402
+from agent.policy.playbook import evaluate, load_playbook  # noqa: E402
+from agent.policy.sizing import Ladder, next_size  # noqa: E402
 from tools.config import BenchConfig  # noqa: E402
 
 SCENARIOS = ["seed", "h100-llama8b", "l40s-llama8b", "h100x2-qwen30b-tp2", "a100x2-mixtral"]
@@ -58,26 +58,16 @@ def resolved(name: str) -> dict:
 
 def ladders(info: dict, top: int) -> list[tuple[str, Ladder, float]]:
     """(flag, ladder, the playbook's value) of each sized lever the resolved server args `info`
-    leave room to move (`top`: the highest concurrency of the traffic)."""
+    leave room to move (`top`: the highest concurrency of the traffic), as a run's playbook
+    resolves them on SGLang 0.5.23's catalog."""
+    facts = {"bench.max_concurrency": top, **{f"server.{k}": v for k, v in info.items()}}
     out = []
-    for lever in load_playbook():
-        if lever.sizes is None:
+    for c in evaluate(load_playbook(), facts, sim_catalog()):
+        steps = c.ladder
+        if c.status == "not-in-version" or steps is None or steps.current is None:
             continue
-        renamed = lever.replaced_by and lever.flag == "--cuda-graph-max-bs"
-        flag = lever.replaced_by.flag if renamed else lever.flag  # type: ignore[union-attr]
-        dest = flag.lstrip("-").replace("-", "_")
-        if dest not in info:  # not a flag of this version
-            continue
-        facts = {"bench.max_concurrency": top}
-
-        def fill(t: str, facts: dict = facts) -> str:
-            return str(facts[t.strip("{}")]) if t.startswith("{") else t
-
-        first = fill(lever.value or "")
-        steps = ladder(lever.sizes, first, info.get(dest), fill)
-        if steps is None or steps.current is None or float(first) == steps.current:
-            continue
-        out.append((flag, steps, float(first)))
+        if float(c.value) != steps.current:  # type: ignore[arg-type]
+            out.append((c.flag, steps, float(c.value)))  # type: ignore[arg-type]
     return out
 
 

@@ -111,8 +111,9 @@ def curve(ladder: Ladder, trials: list[dict[str, Any]]) -> dict[str, dict[float,
         for level, ratio in ratios.items():
             if ratio is None or ratio <= 0:
                 continue
-            base = deployed.get(level, 0.0) if at != ladder.current else 0.0
-            out.setdefault(level, {ladder.current: 0.0})[float(value)] = base + math.log(ratio)
+            out.setdefault(level, {ladder.current: 0.0})[float(value)] = deployed.get(level, 0.0) + math.log(
+                ratio
+            )
         if t.get("decision") == "kept":
             at = float(value)
             deployed = {lv: pts[at] for lv, pts in out.items() if at in pts}

@@ -23,13 +23,13 @@ def curve_lines(trials: list[dict[str, Any]]) -> list[str]:
     """`## Values searched`: one table per sized lever searched (markdown lines; [] for none)."""
     out = []
     for flag, ts in searched(trials).items():
-        levels = sorted({lv.concurrency for t in ts if (e := effect_of(t)) for lv in e.levels})
+        effects = [effect_of(t) for t in ts]
+        levels = sorted({lv.concurrency for e in effects if e for lv in e.levels})
         head = "| trial | value | against | " + " | ".join(f"c={c}" for c in levels) + " | decision |"
         rows = [f"`{flag}`", "", head, "|" + "---:|" * (3 + len(levels)) + "---|"]
         against = "as deployed"
-        for t in ts:
+        for t, effect in zip(ts, effects, strict=True):
             value = t["changes"][0]["value"]
-            effect = effect_of(t)
             at = (
                 {lv.concurrency: pct(lv.ratio, lv.ci_low, lv.ci_high) for lv in effect.levels}
                 if effect

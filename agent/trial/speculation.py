@@ -22,8 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-KNOWN_GOOD = ("before", "after", "after_second")
-CANDIDATE = ("candidate", "confirm", "third")
+from tools.bench.effect import CANDIDATE_BLOCKS, KNOWN_GOOD_BLOCKS
+
 MOVED = 0.02
 """An accept length that moved less than this between the sides, with the same steps, goes unsaid."""
 
@@ -41,21 +41,14 @@ class Acceptance:
 def block_acceptance(reps: list[Any]) -> dict[int, dict[str, float | None]]:
     """Level -> {steps, accept_length, tpot_ms} of one block (means over its repetitions), for the
     levels whose repetitions reported an accept length; {} on a server without speculation."""
-    cells: dict[int, list[tuple[Any, float, float | None]]] = {}
+    cells: dict[int, list[dict[str, Any]]] = {}
     for sweep in reps:
         steps = (getattr(sweep, "server_info", None) or {}).get("speculative_num_steps")
         for lv in sweep.levels:
             if lv.ok and lv.accept_length is not None:
-                cells.setdefault(lv.max_concurrency, []).append((steps, lv.accept_length, lv.mean_tpot_ms))
-    out: dict[int, dict[str, float | None]] = {}
-    for level, rows in cells.items():
-        tpots = [t for _, _, t in rows if t is not None]
-        out[level] = {
-            "steps": rows[-1][0],
-            "accept_length": sum(a for _, a, _ in rows) / len(rows),
-            "tpot_ms": sum(tpots) / len(tpots) if tpots else None,
-        }
-    return out
+                cell = {"steps": steps, "accept_length": lv.accept_length, "tpot_ms": lv.mean_tpot_ms}
+                cells.setdefault(lv.max_concurrency, []).append(cell)
+    return {level: _mean(rows) for level, rows in cells.items()}
 
 
 def side(speculation: dict[str, dict[Any, dict[str, Any]]], blocks: tuple[str, ...]) -> dict[int, Acceptance]:
@@ -64,15 +57,18 @@ def side(speculation: dict[str, dict[Any, dict[str, Any]]], blocks: tuple[str, .
     for name in blocks:
         for level, cell in (speculation.get(name) or {}).items():
             pooled.setdefault(int(level), []).append(cell)
-    out = {}
-    for level, cells in pooled.items():
-        tpots = [c["tpot_ms"] for c in cells if c.get("tpot_ms")]
-        out[level] = Acceptance(
-            steps=cells[-1].get("steps"),
-            accept_length=sum(c["accept_length"] for c in cells) / len(cells),
-            tpot_ms=sum(tpots) / len(tpots) if tpots else None,
-        )
-    return out
+    return {level: Acceptance(**_mean(cells)) for level, cells in pooled.items()}  # type: ignore[arg-type]
+
+
+def _mean(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """{steps, accept_length, tpot_ms} of several: the last steps, the mean accept length, the mean
+    of the TPOTs known (None: none)."""
+    tpots = [c["tpot_ms"] for c in cells if c.get("tpot_ms")]
+    return {
+        "steps": cells[-1].get("steps"),
+        "accept_length": sum(c["accept_length"] for c in cells) / len(cells),
+        "tpot_ms": sum(tpots) / len(tpots) if tpots else None,
+    }
 
 
 def payoffs(before: dict[int, Acceptance], after: dict[int, Acceptance]) -> dict[int, tuple[float, float]]:
@@ -102,7 +98,7 @@ def payoffs(before: dict[int, Acceptance], after: dict[int, Acceptance]) -> dict
 
 def judged(speculation: dict[str, dict[Any, dict[str, Any]]]) -> tuple[list[str], str | None]:
     """(notes, why the candidate may not be kept, or None) of a trial's recorded acceptance."""
-    before, after = side(speculation, KNOWN_GOOD), side(speculation, CANDIDATE)
+    before, after = side(speculation, KNOWN_GOOD_BLOCKS), side(speculation, CANDIDATE_BLOCKS)
     if not before and not after:
         return [], None
     levels = sorted(set(before) | set(after))

@@ -158,7 +158,8 @@ def planner_policy(messages: list[Any], info: Any) -> Any:
         elif len(flags) > 1:
             combined = content
         elif flags:
-            content = {**content, "size": _number(args["changes"][0].get("value"))}
+            value = args["changes"][0].get("value")
+            content = {**content, "value": value, "size": _number(value)}
             trials[flag_name(flags[0])] = content
             tried.setdefault(flag_name(flags[0]), []).append(content)
     extra = [
@@ -318,11 +319,7 @@ def _number(value: Any) -> float | None:
 def _value_tried(cand: dict[str, Any], trial: dict[str, Any]) -> Any:
     """The value a candidate's latest trial alone set (a sized lever's search moves it), else the
     playbook's."""
-    changes = trial.get("changes") or []
-    if trial.get("kind") == "single" and len(changes) == 1 and changes[0].split()[0] == cand["flag"]:
-        parts = changes[0].split(maxsplit=1)
-        return parts[1] if len(parts) == 2 else cand["value"]
-    return cand["value"]
+    return trial.get("value") if trial.get("value") is not None else cand["value"]
 
 
 def _final_todo_written(messages: list[Any]) -> bool:
