@@ -44,12 +44,26 @@ def _research(config: Path, *args: str, env: dict[str, str] | None = None) -> tu
     return out.exit_code, out.stdout
 
 
-def test_research_says_when_the_start_up_ran_without_bubblewrap(project: Path) -> None:
-    """SGLang's own start-up runs under bubblewrap here; without it (the level capped at the audit
-    hook, as on a machine with neither bwrap, user namespaces nor Landlock) the verdict says so."""
+def test_research_says_when_the_start_up_ran_without_bubblewrap(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SGLang's own start-up runs under bubblewrap here. On a machine with neither bwrap, user
+    namespaces nor Landlock (simulated: a kernel without Landlock cannot be made here) it is not run
+    and the verdict says why and what to install; with the level capped at the audit hook (the user
+    accepts it) it runs, and the verdict says how it was isolated."""
+    from tools.research.startup import isolation
+
     note = "SGLang's start-up ran isolated by the audit hook only (no bubblewrap here)"
     code, out = _research(project, "--enable-mixed-chunk", "--json")
     assert code == 0 and not [n for n in json.loads(out)["notes"] if "isolated by" in n], out
+    monkeypatch.setattr(isolation, "available", lambda: ["hook"])
+    monkeypatch.setattr(isolation, "landlock_abi", lambda: 0)
+    code, out = _research(project, "--enable-mixed-chunk", "--json")
+    data = json.loads(out)
+    refused = [n for n in data["notes"] if n.startswith("SGLang's own start-up: not run: ")]
+    assert code == 0 and data["decided_by"] == "code", data
+    assert len(refused) == 1 and "neither bubblewrap nor Landlock" in refused[0], data["notes"]
+    assert "apt-get install bubblewrap" in refused[0] and "OPTAGENT_RESOLVER_ISOLATION=hook" in refused[0]
     code, out = _research(
         project, "--enable-mixed-chunk", "--json", env={"OPTAGENT_RESOLVER_ISOLATION": "hook"}
     )

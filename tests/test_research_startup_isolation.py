@@ -285,6 +285,54 @@ def test_the_answer_says_when_bubblewrap_did_not_isolate_it(
     assert weak.note == "SGLang's start-up ran isolated by the audit hook only (no bubblewrap here)"
 
 
+def test_a_worker_free_to_write_the_cache_runs_only_when_the_user_accepts_it() -> None:
+    """Without bubblewrap and Landlock nothing but the audit hook keeps the worker from writing the
+    cache whose pickles this process loads: the level is refused, unless `$ENV` caps it at `unshare`
+    or `hook`. Landlock (any ABI) confines writes at every level but `hook`."""
+    bare = ["unshare", "hook"]  # a kernel without Landlock: what user namespaces alone give
+    for cap, isolated in (
+        ("", "unshare -rn + audit hook"),
+        ("bubblewrap", "unshare"),
+        ("landlock", "the audit hook only"),
+    ):
+        with pytest.raises(isolation.UnconfinedWrites, match="neither bubblewrap nor Landlock") as refused:
+            isolation.choose(cap, bare, 0)
+        assert f"isolated by {isolated}" in str(refused.value), refused.value
+        assert "apt-get install bubblewrap" in str(refused.value)
+    assert isolation.choose("unshare", bare, 0) == "unshare"
+    assert isolation.choose("hook", bare, 0) == "hook"
+    assert isolation.choose("", bare, 1) == "unshare"  # Landlock ABI 1 keeps its writes to scratch
+    assert isolation.choose("", ["bubblewrap", "hook"], 0) == "bubblewrap"
+    assert [isolation.confines_writes(lv, 0) for lv in isolation.LEVELS] == [True, False, False, False]
+    assert [isolation.confines_writes(lv, 1) for lv in isolation.LEVELS] == [True, True, True, False]
+    with pytest.raises(ValueError, match="one of bubblewrap"):
+        isolation.choose("none", bare, 0)
+
+
+def test_start_up_is_not_run_where_the_worker_could_write_the_cache(
+    hostile_tree: SourceTree, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """This machine as one with neither bubblewrap nor Landlock (a kernel without Landlock cannot be
+    made here): no worker starts, the answer says why and what to do; with the level capped at the
+    audit hook the same worker runs as before."""
+    monkeypatch.setattr(isolation, "available", lambda: ["hook"])
+    monkeypatch.setattr(isolation, "landlock_abi", lambda: 0)
+    config = tmp_path / "config.json"
+    config.write_text('{"architectures": ["LlamaForCausalLM"]}')
+    facts = {f"gpu.{k}": v for k, v in HW.items()}
+    refused = startup_answer(hostile_tree, facts, ["--tp-size", "2"], base_argv=[], model_config=config)
+    assert refused.kind == "unknown" and refused.message.startswith(
+        "not run: this machine has neither bubblewrap nor Landlock: SGLang's code would run isolated by "
+        "the audit hook only, free to write into the optagent cache this process reads; install "
+        "Debian's `bubblewrap`"
+    ), refused
+    with pytest.raises(ResolverError, match="neither bubblewrap nor Landlock"):
+        Resolver(hostile_tree, HW)
+    monkeypatch.setenv(isolation.ENV, "hook")
+    accepted = startup_answer(hostile_tree, facts, ["--tp-size", "2"], base_argv=[], model_config=config)
+    assert accepted.kind == "same" and "the audit hook only" in accepted.note, accepted
+
+
 def _tree_requiring(tmp_path: Path, *requires: str) -> SourceTree:
     root = tmp_path / "src"
     (root / "sglang" / "srt").mkdir(parents=True)

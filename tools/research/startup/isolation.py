@@ -27,8 +27,14 @@ it may read and run only the paths it is given, write only its scratch folder an
 (Landlock ABI 4+) bind or connect no TCP socket. Then its audit hook refuses network, other
 programs, `ctypes`, forks and writes outside its scratch folder.
 
+A worker the kernel does not keep from writing outside its scratch folder (no bubblewrap and no
+Landlock: `unshare` alone, `hook`) could write into the optagent cache, where this process later
+reads the flag index (pickles): it is not started (`UnconfinedWrites`, saying what to install)
+unless the user accepts it.
+
 `OPTAGENT_RESOLVER_ISOLATION` (`bubblewrap`, `unshare`, `landlock`, `hook`) caps the level: a
-machine where a stronger one misbehaves, and the tests of each level.
+machine where a stronger one misbehaves, and the tests of each level. A cap of `unshare` or `hook`
+also accepts a worker whose writes nothing but the audit hook confines.
 """
 
 from __future__ import annotations
@@ -46,6 +52,9 @@ from pathlib import Path
 LEVELS = ("bubblewrap", "unshare", "landlock", "hook")
 """Strongest first."""
 ENV = "OPTAGENT_RESOLVER_ISOLATION"
+ACCEPTS_UNCONFINED = ("unshare", "hook")
+"""Caps of `$OPTAGENT_RESOLVER_ISOLATION` that accept a worker whose writes the kernel leaves free:
+the user asked for a level that does not promise to confine them."""
 NOBODY = "65534"
 LIMITS = {
     "RLIMIT_AS": 4 << 30,  # a resolution takes ~250 MB of address space
@@ -129,13 +138,44 @@ def available() -> list[str]:
     return [*out, "hook"]
 
 
-def level() -> str:
-    """The strongest level available here, at most the one `$OPTAGENT_RESOLVER_ISOLATION` names."""
-    cap = os.environ.get(ENV, "").strip() or LEVELS[0]
-    if cap not in LEVELS:
+class UnconfinedWrites(ValueError):
+    """The strongest level here leaves the worker's writes to the audit hook alone, and the user did
+    not accept that: SGLang's code could write into the cache this process reads."""
+
+
+def confines_writes(lvl: str, landlock: int) -> bool:
+    """Whether the kernel keeps a worker at level `lvl`, on a kernel of Landlock ABI `landlock` (0:
+    none), from writing outside its scratch folder. Under bubblewrap the cache is not in its
+    filesystem; Landlock (any ABI; the worker applies it at every level but `hook`) lets it write
+    only its scratch (ABI 1 and 2 leave truncate(2) free: it could empty a file, not write one).
+    `unshare` alone and `hook` leave writes to the audit hook, which Python code can get round."""
+    return lvl == "bubblewrap" or (lvl != "hook" and landlock > 0)
+
+
+def choose(cap: str, have: list[str], landlock: int) -> str:
+    """The strongest level of `have` (`available()`), at most `cap` (empty: no cap), on a kernel of
+    Landlock ABI `landlock`. ValueError for an unknown cap; `UnconfinedWrites` when that level's
+    writes are not confined and `cap` is not one of `ACCEPTS_UNCONFINED`."""
+    cap = cap.strip()
+    if cap and cap not in LEVELS:
         raise ValueError(f"${ENV} is {cap!r}: one of {', '.join(LEVELS)}")
-    allowed = LEVELS[LEVELS.index(cap) :]
-    return next(lv for lv in available() if lv in allowed)
+    allowed = LEVELS[LEVELS.index(cap or LEVELS[0]) :]
+    lvl = next(lv for lv in have if lv in allowed)
+    if not confines_writes(lvl, landlock) and cap not in ACCEPTS_UNCONFINED:
+        raise UnconfinedWrites(
+            "this machine has neither bubblewrap nor Landlock: SGLang's code would run isolated "
+            f"by {describe(lvl, landlock)}, free to write into the optagent cache this process "
+            "reads; install Debian's `bubblewrap` (apt-get install "
+            "bubblewrap) or use a kernel with Landlock (Linux 5.13+), or set "
+            f"{ENV}=hook to run it anyway"
+        )
+    return lvl
+
+
+def level() -> str:
+    """The level the worker runs at here (`choose` on this machine, capped by
+    `$OPTAGENT_RESOLVER_ISOLATION`)."""
+    return choose(os.environ.get(ENV, ""), available(), landlock_abi())
 
 
 def limits() -> dict[str, int]:

@@ -16,7 +16,9 @@ config classes; msgspec, packaging, pillow, dill are used at import). torch, tri
 fakes that answer from the hardware facts; every other missing module is a permissive stand-in.
 The worker is isolated as this machine allows (`isolation.py`: bubblewrap, else `unshare -rn`,
 else Landlock, else its audit hook alone; `Resolver.isolation` says which) with resource limits;
-it can write only its private scratch folder, never the cache this process reads. The worker
+it can write only its private scratch folder, never the cache this process reads: where only the
+audit hook would keep it from that (no bubblewrap, no Landlock), it is not started unless
+`$OPTAGENT_RESOLVER_ISOLATION` accepts it (ResolverError saying what to install). The worker
 imports SGLang once and forks per request, so one resolution's global changes never leak into
 the next.
 """
