@@ -145,7 +145,8 @@ def main() -> None:
     only = set(args.only or ["real", "big", "deep", "real+big"])
     if args.source is None:
         sys.path.insert(0, str(ROOT))
-        from tools.research.source import cache_root, get_source
+        from tools.research.cache import cache_root
+        from tools.research.source import get_source
 
         args.source = get_source("0.5.23", cache_dir=cache_root()).root
     big_size = 4 * 2**20 - 4096

@@ -30,7 +30,8 @@ import pytest
 
 from tests.fixtures.package_index import PackageIndex
 from tests.research_profiles import DATA
-from tools.research.source import SourceTree, cache_root, local_source
+from tools.research.cache import cache_root
+from tools.research.source import SourceTree, local_source
 from tools.research.startup import isolation
 from tools.research.startup.check import startup_answer
 from tools.research.startup.resolver import (

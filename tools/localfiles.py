@@ -137,20 +137,29 @@ def _resolve(path: Path, what: str) -> str:
     return cur
 
 
-def trusted_dir(path: Path | str, *, what: str = "directory", create: bool = True) -> Path:
-    """The resolved directory `path` (made when missing, with the umask's mode), after checking it
-    as the module docstring says; `UntrustedDirError` (an `OSError`) names what is wrong and the fix."""
+def trusted_dir(
+    path: Path | str,
+    *,
+    what: str = "directory",
+    create: bool = True,
+    mode: int = 0o777,
+    private: bool = False,
+) -> Path:
+    """The resolved directory `path` (made when missing, it and its missing parents with `mode`
+    less the umask), after checking it as the module docstring says; `UntrustedDirError` (an
+    `OSError`) names what is wrong and the fix. `private`: `path` itself may not be writable by
+    anyone else even when sticky (another user could make a name in it first)."""
     path = Path(path).expanduser()
     try:
         real = _resolve(path, what)
     except FileNotFoundError:
         if not create or path.parent == path:
             raise
-        parent = trusted_dir(path.parent, what=what)  # checked before anything is made inside it
+        parent = trusted_dir(path.parent, what=what, mode=mode)  # checked before anything is made inside it
         with contextlib.suppress(FileExistsError):
-            os.mkdir(parent / path.name)
+            os.mkdir(parent / path.name, mode)
         real = _resolve(path, what)
-    check_chain(what, str(path), _chain(real), me=os.geteuid(), sticky_first=True)
+    check_chain(what, str(path), _chain(real), me=os.geteuid(), sticky_first=not private)
     return Path(real)
 
 

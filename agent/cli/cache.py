@@ -56,7 +56,7 @@ class Entry:
 
     @property
     def lock(self) -> Path:
-        """The file optagent locks while it fills this entry (`tools.research.source.cache_lock`;
+        """The file optagent locks while it fills this entry (`tools.research.cache.cache_lock`;
         the real server's environment keeps its lock inside)."""
         path = self.root / self.files[0]
         return path / ".lock" if self.name.startswith("real-sglang-") else path.with_name(path.name + ".lock")
@@ -65,7 +65,7 @@ class Entry:
 def cache_roots(configured: Path | None) -> list[Path]:
     """The configured cache directory, and the default one when it differs (the real server's
     environment and start-up model configs always live there)."""
-    from tools.research.source import cache_root
+    from tools.research.cache import cache_root
 
     return list(dict.fromkeys([cache_root(configured).resolve(), cache_root().resolve()]))
 
@@ -155,7 +155,7 @@ def show(
     """List what optagent keeps on disk, with sizes (`optagent cache clean` removes entries)."""
     if ctx.invoked_subcommand is not None:
         return
-    from tools.research.source import CACHE_ENV
+    from tools.research.cache import CACHE_ENV
 
     configured = get_config(config).research.cache_dir
     roots = cache_roots(configured)

@@ -143,9 +143,13 @@ def _waiting() -> Any:
 def _index(tree: Any, *, rebuild: bool) -> Any:
     """The tree's flag index; building one takes a minute or two, which the user sees on stderr."""
     from tools.research.index import load_index
+    from tools.research.source import SourceError
 
-    with _waiting() as say:
-        return load_index(tree, rebuild=rebuild, progress=say)
+    try:
+        with _waiting() as say:
+            return load_index(tree, rebuild=rebuild, progress=say)
+    except SourceError as e:  # a cache another user could write (`tools.research.cache`)
+        fail(str(e))
 
 
 def _startup(

@@ -55,7 +55,7 @@ class RealEnvironment:
 
 
 def cache_root() -> Path:
-    from tools.research.source import cache_root as optagent_cache
+    from tools.research.cache import cache_root as optagent_cache
 
     return optagent_cache() / f"real-sglang-{SGLANG_VERSION}"
 

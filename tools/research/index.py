@@ -28,6 +28,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from tools.research.cache import cache_folder, cache_lock
 from tools.research.catalog import flag_catalog
 from tools.research.flag_index.budget import (
     MAX_BUILD_SECONDS,
@@ -44,7 +45,7 @@ from tools.research.flag_index.serving_path import (
     python_files,
 )
 from tools.research.flag_index.write import write_index
-from tools.research.source import SourceTree, cache_lock, cache_root
+from tools.research.source import SourceTree
 from tools.research.walk.file import UnreadFile, walk_file
 
 INDEX_FORMAT = 33
@@ -208,7 +209,8 @@ def index_path(tree: SourceTree, cache_dir: Path | None = None) -> Path:
     digest = _digest(tree)
     safe = "".join(c if c.isalnum() or c in ".-_" else "_" for c in tree.version or "unknown")
     where = hashlib.sha256(str(tree.root.resolve()).encode()).hexdigest()[:8]
-    return cache_root(cache_dir) / "flag-index" / f"{safe.replace('-', '_')}-{where}-{digest}.sqlite"
+    name = f"{safe.replace('-', '_')}-{where}-{digest}.sqlite"
+    return cache_folder("flag-index", cache_dir) / name  # the cache checked first: this process unpickles it
 
 
 def load_index(

@@ -8,27 +8,25 @@ the package index pip is configured for. `SourceTree.version` and `.origin` say 
 A cached tree is served only while its content has the digest recorded when it was unpacked (a
 wheel is unpacked only when its sha256 is the one its index publishes): a tree changed since is
 fetched again. Fetching (git, the package index) and unpacking are in `source_fetch.py`, the
-checks in `source_check.py`.
+checks in `source_check.py`; the cache itself, checked before it is used, in `cache.py`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tools.research.cache import cache_folder, cache_lock, trusted_cache
 from tools.research.source_check import tree_digest
 from tools.research.source_fetch import MARKER as _MARKER
 from tools.research.source_fetch import SKIPPED, SourceError, fetch_git, fetch_wheel
 
 DEFAULT_REPO_URL = "https://github.com/sgl-project/sglang.git"
-CACHE_ENV = "OPTAGENT_CACHE_DIR"
 _LAYOUT = 3
 """Trees unpacked by an older layout (Python files only; no digest) are fetched again."""
 _VERIFIED: dict[Path, int] = {}
@@ -50,36 +48,11 @@ class SourceTree:
         return Path(path).resolve().relative_to(self.root.resolve()).as_posix()
 
 
-def cache_root(cache_dir: Path | None = None) -> Path:
-    """The optagent cache directory: `cache_dir`, `$OPTAGENT_CACHE_DIR` or the user cache dir."""
-    if cache_dir is not None:
-        return Path(cache_dir).expanduser()
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]).expanduser()
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("optagent"))
-
-
 def _check_version(version: str) -> str:
     version = version.strip().removeprefix("v")
     if not _VERSION_RE.match(version):
         raise SourceError(f"not a version: {version!r}")
     return version
-
-
-@contextlib.contextmanager
-def cache_lock(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on `<path>.lock` while a cache entry is checked and filled, so that two
-    processes (two optagent commands, parallel test workers) never fetch or build the same entry at
-    once; the second waits and then finds it done."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def get_source(
@@ -99,12 +72,12 @@ def get_source(
     if not version:
         raise SourceError("no SGLang version given and no source directory")
     version = _check_version(version)
-    dest = cache_root(cache_dir) / "sglang-src" / version
+    dest = cache_folder("sglang-src", cache_dir) / version  # the cache checked first: its trees run here
     with cache_lock(dest):
         tree = _cached(dest)
         if tree is None and progress is not None:
             progress(f"fetching the source of SGLang {version} (once per version)")
-        return tree or _fetch(version, dest, repo_url, cache_root(cache_dir), git_timeout, pip_timeout)
+        return tree or _fetch(version, dest, repo_url, trusted_cache(cache_dir), git_timeout, pip_timeout)
 
 
 def _fetch(

@@ -41,7 +41,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tools.research.source import SourceTree, cache_lock, cache_root, wheel_requirements
+from tools.research.cache import UntrustedCacheError, cache_folder, cache_lock
+from tools.research.source import SourceTree, wheel_requirements
 from tools.research.startup import isolation
 
 REAL_PACKAGES = ("transformers", "msgspec", "packaging", "pillow", "dill")
@@ -88,6 +89,15 @@ def pip_environment(environ: dict[str, str]) -> dict[str, str]:
     return {**env, "PATH": "/usr/bin:/bin", "PIP_NO_INPUT": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
 
 
+def _cache_folder(folder: str, cache_dir: Path | None = None) -> Path:
+    """`cache_folder`, a cache another user could write refused as `ResolverError`: the start-up
+    check then says why it did not run, and research goes on."""
+    try:
+        return cache_folder(folder, cache_dir)
+    except UntrustedCacheError as e:
+        raise ResolverError(str(e)) from e
+
+
 def worker_python(
     tree: SourceTree, *, cache_dir: Path | None = None, progress: Callable[[str], None] | None = None
 ) -> Path:
@@ -95,7 +105,7 @@ def worker_python(
     `progress(text)` is called once before it is created (the caller shows the wait)."""
     requirements = pinned_requirements(tree)
     key = hashlib.sha256("\n".join(requirements).encode()).hexdigest()[:12]
-    env = cache_root(cache_dir) / "resolver-env" / key
+    env = _cache_folder("resolver-env", cache_dir) / key
     python = env / "bin" / "python"
     with cache_lock(env):
         if (env / ".ready").is_file():
@@ -138,9 +148,7 @@ class Resolver:
         except ValueError as e:
             raise ResolverError(str(e)) from e
         venv = worker_python(tree).parent.parent.resolve()
-        self._models = cache_root() / "resolver-models"
-        self._models.mkdir(parents=True, exist_ok=True)
-        self._models = self._models.resolve()
+        self._models = _cache_folder("resolver-models")
         self._scratch = Path(tempfile.mkdtemp(prefix="optagent-resolve-"))
         self._log = (self._scratch / "worker.log").open("w+")
         reads = isolation.read_paths(venv, tree.root, _HERE, self._models)
