@@ -134,7 +134,6 @@ class Api:
             "max_req_input_len": self.context_length - 1,
             "effective_max_running_requests_per_dp": sched.max_running,
             "max_running_requests": sched.max_running,
-            "cuda_graph_max_bs": self.plan.cuda_graph_max_bs,
             "world_size": self.plan.tp,
             "memory_usage": {
                 "weight": round(self.plan.weight_bytes_per_gpu / 2**30, 2),

@@ -48,9 +48,7 @@ KNOWN = {
         "watermark_context_window", "watermark_default_enabled", "watermark_enforce_all", "watermark_key",
         "watermark_key_b", "watermark_max_probability", "watermark_mixing_probability",
     },
-    # The simulator fills in the captured CUDA-graph batch size per rank (the planner reads it for
-    # the load state); a real server reports it as cuda_graph_config.decode.max_bs only.
-    "internal_states: keys only the simulator has": {"cuda_graph_max_bs"},
+    "internal_states: keys only the simulator has": set(),
 }  # fmt: skip
 
 

@@ -20,11 +20,13 @@ def _candidates(info: dict, unit_flags: dict) -> dict[str, object]:
     return {c.flag: c for c in cands}
 
 
-def test_unset_graph_limit_is_read_from_internal_states(sim_server):
-    # h200-qwen30b leaves --cuda-graph-max-bs-decode unset: the top level says None, the server captured 256
+def test_unset_graph_limit_is_read_from_the_resolved_graph_config(sim_server):
+    # h200-qwen30b leaves --cuda-graph-max-bs-decode unset: the top level says None, the server captured
+    # 256 and says so, as SGLang 0.5.23 does, only in cuda_graph_config.decode.max_bs
     server = sim_server("h200-qwen30b")
     info = asyncio.run(get_server_info(server.endpoint))
     assert info.get("cuda_graph_max_bs_decode") is None
+    assert "cuda_graph_max_bs" not in info["internal_states"][0]
     resolved = resolved_args(info)
     assert resolved["cuda_graph_max_bs_decode"] == resolved["cuda_graph_max_bs"] >= 64
     cands = _candidates(info, {})
@@ -94,3 +96,15 @@ def test_trial_gate_refuses_a_change_to_the_running_value(sim_server):
     assert [kind for kind, *_ in recorded] == ["refusal"] and recorded[0][1]["check"] == "resolved"
     other = asyncio.run(trial(deps, [TrialChange(flag="--chunked-prefill-size", value="16384")], "r", None))
     assert other.get("dry_run")  # allowed through the gate (no runner: a dry run)
+
+
+def test_the_captured_decode_batch_comes_from_the_graph_config_unless_given_or_disabled():
+    """SGLang 0.5.23 folds the decode graph limit into `cuda_graph_config` (cuda_graph_hook.py);
+    a flag given on the command line stays what the server runs, and disabled graphs capture none."""
+    captured = {"backend": "full", "max_bs": 128}
+    info = {"cuda_graph_max_bs_decode": None, "cuda_graph_config": {"decode": captured}}
+    assert resolved_args(info)["cuda_graph_max_bs_decode"] == 128
+    given = {**info, "cuda_graph_max_bs_decode": 64}
+    assert resolved_args(given)["cuda_graph_max_bs_decode"] == 64
+    off = {**info, "cuda_graph_config": {"decode": {"backend": "disabled", "max_bs": None}}}
+    assert resolved_args(off)["cuda_graph_max_bs_decode"] is None

@@ -1,11 +1,13 @@
 """The server's *resolved* configuration, and the playbook candidates it makes pointless.
 
 `/get_server_info` reports the arguments as given: a flag left at its default reads `None` at the
-top level, while the value the server actually resolved (e.g. the CUDA graph batch limit it
-captured) sits in `internal_states` (and, on newer servers, at the top level). Planning on the
-unresolved `None` trialled `--cuda-graph-max-bs-decode 64` on servers already capturing 256, so
-every reader here takes, per argument: the catalog's default, overridden by a non-None top-level
-value, overridden by the runtime value from `internal_states`.
+top level, while the value the server actually resolved sits in `internal_states`, or in a
+resolved structure: SGLang 0.5.23 gives the CUDA graph batch limit it captured only as
+`cuda_graph_config.decode.max_bs` (arg_groups/cuda_graph_hook.py folds `--cuda-graph-max-bs-decode`
+into it; `cuda_graph_max_bs_decode` itself stays None). Planning on the unresolved `None` trialled
+`--cuda-graph-max-bs-decode 64` on servers already capturing 256, so every reader here takes, per
+argument: the catalog's default, overridden by a non-None top-level value, overridden by the
+runtime value from `internal_states` or the resolved graph configuration.
 """
 
 from __future__ import annotations
@@ -28,6 +30,18 @@ def _states(info: dict[str, Any]) -> dict[str, Any]:
     return states if isinstance(states, dict) else {}
 
 
+def _captured_decode_bs(info: dict[str, Any]) -> int | None:
+    """The decode graph batch limit of a resolved `cuda_graph_config`, or None (none, or disabled)."""
+    for where in (info, _states(info)):
+        config = where.get("cuda_graph_config")
+        decode = config.get("decode") if isinstance(config, dict) else None
+        if isinstance(decode, dict) and decode.get("backend") != "disabled":
+            max_bs = decode.get("max_bs")
+            if isinstance(max_bs, int) and not isinstance(max_bs, bool) and max_bs > 0:
+                return max_bs
+    return None
+
+
 def resolved_args(server_info: dict[str, Any], catalog: dict[str, Any] | None = None) -> dict[str, Any]:
     """Argument name (underscores) -> the value the running server uses, as far as it is known."""
     args = server_info.get("server_args") or server_info
@@ -44,6 +58,9 @@ def resolved_args(server_info: dict[str, Any], catalog: dict[str, Any] | None = 
             # unknown for any comparison (it may still be resolved later, see agent.policy.conditions)
             out[k] = None
     runtime = {**_states(server_info), **_states(args)}
+    captured = _captured_decode_bs(args)
+    if captured is not None and not isinstance(runtime.get("cuda_graph_max_bs"), int):
+        runtime["cuda_graph_max_bs"] = captured
     for k, v in runtime.items():
         if not isinstance(v, _SCALARS):
             continue
