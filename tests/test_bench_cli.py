@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from agent.cli.main import app
 from tests.test_bench_sse_server import Behaviour, SSEServer
+
+pytestmark = pytest.mark.server
 
 runner = CliRunner()
 

@@ -15,6 +15,8 @@ import pytest
 from tools.bench.loadgen import run_sweep
 from tools.config import BenchConfig
 
+pytestmark = pytest.mark.server
+
 CHUNK = b'data: {"choices": [{"text": " tok", "index": 0}]}\n\n'
 
 

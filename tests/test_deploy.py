@@ -20,6 +20,8 @@ from tools.deploy.deployment import DeployError, Deployment, DriftError
 from tools.deploy.lock import LockedError
 from tools.deploy.units.file import UnitFile
 
+pytestmark = pytest.mark.server
+
 OPTAGENT = shutil.which("optagent") or str(Path(sys.executable).with_name("optagent"))
 
 

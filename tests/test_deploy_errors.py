@@ -17,6 +17,8 @@ from tools.deploy.deployment import Deployment
 from tools.deploy.lock import LockedError
 from tools.deploy.units.file import UnitFile
 
+pytestmark = pytest.mark.server
+
 
 @pytest.mark.parametrize(
     ("flag", "value", "said"),

@@ -9,6 +9,8 @@ import pytest
 
 from tests.test_deploy import cli, healthy
 
+pytestmark = pytest.mark.server
+
 
 @pytest.mark.parametrize(
     "damaged",

@@ -28,9 +28,12 @@ from tools.deploy.units.file import UnitFile
 
 UNSHARE = shutil.which("unshare")
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.skipif(
-    UNSHARE is None or os.geteuid() != 0, reason="needs util-linux unshare and root for a PID namespace"
-)
+pytestmark = [
+    pytest.mark.server,
+    pytest.mark.skipif(
+        UNSHARE is None or os.geteuid() != 0, reason="needs util-linux unshare and root for a PID namespace"
+    ),
+]
 
 TAKE = textwrap.dedent(
     """\

@@ -8,9 +8,12 @@ import sys
 from pathlib import Path
 
 import pexpect
+import pytest
 
 from tests.transcript_sessions import write_session
 from tools.config import ConfigError, load_config
+
+pytestmark = pytest.mark.server
 
 ROOT = Path(__file__).parents[1]
 

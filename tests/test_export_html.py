@@ -21,6 +21,8 @@ from agent.transcripts.review import build_review
 from agent.transcripts.transcript import Transcript
 from tests.transcript_sessions import sweep
 
+pytestmark = pytest.mark.server
+
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
 

@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 from typer.testing import CliRunner
 
 from agent.cli.main import app
@@ -23,6 +24,8 @@ from agent.transcripts.report import run_summary, write_report
 from agent.transcripts.review import build_review, gain_summary
 from tests.transcript_sessions import write_paired_run
 from tools.bench.effect import effect_of
+
+pytestmark = pytest.mark.server
 
 PCT = re.compile(r"[+-]\d+\.\d%")
 

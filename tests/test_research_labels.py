@@ -19,6 +19,8 @@ from tools.research.flag_index.serving_path import off_path_reason
 from tools.research.index import load_index
 from tools.research.verdict.calibration import recorded_cases
 
+pytestmark = pytest.mark.server
+
 CASES = load_cases()
 TAUGHT = [(name, c) for name in taught_files() for c in load_cases(name)]
 _VERDICTS: dict[str, Any] = {}

@@ -16,6 +16,8 @@ from tools.research.startup.check import flag_argv, hardware_of, startup_answer
 from tools.research.startup.resolver import Resolver
 from tools.research.verdict.calibration import certainty
 
+pytestmark = pytest.mark.server
+
 MIXTRAL = DATA / "model-configs" / "mistralai--Mixtral-8x7B-v0.1_config.json"
 DEEPSEEK = DATA / "model-configs" / "deepseek-ai--DeepSeek-V3_config.json"
 LLAMA = DATA / "model-configs" / "meta-llama--Meta-Llama-3.1-8B_config.json"

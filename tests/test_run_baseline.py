@@ -21,6 +21,8 @@ from sim.scenario import SCENARIO_DIR
 from tests.fixtures.sim import free_port
 from tools.bench.objective import read_goal
 
+pytestmark = pytest.mark.server
+
 
 @pytest.mark.timeout(300)
 def test_a_baseline_that_crashes_the_server_ends_the_run_with_the_server_serving_again(tmp_path, sglang_0523):

@@ -7,10 +7,13 @@ import subprocess
 from pathlib import Path
 
 import httpx
+import pytest
 
 from sim import host
 from tests.fixtures.sim import free_port
 from tools.deploy.units.file import UnitFile
+
+pytestmark = pytest.mark.server
 
 
 def test_layout_is_a_host(sim_host, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -14,6 +14,8 @@ from agent.cli.main import app
 from agent.transcripts.export import KEPT_COLOR, ROLLED_COLOR
 from tests.transcript_sessions import write_session
 
+pytestmark = pytest.mark.server
+
 runner = CliRunner()
 
 
