@@ -1,5 +1,6 @@
 """What the command line says when things go sideways (issue 51, item 9): a locked target names who
-holds it and what to do, and leaves no empty transcript to become `last`; a mistyped command gets
+holds it and what to do, in `run` and `chat` alike, and leaves no empty transcript to become `last`
+(a resumed chat's saved file stays); a mistyped command gets
 the close ones; asyncssh's deprecation note is not printed; an error after Ctrl-C starts on its own
 line, not at the end of a progress bar still drawn."""
 
@@ -63,6 +64,72 @@ def test_a_locked_target_says_who_holds_it_and_keeps_no_transcript(sim_host, tmp
     assert "LockedError" not in second.stdout + second.stderr and "Traceback" not in second.stderr
     assert sorted(p.name for p in (tmp_path / "tx").iterdir()) == [earlier.path.name]
     assert find_transcript("last", tmp_path / "tx") == earlier.path
+
+
+def _while_locked(cfg, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
+    """`optagent *args` run while this process holds the target's lock, as an `optagent run` would."""
+    from tools.deploy.deployment import Deployment
+
+    async def locked() -> subprocess.CompletedProcess[str]:
+        async with Deployment(cfg.target, command="optagent run"):
+            return await asyncio.to_thread(
+                subprocess.run, [OPTAGENT, *args], input="/exit\n", capture_output=True, text=True,
+                timeout=120, cwd=cwd, env={**os.environ, "COLUMNS": "200"},
+            )  # fmt: skip
+
+    return asyncio.run(locked())
+
+
+def test_a_chat_on_a_locked_target_says_so_as_run_does_and_keeps_no_transcript(
+    sim_host, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """The same plain message as `optagent run`, and no 0-message chat left to become `last`."""
+    from agent.transcripts.load import find_transcript
+    from agent.transcripts.transcript import Transcript
+    from sim import host
+
+    cfg = sim_host("seed")
+    host.ensure_up(Path(cfg.target.remote_unit).parent)
+    config = _config(cfg, tmp_path)
+    earlier = Transcript.create(tmp_path / "tx", kind="run", goal="g", model="builtin", target="sim")
+    earlier.close({"status": "completed"})
+    time.sleep(0.05)  # `last` goes by modification time
+
+    second = _while_locked(cfg, "chat", "--config", str(config), cwd=tmp_path)
+    said = " ".join(second.stderr.split())
+    assert second.returncode == 1, second.stdout + second.stderr
+    assert f"the target is locked by another optagent (pid {os.getpid()} on " in said, said
+    assert "then run this again (nothing was changed, and no transcript kept)" in said, said
+    assert "LockedError" not in second.stdout + second.stderr and "Traceback" not in second.stderr
+    assert "resume with" not in second.stdout  # there is nothing to resume
+    assert sorted(p.name for p in (tmp_path / "tx").iterdir()) == [earlier.path.name]
+    assert find_transcript("last", tmp_path / "tx") == earlier.path
+
+
+def test_a_resumed_chat_on_a_locked_target_keeps_the_saved_chat_resumable(sim_host, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A saved chat is the user's: the lock refuses the session, it never deletes the file, nor
+    closes it again with counters missing (a later --resume reads the last `end`)."""
+    from agent.transcripts.load import load_transcript
+    from agent.transcripts.transcript import Transcript
+    from sim import host
+
+    cfg = sim_host("seed")
+    host.ensure_up(Path(cfg.target.remote_unit).parent)
+    config = _config(cfg, tmp_path)
+    saved = Transcript.create(
+        tmp_path / "tx", kind="chat", goal="improve throughput", model="builtin", target="sim"
+    )
+    saved.event("note", {"text": "an earlier chat"})
+    saved.close({"status": "exit", "kept": [], "restarts": 3})
+
+    second = _while_locked(cfg, "chat", "--config", str(config), "--resume", saved.id, cwd=tmp_path)
+    said = " ".join(second.stderr.split())
+    assert second.returncode == 1, second.stdout + second.stderr
+    assert f"the target is locked by another optagent (pid {os.getpid()} on " in said, said
+    assert "nothing was changed; the saved session stays resumable" in said, said
+    assert "LockedError" not in second.stdout + second.stderr
+    assert sorted(p.name for p in (tmp_path / "tx").iterdir()) == [saved.path.name]
+    assert load_transcript(saved.path).end["outcome"] == {"status": "exit", "kept": [], "restarts": 3}
 
 
 @pytest.mark.parametrize(

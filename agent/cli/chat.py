@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from agent.cli.common import ConfigOption, check_transcripts_dir, fail, get_config
+from agent.cli.common import ConfigOption, check_transcripts_dir, fail, fail_locked, get_config
 
 
 def chat(
@@ -31,6 +31,7 @@ def chat(
     from agent.transcripts.load import TranscriptNotFound, find_transcript, load_transcript
     from agent.transcripts.transcript import Transcript
     from agent.ui import RunUI
+    from tools.deploy.lock import LockedError
 
     cfg = get_config(config)
     check_transcripts_dir(cfg)
@@ -96,6 +97,8 @@ def chat(
         status = asyncio.run(main())
     except KeyboardInterrupt:
         status = "interrupted"
+    except LockedError as e:  # another optagent works on the target: this chat never started
+        fail_locked(e, transcript, resumed=resume is not None)
     except Exception as e:
         transcript.close({"status": f"failed: {type(e).__name__}: {e}", **spent})
         fail(f"{type(e).__name__}: {e}")

@@ -60,6 +60,20 @@ def fail(message: str, *, code: int = 1) -> NoReturn:
     raise typer.Exit(code)
 
 
+def fail_locked(error: Exception, transcript: Any, *, resumed: bool = False) -> NoReturn:
+    """Exit 1 for a session the target's lock refused (`tools.deploy.lock.LockedError`: another
+    optagent works on it), in the same words for `run` and `chat`. The session never started, so
+    nothing changed. A new transcript is removed: kept, an empty one would become `last` and hide
+    the session the user wants to read. A resumed one is the user's saved session: it stays, with
+    no second `end` (a later --resume reads the last one and its counters)."""
+    from tools.redact import redact_text
+
+    if resumed:
+        fail(redact_text(f"{error} (nothing was changed; the saved session stays resumable)"))
+    transcript.discard()
+    fail(redact_text(f"{error} (nothing was changed, and no transcript kept)"))
+
+
 def confirm(question: str, *, on: Console = console) -> bool:
     """`typer.confirm(question)` with no progress display drawn over it (`agent.ui.held`)."""
     from agent.ui import held

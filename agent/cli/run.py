@@ -16,6 +16,7 @@ from agent.cli.common import (
     console,
     err_console,
     fail,
+    fail_locked,
     get_config,
     one_line,
 )
@@ -235,8 +236,7 @@ def run(
         transcript.close({"status": f"failed: {e}"})
         fail(one_line(str(e), simulated=cfg.simulated))
     except LockedError as e:  # another optagent works on the target: this run never started
-        transcript.discard()
-        fail(redact_text(f"{e} (nothing was changed, and no transcript kept)"))
+        fail_locked(e, transcript)
     except DeployError as e:  # drift, a unit file that does not parse, a refused deploy: said plainly
         transcript.close({"status": f"failed: {e}"})
         fail(redact_text(str(e)), code=2 if isinstance(e, UnitInvalidError) else 1)
