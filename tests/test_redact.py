@@ -1,5 +1,5 @@
 """Redaction, exactly (issue 51, item 6): the value of a secret-bearing option or variable and a URL's
-password are hidden everywhere optagent prints or saves them; an ordinary flag or counter whose name
+password or token are hidden everywhere optagent prints or saves them; an ordinary flag or counter whose name
 holds "token" never is. One table of inputs goes through every path: a transcript record, the
 `status` flags mapping, the deploy diff, an error message and a URL; then the real commands
 (`status`, `status --json`, `deploy --dry-run`, a drift error, the run's preflight) against a
@@ -44,6 +44,15 @@ SECRET = [
     ("GET /v1/models?key=url-s3cret&limit=5", "url-s3cret"),
     ("Environment=HUGGING_FACE_HUB_TOKEN=hub-tok-1234", "hub-tok-1234"),
     ("password: hunter2x", "hunter2x"),
+    # a URL whose userinfo is a token alone (git's and many registries' form)
+    ("git clone https://glpat-Xy9zAbCdEf1234567890@gitlab.com/o/r.git", "glpat-Xy9zAbCdEf1234567890"),
+    ("https://0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c@github.com/o/r", "0f1e2d3c4b5a69788796a5b4c3d2e1f0"),
+    ("pip index https://Qm7xR2kP9vL4nT8w@pypi.example.com/simple", "Qm7xR2kP9vL4nT8w"),
+    ("https://ghp_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789@github.com", "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"),
+    # a secret-named variable's value, even one that reads like code
+    ("Environment=OPENAI_API_KEY=prod.key.v2", "prod.key.v2"),
+    ("API_KEY=jwt.head.sig", "jwt.head.sig"),
+    ("export HF_TOKEN=args.token", "args.token"),
 ]
 # must come out unchanged, character for character
 ORDINARY = [
@@ -70,6 +79,13 @@ ORDINARY = [
     "def __init__(self, default: Any, secret: bool = False):",
     "ssl_key_password=ssl_keyfile_password,",
     "Restart with --admin-api-key to enable.",
+    # a user name is not a secret: SSH targets, and a URL's user alone
+    "root@127.0.0.1",
+    "ssh -p 2222 ubuntu@gpu-host",
+    "ssh://ubuntu@gpu-host:22",
+    "git@github.com:org/repo.git",
+    "https://myname@github.com/org/repo.git",
+    "--max-prefill-tokens 8192",
 ]
 FLAG_FORMS = [(t, s) for t, s in SECRET if t.startswith("--")]
 CONFIGURED = "configured-k3y-xyz"
@@ -154,8 +170,18 @@ def test_every_path_hides_secrets_and_keeps_ordinary_text(
 
 
 def test_redacting_twice_changes_nothing_more() -> None:
-    once = redact_text("--api-key k3y-value-42 api_key='x1' http://u:p4ss@h")
-    assert redact_text(once) == once and once.count(REDACTED) == 3
+    once = redact_text("--api-key k3y-value-42 api_key='x1' http://u:p4ss@h https://Qm7xR2kP9vL4nT8w@h")
+    assert redact_text(once) == once and once.count(REDACTED) == 4
+
+
+def test_a_urls_token_alone_is_hidden_and_its_host_and_path_stay() -> None:
+    """Only the userinfo goes: the host and path still say where the request went."""
+    assert redact_text("fetch https://glpat-Xy9zAbCdEf1234567890@gitlab.com/o/r.git failed") == (
+        f"fetch https://{REDACTED}@gitlab.com/o/r.git failed"
+    )
+    assert (
+        redact_text("API_KEY=jwt.head.sig HF_TOKEN=hf.v2 ok") == f"API_KEY={REDACTED} HF_TOKEN={REDACTED} ok"
+    )
 
 
 ADMIN, KEYFILE_PW, HF, URL_PW = "adm1n-s3cr3t-key", "pw-s3cr3t-99", "hf_AbCdEfGhIjKlMnOpQrSt", "pa55w0rd-xyz"

@@ -4,10 +4,13 @@ diff, error messages, benchmark records and the endpoint.
 What is hidden: the value of an option, variable or key *named* like a secret (`--api-key`,
 `--admin-api-key`, `--ssl-keyfile-password`, `HF_TOKEN=`, `api_key='...'` in SGLang's dump of its
 arguments, `"password": ...`), an `Authorization` header's credentials, tokens that look like keys
-(`sk-...`, `hf_...`), the password of a URL (`http://user:[REDACTED]@host`), and the configured key
-and secret-named environment variables' values wherever they appear. What is never hidden: an
-ordinary flag or counter (`--speculative-num-draft-tokens 4`, `--max-prefill-tokens 16384`,
-`max_tokens=256`, `input_tokens`, `TOKENIZERS_PARALLELISM=false`), nor code quoted as evidence
+(`sk-...`, `hf_...`), the password of a URL (`http://user:[REDACTED]@host`) or its token alone
+(`https://[REDACTED]@github.com`, see `looks_like_credential`), and the configured key and
+secret-named environment variables' values wherever they appear. A secret-named variable's value
+(`HF_TOKEN=...`, `API_KEY=abc.def.ghi`: capitals, `=` with no space) is hidden whatever it looks
+like. What is never hidden: an ordinary flag or counter (`--speculative-num-draft-tokens 4`,
+`--max-prefill-tokens 16384`, `max_tokens=256`, `input_tokens`, `TOKENIZERS_PARALLELISM=false`), a
+user name (`root@127.0.0.1`, `ssh://ubuntu@gpu-host`), nor code quoted as evidence
 (`api_key=args.api_key`, `next_token = tokens[pos]`).
 
 The name rule (`is_secret_name`), read from SGLang 0.5.23's arguments (`api_key`, `admin_api_key`,
@@ -24,10 +27,18 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-__all__ = ["REDACTED", "env_secrets", "is_secret_name", "redact", "redact_flags", "redact_text"]
+__all__ = [
+    "REDACTED",
+    "env_secrets",
+    "is_secret_name",
+    "looks_like_credential",
+    "redact",
+    "redact_flags",
+    "redact_text",
+]
 
 REDACTED = "[REDACTED]"
 
@@ -88,6 +99,31 @@ def is_secret_name(name: str, *, variable: bool = False) -> bool:
     return words[-2] in _QUALIFIERS or (variable and name.isupper())
 
 
+_TOKEN_PREFIXES = ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "hf_", "sk-", "xox")
+_TOKEN_CHARS = re.compile(r"[A-Za-z0-9._~+=%-]{16,}")
+
+
+def looks_like_credential(userinfo: str) -> bool:
+    """True for a URL's userinfo that is a token, not a user name: it starts like a known token
+    (`ghp_`, `github_pat_`, `glpat-`, `hf_`, `sk-`, Slack's `xox`), or it is 16 characters or more
+    with letters and digits and no other separator than `._~+=%-` (a hex or base64 token, a JWT).
+    A user name is short, or words without digits (`root`, `ubuntu`, `git`, `deploy`,
+    `first.last`): it says where a request goes and stays. Only URLs with a scheme are read this
+    way (`redact_text`); a bare `user@host` is an SSH target, never a secret."""
+    if userinfo.lower().startswith(_TOKEN_PREFIXES):
+        return True
+    return (
+        bool(_TOKEN_CHARS.fullmatch(userinfo))
+        and any(c.isdigit() for c in userinfo)
+        and any(c.isalpha() for c in userinfo)
+    )
+
+
+def _url_token(m: re.Match[str]) -> str:
+    scheme, userinfo = m.groups()
+    return f"{scheme}{REDACTED}@" if looks_like_credential(userinfo) else m.group(0)
+
+
 def env_secrets() -> list[str]:
     """Values of environment variables named like secrets (long enough to be real), longest first."""
     values = {v for k, v in os.environ.items() if len(v) >= 6 and is_secret_name(k, variable=True)}
@@ -108,7 +144,7 @@ _NAME = (
 _VALUE = r"\[REDACTED\]|\"[^\"]*\"|'[^']*'|[^\s\"',;)&}\]\\]+"
 _FLAG = re.compile(rf"(?i)(?<![\w-])(--{_NAME})(=|[ \t]+)({_VALUE})")
 _ASSIGN = re.compile(rf"(?i)(?<![\w-])([\"']?)({_NAME})(\1)([ \t]*[:=][ \t]*)({_VALUE})")
-_PATTERNS: list[tuple[re.Pattern[str], str]] = [
+_PATTERNS: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]] = [
     (re.compile(r"(?i)(authorization[\"']?\s*[:=]\s*[\"']?)(bearer|basic|token)\s+[^\s\"',]+"), rf"\1\2 {REDACTED}"),
     (re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{8,}"), rf"\1 {REDACTED}"),
     (re.compile(r"\bsk-[A-Za-z0-9_-]{8,}"), f"sk-{REDACTED}"),
@@ -116,6 +152,7 @@ _PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}"), REDACTED),
     (re.compile(r"(?i)([?&](?:key|token|sig|signature|auth)=)[^\s&#\"']+"), rf"\1{REDACTED}"),
     (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/\s:@]*:)[^@\s/]+@"), rf"\1{REDACTED}@"),
+    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^/\s:@\[\]]+)@"), _url_token),  # a token alone
 ]  # fmt: skip
 _EMPTY = frozenset({"none", "null", "''", '""', "[redacted]", "'[redacted]'", '"[redacted]"'})
 
@@ -158,15 +195,15 @@ def _assign(m: re.Match[str]) -> str:
     variable = sep == "=" and not open_quote and name.isupper()  # HF_TOKEN=..., an environment line
     if not is_secret_name(name, variable=variable) or value.lower() in _EMPTY:
         return m.group(0)
-    if value[:1] not in ("'", '"') and _is_code(name, value):
+    if value[:1] not in ("'", '"') and not variable and _is_code(name, value):  # a variable's value never is
         return m.group(0)
     return f"{open_quote}{name}{close_quote}{sep}{_quoted(value)}"
 
 
 def redact_text(text: str, *, secrets: Iterable[str | None] = ()) -> str:
     """`text` with every secret replaced by `[REDACTED]`: the given values, `$OPTAGENT_API_KEY` and
-    secret-named variables' values, secret-named flags and assignments, keys, bearer tokens and URL
-    passwords."""
+    secret-named variables' values, secret-named flags and assignments, keys, bearer tokens, URL
+    passwords and a URL's token alone."""
     return _redact_text(text, _known(secrets))
 
 
