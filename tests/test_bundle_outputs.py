@@ -188,7 +188,10 @@ def test_show_reads_as_text_not_python_reprs(bundle_run) -> None:  # type: ignor
     assert "● deploy preflight: (target: local; service: sglang" in head
     assert "{'" not in shown.stdout and "': " not in head
     assert "● trial together: --cuda-graph-max-bs-decode 64 + --enable-mixed-chunk" in _flat(shown.stdout)
-    assert re.search(r"● final c1: [\d,.]+ tok/s", shown.stdout)
+    final = _flat(shown.stdout.split("● final", 1)[1])  # the user's workload, before and after
+    ba = build_review(load_transcript(bundle_run["path"])).before_after
+    assert final.startswith("Your workload (random prompts") and "from the final check" in final
+    assert all(lv.change() in final for lv in ba.levels) and len(INTERVAL.findall(final)) == 2, final
 
 
 def test_a_live_line_at_80_columns_wraps_its_words_and_keeps_the_time_whole() -> None:

@@ -247,3 +247,46 @@ def test_show_rounds_the_numbers_people_read(tmp_path: Path) -> None:
     assert shown.exit_code == 0, shown.output
     assert "1.067" in shown.stdout and "2470.1" in shown.stdout
     assert not re.findall(r"\d\.\d{5,}", shown.stdout), re.findall(r"\d\.\d{5,}", shown.stdout)[:5]
+
+
+def test_show_gives_before_and_after_on_the_users_workload_with_intervals(tmp_path: Path) -> None:
+    """The final check in `show` reads as in the report and the review: the baseline at the start
+    against the configuration left deployed, per level, with each change's interval; not the
+    final block's tok/s alone."""
+    import re
+
+    from agent.transcripts.before_after import FINAL_CHECK
+    from agent.transcripts.load import load_transcript
+    from agent.transcripts.review import build_review
+    from agent.transcripts.transcript import Transcript
+    from tests.transcript_sessions import sweep
+    from tools.config import BenchConfig
+
+    bench = BenchConfig(concurrency=[1, 64], input_len=1024, output_len=128).model_dump(mode="json")
+    t = Transcript.create(tmp_path, kind="run", goal="improve throughput", model="builtin", target="sim",
+                          config={"bench": bench})  # fmt: skip
+    spread = [0.99, 1.0, 1.01]
+    t.event("baseline", {"reps": [{**sweep({1: 125.0 * s, 64: 1164.0 * s}), "seed": i}
+                                  for i, s in enumerate(spread)]})  # fmt: skip
+    t.event("final", {"reps": [{**sweep({1: 125.5 * s, 64: 1297.0 * s}), "seed": i}
+                               for i, s in enumerate(reversed(spread))], "source": FINAL_CHECK})  # fmt: skip
+    t.close({"kept": ["--enable-mixed-chunk"], "status": "completed"})
+    ba = build_review(load_transcript(t.path)).before_after  # what the report and the review show
+    assert ba is not None and [lv.concurrency for lv in ba.levels] == [1, 64]
+
+    shown = runner.invoke(app, ["transcripts", "show", str(t.path)], env={"COLUMNS": "120"})
+    assert shown.exit_code == 0, shown.output
+    out = shown.stdout
+    final = out.split("● final", 1)[1].split("\nend ", 1)[0]
+    words = " ".join(final.split())
+    assert words.startswith(
+        "Your workload (random prompts (1024 tokens in), 128 tokens out): the baseline"
+    ), final
+    assert "from the final check" in words
+    for lv in ba.levels:  # both sides and the change with its interval, as the review has them
+        assert re.search(
+            rf"\n\s*{lv.concurrency}\s+{lv.before:,.1f}\s+{lv.after:,.1f}\s+{re.escape(lv.change())}\s+3 / 3\s*\n",
+            final,
+        ), final
+    assert re.fullmatch(r"\+11\.4% \[\+\d+\.\d\.\.\+\d+\.\d\]", ba.level_at(64).change())
+    assert "not paired" in final

@@ -326,15 +326,18 @@ def build_review(loaded: LoadedTranscript) -> Review:
     )
 
 
-def before_after(loaded: LoadedTranscript, *, kept: bool) -> BeforeAfter | None:
+def before_after(
+    loaded: LoadedTranscript, *, kept: bool, final: dict[str, Any] | None = None
+) -> BeforeAfter | None:
     """The user's workload before and after (`agent.transcripts.before_after`), from the first
-    baseline's repetitions and the `final` event (a run's); None for a session without a baseline."""
+    baseline's repetitions and a `final` event (a run's; default its last); None for a session
+    without a baseline."""
     first = (next(iter(loaded.events_of("baseline")), None) or {}).get("data") or {}
     reps = next((first[k] for k in ("reps", "sweeps") if isinstance(first.get(k), list)), None)
     baseline = find_sweeps(reps if reps is not None else first)  # each repetition once
     if not baseline:
         return None
-    final = next(reversed(loaded.events_of("final")), None)
+    final = final if final is not None else next(reversed(loaded.events_of("final")), None)
     data = (final or {}).get("data") or {}
     spread = next(reversed(loaded.events_of("launch_spread")), None)
     bench = ((loaded.header or {}).get("config") or {}).get("bench")

@@ -12,10 +12,18 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from agent.transcripts.before_after import BeforeAfter
 from agent.transcripts.bundles import from_dict
 from agent.transcripts.load import LoadedTranscript
 from agent.transcripts.markdown import context_lines, todo_lines, trial_table
-from agent.transcripts.review import decision_of, find_sweeps, level_means, trial_record, verdict_record
+from agent.transcripts.review import (
+    before_after,
+    decision_of,
+    find_sweeps,
+    level_means,
+    trial_record,
+    verdict_record,
+)
 
 
 def fold(text: str, limit: int) -> str:
@@ -140,8 +148,16 @@ def evidence_text(evidence: str, limit: int) -> Text:
     return text
 
 
-def event_block(e: dict[str, Any], *, baseline: dict[int, float | None], limit: int) -> RenderableType:
-    """A recorded event: todo list, verdict, trial table, or a one-line summary."""
+def event_block(
+    e: dict[str, Any],
+    *,
+    baseline: dict[int, float | None],
+    limit: int,
+    user_workload: BeforeAfter | None = None,
+) -> RenderableType:
+    """A recorded event: todo list, verdict, trial table, or a one-line summary. A `final` event
+    with its `user_workload` (`review.before_after`) reads as the report's and the review's
+    section: before and after per level, each change with its interval, and how far that goes."""
     kind, data = e.get("kind", "?"), e.get("data") or {}
     label = Text(f"● {kind}", style="bold yellow")
     if kind == "todo":
@@ -170,7 +186,14 @@ def event_block(e: dict[str, Any], *, baseline: dict[int, float | None], limit: 
     if kind == "context" and isinstance(data, dict):
         lines = [Text(line[2:]) for line in context_lines(data)]
         return Group(label, *[Padding(line, (0, 0, 0, 2), expand=False) for line in lines])
-    if kind in ("baseline", "final"):  # final: the configuration left deployed, on the user's workload
+    if (
+        kind == "final" and user_workload is not None
+    ):  # the configuration left deployed, on the user's workload
+        md = user_workload.markdown()
+        table = _md_table([line for line in md if line.startswith("|")])
+        said = [Text(md[0]), *([table] if table else []), *([Text(md[-1])] if len(md) > 1 else [])]
+        return Group(label, *[Padding(r, (0, 0, 0, 2), expand=False) for r in said])
+    if kind in ("baseline", "final"):
         tp = level_means(find_sweeps(data))
         nums = "  ".join(
             f"c{c}: {v:,.1f} tok/s" if v is not None else f"c{c}: missing" for c, v in tp.items()
@@ -197,6 +220,8 @@ def render_conversation(
 ) -> Iterator[RenderableType]:
     """The whole session in order, or only messages `focus - context .. focus + context`."""
     baseline = level_means([s for e in loaded.events_of("baseline") for s in find_sweeps(e.get("data"))])
+    # a run records `final` only when it kept something: each against the first baseline
+    finals = {id(e): before_after(loaded, kept=True, final=e) for e in loaded.events_of("final")}
     by_msg: dict[int, list[dict[str, Any]]] = {}
     loose: list[dict[str, Any]] = []
     numbers = {m["msg"] for m in loaded.messages}
@@ -211,9 +236,8 @@ def render_conversation(
         if shown(m):
             yield Padding(message_block(m, limit=limit), (0, 0, 0, 4 * depth), expand=False)
             for e in by_msg.get(m["msg"], []):
-                yield Padding(
-                    event_block(e, baseline=baseline, limit=limit), (0, 0, 0, 4 * depth + 2), expand=False
-                )
+                shown_e = event_block(e, baseline=baseline, limit=limit, user_workload=finals.get(id(e)))
+                yield Padding(shown_e, (0, 0, 0, 4 * depth + 2), expand=False)
         for child in children.get(m["msg"], []):
             yield from block(child, depth + 1)
 
@@ -221,10 +245,11 @@ def render_conversation(
     events = sorted(loose, key=lambda e: str(e.get("ts", "")))
     for m in top:
         while focus is None and events and str(events[0].get("ts", "")) <= str(m.get("ts", "")):
-            yield event_block(events.pop(0), baseline=baseline, limit=limit)
+            e = events.pop(0)
+            yield event_block(e, baseline=baseline, limit=limit, user_workload=finals.get(id(e)))
         yield from block(m, 0)
     for e in events if focus is None else []:
-        yield event_block(e, baseline=baseline, limit=limit)
+        yield event_block(e, baseline=baseline, limit=limit, user_workload=finals.get(id(e)))
 
 
 def terminal_markdown(text: str) -> Any:
