@@ -13,9 +13,10 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Column
 
+from agent.live import LiveProgress
 from agent.policy.todo import TodoList
 from agent.policy.verdict import FlagVerdict
 from agent.transcripts.bundles import group_todo, together
@@ -43,21 +44,6 @@ more and the candidate (5); a third launch adds two known-good blocks and the ca
 _RESEARCH_ITEM = re.compile(r"^research\b.*?(--[A-Za-z0-9][\w-]*)")
 
 
-@contextlib.contextmanager
-def held(console: Console) -> Iterator[None]:
-    """Every live display on `console` (progress bars, spinners) stopped for the duration, and
-    started again after: a question asked inside must stay on the screen while it waits, and a
-    redrawn bar would clear it (the user would see a stuck job, not a prompt)."""
-    lives = list(getattr(console, "_live_stack", []))  # rich keeps its running displays here
-    for live in reversed(lives):
-        live.stop()
-    try:
-        yield
-    finally:
-        for live in lives:
-            live.start()
-
-
 def live_columns(console: Console, label: str, *, bar: bool = True, info: bool = True) -> list[Any]:
     """The columns of a live line that fits the terminal cutting nothing: the elapsed time whole,
     the label and the figures wrapped at their spaces onto a second line when the width runs out
@@ -76,10 +62,10 @@ def _dump(x: Any) -> Any:
     return x.model_dump(mode="json") if hasattr(x, "model_dump") else x
 
 
-def _spinner(console: Console, text: str) -> Progress:
+def _spinner(console: Console, text: str) -> LiveProgress:
     """A live line: a spinner, `text` (markup escaped), the time elapsed; gone when stopped."""
     columns = live_columns(console, "{task.description}", bar=False, info=False)
-    bar = Progress(SpinnerColumn(), *columns, console=console, transient=True)
+    bar = LiveProgress(SpinnerColumn(), *columns, console=console, transient=True)
     bar.add_task(escape(text), total=None)
     return bar
 
@@ -243,7 +229,7 @@ class RunUI:
         """For a call that may wait long: yields `say(text)` (the `progress` callback of
         `get_source` and `load_index`); once said, a line and a spinner show it until the call
         returns, then a line with the seconds it took. Nothing shows when nothing was said."""
-        said: list[tuple[str, float, Progress]] = []
+        said: list[tuple[str, float, LiveProgress]] = []
         lock = threading.Lock()
         closed = False
 
@@ -275,7 +261,7 @@ class RunUI:
             if self._wait_bar is None:
                 self._stop_bench()
                 self._stop_research()
-                self._wait_bar = Progress(
+                self._wait_bar = LiveProgress(
                     *live_columns(self.console, "waiting for the server ({task.fields[phase]})", info=False),
                     console=self.console,
                     transient=True,
@@ -317,7 +303,7 @@ class RunUI:
         if p.finished:
             self._block_levels.setdefault(p.concurrency, []).append(p.tokens_per_s)
         if self._bench_bar is None:
-            self._bench_bar = Progress(
+            self._bench_bar = LiveProgress(
                 *live_columns(self.console, escape(self._block_label)),
                 console=self.console,
                 transient=True,
@@ -330,7 +316,7 @@ class RunUI:
     def progress(self, label: str) -> Iterator[Any]:
         """A progress bar for a benchmark; yields a callback for `run_repeated(on_progress=...)`."""
         self.stop_wait()
-        bar = Progress(
+        bar = LiveProgress(
             *live_columns(self.console, "{task.description}"),
             console=self.console,
             transient=True,

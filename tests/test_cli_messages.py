@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from agent.ui import RunUI
 from tests.test_deploy import OPTAGENT
 
 
@@ -200,12 +200,9 @@ def test_an_error_after_ctrl_c_starts_on_its_own_line(monkeypatch: pytest.Monkey
     err = Console(file=terminal, force_terminal=True, width=100)
     monkeypatch.setattr(common, "console", out)
     monkeypatch.setattr(common, "err_console", err)
-    bar = Progress(
-        TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=out, transient=True
-    )
-    bar.add_task("waiting for the server (health)", total=None)
-    bar.start()  # as RunUI leaves it: started, not stopped, when the KeyboardInterrupt arrives
-    bar.refresh()
+    ui = RunUI(out)
+    ui.deploy_progress("wait:health", 1.0, 60.0)  # the rollback's wait bar, as a run draws it
+    ui._wait_bar.refresh()  # started, not stopped, when the KeyboardInterrupt arrives
     with pytest.raises(typer.Exit):
         common.fail("interrupted: nothing in flight, the server runs the last known-good configuration")
     shown = [line for line in _screen(terminal.getvalue()) if line]

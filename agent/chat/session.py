@@ -24,9 +24,9 @@ from rich.markup import escape
 from agent.chat import actions, deployed
 from agent.chat.actions import change_in_words, previous_best
 from agent.chat.needs import ApprovalGate
+from agent.live import held
 from agent.policy.planner import PlannerDeps  # evaluated: pydantic-ai reads the chat tools' `RunContext[...]`
 from agent.trial.record import TrialChange
-from agent.ui import held
 
 if TYPE_CHECKING:
     from agent.trial.runner import TrialRunner

@@ -180,15 +180,16 @@ def _goodput_objective(goal: str | None) -> Objective | None:
 def _run_with_progress(
     endpoint: str, settings: BenchConfig, cfg: Config, request_rate: float | None, prompt_file: Path | None
 ) -> list[SweepResult]:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
+    from agent.live import LiveProgress
     from tools.bench.loadgen import Progress as LevelProgress
     from tools.bench.loadgen import run_repeated
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("{task.fields[tps]:>9.0f} tok/s"), TimeElapsedColumn())  # fmt: skip
     tasks: dict[tuple[int, int], int] = {}
-    with Progress(*columns, console=err_console, transient=False) as bar:
+    with LiveProgress(*columns, console=err_console, transient=False) as bar:
 
         def on_progress(p: LevelProgress) -> None:
             key = (p.rep, p.concurrency)

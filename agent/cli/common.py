@@ -53,9 +53,10 @@ def fail(message: str, *, code: int = 1) -> NoReturn:
     """Print `message` on stderr, on a line of its own, and exit with `code` (1: the work failed, 2:
     bad usage or input). A progress bar still drawn is ended first: after a Ctrl-C, the bar of the
     rollback's wait would otherwise run on with the message glued to its end."""
+    from agent.live import end_all
+
     for shown in (console, err_console):
-        for live in reversed(list(getattr(shown, "_live_stack", []))):  # rich's running displays
-            live.stop()
+        end_all(shown)
     err_console.print("[bold red]error:[/] " + escape(message), highlight=False)
     raise typer.Exit(code)
 
@@ -75,8 +76,8 @@ def fail_locked(error: Exception, transcript: Any, *, resumed: bool = False) -> 
 
 
 def confirm(question: str, *, on: Console = console) -> bool:
-    """`typer.confirm(question)` with no progress display drawn over it (`agent.ui.held`)."""
-    from agent.ui import held
+    """`typer.confirm(question)` with no progress display drawn over it (`agent.live.held`)."""
+    from agent.live import held
 
     with held(on):
         return typer.confirm(question)

@@ -95,9 +95,11 @@ def _apply(
 
 @contextmanager
 def _progress_bar():  # type: ignore[no-untyped-def]
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 
-    with Progress(
+    from agent.live import LiveProgress
+
+    with LiveProgress(
         TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console, transient=True
     ) as progress:
         task = progress.add_task("deploy", total=None)
