@@ -189,3 +189,18 @@ def test_clean_asks_on_a_terminal(cache: Path, answer: bytes, kept: bool) -> Non
         os.close(master)
     assert (cache / "sglang-src" / "0.5.23").exists() is kept, seen
     assert proc.returncode == (1 if kept else 0), seen
+
+
+def test_the_readme_names_every_kind_of_entry_the_cache_command_lists() -> None:
+    """README's "What it keeps on disk" has a row, with a size, for each folder `optagent cache`
+    lists entries of, named as the command names them, and for the real server's environment."""
+    import re
+
+    from agent.cli.cache import GROUPS
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## What it keeps on disk", 1)[1].split("\n## ", 1)[0]
+    rows = {m[1]: line for line in section.splitlines() if (m := re.match(r"\| `([\w.-]+?)[/`<]", line))}
+    assert set(GROUPS) <= set(rows) and any(n.startswith("real-sglang-") for n in rows), sorted(rows)
+    unsized = [name for name, line in rows.items() if not re.search(r"\d+(\.\d+)? [KMG]iB", line)]
+    assert unsized == [], unsized
