@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent.policy.order import slow_start_flags
 from agent.trial.budget import TRIAL_RESTARTS
+from agent.trial.deadline import Deadline, repetitions_within
 from agent.trial.record import Baseline, lossy_flags, mean_throughput, mechanism_flags
 from agent.trial.runner import TrialRunner
 from agent.ui import RunUI
@@ -41,6 +42,9 @@ class RunOptions:
     """None: half of trying each playbook lever alone (`restart_budget`)."""
     max_wall_minutes: float | None = 240.0
     """None: no wall-time budget (a chat ends when the user says so)."""
+    started: float | None = None
+    """`time.monotonic()` when the command started: the budget's clock counts its start-up too
+    (None: from when the session is prepared)."""
     dry_run: bool = False
     allow_lossy: bool = False
     playbook: Path | None = None
@@ -99,8 +103,8 @@ async def prepare_session(
     from tools.deploy.deployment import Deployment
     from tools.deploy.remote import make_transport
 
-    started = time.monotonic()
-    deadline = float("inf") if opts.max_wall_minutes is None else started + opts.max_wall_minutes * 60
+    deadline = Deadline(opts.max_wall_minutes, started=opts.started or time.monotonic())
+    started, prepared = deadline.started, time.monotonic()  # one clock: the budget's and the report's
     models = make_models(opts.model, opts.base_url)
     target = config.target
     ui.step("preflight")
@@ -115,7 +119,10 @@ async def prepare_session(
             )  # fmt: skip
             ui.record("context", {**ctx.summary(), "facts": ctx.facts})
             config = config.model_copy(update={"bench": ctx.fit_bench(config.bench)})
-            phases = [("preflight and context", time.monotonic() - started)]
+            phases = [
+                ("start-up", prepared - started),
+                ("preflight and context", time.monotonic() - prepared),
+            ]
             _show_context(ui, ctx)
             playbook = load_playbook(opts.playbook or PLAYBOOK_PATH)
             candidates = drop_pointless(evaluate(playbook, ctx.facts, ctx.catalog or None), ctx.resolved_args)
@@ -133,7 +140,7 @@ async def prepare_session(
             else:
                 ui.step("baseline")
                 baseline, bench_s = await measure_baseline(
-                    ui, target.endpoint, config.bench, text, deployment
+                    ui, target.endpoint, config.bench, text, deployment, deadline=deadline
                 )
                 phases.append(("baseline", bench_s))
                 if objective.slo is not None and (broken := objective.slo.broken_by(baseline.reps)):
@@ -161,6 +168,7 @@ async def prepare_session(
                 baseline_levels=mean_throughput(baseline.reps),
                 allow_lossy=opts.allow_lossy,
                 max_parallel_research=config.agent.max_parallel_research,
+                deadline=deadline,
             )
             instructions = render(
                 "planner.md.j2",
@@ -200,17 +208,28 @@ def _show_context(ui: RunUI, ctx: Any) -> None:
 
 
 async def measure_baseline(
-    ui: RunUI, endpoint: str, bench: Any, text: str, deployment: Any = None
+    ui: RunUI,
+    endpoint: str,
+    bench: Any,
+    text: str,
+    deployment: Any = None,
+    *,
+    deadline: Deadline | None = None,
 ) -> tuple[Baseline, float]:
     """Probe reference outputs and repeated sweeps of the running configuration. When the sweeps
-    fail and `deployment` is given, a server the load took down is brought back (`_bring_back`)."""
+    fail and `deployment` is given, a server the load took down is brought back (`_bring_back`).
+    With a `deadline`, no repetition starts that the budget cannot hold (`repetitions_within`: it
+    raises `BudgetTooSmall`, known-good serving as before)."""
     from tools.bench.loadgen import run_repeated
     from tools.bench.probe import run_probe
 
     started = time.monotonic()
     probe = await run_probe(endpoint)
+    within = None
+    if deadline is not None and deadline.minutes is not None:
+        within = repetitions_within(deadline, bench, probe.token_seconds(), record=ui.record)
     with ui.progress("baseline benchmark") as progress:
-        reps = await run_repeated(endpoint, bench, on_progress=progress)
+        reps = await run_repeated(endpoint, bench, on_progress=progress, before_rep=within)
     if not reps or any(s.partial for s in reps):
         errors = "; ".join(e for s in reps for e in s.errors) or "no result"
         after = await _bring_back(ui, deployment) if deployment is not None else ""
@@ -311,11 +330,6 @@ def restart_budget(given: int | None, grid: int) -> int:
     return given if given is not None else max(grid, 2 * TRIAL_RESTARTS)
 
 
-CLOSING_SECONDS = 20.0
-"""What a run spends after its last trial besides a final benchmark: the health check, the report and
-its plots (5-10 s measured on two cores); trials end this much before the wall-time budget does."""
-
-
 def make_runner(
     deployment: Deployment,
     config: Any,
@@ -326,11 +340,13 @@ def make_runner(
     *,
     allow_lossy: bool,
     max_trials: int,
-    deadline: float = float("inf"),
+    deadline: Deadline | None = None,
     max_restarts: int | None = None,
 ) -> TrialRunner:
     """The trial runner of a run or a chat: the playbook's lossy levers marked, every trial recorded,
-    `max_restarts` restarts to spend (see `restart_budget`)."""
+    `max_restarts` restarts to spend (see `restart_budget`), trials ending by the run's `deadline`
+    (none: no wall-time budget)."""
+    deadline = deadline or Deadline()
     return TrialRunner(
         deployment=deployment,
         endpoint=config.target.endpoint,
@@ -343,8 +359,8 @@ def make_runner(
         slow_starts=slow_start_flags(candidates),
         max_trials=max_trials,
         max_restarts=max_restarts,
-        deadline=deadline,
-        closing_seconds=CLOSING_SECONDS if deadline != float("inf") else 0.0,
+        deadline=deadline.at,
+        closing_seconds=deadline.closing_seconds,
         on_event=lambda kind, data: ui.record(kind, data),
         on_progress=ui.bench_progress,  # a trial's benchmark is shown live, not a stale "waiting" bar
     )

@@ -95,6 +95,8 @@ async def run_session(config: Any, opts: RunOptions, ui: RunUI) -> RunResult:
             ui.note(used, record=False)
             r.measured.extend([*measured, used])
 
+        if status == "completed" and deps.unresearched:  # the deadline came first, before any trial's
+            status = f"budget spent: {len(deps.unresearched)} candidates not researched (wall-time budget)"
         return await _final(
             ui, config, runner, baseline, conclusion, status, prep.started, prep.bench_s, explain=explain
         )

@@ -224,6 +224,15 @@ class RunUI:
         self.record("verdict", v.model_dump(mode="json"), msg=msg)
         self._show_research()
 
+    def not_researched(self, flag: str, why: str) -> None:
+        """A flag whose research never started (the run's deadline came first): said in place of
+        its verdict, and no longer counted as a verdict to come. The transcript has it from the
+        planner (`not_researched`)."""
+        self._research.pop(flag, None)
+        self._researched.add(flag)  # a todo list written again does not start its clock
+        self.console.print(f"[bold]{flag}[/]: [yellow]{escape(why)}[/]", highlight=False)
+        self._show_research()
+
     @contextlib.contextmanager
     def waiting(self) -> Iterator[Callable[[str], None]]:
         """For a call that may wait long: yields `say(text)` (the `progress` callback of

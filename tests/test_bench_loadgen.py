@@ -233,3 +233,28 @@ def test_a_request_is_bounded_in_all_even_while_bytes_trickle():
     with SSEServer(Behaviour(itl_s=0.01)) as srv:  # a byte every 10 ms: never a stall, 4 s in all
         result = asyncio.run(run_sweep(srv.endpoint, bench))
     assert result.partial and any("over 0.5 s in all" in e for e in result.errors), result.errors
+
+
+def test_a_repetition_not_allowed_to_start_is_never_sent():
+    """`before_rep` is the budget's safe point: what it raises before a repetition stops the
+    benchmark there, the repetitions before it whole, none of the next sent."""
+
+    class OutOfTime(Exception):
+        pass
+
+    seen: list[int] = []
+
+    def before(done: list) -> None:
+        seen.append(len(done))
+        if len(done) == 1:
+            raise OutOfTime
+
+    with SSEServer() as srv:
+        try:
+            asyncio.run(run_repeated(srv.endpoint, settings(concurrency=[2], reps=3), before_rep=before))
+        except OutOfTime:
+            pass
+        else:
+            raise AssertionError("the second repetition started")
+        sent = srv.requests
+    assert seen == [0, 1] and sent == 1 + 8  # warm-up and one level of one repetition, nothing after

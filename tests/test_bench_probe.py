@@ -80,3 +80,25 @@ def test_a_hanging_server_fails_the_probe_on_its_first_prompt():
         took, sent = time.monotonic() - started, srv.requests
     assert [o.error is None for o in probe.outputs] == [True, False]  # the second hung; no third sent
     assert "timed out" in probe.outputs[1].error and sent == 2 and took < 2
+
+
+def test_the_probe_paces_one_request_and_bounds_a_sweep_from_below(sim_server):
+    """The probe's pace (its answer tokens as the server counted them, over its wall time) gives a
+    sweep's least time: a run's budget refuses a baseline that cannot fit from it, never one that can."""
+    import time
+
+    from tools.bench.loadgen import run_sweep
+    from tools.bench.workload import sweep_seconds
+    from tools.config import BenchConfig
+
+    server = sim_server("seed", time_scale=0.25)
+    ref = asyncio.run(run_probe(server.endpoint))
+    assert ref.tokens >= 4 * len(ref.outputs) and ref.seconds > 0  # usage counted, not words guessed
+    pace = ref.token_seconds()
+    bench = BenchConfig(concurrency=[1, 8], input_len=128, output_len=32, warmup=1, reps=1, time_scale=0.25)
+    started = time.monotonic()
+    sweep = asyncio.run(run_sweep(server.endpoint, bench))
+    took = time.monotonic() - started
+    assert not sweep.partial
+    least = sweep_seconds(bench, pace)
+    assert least <= took <= 4 * least, (least, took)  # below what it took, yet near enough to decide on

@@ -1,8 +1,10 @@
-"""A whole `optagent run` ends within its wall-time budget (+5%), with known-good serving."""
+"""A whole `optagent run` ends within its wall-time budget (+5%), with known-good serving: a budget
+that holds trials, one too small for the baseline, one too small for research's whole list."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -13,6 +15,45 @@ import httpx
 MINUTES = 2.0
 
 
+def write_config(cfg, tmp_path: Path, bench: list[str], agent: tuple[str, ...] = ()) -> Path:  # type: ignore[no-untyped-def]
+    """An optagent.toml for the simulated host `cfg`, its benchmark set by `bench` lines."""
+    t = cfg.target
+    lines = ["[target]"]
+    lines += [f"{k} = {json.dumps(str(getattr(t, k)))}" for k in ("local_unit", "remote_unit", "endpoint")]
+    lines += [f"{k} = {json.dumps(str(getattr(t, k)))}" for k in ("run_dir", "state_dir", "nvidia_smi")]
+    lines += ['transport = "local"', 'service_manager = "process"']
+    lines += ["[agent]", f"transcripts_dir = {json.dumps(str(tmp_path / 'tx'))}", *agent]
+    lines += ["[bench]", *bench]
+    config = tmp_path / "optagent.toml"
+    config.write_text("\n".join(lines) + "\n")
+    return config
+
+
+def run(config: Path, minutes: float) -> tuple[subprocess.CompletedProcess, float]:
+    """`optagent run --json --max-minutes minutes` as a user runs it, and its wall seconds."""
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", "from agent.cli.main import app; app()", "run", "--config", str(config),
+         "--yes", "--json", "--max-minutes", str(minutes)],
+        capture_output=True, text=True, timeout=600, cwd=config.parent,
+    )  # fmt: skip
+    return done, time.monotonic() - started
+
+
+def on_known_good(cfg) -> None:  # type: ignore[no-untyped-def]
+    """The server serves, and runs what the local unit file says: no relaunch or candidate left."""
+    t = cfg.target
+    assert httpx.get(t.endpoint + "/health", timeout=5).status_code == 200
+    deployed = Path(t.remote_unit).read_text()
+    assert deployed == Path(t.local_unit).read_text()
+    assert "optagent: a relaunch" not in deployed
+
+
+def events(tmp_path: Path) -> list[dict]:
+    (path,) = (tmp_path / "tx").glob("*.jsonl")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
 def test_a_run_ends_within_its_budget_with_the_server_healthy(sim_host, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     from sim.host import ensure_up
 
@@ -20,23 +61,9 @@ def test_a_run_ends_within_its_budget_with_the_server_healthy(sim_host, tmp_path
     # candidates need several times the 2 minutes given and the budget decides where the run stops
     cfg = sim_host(time_scale=0.25)
     ensure_up(tmp_path / "sim")
-    t = cfg.target
-    lines = ["[target]"]
-    lines += [f"{k} = {json.dumps(str(getattr(t, k)))}" for k in ("local_unit", "remote_unit", "endpoint")]
-    lines += [f"{k} = {json.dumps(str(getattr(t, k)))}" for k in ("run_dir", "state_dir", "nvidia_smi")]
-    lines += ['transport = "local"', 'service_manager = "process"']
-    lines += ["[agent]", f"transcripts_dir = {json.dumps(str(tmp_path / 'tx'))}"]
-    lines += ["[bench]", "concurrency = [1, 8]", "input_len = 256", "output_len = 64", "warmup = 0",
-              "reps = 2", "time_scale = 0.25"]  # fmt: skip
-    config = tmp_path / "optagent.toml"
-    config.write_text("\n".join(lines) + "\n")
-    started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-c", "from agent.cli.main import app; app()", "run", "--config", str(config),
-         "--yes", "--json", "--max-minutes", str(MINUTES)],
-        capture_output=True, text=True, timeout=600, cwd=tmp_path,
-    )  # fmt: skip
-    took = time.monotonic() - started
+    config = write_config(cfg, tmp_path, ["concurrency = [1, 8]", "input_len = 256", "output_len = 64",
+                                          "warmup = 0", "reps = 2", "time_scale = 0.25"])  # fmt: skip
+    done, took = run(config, MINUTES)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout)
     assert took <= MINUTES * 60 * 1.05, (took, summary["budget"])  # the whole process, start-up included
@@ -44,7 +71,63 @@ def test_a_run_ends_within_its_budget_with_the_server_healthy(sim_host, tmp_path
     assert summary["status"].startswith("budget spent"), summary[
         "status"
     ]  # the budget, not the list, ended it
-    assert httpx.get(t.endpoint + "/health", timeout=5).status_code == 200
-    deployed = Path(t.remote_unit).read_text()
-    assert deployed == Path(t.local_unit).read_text()  # the host runs what the local file says
-    assert "optagent: a relaunch" not in deployed  # no spread relaunch or candidate left behind
+    on_known_good(cfg)
+
+
+def test_a_budget_too_small_for_the_baseline_stops_before_it(sim_host, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from sim.host import ensure_up
+
+    # the simulated deployment's own benchmark (levels 1, 8, 64, 3 repetitions) on its default clock:
+    # ~45 s of baseline, where one request alone already decodes its tokens in ~20 s
+    cfg = sim_host(time_scale=0.5)
+    ensure_up(tmp_path / "sim")
+    config = write_config(cfg, tmp_path, ["concurrency = [1, 8, 64]", "output_len = 128", "warmup = 1",
+                                          "reps = 3", "time_scale = 0.5"])  # fmt: skip
+    done, took = run(config, 0.5)
+    assert took <= 0.5 * 60 * 1.05, (took, done.stderr[-2000:])
+    assert done.returncode == 1, done.stderr[-3000:]
+    said = " ".join(done.stderr.split())
+    assert "the baseline was not started: its 3 repetitions of concurrency 1, 8, 64 need at least" in said, (
+        said
+    )
+    enough = int(re.search(r"--max-minutes (\d+) would hold them", said).group(1))
+    assert enough >= 2, said  # more than the 0.5 given, and at least what the baseline and the end take
+    assert "nothing was changed" in said
+    on_known_good(cfg)
+    got = events(tmp_path)
+    assert not [e for e in got if e.get("kind") == "baseline"]  # not a repetition was measured
+    end = next(e for e in got if e.get("type") == "end")
+    assert end["outcome"]["status"].startswith("budget spent: the baseline was not started")
+
+
+def test_a_budget_that_cuts_research_short_still_holds(sim_host, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from sim.host import ensure_up
+
+    # a baseline of ~4 s fits 0.55 min with the end's 20 s kept; research, one flag at a time here
+    # (each ~1-4 s on two cores), does not: the deadline stops it between flags
+    cfg = sim_host(time_scale=0.25)
+    ensure_up(tmp_path / "sim")
+    config = write_config(
+        cfg, tmp_path, ["concurrency = [1, 8]", "input_len = 256", "output_len = 64", "warmup = 0",
+                        "reps = 2", "time_scale = 0.25"], ("max_parallel_research = 1",),
+    )  # fmt: skip
+    minutes = 0.55
+    done, took = run(config, minutes)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout)
+    assert took <= minutes * 60 * 1.05, (took, summary["budget"])
+    unresearched = [
+        c for c, why in summary["untried"].items() if why.startswith("not researched: wall-time budget")
+    ]
+    assert unresearched, summary["untried"]
+    assert summary["status"].startswith("budget spent"), summary["status"]
+    # the budget line is true: the minutes the process took, and spent
+    used = float(re.search(r"([\d.]+) min used", summary["budget"]).group(1))
+    assert abs(used - took / 60) <= 0.1 and "; spent: " in summary["budget"], (took, summary["budget"])
+    on_known_good(cfg)
+    got = events(tmp_path)
+    assert [e for e in got if e.get("kind") == "baseline"]  # the baseline was measured whole
+    verdicts = {e["data"]["flag"] for e in got if e.get("kind") == "verdict"}
+    skipped = {e["data"]["flag"] for e in got if e.get("kind") == "not_researched"}
+    assert skipped and not verdicts & skipped  # a flag has its whole verdict or none
+    assert all(c.split()[0] in skipped for c in unresearched)

@@ -170,11 +170,14 @@ def run(
     its own status and exit code; most of its length is the option list.
     """
     import asyncio
+    import time
 
+    started = time.monotonic()  # the budget's clock: the run's own start-up counts against it
     from agent.policy.models import ModelChoiceError, choose_model
     from agent.prepare import SessionError
     from agent.session import RunOptions, run_session
     from agent.transcripts.transcript import Transcript
+    from agent.trial.deadline import BudgetTooSmall
     from agent.ui import RunUI
     from tools.deploy.lock import LockedError
     from tools.deploy.outcome import DeployError, UnitInvalidError
@@ -211,6 +214,7 @@ def run(
         max_trials=cfg.agent.max_trials if max_trials is None else max_trials,
         max_restarts=cfg.agent.max_restarts if max_restarts is None else max_restarts,
         max_wall_minutes=wall,
+        started=started,
         dry_run=dry_run,
         allow_lossy=allow_lossy or cfg.agent.allow_lossy,
         max_tokens=cfg.agent.max_tokens if max_tokens is None else max_tokens,
@@ -232,6 +236,9 @@ def run(
     except ModelChoiceError as e:
         transcript.close({"status": f"bad model: {e}"})
         fail(str(e), code=2)
+    except BudgetTooSmall as e:  # stopped before a baseline it had no time for: nothing changed
+        transcript.close({"status": f"budget spent: {e}"})
+        fail(str(e))
     except SessionError as e:
         transcript.close({"status": f"failed: {e}"})
         fail(one_line(str(e), simulated=cfg.simulated))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +19,7 @@ from agent.policy.todo import TodoItem, TodoList
 from agent.policy.toolerrors import ErrorBudget, ToolErrors, passes_through
 from agent.policy.trialgate import refusal, refuse, trial, trial_result, won_at  # noqa: F401 (re-exported)
 from agent.policy.verdict import FlagVerdict
+from agent.trial.deadline import Deadline
 from agent.trial.record import BudgetExhausted, TrialChange, mean_throughput
 from agent.trial.runner import TrialRunner
 from agent.ui import RunUI
@@ -56,6 +58,12 @@ class PlannerDeps:
     """The restart spread trials assume (`agent.trial.spread`; None: the declared one)."""
     last_benchmark: dict[int, float] | None = None
     """A chat's latest `/bench` numbers (`agent.chat.actions.bench_now`; None: none measured)."""
+    deadline: Deadline = field(default_factory=Deadline)
+    """The run's wall-time deadline (the trial runner ends by the same one); none in a chat."""
+    research_seconds: list[float] = field(default_factory=list)
+    """Wall seconds each research of this session took: the next is started only if the longest fits."""
+    unresearched: dict[str, str] = field(default_factory=dict)
+    """Flag -> why it was never researched (`NOT_RESEARCHED`: the deadline came first)."""
     _resolved: dict[str, Any] | None = None
     _sem: asyncio.Semaphore | None = None
     trial_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -162,8 +170,31 @@ def goal_levels(deps: PlannerDeps) -> list[int] | None:
     return levels[:1] if objective.lowest_level and levels else None
 
 
+NOT_RESEARCHED = "not researched: wall-time budget"
+"""Why a candidate has no verdict when the run's deadline came before its research."""
+
+
+class ResearchOutOfTime(Exception):
+    """The deadline leaves no time for one more research: the flag stays without a verdict."""
+
+
+def research_fits(deps: PlannerDeps, flag: str) -> None:
+    """Raise `ResearchOutOfTime` (the flag recorded in `deps.unresearched`) unless one more research,
+    as long as the longest of this session, still leaves the run's end its share: research under way
+    finishes whole, so a verdict is either complete or absent, never cut short."""
+    longest = max(deps.research_seconds, default=0.0)
+    if deps.deadline.fits(longest):
+        return
+    left = max(0.0, deps.deadline.left())
+    why = f"{NOT_RESEARCHED} (a research takes ~{longest:.0f} s; {left:.0f} s were left before the end)"
+    deps.unresearched[flag] = why
+    deps.ui.record("not_researched", {"flag": flag, "why": why})
+    raise ResearchOutOfTime(why)
+
+
 async def research(deps: PlannerDeps, flag: str, question: str, *, usage: Any = None) -> FlagVerdict:
-    """Run one research subagent under the concurrency bound; its messages link to the planner's."""
+    """Run one research subagent under the concurrency bound; its messages link to the planner's.
+    Raises `ResearchOutOfTime` when the run's deadline leaves no time for it (`research_fits`)."""
     flag = flag_name(flag)
     parent = deps.current_msg
     rdeps = ResearchDeps(
@@ -172,6 +203,8 @@ async def research(deps: PlannerDeps, flag: str, question: str, *, usage: Any = 
     )  # fmt: skip
     prompt = f"Research the flag {flag} for this deployment. {question}".strip()
     async with deps.semaphore:
+        research_fits(deps, flag)  # checked once its turn came: the wait for one may be long
+        began = time.monotonic()
         result = await run_saving(
             deps.researcher,
             prompt,
@@ -186,6 +219,7 @@ async def research(deps: PlannerDeps, flag: str, question: str, *, usage: Any = 
     verdict = result.output.model_copy(update={"flag": flag})
     if flag not in deps.code and deps.ctx.tree is not None:  # the code's view decides: have it
         await asyncio.to_thread(flag_usage, rdeps, flag)
+    deps.research_seconds.append(time.monotonic() - began)
     verdict = check_claims(verdict, deps.ctx, deps.code.get(flag), lookup_flag(rdeps, flag))
     for line in verdict.checked:
         deps.ui.note(f"[yellow]claim checked[/] {escape(flag)}: {escape(line)}")
@@ -241,6 +275,9 @@ def build_planner(model: Any) -> Any:
         """Run a research subagent on one flag in the running version's source; returns its FlagVerdict."""
         try:
             v = await research(ctx.deps, flag, question, usage=ctx.usage)
+        except ResearchOutOfTime as e:  # no verdict, not a failed one: the deadline came first
+            ctx.deps.ui.not_researched(flag_name(flag), str(e))
+            return {"flag": flag_name(flag), "not_researched": str(e), "budget_exhausted": True}
         except Exception as e:  # the subagent gave up (no valid verdict): the planner goes on
             if passes_through(e):
                 raise

@@ -382,7 +382,9 @@ def explain_run(result: Any, deps: PlannerDeps, runner: TrialRunner | None, opts
         min_effect=bench.min_effect,
         tolerance=bench.regress_tolerance,
     )
-    spent = runner is not None and runner.exhausted is not None
+    spent = runner.exhausted if runner is not None and runner.exhausted is not None else None
+    if spent is None and deps.unresearched:  # research met the deadline before any trial did
+        spent = f"wall-time budget: research stopped, {len(deps.unresearched)} candidates not researched"
     restarts = (
         f"; {runner.restarts} of {runner.max_restarts} restarts (--max-restarts; default one per lever "
         "of the playbook not set already, at least 8)"
@@ -392,7 +394,7 @@ def explain_run(result: Any, deps: PlannerDeps, runner: TrialRunner | None, opts
     result.budget = (
         f"{opts.max_wall_minutes:g} min wall-time budget (--max-minutes), {result.seconds / 60:.1f} min used"
         + restarts
-        + (f"; spent: {runner.exhausted}" if spent else "; not spent")
+        + (f"; spent: {spent}" if spent else "; not spent")
     )
     tried = {ch.flag for t in result.trials for ch in t.changes}
     for c in deps.candidates:
@@ -405,6 +407,8 @@ def explain_run(result: Any, deps: PlannerDeps, runner: TrialRunner | None, opts
             result.untried[label] = f"research: {v.verdict} — {v.summary}"
         elif c.status != "candidate":
             result.untried[label] = f"playbook: {getattr(c, 'ruled_out', '') or f'{c.status} ({c.note})'}"
+        elif c.flag in deps.unresearched:  # no verdict: the deadline came before its research
+            result.untried[label] = deps.unresearched[c.flag]
         elif c.lever.lossy and not opts.allow_lossy:
             result.untried[label] = "lossy (changes outputs); --allow-lossy not given"
         elif runner is not None and runner.halted:

@@ -365,13 +365,18 @@ async def run_repeated(
     *,
     reps: int | None = None,
     on_progress: ProgressFn | None = None,
+    before_rep: Callable[[list[SweepResult]], None] | None = None,
     **sweep_kwargs: Any,
 ) -> list[SweepResult]:
     """`reps` (default `settings.reps`) sweeps with seeds 0..reps-1; stops after a partial sweep,
-    whose numbers cannot be trusted, so the last element tells why."""
+    whose numbers cannot be trusted, so the last element tells why. `before_rep` is called with the
+    sweeps done before each one starts, the first included: what it raises stops the benchmark
+    there (between sweeps, the safe points of a wall-time budget)."""
     reps = reps or settings.reps
-    sweeps = []
+    sweeps: list[SweepResult] = []
     for rep in range(reps):
+        if before_rep is not None:
+            before_rep(sweeps)
         sweep = await run_sweep(
             endpoint, settings, on_progress=on_progress, seed=rep, rep=rep, reps=reps,
             start_rate=goodput_hint(sweeps), **sweep_kwargs,

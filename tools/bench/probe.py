@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from importlib import resources
 from pathlib import Path
 from typing import Literal
@@ -37,6 +38,15 @@ class ProbeResult(BaseModel):
     api: str
     max_tokens: int
     outputs: list[ProbeOutput]
+    seconds: float = 0.0
+    """Wall seconds the probe took, its requests one at a time (0: not timed)."""
+    tokens: int = 0
+    """Tokens its answers held, as the server counted them (else their words; 0: not counted)."""
+
+    def token_seconds(self) -> float | None:
+        """Wall seconds per answer token, one request at a time, first-token wait included: the
+        fastest a benchmark here decodes each of its requests (None: not timed)."""
+        return self.seconds / self.tokens if self.seconds > 0 and self.tokens > 0 else None
 
     def save(self, path: Path) -> None:
         write_text(path, self.model_dump_json(indent=2) + "\n")
@@ -82,6 +92,14 @@ def _request(api: str, prompt: str, max_tokens: int) -> tuple[str, dict]:
     return "/v1/completions", {**body, "prompt": prompt}
 
 
+def _tokens(api: str, data: dict, text: str) -> int:
+    """The answer's tokens as the server counted them (`usage`, `/generate`'s `meta_info`), else its
+    words (fewer than its tokens: a slower estimate of the speed, never a faster one)."""
+    usage = data.get("meta_info") if api == "generate" else data.get("usage")
+    counted = (usage or {}).get("completion_tokens")
+    return int(counted) if isinstance(counted, int) and counted > 0 else len(text.split())
+
+
 def _answer(api: str, data: dict) -> str:
     if api == "generate":
         return data["text"]
@@ -102,7 +120,7 @@ async def run_probe(
     (one failed prompt already makes it broken, and a server that hangs would keep each of the rest
     waiting as long). Each request is bounded in all by `timeout_s`."""
     endpoint = endpoint.rstrip("/")
-    outputs = []
+    outputs, tokens, started = [], 0, time.monotonic()
     headers = auth_headers(api_key)  # default: $OPTAGENT_API_KEY
     async with httpx.AsyncClient(timeout=timeout_s, trust_env=False, headers=headers) as client:
         for item in probe_prompts():
@@ -112,14 +130,19 @@ async def run_probe(
                     resp = await client.post(endpoint + path, json=body)
                 if resp.status_code != 200:
                     raise ValueError(f"HTTP {resp.status_code}: {resp.text[:200]}")
-                outputs.append(ProbeOutput(id=item["id"], text=_answer(api, resp.json())))
+                data = resp.json()
+                outputs.append(ProbeOutput(id=item["id"], text=_answer(api, data)))
+                tokens += _tokens(api, data, outputs[-1].text)
             except TimeoutError:
                 outputs.append(ProbeOutput(id=item["id"], error=f"timed out: no answer in {timeout_s:g} s"))
             except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as e:
                 outputs.append(ProbeOutput(id=item["id"], error=f"{type(e).__name__}: {e}"))
             if outputs[-1].error:
                 break
-    return ProbeResult(endpoint=redact_text(endpoint), api=api, max_tokens=max_tokens, outputs=outputs)
+    return ProbeResult(
+        endpoint=redact_text(endpoint), api=api, max_tokens=max_tokens, outputs=outputs,
+        seconds=time.monotonic() - started, tokens=tokens,
+    )  # fmt: skip
 
 
 def degenerate(text: str) -> str | None:

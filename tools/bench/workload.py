@@ -69,6 +69,26 @@ def prompts_for_level(settings: BenchConfig, concurrency: int) -> int:
     return settings.prompts_per_level or max(8, 2 * concurrency)
 
 
+def sweep_seconds(settings: BenchConfig, token_seconds: float) -> float:
+    """The least wall time one sweep of `settings` takes when each request decodes a token every
+    `token_seconds` (one request's pace alone, `ProbeResult.token_seconds`): per level, its waves
+    (conversations over the concurrency) of a conversation's answer tokens in turn (a multi-turn
+    one waits for each answer), and a warm-up wave. A lower bound: a batch decodes each request no
+    faster than one alone, and prefill adds to it (measured on the simulated seed, a sweep of levels
+    1, 8, 64 took about twice this). A goodput search counts its closed-loop run alone."""
+    mix = workload_mix(settings)
+    answers = {
+        "random": settings.output_len,
+        "shared-prefix": settings.gsp_output_len,
+        "multiturn": settings.multiturn_num_rounds * settings.multiturn_output_length,
+    }
+    per_conversation = sum(share * answers.get(name, settings.output_len) for name, share in mix.items())
+    waves = sum(-(-prompts_for_level(settings, c) // c) for c in settings.concurrency)
+    if settings.goodput_limits:  # one closed-loop run of its requests at once; its rate runs come after
+        waves = 1
+    return (waves + (1 if settings.warmup else 0)) * per_conversation * token_seconds
+
+
 def workload_mix(settings: BenchConfig) -> dict[str, float]:
     """The configured workload as fractions (`"random"` -> `{"random": 1.0}`)."""
     w = settings.workload

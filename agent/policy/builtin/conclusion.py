@@ -35,9 +35,11 @@ def conclusion(
     budget_out: str | None,
     untried: dict[str, int] | None = None,
     earlier: list[dict[str, Any]] | None = None,
+    unresearched: dict[str, str] | None = None,
 ) -> str:
     """Markdown: what was kept with its numbers, what was rolled back and why, what was ruled out,
-    and which candidates were never tried and why (`untried`: flag -> rank by expected value).
+    and which candidates were never tried and why (`untried`: flag -> rank by expected value;
+    `unresearched`: flag -> why it has no verdict, the deadline having come first).
     `trials`: each flag's latest trial; `earlier`: the first trials of flags given a second look.
     One piece because it writes one Markdown document section by section, in the order it is read."""
     seen: set[Any] = set()  # a bundle is each member's trial: listed once
@@ -93,12 +95,18 @@ def conclusion(
     if not ruled:
         lines.append("- none")
     lines += ["", "### Not tried"]
+    for flag, why in (unresearched or {}).items():
+        lines.append(f"- {_label(cands, flag)}: {why}")
     if untried:
         why = budget_out or "the planner stopped"
         for flag, rank in untried.items():
-            c = next((c for c in cands if c["flag"] == flag), {"value": None})
-            label = flag if c.get("value") is None else f"{flag} {c['value']}"
-            lines.append(f"- {label}: {why} (rank {rank} by expected value per restart)")
-    else:
+            lines.append(f"- {_label(cands, flag)}: {why} (rank {rank} by expected value per restart)")
+    elif not unresearched:
         lines.append("- none: every candidate worth a restart was tried")
     return "\n".join(lines)
+
+
+def _label(cands: list[dict[str, Any]], flag: str) -> str:
+    """`flag value` as the playbook gives the candidate (the flag alone when it has no value)."""
+    c = next((c for c in cands if c["flag"] == flag), {"value": None})
+    return flag if c.get("value") is None else f"{flag} {c['value']}"

@@ -43,11 +43,13 @@ def researcher_policy(messages: list[Any], info: Any) -> Any:
 
 
 def _todo(
-    cands: list[dict[str, Any]], verdicts: dict[str, dict], trials: dict[str, dict], extra: list[dict]
-) -> list:
+    cands: list[dict[str, Any]], verdicts: dict[str, dict], trials: dict[str, dict], extra: list[dict],
+    unresearched: dict[str, str] | None = None,
+) -> list:  # fmt: skip
     """The todo list the builtin planner writes: one item per candidate, then `extra`. One piece
     because it is one ladder of rules per candidate read top to bottom (ruled out by the playbook,
-    tried, unresearched, rejected, lossy, else pending), the first match giving the item."""
+    tried, unresearched (`unresearched`: never, the deadline came first), rejected, lossy, else
+    pending), the first match giving the item."""
     items = []
     for c in cands:
         flag, prio = c["flag"], c["priority"]
@@ -76,6 +78,15 @@ def _todo(
                     "id": flag,
                     "content": f"trial {label}: {what}" + (f" — {why}" if why else ""),
                     "status": status,
+                    "priority": prio,
+                }
+            )
+        elif v is None and flag in (unresearched or {}):
+            items.append(
+                {
+                    "id": flag,
+                    "content": f"{label}: {unresearched[flag]}",
+                    "status": "cancelled",
                     "priority": prio,
                 }
             )
@@ -128,6 +139,11 @@ def planner_policy(messages: list[Any], info: Any) -> Any:
     verdicts = {
         c["flag"]: c for n, c, _ in returns if n == "research_flag" and isinstance(c, dict) and "verdict" in c
     }
+    unresearched = {  # the deadline came before their research: no verdict, and none half-written
+        c["flag"]: str(c["not_researched"])
+        for n, c, _ in returns
+        if n == "research_flag" and isinstance(c, dict) and c.get("not_researched")
+    }
     trials: dict[str, dict] = {}
     tried: dict[str, list[dict]] = {}
     combined = None
@@ -171,14 +187,14 @@ def planner_policy(messages: list[Any], info: Any) -> Any:
         }
     ]
     if not any(n == "todo_write" for n, _, _ in returns):
-        todo = _todo(cands, verdicts, trials, extra)
+        todo = _todo(cands, verdicts, trials, extra, unresearched)
         research = [tool_call("research_flag", {"flag": c["flag"]}) for c in live]
         return builtin_response([tool_call("todo_write", {"items": todo}), *research])
     # a kept bundle first loses the members that cannot show they pay (one leave-out trial each)
     prune = None if budget_out else _next_leave_out(cands, verdicts, bundles, left_out)
     if prune is not None:
         flag, why = prune
-        todo = _todo(cands, verdicts, trials, extra)
+        todo = _todo(cands, verdicts, trials, extra, unresearched)
         return builtin_response(
             [tool_call("todo_write", {"items": todo}), tool_call("leave_out", {"flag": flag, "reason": why})]
         )
@@ -187,7 +203,7 @@ def planner_policy(messages: list[Any], info: Any) -> Any:
     queue = trial_queue(cands, verdicts, tried, slots)
     nxt, look = (None, "") if budget_out or not queue else queue[0]
     if nxt is not None and "bundle" in nxt:
-        todo = _todo(cands, verdicts, trials, extra)
+        todo = _todo(cands, verdicts, trials, extra, unresearched)
         members = nxt["bundle"]
         for item in todo:
             if item["id"] in {c["flag"] for c in members}:
@@ -202,7 +218,7 @@ def planner_policy(messages: list[Any], info: Any) -> Any:
             )
         return builtin_response([tool_call("todo_write", {"items": todo}), tool_call("run_trial", args)])
     if nxt is not None:
-        todo = _todo(cands, verdicts, trials, extra)
+        todo = _todo(cands, verdicts, trials, extra, unresearched)
         for item in todo:
             if item["id"] == nxt["flag"]:
                 item["status"] = "in_progress"
@@ -234,7 +250,7 @@ def planner_policy(messages: list[Any], info: Any) -> Any:
         }
         return builtin_response(
             [
-                tool_call("todo_write", {"items": _todo(cands, verdicts, trials, extra)}),
+                tool_call("todo_write", {"items": _todo(cands, verdicts, trials, extra, unresearched)}),
                 tool_call("run_trial", args),
             ]
         )
@@ -245,13 +261,15 @@ def planner_policy(messages: list[Any], info: Any) -> Any:
             if combined
             else ": nothing left to combine (each trial ran on top of the changes kept before it)"
         )
-        return builtin_response([tool_call("todo_write", {"items": _todo(cands, verdicts, trials, extra)})])
+        return builtin_response(
+            [tool_call("todo_write", {"items": _todo(cands, verdicts, trials, extra, unresearched)})]
+        )
     from pydantic_ai.messages import TextPart
 
     untried = {c["flag"]: i + 1 for i, (c, why) in enumerate(queue) if why == "untried"}
     earlier = [t for ts in tried.values() for t in ts[:-1]] + list(left_out.values())
     return builtin_response(
-        [TextPart(conclusion(cands, verdicts, trials, combined, budget_out, untried, earlier))]
+        [TextPart(conclusion(cands, verdicts, trials, combined, budget_out, untried, earlier, unresearched))]
     )
 
 
