@@ -55,3 +55,21 @@ def test_host_log_lines_are_shown_without_control_sequences() -> None:
     log = "starting\n\x1b]0;pwned\x07\x1b[2JValueError: bad \x1b[31mvalue\x1b[0m\r\n"
     assert error_line(log) == "ValueError: bad value"
     assert "\x1b" not in readable_tail(log) and "\r" not in readable_tail(log)
+
+
+def test_json_output_escapes_what_a_terminal_would_act_on(tmp_path: Path) -> None:
+    """`--json` keeps the goal exactly (JSON escapes), but no raw C1 or bidi control reaches the
+    terminal: `json.dumps(ensure_ascii=False)` writes U+009B (a one-byte CSI) and U+202E as they are."""
+    import json
+
+    goal = "improve throughput café \x9b2J\u202eevil\x85"
+    t = Transcript.create(tmp_path, kind="run", goal=goal, model="m", target="t")
+    t.close({"status": "done"})
+    for args in (("list", "--json"), ("show", "last", "--json")):
+        done = _cli("transcripts", *args, "--dir", str(tmp_path), width=100)
+        assert done.returncode == 0, done.stderr
+        assert not any(c in done.stdout for c in "\x9b\u202e\x85"), (args, done.stdout)
+        assert "café" in done.stdout  # other non-ASCII text stays readable
+        data = json.loads(done.stdout)
+        text = json.dumps(data, ensure_ascii=False)
+        assert goal in text, (args, text[:300])

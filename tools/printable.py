@@ -8,9 +8,11 @@ first (the CLI's consoles do so for everything they print: `agent.cli.common.Ter
 
 from __future__ import annotations
 
+import json
 import re
+from typing import Any
 
-__all__ = ["printable"]
+__all__ = ["json_text", "printable"]
 
 _SEQUENCES = re.compile(
     r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI: cursor, erase, colours
@@ -28,3 +30,11 @@ def printable(text: str) -> str:
     if not _CONTROLS.search(text):
         return text
     return _CONTROLS.sub("", _SEQUENCES.sub("", text))
+
+
+def json_text(value: Any, **dumps: Any) -> str:
+    """`value` as JSON for a terminal or a pipe: non-ASCII text stays readable, while DEL, C1 and the
+    bidi controls that `json.dumps(ensure_ascii=False)` leaves raw are written as `\\uXXXX` escapes
+    (the same JSON, nothing a terminal acts on; C0 is escaped by `json` itself)."""
+    text = json.dumps(value, ensure_ascii=False, **dumps)
+    return _CONTROLS.sub(lambda m: f"\\u{ord(m.group()):04x}", text)

@@ -266,10 +266,9 @@ def run(
         highlight=False,
     )
     if as_json:
-        import json
-
         from agent.transcripts.report import run_summary
+        from tools.printable import json_text
 
-        print(json.dumps(run_summary(result), indent=2, ensure_ascii=False))
+        print(json_text(run_summary(result), indent=2))
     if result.failed:
         fail(f"the run did not complete: {result.status}")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from agent.transcripts.load import (
     list_transcripts,
     load_transcript,
 )
-from tools.printable import printable
+from tools.printable import json_text, printable
 
 app = typer.Typer(help=__doc__, no_args_is_help=True)
 
@@ -100,7 +99,7 @@ def list_(
         if loaded.header is not None:
             rows.append(summary_row(loaded))
     if as_json:
-        print(json.dumps(rows, indent=2, ensure_ascii=False))
+        print(json_text(rows, indent=2))
         return
     if not rows:
         console.print("no transcripts")
@@ -186,7 +185,7 @@ def show(
             "end": loaded.end,
             "error": loaded.error,
         }
-        print(json.dumps(out, indent=2, ensure_ascii=False))
+        print(json_text(out, indent=2))
         return
     h = loaded.header or {}
     console.print(
@@ -239,7 +238,7 @@ def review(
         data = {"id": loaded.id, **dataclasses.asdict(built)}
         if narrate:
             data["analysis"] = analysis
-        print(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+        print(json_text(data, indent=2, default=str))
         return
     if as_markdown:
         print(printable(text))  # the goal and the host's lines in it, without their control sequences
