@@ -102,3 +102,22 @@ def test_the_probe_paces_one_request_and_bounds_a_sweep_from_below(sim_server):
     assert not sweep.partial
     least = sweep_seconds(bench, pace)
     assert least <= took <= 4 * least, (least, took)  # below what it took, yet near enough to decide on
+
+
+def test_a_server_answering_each_prompt_slowly_is_out_after_the_probes_bound():
+    """Each answer inside the per-request timeout, the whole probe still bounded: the candidate is
+    broken for the probe after `total_s`, not after one timeout per prompt."""
+    import asyncio
+    import time
+
+    from tests.test_bench_sse_server import Behaviour, SSEServer
+    from tools.bench.probe import probe_prompts, run_probe
+
+    with SSEServer(Behaviour(ttft_s=0.4)) as srv:
+        started = time.monotonic()
+        probe = asyncio.run(run_probe(srv.endpoint, timeout_s=5.0, total_s=1.0))
+        took = time.monotonic() - started
+    assert len(probe_prompts()) * 0.4 > 2.0  # unbounded, the probe would take over twice as long
+    assert took < 1.6, took
+    assert [o.error is None for o in probe.outputs][:2] == [True, True] and probe.outputs[-1].error
+    assert "the probe's 1 s bound ran out" in probe.outputs[-1].error

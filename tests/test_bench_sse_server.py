@@ -156,6 +156,7 @@ class SSEServer:
         if not req.get("stream"):
             if HANG in pieces:
                 await asyncio.sleep(3600)
+            await asyncio.sleep(self.b.ttft_s + len(pieces) * self.b.itl_s)  # generated whole, then sent
             text = "".join(pieces)
             usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": len(pieces)}
             return await self._send(writer, 200, {"choices": [{"text": text, "index": 0}], "usage": usage})

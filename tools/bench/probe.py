@@ -23,6 +23,9 @@ from tools.redact import redact_text
 
 Status = Literal["identical", "drifting", "broken"]
 DEFAULT_MAX_TOKENS = 48
+PROBE_TOTAL_S = 300.0
+"""The whole probe's bound: 8 prompts of 48 tokens take seconds on a GPU and ~10 s on the real CPU
+server here; a candidate that takes minutes to answer them is broken for the probe's purpose."""
 
 
 class ProbeOutput(BaseModel):
@@ -113,20 +116,26 @@ async def run_probe(
     api: str = "completions",
     max_tokens: int = DEFAULT_MAX_TOKENS,
     timeout_s: float = 120.0,
+    total_s: float = PROBE_TOTAL_S,
     api_key: str | None = None,
 ) -> ProbeResult:
     """Send every probe prompt once, one at a time (batch composition can change numerics),
     at temperature 0. Failures are recorded per prompt, never raised; the first one ends the probe
     (one failed prompt already makes it broken, and a server that hangs would keep each of the rest
-    waiting as long). Each request is bounded in all by `timeout_s`."""
+    waiting as long). Each request is bounded in all by `timeout_s`, the whole probe by `total_s`:
+    a server that answers every prompt just inside `timeout_s` is out of the probe (and a trial's
+    candidate out of production) after `total_s`, not after one `timeout_s` per prompt."""
     endpoint = endpoint.rstrip("/")
     outputs, tokens, started = [], 0, time.monotonic()
     headers = auth_headers(api_key)  # default: $OPTAGENT_API_KEY
     async with httpx.AsyncClient(timeout=timeout_s, trust_env=False, headers=headers) as client:
         for item in probe_prompts():
             path, body = _request(api, item["prompt"], max_tokens)
+            bound = min(timeout_s, total_s - (time.monotonic() - started))
             try:
-                async with asyncio.timeout(timeout_s):
+                if bound <= 0:
+                    raise TimeoutError
+                async with asyncio.timeout(bound):
                     resp = await client.post(endpoint + path, json=body)
                 if resp.status_code != 200:
                     raise ValueError(f"HTTP {resp.status_code}: {resp.text[:200]}")
@@ -134,7 +143,9 @@ async def run_probe(
                 outputs.append(ProbeOutput(id=item["id"], text=_answer(api, data)))
                 tokens += _tokens(api, data, outputs[-1].text)
             except TimeoutError:
-                outputs.append(ProbeOutput(id=item["id"], error=f"timed out: no answer in {timeout_s:g} s"))
+                why = (f"no answer in {timeout_s:g} s" if bound == timeout_s
+                       else f"the probe's {total_s:g} s bound ran out")  # fmt: skip
+                outputs.append(ProbeOutput(id=item["id"], error=f"timed out: {why}"))
             except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as e:
                 outputs.append(ProbeOutput(id=item["id"], error=f"{type(e).__name__}: {e}"))
             if outputs[-1].error:
