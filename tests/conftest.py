@@ -7,6 +7,7 @@ pytest_plugins = [
     "tests.fixtures.sshd",
     "tests.fixtures.package_index",
     "tests.fixtures.quiet",
+    "tests.fixtures.users",
 ]
 
 # The CLI's module-level consoles fix their width when created if COLUMNS is set then: created here,

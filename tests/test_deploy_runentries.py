@@ -9,43 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import os
-import pwd
 import shutil
 import subprocess
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.fixtures.users import as_user
 from tests.test_deploy import cli, healthy, pid_of
-from tests.test_deploy_trust import OTHER_USER, as_user
 from tools.deploy.deadman import DeadmanSwitch
 from tools.deploy.deployment import DeployError, Deployment
 from tools.deploy.remote import LocalTransport
 from tools.deploy.service import ProcessManager
-
-
-@pytest.fixture(scope="module")
-def other_user() -> str:
-    """A second local account (created when absent; the tests run as root)."""
-    try:
-        pwd.getpwnam(OTHER_USER)
-    except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", OTHER_USER], check=True)
-    return OTHER_USER
-
-
-@pytest.fixture
-def shared_dir() -> Iterator[Path]:
-    """A world-writable sticky directory like /var/tmp, reachable by every user."""
-    path = Path(tempfile.mkdtemp(prefix="optagent-shared-", dir="/tmp"))
-    path.chmod(0o1777)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def _alive(pid: int) -> bool:

@@ -5,44 +5,15 @@ from __future__ import annotations
 import asyncio
 import os
 import pwd
-import shutil
 import stat
 import subprocess
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.fixtures.users import as_user
 from tests.test_deploy import cli
 from tools.deploy.deployment import DeployError, Deployment
-
-OTHER_USER = "optagent-other"
-
-
-@pytest.fixture(scope="module")
-def other_user() -> str:
-    """A second local account (created when absent; the tests run as root)."""
-    try:
-        pwd.getpwnam(OTHER_USER)
-    except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", OTHER_USER], check=True)
-    return OTHER_USER
-
-
-@pytest.fixture
-def shared_dir() -> Iterator[Path]:
-    """A world-writable sticky directory like /var/tmp, reachable by every user."""
-    path = Path(tempfile.mkdtemp(prefix="optagent-shared-", dir="/tmp"))
-    path.chmod(0o1777)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
-def as_user(user: str, script: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["runuser", "-u", user, "--", "sh", "-c", script], capture_output=True, text=True)
 
 
 def test_a_run_dir_planted_by_another_user_is_refused(ssh_sim, other_user: str, shared_dir: Path) -> None:  # type: ignore[no-untyped-def]

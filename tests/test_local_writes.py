@@ -22,30 +22,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_deploy_trust import OTHER_USER, as_user
+from tests.fixtures.users import GROUP, as_user
 from tests.test_run_json import _config_file
 from tools.localfiles import UntrustedDirError, UntrustedFileError, open_append, trusted_dir, write_text
 
-GROUP = "optagent-shared"
 CLI = [sys.executable, "-c", "from agent.cli.main import app; app()"]
 ROOT = Path(__file__).parents[1]
-
-
-@pytest.fixture(scope="module")
-def other_user() -> str:
-    """A second local account in a group shared with root's directories (made when absent)."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root to create a second user")
-    try:
-        grp.getgrnam(GROUP)
-    except KeyError:
-        subprocess.run(["groupadd", "--system", GROUP], check=True)
-    try:
-        pwd.getpwnam(OTHER_USER)
-    except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", OTHER_USER], check=True)
-    subprocess.run(["usermod", "-aG", GROUP, OTHER_USER], check=True)
-    return OTHER_USER
 
 
 def _shared(mode: int) -> Path:

@@ -11,11 +11,8 @@ from __future__ import annotations
 
 import os
 import pwd
-import shutil
 import stat
 import subprocess
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,36 +26,11 @@ from tools.research.index import load_index
 from tools.research.source import SourceError, SourceTree, get_source
 from tools.research.startup.resolver import ResolverError, worker_python
 
-OTHER_USER = "optagent-other"
-
-
-@pytest.fixture(scope="module")
-def other_user() -> str:
-    """A second local account (made when absent)."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root to create a second user")
-    try:
-        pwd.getpwnam(OTHER_USER)
-    except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", OTHER_USER], check=True)
-    return OTHER_USER
-
 
 @pytest.fixture
 def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> SourceTree:
     """A small SGLang-shaped tree; each test names the cache it reads."""
     return synthetic_tree(tmp_path / "tree", monkeypatch, FILES, "9.9.9")
-
-
-@pytest.fixture
-def shared_tmp() -> Iterator[Path]:
-    """A folder like /tmp (sticky, anyone may add to it), where another user can plant a link."""
-    path = Path(tempfile.mkdtemp(prefix="optagent-cache-links-", dir="/tmp"))
-    path.chmod(0o1777)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def _files(root: Path) -> list[str]:
@@ -113,20 +85,20 @@ def test_a_folder_of_the_cache_others_can_write_is_refused(
 
 
 def test_a_cache_reached_through_another_users_symlink_or_owned_by_them_is_refused(
-    other_user: str, tree: SourceTree, tmp_path: Path, shared_tmp: Path, monkeypatch: pytest.MonkeyPatch
+    other_user: str, tree: SourceTree, tmp_path: Path, shared_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The other user links `<shared>/cache` to a cache of root's own: whoever may replace the link
     decides where research reads and writes. A cache root the other user owns is theirs to fill."""
     uid = pwd.getpwnam(other_user).pw_uid
     mine = _cache(tmp_path, "mine", 0o700)
     made = subprocess.run(
-        ["runuser", "-u", other_user, "--", "ln", "-s", str(mine), str(shared_tmp / "cache")],
+        ["runuser", "-u", other_user, "--", "ln", "-s", str(mine), str(shared_dir / "cache")],
         capture_output=True,
         text=True,
     )
     assert made.returncode == 0, made.stderr
-    monkeypatch.setenv("OPTAGENT_CACHE_DIR", str(shared_tmp / "cache"))
-    with pytest.raises(OSError, match=f"the symlink {shared_tmp}/cache on the way is owned by uid {uid}"):
+    monkeypatch.setenv("OPTAGENT_CACHE_DIR", str(shared_dir / "cache"))
+    with pytest.raises(OSError, match=f"the symlink {shared_dir}/cache on the way is owned by uid {uid}"):
         load_index(tree)
     theirs = _cache(tmp_path, "theirs", 0o755)
     os.chown(theirs, uid, -1)
