@@ -296,6 +296,27 @@ async def run_sweep(
     return result
 
 
+async def _warm_up(
+    pool: ClientPool,
+    path: str,
+    settings: BenchConfig,
+    result: SweepResult,
+    file_prompts: list[Prompt] | None,
+    model: str,
+) -> bool:
+    """Send `settings.warmup` prompts at once, not measured; False (with the error recorded) when the
+    server cannot be reached."""
+    warm = level_prompts(settings, 0, result.seed + 500_000, file_prompts)[: settings.warmup]
+    res, _ = await _run_level(
+        pool, path, settings.api, _encode(settings.api, warm, model), concurrency=len(warm),
+        request_rate=None, seed=result.seed, progress=None,
+    )  # fmt: skip
+    if _is_unreachable(res):
+        result.errors.append(f"warm-up failed: {res[0].error}")
+        return False
+    return True
+
+
 async def _sweep_levels(
     pool: ClientPool,
     path: str,
@@ -308,23 +329,12 @@ async def _sweep_levels(
     rep: int,
     reps: int,
 ) -> None:
+    """One sweep: the warm-up, then each concurrency level in order, stopping at the first level
+    where a request stalled or the server became unreachable (the error says which)."""
     api, seed = settings.api, result.seed
     model = model or _model_name(result.server_info)
-    if settings.warmup:
-        warm = level_prompts(settings, 0, seed + 500_000, file_prompts)[: settings.warmup]
-        res, _ = await _run_level(
-            pool,
-            path,
-            api,
-            _encode(api, warm, model),
-            concurrency=len(warm),
-            request_rate=None,
-            seed=seed,
-            progress=None,
-        )
-        if _is_unreachable(res):
-            result.errors.append(f"warm-up failed: {res[0].error}")
-            return
+    if settings.warmup and not await _warm_up(pool, path, settings, result, file_prompts, model):
+        return
     for c in settings.concurrency:
         chains = _encode(api, level_prompts(settings, c, seed, file_prompts), model)
         await pool.preconnect(c)
