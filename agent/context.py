@@ -191,12 +191,15 @@ async def gather_context(
     waiting: Any = None,
     index: bool = True,
     tree: Any = None,
+    deadline: Any = None,
 ) -> DeploymentContext:
     """Read every piece of context for `config`'s target through `transport`. `waiting()` is a
     context manager yielding a progress callback (`RunUI.waiting`): a fetch of the source or a build
     of its code index (30 s to minutes, cold) is shown while it lasts. With `index`, the code index
     is loaded here (research needs it next) rather than inside the first research. `tree`: the
     source tree to read instead of the running version's (`optagent research --source/--version`).
+    `deadline` (a run's `agent.trial.deadline.Deadline`): a first build of the code index or of the
+    start-up check's venv starts only if the budget holds it, else `BudgetTooSmall` is raised.
 
     One piece because it reads the pieces in the order the progress shows them, each failure
     recorded in `ctx.missing` rather than raised, into the one context it returns.
@@ -248,6 +251,8 @@ async def gather_context(
     with wait() as progress:
         await _source(ctx, config, progress, tree=tree)
     if index and ctx.tree is not None:
+        if deadline is not None:
+            _setup_fits(ctx, deadline)
         with wait() as progress:
             await _index(ctx, progress)
     return ctx
@@ -272,6 +277,32 @@ def on_cpu(ctx: DeploymentContext) -> bool:
     """Whether the server runs on the CPU (`--device cpu`, as SGLang's CPU engine reports it)."""
     device = ctx.server_info.get("device") or ctx.unit_flags.get("--device")
     return str(device).lower() == "cpu"
+
+
+def _setup_fits(ctx: DeploymentContext, deadline: Any) -> None:
+    """Raise `BudgetTooSmall` when what research needs first, and this cache lacks, would take longer
+    than the run's budget has left: a build of the version's code index, the start-up check's venv.
+    Both are made once and kept, so a run with a budget for them (or `optagent research`) makes them."""
+    from agent.trial.deadline import BudgetTooSmall
+    from tools.research.index import BUILD_SECONDS, index_ready
+    from tools.research.startup.resolver import SETUP_SECONDS, ResolverError, worker_ready
+
+    needs = [] if index_ready(ctx.tree) else [(f"the code index of SGLang {ctx.version}", BUILD_SECONDS)]
+    if ctx.model_config is not None:
+        with contextlib.suppress(ResolverError):  # a venv that cannot be set up is said by research
+            if not worker_ready(ctx.tree):
+                needs.append(("the start-up check's venv", SETUP_SECONDS))
+    need = sum(s for _, s in needs)
+    if not needs or deadline.fits(need):
+        return
+    what = " and ".join(f"{name} (~{s:.0f} s)" for name, s in needs)
+    left = max(0.0, deadline.left() + deadline.closing)
+    raise BudgetTooSmall(
+        f"research needs {what}, built once for this version and kept, and {left:.0f} s are left of "
+        f"{deadline.budget()}. --max-minutes {deadline.minutes_for(need)} would hold the build (the "
+        "baseline and trials need more), or `optagent research FLAG` builds it without a budget; nothing "
+        "was changed: the known-good configuration serves as before"
+    )
 
 
 async def _index(ctx: DeploymentContext, progress: Any) -> None:

@@ -115,7 +115,7 @@ async def prepare_session(
             ui.step("context")
             ctx = await gather_context(
                 config, transport, on_step=lambda s: ui.note(f"reading {s}", record=False),
-                waiting=ui.waiting, index=not interactive,
+                waiting=ui.waiting, index=not interactive, deadline=deadline,
             )  # fmt: skip
             ui.record("context", {**ctx.summary(), "facts": ctx.facts})
             config = config.model_copy(update={"bench": ctx.fit_bench(config.bench)})

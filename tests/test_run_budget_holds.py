@@ -4,6 +4,7 @@ that holds trials, one too small for the baseline, one too small for research's 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -131,3 +132,34 @@ def test_a_budget_that_cuts_research_short_still_holds(sim_host, tmp_path: Path)
     skipped = {e["data"]["flag"] for e in got if e.get("kind") == "not_researched"}
     assert skipped and not verdicts & skipped  # a flag has its whole verdict or none
     assert all(c.split()[0] in skipped for c in unresearched)
+
+
+def test_a_budget_too_small_for_a_first_code_index_stops_before_building_it(
+    sim_host, tmp_path: Path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    from sim.host import ensure_up
+    from tests.fixtures.sglang_src import synthetic_tree
+    from tests.test_research_index import FILES
+
+    # an empty optagent cache (this process's environment, which the command inherits): the version's
+    # code index is not built, and a build (~2 min) does not fit the half minute given
+    tree = synthetic_tree(tmp_path / "tree", monkeypatch, FILES, "9.9.9")
+    cache = Path(os.environ["OPTAGENT_CACHE_DIR"])
+    cfg = sim_host(time_scale=0.5)
+    ensure_up(tmp_path / "sim")
+    config = write_config(cfg, tmp_path, ["concurrency = [1]", "reps = 1"])
+    config.write_text(config.read_text() + f"[research]\nsource_dir = {json.dumps(str(tree.root))}\n")
+    done, took = run(config, 0.5)
+    assert took <= 0.5 * 60 * 1.05, (took, done.stderr[-2000:])
+    assert done.returncode == 1, done.stderr[-3000:]
+    said = " ".join(done.stderr.split())
+    assert "research needs the code index of SGLang" in said and "built once for this version" in said, said
+    enough = int(re.search(r"--max-minutes (\d+) would hold the build", said).group(1))
+    assert enough >= 3, said  # the build's ~150 s and the end, past the half minute given
+    assert "nothing was changed" in said
+    assert not list(cache.glob("flag-index/*.sqlite"))  # nothing was built
+    on_known_good(cfg)
+    got = events(tmp_path)
+    assert not [e for e in got if e.get("kind") == "baseline"]
+    end = next(e for e in got if e.get("type") == "end")
+    assert end["outcome"]["status"].startswith("budget spent: research needs the code index")

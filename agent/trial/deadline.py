@@ -2,9 +2,10 @@
 
 `optagent run --max-minutes M` promises a run that ends within M minutes of the command's start.
 One `Deadline`, made once when the session is prepared (`agent.prepare.prepare_session`), keeps
-that promise for every phase: the baseline starts only if its estimate fits and stops between
-repetitions when the rest no longer does (`agent.prepare`), research starts a flag only while one
-more research fits (`agent.policy.planner.research`), and trials end by the same instant through
+that promise for every phase: a first build of the code index or of the start-up check's venv
+starts only if its estimate fits (`agent.context`), the baseline only if its estimate fits, and it
+stops between repetitions when the rest no longer does (`agent.prepare`), research starts a flag
+only while one more research fits (`agent.policy.planner.research`), and trials end by the same instant through
 the runner's `deadline` (`agent.trial.budget.TrialBudget.ends_at`). Each keeps `closing` seconds
 for the end (health check, report). No phase keeps a clock of its own: the report's "X min
 budget, Y min used" counts from the same start, so what it says is what every phase was held to.

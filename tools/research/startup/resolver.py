@@ -98,14 +98,27 @@ def _cache_folder(folder: str, cache_dir: Path | None = None) -> Path:
         raise ResolverError(str(e)) from e
 
 
+SETUP_SECONDS = 30.0
+"""A first set-up of a version's resolver venv (pip, wheels from the index): ~20-30 s measured."""
+
+
+def _env_dir(requirements: list[str], cache_dir: Path | None) -> Path:
+    key = hashlib.sha256("\n".join(requirements).encode()).hexdigest()[:12]
+    return _cache_folder("resolver-env", cache_dir) / key
+
+
+def worker_ready(tree: SourceTree, *, cache_dir: Path | None = None) -> bool:
+    """Whether this tree's resolver venv is set up already (`worker_python` then returns at once)."""
+    return (_env_dir(pinned_requirements(tree), cache_dir) / ".ready").is_file()
+
+
 def worker_python(
     tree: SourceTree, *, cache_dir: Path | None = None, progress: Callable[[str], None] | None = None
 ) -> Path:
     """The python of this tree's resolver venv, created once (~20 s, ~300 MB) under the cache;
     `progress(text)` is called once before it is created (the caller shows the wait)."""
     requirements = pinned_requirements(tree)
-    key = hashlib.sha256("\n".join(requirements).encode()).hexdigest()[:12]
-    env = _cache_folder("resolver-env", cache_dir) / key
+    env = _env_dir(requirements, cache_dir)
     python = env / "bin" / "python"
     with cache_lock(env):
         if (env / ".ready").is_file():
