@@ -15,6 +15,39 @@ from sim.plan import ATTN_EFFICIENCY, Plan
 from sim.scenario import Scenario
 
 
+def draft_tree(acceptance: float, steps: int, topk: int, draft_tokens: int) -> dict[tuple[int, ...], float]:
+    """The nodes EAGLE verifies, each a path of candidate ranks (`(1, 2)`: the second candidate after
+    the first), with its chance of lying on the accepted path.
+
+    EAGLE-2's draft tree (`speculative/eagle_utils.py` `organize_draft_results`): each of `steps`
+    draft passes expands the best `topk` candidates of every kept node, and the verify tree is the
+    `draft_tokens - 1` nodes of highest path score. Here the draft's candidate of rank r at a node is
+    the target's token with chance `a (1 - a)^(r - 1)` (rank 1: the acceptance `a`), a path's chance
+    is the product along it, and the tree keeps the most likely nodes. With top-k 1 (draft tokens =
+    steps + 1) it is the chain `(1,), (1, 1), ...`; a wider top-k adds branches only where the
+    draft-token budget holds them."""
+    import heapq
+
+    a = acceptance
+    rank = [a * (1 - a) ** r for r in range(max(1, topk))]
+    frontier = [(-p, (r + 1,)) for r, p in enumerate(rank)]  # (-chance, path)
+    heapq.heapify(frontier)
+    tree: dict[tuple[int, ...], float] = {}
+    while frontier and len(tree) < draft_tokens - 1:
+        neg, path = heapq.heappop(frontier)
+        tree[path] = -neg
+        if len(path) < steps:
+            for r, p in enumerate(rank):
+                heapq.heappush(frontier, (neg * p, (*path, r + 1)))
+    return tree
+
+
+def tree_accept_length(acceptance: float, steps: int, topk: int, draft_tokens: int) -> float:
+    """Expected tokens one verify step yields per request: the bonus token plus each node's chance
+    (the nodes of one depth are disjoint events); with top-k 1 the chain's `1 + a + ... + a^steps`."""
+    return 1.0 + sum(draft_tree(acceptance, steps, topk, draft_tokens).values())
+
+
 @dataclass(frozen=True)
 class DecodeCost:
     seconds: float
@@ -28,6 +61,12 @@ class PerfModel:
     def __init__(self, plan: Plan, model: ModelInfo, scenario: Scenario) -> None:
         self.plan, self.model, self.hw, self.cal = plan, model, scenario.hardware, scenario.calibration
         self.acceptance = scenario.model.draft_acceptance
+        self.tree = (
+            draft_tree(self.acceptance, plan.spec_steps, plan.spec_topk, plan.spec_draft_tokens)
+            if plan.spec_steps
+            else {}
+        )
+        """The verify tree's nodes (`draft_tree`): what a request's accepted tokens are drawn from."""
         heads_per_gpu = max(1, math.ceil(model.kv_heads / plan.tp))
         # One layer's K+V of one token on one GPU; MLA keeps one latent vector, replicated per rank.
         layer_kv = model.mla_kv_dim or 2 * heads_per_gpu * model.head_dim
@@ -132,9 +171,7 @@ class PerfModel:
         verify_tokens = batch * p.spec_draft_tokens
         verify = self.forward_s(verify_tokens, batch, ctx_tokens, layers=m.layers, graphed=graphed)
         extend = self.forward_s(verify_tokens, batch, ctx_tokens, layers=draft_layers, graphed=graphed)
-        accept = 1.0 - (1.0 - self.acceptance) ** p.spec_topk
-        depth = min(p.spec_steps, p.spec_draft_tokens - 1)
-        gained = sum(accept**i for i in range(depth + 1))
+        gained = 1.0 + sum(self.tree.values())
         spec_work = batch * self.cal.spec_overhead_us_per_req * 1e-6
         return DecodeCost(draft + verify + extend + overhead * 1.5 + spec_work, gained)
 

@@ -23,6 +23,7 @@ import math
 import random
 import zlib
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -283,12 +284,10 @@ class Scheduler:
 
     def _advance(self, reqs: list[Request], mean_tokens: float) -> list[tuple[Request, int]]:
         out = []
-        p = self.perf.acceptance if self.plan.spec_steps else 0.0
         for req in reqs:
             n, draw = 1, (req.draws or self.rng).random
             if mean_tokens > 1.0:
-                while n <= self.plan.spec_steps and draw() < p:
-                    n += 1
+                n += self.accepted(draw)
             n = min(n, req.stop_at - req.generated)
             if mean_tokens > 1.0 and n > 0:
                 self.spec_tokens, self.spec_forwards = self.spec_tokens + n, self.spec_forwards + 1
@@ -296,6 +295,20 @@ class Scheduler:
                 req.generated += n
                 out.append((req, n))
         return out
+
+    def accepted(self, draw: Callable[[], float]) -> int:
+        """Draft tokens the target accepts in one verify step: depth by depth, the target's token is
+        the draft's candidate of rank 1 with chance `p`, else of rank 2 with chance `p` of the rest,
+        and so on; the path goes on while its node is in the verify tree (`PerfModel.tree`). A rank is
+        drawn only while the tree holds it, so a chain (top-k 1) draws once per depth."""
+        p, tree, path = self.perf.acceptance, self.perf.tree, ()
+        while True:
+            r = 1
+            while (*path, r) in tree and draw() >= p:
+                r += 1
+            if (*path, r) not in tree:
+                return len(path)
+            path = (*path, r)
 
     def _retract_if_full(self) -> None:
         while self.running and sum(r.kv_tokens for r in self.running) > self.capacity:

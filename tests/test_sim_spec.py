@@ -70,3 +70,67 @@ def test_one_mtp_token_stays_below_deepseek_v3_figure(acceptance: float) -> None
     # Never above the accepted tokens per step; at medium batch within reach of DeepSeek's 1.8x.
     assert all(g < 1 + acceptance for g in gains)
     assert 1.4 < max(gains) <= 1.8
+
+
+@pytest.mark.parametrize("acceptance", [0.5, 0.72, 0.9])
+@pytest.mark.parametrize("steps", [1, 3, 5])
+def test_a_chain_draft_yields_its_geometric_accept_length(acceptance: float, steps: int) -> None:
+    from sim.perf import tree_accept_length
+
+    chain = sum(acceptance**i for i in range(steps + 1))  # 1 + a + ... + a^steps
+    assert tree_accept_length(acceptance, steps, 1, steps + 1) == pytest.approx(chain)
+
+
+def test_a_wider_top_k_pays_only_where_the_draft_tokens_hold_its_branches() -> None:
+    from sim.perf import tree_accept_length
+
+    a, steps = 0.72, 3
+    chain = tree_accept_length(a, steps, 1, steps + 1)
+    # the same 3 nodes to verify: the chain's nodes are the likeliest, a wider tree keeps them
+    assert tree_accept_length(a, steps, 4, steps + 1) == pytest.approx(chain)
+    lengths = [tree_accept_length(a, steps, 4, d) for d in (4, 6, 8, 16, 64)]
+    assert lengths == sorted(lengths) and lengths[-1] > lengths[0]  # more tokens, more accepted
+    assert all(x <= steps + 1 for x in lengths)  # never past the tree's depth and the bonus token
+    # below the ideal where every depth verified all top-k candidates (the simulator's old model)
+    ideal = sum((1 - (1 - a) ** 4) ** i for i in range(steps + 1))
+    assert lengths[2] < ideal - 0.5
+
+
+def test_top_k_4_with_the_chains_draft_tokens_is_slower_at_every_batch() -> None:
+    import dataclasses
+
+    # the same verify tree at a price: each draft step runs top-k tokens per request (the plan is
+    # the chain's but for top-k, so no other choice, such as the attention backend, differs)
+    scn = _scenario("h100-llama8b", 0.72)
+    _, model, chain = plan_for(scn, CHAIN3)
+    wide = dataclasses.replace(chain, spec_topk=4)
+    for n in (1, 8, 64):
+        c, w = (
+            PerfModel(chain, model, scn).decode_cost(n, n * 1200),
+            PerfModel(wide, model, scn).decode_cost(n, n * 1200),
+        )
+        assert w.tokens_per_request == pytest.approx(c.tokens_per_request)
+        assert w.seconds >= c.seconds and (n < 64 or w.seconds > c.seconds), (n, w, c)
+
+
+@pytest.mark.parametrize("topk, draft", [(1, 4), (2, 8), (4, 8), (4, 16)])
+def test_served_tokens_per_verify_step_follow_the_tree(topk: int, draft: int) -> None:
+    """What the scheduler hands each request per verify step, drawn node by node, averages the
+    tree's accept length: a wider tree serves more tokens only as far as its draft tokens reach."""
+    import random
+
+    from sim.perf import draft_tree, tree_accept_length
+    from sim.scheduler import Scheduler
+
+    scn = _scenario("h100-llama8b", 0.72)
+    flags = [*EAGLE, "--speculative-num-steps", "3", "--speculative-eagle-topk", str(topk),
+             "--speculative-num-draft-tokens", str(draft)]  # fmt: skip
+    _, model, plan = plan_for(scn, flags)
+    perf = PerfModel(plan, model, scn)
+    assert perf.tree == draft_tree(0.72, 3, topk, plan.spec_draft_tokens)
+    sched = Scheduler(perf, plan, seed=1)
+    rng = random.Random(7)
+    served = [1 + sched.accepted(rng.random) for _ in range(40_000)]
+    mean = sum(served) / len(served)
+    assert mean == pytest.approx(tree_accept_length(0.72, 3, topk, plan.spec_draft_tokens), abs=0.02)
+    assert max(served) <= 4  # three draft steps and the bonus token
