@@ -204,3 +204,17 @@ def test_the_readme_names_every_kind_of_entry_the_cache_command_lists() -> None:
     assert set(GROUPS) <= set(rows) and any(n.startswith("real-sglang-") for n in rows), sorted(rows)
     unsized = [name for name, line in rows.items() if not re.search(r"\d+(\.\d+)? [KMG]iB", line)]
     assert unsized == [], unsized
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o1777, 0o770], ids=oct)
+def test_clean_refuses_a_cache_another_user_could_write(cache: Path, mode: int) -> None:
+    """A cache others can write is held to research's rule before anything in it is removed: they
+    could have swapped an entry for a link, or planted what `clean` would trust as optagent's."""
+    cache.chmod(mode)
+    before = _listing(cache)  # listing reads only
+    done = _cli("clean", "--all", "--yes", cache=cache)
+    said = " ".join(done.stderr.split())
+    assert done.returncode == 1, said
+    assert str(cache) in said and "nothing was removed" in said, said
+    cache.chmod(0o700)
+    assert _listing(cache) == before

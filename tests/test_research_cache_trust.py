@@ -144,3 +144,18 @@ def test_optagent_research_says_what_is_wrong_with_the_cache_and_what_to_do(
     assert f"error: the optagent cache {cache}: {cache} is writable by group or others" in text, text
     assert "Nothing was read from it or written into it" in text
     assert _files(cache) == ["flag-index", "flag-index/kept.sqlite"]
+
+
+def test_the_real_servers_environment_is_not_made_in_a_cache_others_can_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`optagent sim up --real` runs python from a venv in the cache: held to the same rule."""
+    from sim.real.environment import EnvironmentSetupError, ensure_environment
+
+    root = tmp_path / "open-cache"
+    root.mkdir()
+    root.chmod(0o777)
+    monkeypatch.setenv("OPTAGENT_CACHE_DIR", str(root))
+    with pytest.raises(EnvironmentSetupError, match=str(root)):
+        ensure_environment()
+    assert list(root.iterdir()) == []  # nothing made in it

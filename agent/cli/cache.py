@@ -62,12 +62,17 @@ class Entry:
         return path / ".lock" if self.name.startswith("real-sglang-") else path.with_name(path.name + ".lock")
 
 
-def cache_roots(configured: Path | None) -> list[Path]:
+def cache_roots(configured: Path | None, *, checked: bool = False) -> list[Path]:
     """The configured cache directory, and the default one when it differs (the real server's
-    environment and start-up model configs always live there)."""
-    from tools.research.cache import cache_root
+    environment and start-up model configs always live there). `checked` (before anything is
+    removed): each one there is first held to research's own rule (`trusted_cache`: writable by
+    this user alone, no other user's link on the way), `UntrustedCacheError` naming it else."""
+    from tools.research.cache import cache_root, trusted_cache
 
-    return list(dict.fromkeys([cache_root(configured).resolve(), cache_root().resolve()]))
+    roots = [cache_root(configured), cache_root()]
+    if checked:
+        return list(dict.fromkeys(trusted_cache(r) if os.path.lexists(r) else r.resolve() for r in roots))
+    return list(dict.fromkeys(r.resolve() for r in roots))
 
 
 def disk_usage(path: Path) -> int:
@@ -197,7 +202,13 @@ def clean(
     """Remove cache entries; each is built again when next needed."""
     if not names and not remove_all:
         fail("name the entries to remove (`optagent cache` lists them) or pass --all", code=2)
-    entries = cache_entries(cache_roots(get_config(config).research.cache_dir))
+    from tools.research.cache import UntrustedCacheError
+
+    try:
+        roots = cache_roots(get_config(config).research.cache_dir, checked=True)
+    except UntrustedCacheError as e:  # what another user can swap is not removed on their word
+        fail(f"{e}; nothing was removed")
+    entries = cache_entries(roots)
     chosen = [e for e in entries if e.ours] if remove_all else []
     for name in (n.rstrip("/") for n in names or []):
         match = [e for e in entries if e.name == name or e.name.startswith(name + "/")]

@@ -55,9 +55,19 @@ class RealEnvironment:
 
 
 def cache_root() -> Path:
-    from tools.research.cache import cache_root as optagent_cache
+    """`<optagent cache>/real-sglang-<version>`, the cache and this folder first held to research's
+    rule (writable by this user alone, no other user's link on the way): the venv's python runs
+    here. `EnvironmentSetupError` naming what is wrong else."""
+    from tools.localfiles import UntrustedDirError, trusted_dir
+    from tools.research.cache import MODE, trusted_cache
 
-    return optagent_cache() / f"real-sglang-{SGLANG_VERSION}"
+    try:
+        return trusted_dir(
+            trusted_cache() / f"real-sglang-{SGLANG_VERSION}", what="the real server's environment",
+            mode=MODE, private=True,
+        )  # fmt: skip
+    except UntrustedDirError as e:
+        raise EnvironmentSetupError(str(e)) from None
 
 
 def find_python() -> str:
