@@ -159,3 +159,15 @@ def test_the_real_servers_environment_is_not_made_in_a_cache_others_can_write(
     with pytest.raises(EnvironmentSetupError, match=str(root)):
         ensure_environment()
     assert list(root.iterdir()) == []  # nothing made in it
+
+
+def test_a_cache_folder_linked_elsewhere_by_its_owner_is_named_where_it_leads(tmp_path: Path) -> None:
+    """A folder moved to another disk and linked back (ours, so trusted) is handed out resolved:
+    the start-up worker's sandbox binds real paths, and the link would lead nowhere inside it."""
+    from tools.research.cache import cache_folder
+
+    root, elsewhere = tmp_path / "cache", tmp_path / "disk" / "models"
+    root.mkdir(mode=0o700)
+    elsewhere.mkdir(parents=True, mode=0o700)
+    (root / "resolver-models").symlink_to(elsewhere, target_is_directory=True)
+    assert cache_folder("resolver-models", root) == elsewhere.resolve()

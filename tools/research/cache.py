@@ -69,11 +69,13 @@ def trusted_cache(cache_dir: Path | None = None) -> Path:
 
 
 def cache_folder(folder: str, cache_dir: Path | None = None) -> Path:
-    """`<trusted cache>/<folder>` (one of `FOLDERS`), made 0700 when missing."""
+    """`<trusted cache>/<folder>` (one of `FOLDERS`), made 0700 when missing, resolved: a folder that
+    is a link of this user's (checked with the root) is named by where it leads, the path the
+    start-up worker's sandbox binds and confines (a link inside it would lead nowhere there)."""
     path = trusted_cache(cache_dir) / folder
     with contextlib.suppress(FileExistsError):
         path.mkdir(mode=MODE)
-    return path
+    return path.resolve()
 
 
 @contextlib.contextmanager
