@@ -8,9 +8,12 @@ built here. A method runs only where its class is built: every `Class(...)` of t
 off, and so must the construction of every subclass (building one runs the base's `__init__` and
 methods). A class used as a value (`return EagleWorker` in `create_worker`) is built where that
 use runs. Callers are followed `DEPTH` steps up. Any site that is open keeps the function running;
-so does a class built in ways no edge shows (it or a subclass has no `__init__` of its own). A
-class its own classmethods build (`cls(...)`) is reached through whoever holds the class: a
-caller naming it, a module-level table read by a function (`QUANTIZATION_METHODS[name]`).
+so does a class built in ways no edge shows (a decorated subclass without an `__init__` of its
+own; a plain one gets an implicit `__init__` in the index, `walk.names.implicit_init`). A class
+its own classmethods build (`cls(...)`) is reached through whoever holds the class: a caller naming
+it, a module-level table read by a function (`QUANTIZATION_METHODS[name]`); its own methods are
+never where it is first built. A chain of callers that comes back to the function being decided
+starts nothing (`Fp8Config.get_quant_method` builds `Fp8LinearMethod`, which names `Fp8Config`).
 All three-valued: an unknown condition is never a gate.
 """
 
@@ -29,9 +32,11 @@ from tools.research.reach import ExitPath, locals_of
 
 MAX_SITES = 24
 """A function whose name more functions than this call is not examined (each site is evaluated)."""
-DEPTH = 6
-"""Callers followed up from a reader (a class's construction counts as one step): a draft worker's
-attention backend is built five steps below the scheduler's `if spec_algorithm.is_none(): return`."""
+DEPTH = 10
+"""Callers followed up from a reader: a draft worker's attention backend is built five steps below
+the scheduler's `if spec_algorithm.is_none(): return`; 0.5.23's FP8 GEMM backend getter is read six
+helper calls below `Fp8LinearMethod.__init__`. A class's construction is asked anew with the whole
+depth; call cycles end at the function being decided (`_through_itself`), not at the depth."""
 
 
 def env_of(
@@ -57,14 +62,46 @@ def caller_gate(
     `depth` levels up; answers kept for the facts and flag in hand: readers share their callers)."""
     held = getattr(_LOCAL, "memo_for", (None, None, None))
     if not (held[0] is index and held[1] is facts and held[2] is flag):
-        _LOCAL.memo, _LOCAL.memo_for = {}, (index, facts, flag)
+        _LOCAL.memo, _LOCAL.memo_for, _LOCAL.open, _LOCAL.assumed = {}, (index, facts, flag), set(), []
     memo: dict[tuple[int, str, str], ExitPath | None] = _LOCAL.memo
     key = (depth, func.path, func.qual)
-    if key not in memo:
-        memo[key] = None  # a call cycle reaching `func` again keeps it running
-        memo[key] = _caller_gate(index, func, facts, flag, depth=depth)
-    gate = memo[key]
+    if key in memo:
+        gate = memo[key]
+    elif (func.path, func.qual) in _LOCAL.open:
+        gate = _through_itself(func)
+        _LOCAL.assumed[-1].add((func.path, func.qual))
+    else:
+        gate = _settled(index, func, facts, flag, depth, key)
     return None if gate is None else replace(gate, via=list(gate.via))
+
+
+def _through_itself(func: Func) -> ExitPath:
+    """The gate of a caller chain that comes back to `func` while `func` is being decided: a cycle
+    (`Fp8Config.get_quant_method` builds `Fp8LinearMethod`, whose `__init__` names `Fp8Config`)
+    starts nothing that does not already run, so that way in is off; the other ways decide."""
+    why = f"{func.qual} is reached here only through itself"
+    return ExitPath("gate", func.path, func.line, why, "", [f"{func.path}::{func.qual}"], True)
+
+
+def _settled(
+    index: FlagIndex, func: Func, facts: dict[str, Any], flag: dict[str, Any], depth: int, key: tuple
+) -> ExitPath | None:
+    """`_caller_gate` with `func` open: a gate that rests on a function still being decided (a
+    cycle) holds only if that function turns out off, so it is kept in the memo only once no
+    such function is left; "runs" holds whatever the cycle gives (an open way only adds ways)."""
+    name = (func.path, func.qual)
+    _LOCAL.open.add(name)
+    _LOCAL.assumed.append(set())
+    try:
+        gate = _caller_gate(index, func, facts, flag, depth=depth)
+    finally:
+        _LOCAL.open.discard(name)
+        rests_on = _LOCAL.assumed.pop() - {name}
+    if gate is None or not rests_on:
+        _LOCAL.memo[key] = gate
+    elif _LOCAL.assumed:
+        _LOCAL.assumed[-1] |= rests_on
+    return gate
 
 
 def _caller_gate(
@@ -73,9 +110,11 @@ def _caller_gate(
     sites = index.call_sites(func, limit=MAX_SITES, uses=True)
     subs = _subclass_inits(index, func)
     # an instance method runs only on an instance: where its class is not built, whoever calls a
-    # method of that name (`quant_config.get_quant_method(...)`) does not reach it
-    method = _init_class(func.qual) is None and func.params[:1] == ["self"] and depth > 1
-    if method and ((built := construction_gate(index, func, facts, flag, depth=depth - 1)) or sites is None):
+    # method of that name (`quant_config.get_quant_method(...)`) does not reach it. Whether a class
+    # is built is a question of its own, asked with the whole depth however deep the method was
+    # reached (`Fp8LinearMethod` is built ten calls below where a model's quantization decides)
+    method = _init_class(func.qual) is None and func.params[:1] == ["self"]
+    if method and ((built := construction_gate(index, func, facts, flag)) or sites is None):
         return built
     if sites is None or subs is None or not (sites or subs):
         return None
@@ -134,11 +173,12 @@ def _helper_call(index: FlagIndex, caller: Func, func: Func) -> bool:
 
 
 def _own_method(caller: Func, func: Func) -> bool:
-    """Whether `caller` is an instance method of the class whose constructor `func` is (it runs
-    only once the class is built, so it is not where the class is first built)."""
+    """Whether `caller` is a method of the class whose constructor `func` is: it is not where the
+    class is first built. An instance method runs once the class is built; a classmethod or
+    staticmethod (`from_config`: `return cls(...)`) is called only by code that holds the class
+    (`QUANTIZATION_METHODS[name].from_config(...)`), and that code is among the class's own uses."""
     cls = _init_class(func.qual)
-    own = cls is not None and caller.path == func.path and caller.qual.startswith(f"{cls}.")
-    return own and caller.params[:1] == ["self"]  # a classmethod or staticmethod may build it
+    return cls is not None and caller.path == func.path and caller.qual.startswith(f"{cls}.")
 
 
 def _subclass_inits(index: FlagIndex, func: Func) -> list[Func] | None:
@@ -244,8 +284,8 @@ def _caller_off(
             deco, key = caller.keys[0]
             why = f"{caller.qual} runs only when {deco.removeprefix('register_')} is {key!r}, not here"
             return ExitPath("gate", caller.path, caller.line, why, "", [site], True)
-    if depth > 1 and class_of(index, caller) and not caller.qual.endswith(".__init__"):
-        gate = construction_gate(index, caller, facts, flag, depth=depth - 1)
+    if class_of(index, caller) and not caller.qual.endswith(".__init__"):
+        gate = construction_gate(index, caller, facts, flag)
         if gate is not None:
             gate.via.insert(0, site)
             return gate

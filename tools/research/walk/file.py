@@ -21,7 +21,14 @@ from tools.research.flag_index.budget import MAX_DEPTH, MAX_FILE_ENTRIES, MAX_FI
 from tools.research.index_types import Exit, Func, ModuleFacts
 from tools.research.walk import nodes
 from tools.research.walk.bodies import is_none, local_store, param_uses, setter_stores
-from tools.research.walk.names import loose_names, probed_tables, table_of, tested_only, typed_only
+from tools.research.walk.names import (
+    implicit_init,
+    loose_names,
+    probed_tables,
+    table_of,
+    tested_only,
+    typed_only,
+)
 from tools.research.walk.nodes import src, walk
 from tools.research.walk.record import Recorder
 from tools.research.walk.shapes import CUT, FAILED, RAN_ON, exit_message, may_leave, neg
@@ -99,6 +106,10 @@ class _Walker(Recorder):
             self.m.bases[st.name] = [self.real(src(b).rsplit(".", 1)[-1]) for b in st.bases]
             self.body(st.body, [])
             self.cls = outer
+            if implicit_init(st) and outer is None and self.func is None:
+                # built by calls of its name: its construction is followed like any constructor's
+                end = st.end_lineno or st.lineno
+                self.m.funcs.append(Func(f"{st.name}.__init__", self.m.path, st.lineno, end, ["self"]))
         elif isinstance(st, ast.If | ast.While):
             self.expr(st.test, guards, st)
             self.body(st.body, [*guards, src(st.test)])

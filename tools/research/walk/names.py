@@ -66,7 +66,7 @@ def tested_only(st: ast.AST) -> list[str]:
 
 def typed_only(st: ast.AST) -> tuple[list[str], list[str]]:
     """Names whose every load in `st` is the class an `isinstance`/`issubclass` test names
-    (`isinstance(x, Name)`, `isinstance(x, (Name, Other))`): they build nothing there; and names
+    (`isinstance(x, Name)`, `isinstance(x, (Name, Other))`, `type(x) is Name`): they build nothing there; and names
     whose every load is such a test or the receiver of a method call (`Name.is_applicable(kvc)`,
     at least once): they build the class only through a classmethod that builds it. A call of the
     name itself (`Name(...)`) is a call edge, counted apart."""
@@ -85,9 +85,47 @@ def typed_only(st: ast.AST) -> tuple[list[str], list[str]]:
             and up.func.id in ("isinstance", "issubclass")
             and len(up.args) == 2
             and (up.args[1] is node or node in getattr(up.args[1], "elts", ()))
-        )
+        ) or _type_compared(node, up)
         (typed if test else called if receiver else other).add(node.id)
     return sorted(typed - other - called), sorted(called - other)
+
+
+def _type_compared(node: ast.AST, up: ast.AST | None) -> bool:
+    """`type(x) is NODE` (or `is not`, `==`, `!=`, either side): an exact type test, which builds
+    nothing (`type(method) is Fp8LinearMethod` in an activation that fuses an FP8 linear's input)."""
+    if not (isinstance(up, ast.Compare) and len(up.ops) == 1):
+        return False
+    if not isinstance(up.ops[0], ast.Is | ast.IsNot | ast.Eq | ast.NotEq):
+        return False
+    sides = [up.left, up.comparators[0]]
+    other = sides[1] if sides[0] is node else sides[0] if sides[1] is node else None
+    return (
+        isinstance(other, ast.Call)
+        and isinstance(other.func, ast.Name)
+        and other.func.id == "type"
+        and len(other.args) == 1
+    )
+
+
+_NOT_BUILT_BY_NAME = ("Enum", "NamedTuple", "TypedDict", "Protocol", "ABC", "Exception", "Error")
+"""Bases whose subclasses are not (only) built by calls of their name: enum members exist without a
+call, typing constructs are never built, an exception is raised (its construction is no reach)."""
+
+
+def implicit_init(cls: ast.ClassDef) -> bool:
+    """Whether a class gets an implicit `__init__` in the index: a plain subclass (`class
+    _ModelOptFp4OnlineConfig(NvFp4OnlineConfig):` with classmethods only) has no `__init__` of its
+    own, yet it is built by calls of its name like any class; recorded so, its construction is
+    followed, and so is its base's through it. Not for a decorated class (a decorator may register
+    or rebuild it) nor for bases that are not built by name (`_NOT_BUILT_BY_NAME`)."""
+    if not cls.bases or cls.decorator_list or cls.keywords:
+        return False
+    if any(any(word in ast.unparse(b) for word in _NOT_BUILT_BY_NAME) for b in cls.bases):
+        return False
+    return not any(
+        isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef) and s.name in ("__init__", "__new__")
+        for s in cls.body
+    )
 
 
 _FILLS = frozenset({"update", "setdefault", "append", "extend", "add", "insert"})
