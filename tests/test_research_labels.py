@@ -138,13 +138,15 @@ def test_a_deprecated_alias_is_evaluated_with_its_trial_value_not_the_running_on
 
 def test_evidence_of_applies_is_not_a_backend_this_deployment_does_not_select(trees) -> None:  # type: ignore[no-untyped-def]
     """--kv-cache-dtype is read in every attention backend's __init__; modules such as
-    dsa_backend.py are loaded for type checks but built only for `--attention-backend dsa`: the
-    cited reader is one this Mixtral on flashinfer can run, not another backend's."""
+    dsa_backend.py are loaded for type checks but built only for `--attention-backend dsa` (by the
+    registry, and by the draft backend factory's tables under "dsa": off here): the cited reader
+    is one this Mixtral on flashinfer can run, not another backend's."""
     index = load_index(trees["0.5.23"])
     verdict = analyze_flag(index, "--kv-cache-dtype", profile_facts("a100-mixtral"), value="fp8_e4m3")
     assert verdict.verdict == "applies", verdict.summary
-    others = [f for f in verdict.findings if f.state == "on" and f.alternative]
-    assert any("dsa_backend.py" in f.location for f in others), [f.location for f in others]
+    dsa = [f for f in verdict.findings if "dsa_backend.py" in f.location]
+    assert dsa and all(f.alternative and f.state == "off" for f in dsa), [(f.location, f.why) for f in dsa]
+    others = [f for f in verdict.findings if f.state != "off" and f.alternative]
     assert not any(f.location in verdict.summary for f in others), verdict.summary
 
 

@@ -14,7 +14,10 @@ its own classmethods build (`cls(...)`) is reached through whoever holds the cla
 it, a module-level table read by a function (`QUANTIZATION_METHODS[name]`); its own methods are
 never where it is first built. A chain of callers that comes back to the function being decided
 starts nothing (`Fp8Config.get_quant_method` builds `Fp8LinearMethod`, which names `Fp8Config`).
-All three-valued: an unknown condition is never a gate.
+Taking a class's attributes (`forward = DeepseekV4AttnBackend.forward` in another backend's class
+body) or listing it for an `isinstance` test builds nothing; a function held in a dispatch table
+keyed like a registry (`{"dsv4": self._create_dsv4_decode_backend}`) runs only when that
+registry's setting selects its key. All three-valued: an unknown condition is never a gate.
 """
 
 from __future__ import annotations
@@ -133,7 +136,8 @@ def _caller_gate(
         ):
             continue  # `isinstance(x, Class)`, `Class.is_applicable(x)`, its own methods: build nothing
         if call is None or call is TABLE_READ:  # used without a call: runs if its user does
-            gate = _caller_off(index, caller, None, facts, flag, depth=depth)
+            gate = _unselected_entry(index, caller, func, facts) if call is None else None
+            gate = gate or _caller_off(index, caller, None, facts, flag, depth=depth)
             if gate is None and depth > 1:
                 gate = caller_gate(index, caller, facts, flag, depth=depth - 1)
             if gate is None:
@@ -163,13 +167,40 @@ def _joined(gates: list[ExitPath]) -> ExitPath | None:
 
 
 def _helper_call(index: FlagIndex, caller: Func, func: Func) -> bool:
-    """Whether `caller` only calls methods on the class `func` constructs (`Cls.is_applicable(x)`)
-    and no method of that class builds it (`cls(...)`): a static helper builds nothing."""
+    """Whether `caller` only takes attributes of the class `func` constructs (`Cls.is_applicable(x)`,
+    `Cls.forward`) and no method of that class builds it (`cls(...)`): a static helper builds nothing."""
     cls = _init_class(func.qual)
-    if cls is None or cls not in caller.receivers:
-        return False
-    own = [f for f in index.funcs_in(func.path) if f.qual.startswith(f"{cls}.")]
-    return not any(c.callee in ("cls", cls) for f in own for c in [*f.calls, *f.outside])
+    return cls is not None and cls in caller.receivers and not index.builds_itself(func.path, cls)
+
+
+REGISTRY_SHARE = 0.5
+"""A dispatch table is keyed like a registry when more than this share of its keys are that
+registry's keys (0.5.23's draft backend tables: 14 of 16 are attention backends)."""
+
+
+def _unselected_entry(index: FlagIndex, caller: Func, func: Func, facts: dict[str, Any]) -> ExitPath | None:
+    """The gate of a function `caller` holds only in dispatch tables keyed like a registry, under
+    keys that registry does not select here: `{"triton": self._create_triton_decode_backend,
+    "dsv4": self._create_dsv4_decode_backend}[backend]()` in 0.5.23's draft_utils.py builds the
+    backend of the attention setting, as `@register_attention_backend("dsv4")` runs only when that
+    setting is "dsv4". None when some entry may be selected, or a table is keyed otherwise."""
+    name = _init_class(func.qual) or func.qual.rsplit(".", 1)[-1]
+    uses = caller.entries.get(name)
+    if not uses:
+        return None
+    selected = registry_status(index, facts)
+    registered: dict[str, set[str]] = {}
+    for deco, key, _path, _imports in index.registries:
+        registered.setdefault(deco, set()).add(key)
+    settings = []
+    for key, keys, _line in uses:
+        decos = [d for d, ks in registered.items() if len(ks & set(keys)) > REGISTRY_SHARE * len(keys)]
+        if not decos or any(selected.get((d, key)) is not False for d in decos):
+            return None
+        settings.append(decos[0].removeprefix("register_"))
+    (key, _keys, line), setting = uses[0], settings[0]
+    why = f"{caller.qual} holds {name} under {key!r} in a table keyed by {setting}, not {key!r} here"
+    return ExitPath("gate", caller.path, line, why, "", [f"{caller.path}:{line} {caller.qual}"], True)
 
 
 def _own_method(caller: Func, func: Func) -> bool:

@@ -97,7 +97,11 @@ class Func:
     typed: list[str] = field(default_factory=list)
     """Names the function uses only as the class of an `isinstance`/`issubclass` test."""
     receivers: list[str] = field(default_factory=list)
-    """Names the function uses only to call their methods (`Cls.is_applicable(x)`) or in type tests."""
+    """Names the function uses only to take their attributes (`Cls.is_applicable(x)`, `f =
+    Cls.forward`) or in type tests."""
+    entries: dict[str, list[tuple[str, tuple[str, ...], int]]] = field(default_factory=dict)
+    """Names the function uses, calls aside, only as values of string-keyed dict literals -> (the
+    key, the dict's keys, the line) per use (`walk.names.table_entries`): a dispatch table."""
     tested: list[str] = field(default_factory=list)
     """Names the function only tests membership in (`x in TABLE`, `TABLE.keys()`): it reads no
     entry of them."""
@@ -127,6 +131,9 @@ class ModuleFacts:
     """Names module-level code uses without calling them (outside `tables`)."""
     loose: list[str] = field(default_factory=list)
     """Names module-level code loads other than to fill a table in (`walk_file`'s `_loose`)."""
+    held: dict[str, list[str]] = field(default_factory=dict)
+    """Names module-level code loads only to take attributes of them -> those attributes
+    (`walk.names.attribute_holders`): a class used so is not built there."""
     tables: dict[str, list[str]] = field(default_factory=dict)
     keyed: set[str] = field(default_factory=set)
     """The `tables` that are dicts (iterating one, or `[*TABLE]`, gives its keys)."""

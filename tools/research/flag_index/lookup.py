@@ -198,6 +198,8 @@ class FlagIndex:
                     return None
                 sites += [(r, TABLE_READ) for r in readers]
                 continue
+            if qual == "<module>" and self._holds_only(path, name, func):
+                continue  # `forward = Class.forward` in a class body: builds nothing
             caller = self.func(path, qual) if qual != "<module>" else None
             targets = self.resolve_call(caller, name) if caller is not None else []
             if not targets:
@@ -210,6 +212,24 @@ class FlagIndex:
                     continue
                 sites += [(caller, c) for c in caller.calls if c.callee == name]
         return sites
+
+    def _holds_only(self, path: str, name: str, func: Func) -> bool:
+        """Whether the module-level code of `path` only takes attributes of the class whose
+        constructor `func` is (`ModuleFacts.held`), none of them a method that builds it."""
+        mod = self.modules.get(path)
+        attrs = mod.held.get(name) if mod is not None and class_of_init(func.qual) == name else None
+        return attrs is not None and not self.builds_itself(func.path, name, attrs)
+
+    def builds_itself(self, path: str, cls: str, attrs: list[str] | None = None) -> bool:
+        """Whether a method of class `cls` of `path` (of those named `attrs`, when given) builds
+        the class (`cls(...)`, `Cls(...)`), or a method of one of those names does anywhere (a
+        classmethod `from_config` inherited from a base: `return cls(...)`)."""
+        own = [f for f in self.funcs_in(path) if f.qual.startswith(f"{cls}.")]
+        if attrs is not None:
+            if set(attrs) & self.class_builders:
+                return True
+            own = [f for f in own if f.qual.rsplit(".", 1)[-1] in attrs]
+        return any(c.callee in ("cls", cls) for f in own for c in [*f.calls, *f.outside])
 
     def _table_readers(self, path: str, table: str, seen: frozenset[str] = frozenset()) -> list[Func] | None:
         """The functions that read the module-level table `path::table`, directly or through a

@@ -22,9 +22,11 @@ from tools.research.index_types import Exit, Func, ModuleFacts
 from tools.research.walk import nodes
 from tools.research.walk.bodies import is_none, local_store, param_uses, setter_stores
 from tools.research.walk.names import (
+    attribute_holders,
     implicit_init,
     loose_names,
     probed_tables,
+    table_entries,
     table_of,
     tested_only,
     typed_only,
@@ -188,6 +190,7 @@ class _Walker(Recorder):
         f.tested = tested_only(st)
         f.probed = probed_tables(st)
         f.typed, f.receivers = typed_only(st)
+        f.entries = {self.real(name): e for name, e in table_entries(st).items()}
         first = len(self.m.reads)
         self.body(st.body, [])
         stores: dict[str, str | None] = {}  # one answer per local: a local read anew each line
@@ -244,6 +247,7 @@ def _walk_tree(tree: ast.Module, facts: ModuleFacts, dests: frozenset[str], is_p
     }
     walker.body(tree.body, [])
     facts.loose = loose_names(tree.body)
+    facts.held = {walker.real(name): attrs for name, attrs in attribute_holders(tree.body).items()}
     facts.loads = {n.attr for n in walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load)}
     for name in walker.twice:
         facts.consts.pop(name, None)

@@ -1,6 +1,7 @@
 """How a function or a module uses a name, for the index (`walk.file`): the module-level tables
-that hold classes, and the names a function only tests (`x in TABLE`, `isinstance(x, Class)`).
-A class held in a table, or named only in a type test, is not built there (`tools.research.callers`).
+that hold classes, the names a function only tests (`x in TABLE`, `isinstance(x, Class)`), the
+names module code only takes attributes of (`Class.method`). A class held in a table, named only
+in a type test or only to take its attributes is not built there (`tools.research.callers`).
 """
 
 from __future__ import annotations
@@ -66,28 +67,76 @@ def tested_only(st: ast.AST) -> list[str]:
 
 def typed_only(st: ast.AST) -> tuple[list[str], list[str]]:
     """Names whose every load in `st` is the class an `isinstance`/`issubclass` test names
-    (`isinstance(x, Name)`, `isinstance(x, (Name, Other))`, `type(x) is Name`): they build nothing there; and names
-    whose every load is such a test or the receiver of a method call (`Name.is_applicable(kvc)`,
-    at least once): they build the class only through a classmethod that builds it. A call of the
-    name itself (`Name(...)`) is a call edge, counted apart."""
+    (`isinstance(x, Name)`, `isinstance(x, (Name, Other))`, `type(x) is Name`, or put into a list
+    only such a test reads, `_type_lists`): they build nothing there; and names
+    whose every load is such a test or the holder of an attribute taken (`Name.is_applicable(kvc)`,
+    `fn = Name.forward`, at least once): they build the class only through a classmethod that
+    builds it. A call of the name itself (`Name(...)`) is a call edge, counted apart."""
     typed: set[str] = set()
     called: set[str] = set()
     other: set[str] = set()
+    lists = _type_lists(st)
     for node, up, parent in _loads(st):
         if isinstance(up, ast.Call) and up.func is node:
             continue  # `Name(...)`: a call edge of its own
-        receiver = isinstance(up, ast.Attribute) and isinstance(parent.get(up), ast.Call)
-        receiver = receiver and parent[up].func is up
+        receiver = isinstance(up, ast.Attribute) and up.value is node
+        listed = _listed(node, up, parent, lists)
         up = parent.get(up) if isinstance(up, ast.Tuple) else up
-        test = (
-            isinstance(up, ast.Call)
-            and isinstance(up.func, ast.Name)
-            and up.func.id in ("isinstance", "issubclass")
-            and len(up.args) == 2
-            and (up.args[1] is node or node in getattr(up.args[1], "elts", ()))
-        ) or _type_compared(node, up)
+        test = listed or _type_test(node, up) or _type_compared(node, up)
         (typed if test else called if receiver else other).add(node.id)
     return sorted(typed - other - called), sorted(called - other)
+
+
+def _type_test(node: ast.AST, up: ast.AST | None) -> bool:
+    """`isinstance(x, NODE)`, `issubclass(c, NODE)`, NODE one of a tuple of classes there."""
+    return (
+        isinstance(up, ast.Call)
+        and isinstance(up.func, ast.Name)
+        and up.func.id in ("isinstance", "issubclass")
+        and len(up.args) == 2
+        and (up.args[1] is node or node in getattr(up.args[1], "elts", ()))
+    )
+
+
+_GROWS = ("append", "extend", "insert")
+
+
+def _type_lists(st: ast.AST) -> set[str]:
+    """Locals of `st` that hold classes only for a type test: assigned list or tuple literals only,
+    loaded only to grow them (`L.append(C)`) or as the classes of an `isinstance` test (`L`,
+    `tuple(L)`): 0.5.23's `graph_supported_backend_types` in `EagleDraftWorker._capture_cuda_graphs`."""
+    parent = parents(st)
+    literal: set[str] = set()
+    other: set[str] = set()
+    for node in walk(st):
+        if not isinstance(node, ast.Name):
+            continue
+        up = parent.get(node)
+        if isinstance(node.ctx, ast.Store):
+            assigned = isinstance(up, ast.Assign) and len(up.targets) == 1
+            (literal if assigned and isinstance(up.value, ast.List | ast.Tuple) else other).add(node.id)
+            continue
+        grows = isinstance(up, ast.Attribute) and up.attr in _GROWS and isinstance(parent.get(up), ast.Call)
+        call = parent.get(up) if isinstance(up, ast.Call) else None
+        as_tuple = isinstance(up, ast.Call) and isinstance(up.func, ast.Name) and up.func.id == "tuple"
+        tested = _type_test(node, up) or (as_tuple and len(up.args) == 1 and _type_test(up, call))  # type: ignore[union-attr]
+        if not (grows or tested):
+            other.add(node.id)
+    return literal - other
+
+
+def _listed(node: ast.Name, up: ast.AST | None, parent: dict[ast.AST, ast.AST], lists: set[str]) -> bool:
+    """Whether `node` is put into one of the type lists `lists`: an element of the literal assigned
+    to it, or an argument of its `append`/`extend`/`insert`."""
+    if isinstance(up, ast.List | ast.Tuple):
+        assign = parent.get(up)
+        return isinstance(assign, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id in lists for t in assign.targets
+        )
+    if isinstance(up, ast.Call) and node in up.args and isinstance(up.func, ast.Attribute):
+        holder = up.func.value
+        return up.func.attr in _GROWS and isinstance(holder, ast.Name) and holder.id in lists
+    return False
 
 
 def _type_compared(node: ast.AST, up: ast.AST | None) -> bool:
@@ -105,6 +154,66 @@ def _type_compared(node: ast.AST, up: ast.AST | None) -> bool:
         and other.func.id == "type"
         and len(other.args) == 1
     )
+
+
+def attribute_holders(body: list[ast.stmt]) -> dict[str, list[str]]:
+    """Names module-level code, class bodies included, loads only to take an attribute of them ->
+    those attributes (`forward = DeepseekV4AttnBackend.forward` in another backend's class body):
+    the class is not built there, unless one of them is a method that builds it (`cls(...)`).
+    A class's bases are followed as subclasses (`FlagIndex.subclasses`), not counted here."""
+    roots: list[ast.AST] = []
+    todo = list(body)
+    while todo:
+        st = todo.pop()
+        if isinstance(st, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        if isinstance(st, ast.ClassDef):
+            roots += st.decorator_list
+            todo += st.body
+        else:
+            roots.append(st)
+    attrs: dict[str, set[str]] = {}
+    other: set[str] = set()
+    for root in roots:
+        for node, up, _ in _loads(root):
+            if isinstance(up, ast.Attribute) and up.value is node:
+                attrs.setdefault(node.id, set()).add(up.attr)
+            else:
+                other.add(node.id)
+    return {name: sorted(a) for name, a in attrs.items() if name not in other}
+
+
+def table_entries(st: ast.AST) -> dict[str, list[tuple[str, tuple[str, ...], int]]]:
+    """Names (a function, `self.method`) whose every use in `st` other than a call is as a value of
+    a dict literal with string keys -> (its key, all the dict's keys, the line) per use:
+    `{"triton": self._create_triton_backend, "dsv4": self._create_dsv4_backend}[backend]()` runs
+    the entry its key selects (`tools.research.callers` asks a registry of those keys)."""
+    parent = parents(st)
+    entries: dict[str, list[tuple[str, tuple[str, ...], int]]] = {}
+    other: set[str] = set()
+    for node in walk(st):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            name = node.id
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+            name = node.attr
+        else:
+            continue
+        up = parent.get(node)
+        if isinstance(up, ast.Call) and up.func is node or isinstance(up, ast.Attribute):
+            continue  # a call (an edge of its own), or the holder of an attribute
+        keys = _string_keys(up) if isinstance(up, ast.Dict) else None
+        if keys is None or node not in up.values:  # type: ignore[union-attr]
+            other.add(name)
+            continue
+        key = keys[up.values.index(node)]  # type: ignore[union-attr]
+        entries.setdefault(name, []).append((key, keys, node.lineno))
+    return {name: e for name, e in entries.items() if name not in other}
+
+
+def _string_keys(table: ast.Dict) -> tuple[str, ...] | None:
+    """The keys of a dict literal whose every key is a string constant, in order; else None."""
+    keys = [k.value if isinstance(k, ast.Constant) and isinstance(k.value, str) else None for k in table.keys]
+    return None if not keys or None in keys else tuple(keys)  # type: ignore[return-value]
 
 
 _NOT_BUILT_BY_NAME = ("Enum", "NamedTuple", "TypedDict", "Protocol", "ABC", "Exception", "Error")
