@@ -13,6 +13,7 @@ import json
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -66,6 +67,7 @@ def test_a_run_replaces_links_planted_in_a_shared_sticky_transcripts_dir(
         ["runuser", "-u", other_user, "--", "sh", "-c",
          f'while :; do for f in {shared}/*.jsonl; do [ -e "$f" ] || continue; b=${{f%.jsonl}}; '
          f'ln -s {victim} "$b.report.md" 2>/dev/null; ln -s {victim} "$b.png" 2>/dev/null; done; sleep 0.02; done'],
+        start_new_session=True,  # its own group: killed whole, runuser's shell included
     )  # fmt: skip
     try:
         config = _config(sim_host, tmp_path, shared)
@@ -73,7 +75,7 @@ def test_a_run_replaces_links_planted_in_a_shared_sticky_transcripts_dir(
                               capture_output=True, text=True, timeout=600, cwd=tmp_path)  # fmt: skip
         assert done.returncode == 0, done.stderr[-3000:]
     finally:
-        planter.kill()
+        os.killpg(planter.pid, signal.SIGKILL)  # runuser does not pass a kill on to its child
         planter.wait()
     try:
         assert victim.read_text() == "root's data\n"  # never written through the links
