@@ -171,6 +171,9 @@ def test_dispatch_by_registry_and_model_and_the_serving_path(tree) -> None:  # t
     other = analyze_flag(index, "--enable-bar", _facts(90, attention_backend="other"))
     assert other.verdict == "applies"
     assert analyze_flag(index, "--no-enable-bar", _facts(90, attention_backend="other")).value is False
+    # left to SGLang (None: chosen at start-up), the backend is not known, so neither is the reader
+    auto = analyze_flag(index, "--enable-bar", _facts(90, attention_backend=None))
+    assert auto.verdict != "no-op" and auto.certainty <= 0.6, (auto.verdict, auto.certainty, auto.summary)
     # dead_knob: read by another model's file and by a benchmark; neither runs for BetaForCausalLM
     knob = analyze_flag(index, "--dead-knob", _facts(90), value="2")
     assert knob.verdict == "no-op" and "not used by BetaForCausalLM" in knob.summary

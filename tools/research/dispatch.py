@@ -32,21 +32,19 @@ Status = bool | None
 def _registry_status(
     index: FlagIndex, facts: dict[str, Any], dests: frozenset[str]
 ) -> dict[tuple[str, str], Status]:
-    """(decorator, key) -> whether that registered entry is the one selected here."""
+    """(decorator, key) -> whether that registered entry is the one selected here. A setting not
+    known (absent from the facts) or left to SGLang (None: `--attention-backend` unset, chosen at
+    start-up from the GPU and the model) selects no entry for sure: those its phase variants name
+    (`--decode-attention-backend fa3`) are selected, the others unknown."""
     out: dict[tuple[str, str], Status] = {}
     for deco, key, _path, _imports in index.registries:
         word = deco.removeprefix("register_").removeprefix("register")
         if word not in dests:
             continue
-        variants = [word] + sorted(d for d in dests if d.endswith("_" + word))
-        main = facts.get(f"server.{word}", KeyError)
-        if main is KeyError:
-            out[(deco, key)] = None
-            continue
-        values = {str(main)} | {
-            str(facts.get(f"server.{v}")) for v in variants[1:] if facts.get(f"server.{v}")
-        }
-        out[(deco, key)] = key in values
+        variants = sorted(d for d in dests if d.endswith("_" + word))
+        named = {str(facts[f"server.{v}"]) for v in variants if facts.get(f"server.{v}")}
+        main = facts.get(f"server.{word}")
+        out[(deco, key)] = key in (named | {str(main)}) or (None if main is None else False)
     return out
 
 
