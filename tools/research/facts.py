@@ -10,7 +10,7 @@ from typing import Any
 
 from tools.research.catalog import FlagInfo
 from tools.research.flag_index.lookup import FlagIndex
-from tools.research.guards.terms import CODE_ENUMS, MODEL_ATTRS, MODEL_ENUMS
+from tools.research.guards.terms import CODE_COMPUTED, CODE_ENUMS, MODEL_ATTRS, MODEL_ENUMS
 from tools.research.startup.check import ENUM_MEMBERS, StartupAnswer
 
 
@@ -20,7 +20,12 @@ def deployment_facts(
     """Every fact guards are evaluated against, for one deployment and version (`declared`: the
     catalog's defaults, `default_facts`, computed once by the caller)."""
     resolved = {f"server.{k}": v for k, v in (startup.baseline if startup else {}).items() if _scalar(v)}
-    code = {CODE_ENUMS: index.enums, MODEL_ATTRS: index.config_attrs, **installed(index, given)}
+    code = {
+        CODE_ENUMS: index.enums,
+        CODE_COMPUTED: index.computed,
+        MODEL_ATTRS: index.config_attrs,
+        **installed(index, given),
+    }
     return {**declared, **resolved, **model_config_facts(index, startup), **code, **given}
 
 

@@ -38,6 +38,20 @@ def config_attrs(facts: list[ModuleFacts]) -> dict[str, tuple[str, frozenset[str
     return out
 
 
+def computed(facts: list[ModuleFacts]) -> dict[str, str]:
+    """Field -> the last name of the tree's function that computes it (`ModuleFacts.computed`), for
+    fields declared once in the tree with a function of a module of the tree."""
+    paths = {m.module for m in facts}
+    seen: dict[str, list[str]] = {}
+    for m in facts:
+        for name, dotted in m.computed.items():
+            module, _, func = dotted.rpartition(".")
+            if module in paths:
+                seen.setdefault(name, []).append(func)
+        m.computed = {}
+    return {name: found[0] for name, found in seen.items() if len(found) == 1}
+
+
 def server_requirements(tree: SourceTree) -> frozenset[str]:
     """The packages every SGLang server of this version installs: the wheel's requirements without
     a marker or for its `srt` extra (normalized names: `flashinfer_python`)."""

@@ -81,7 +81,8 @@ class Func:
     """Early returns (`if world_size <= 1: return False`): kind "return", guards = the enclosing
     tests and its own (not the earlier early returns: returning there returns too)."""
     value: str | None = None
-    """The expression of a function whose whole body is `return <expr>` (a one-line query)."""
+    """The expression of a function whose whole body is `return <expr>`, after any asserts (a
+    one-line query)."""
     refs: list[str] = field(default_factory=list)
     """Function names it uses without calling them (`partial(f, x)`, `run=f`): called elsewhere."""
     outside: list[Call] = field(default_factory=list)
@@ -145,6 +146,9 @@ class ModuleFacts:
     """Enum classes -> their members with constant values (`DisaggregationMode.DECODE = "decode"`)."""
     loads: set[str] = field(default_factory=set)
     """Attribute names the module reads (`x.attr` loads): a stored attribute nobody reads is dead."""
+    computed: dict[str, str] = field(default_factory=dict)
+    """Class-level fields a named function computes (`attn_tp_size = Derived(fn="sglang.srt.x.
+    attn_tp_size_of")`): field -> the function's dotted path; folded into the index's `computed`."""
     attrs: list[tuple[str, str, str]] = field(default_factory=list)
     """`self.<attr> = <expr>` in a class: (class, attr, expr source); folded into the index's
     `config_attrs` and emptied when the index is written."""

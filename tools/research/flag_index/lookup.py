@@ -9,6 +9,7 @@ from functools import cached_property
 from pathlib import Path
 
 from tools.research.catalog import FlagInfo
+from tools.research.guards.terms import HELPER
 from tools.research.index_types import Call, Func, ModuleFacts, Read
 from tools.research.walk.names import KEYS
 
@@ -52,6 +53,11 @@ class FlagIndex:
     def enums(self) -> dict[str, dict[str, object]]:
         """Enum class -> members and their values (`index_tables.enums`)."""
         return pickle.loads(self._meta["enums"]) if "enums" in self._meta else {}
+
+    @cached_property
+    def computed(self) -> dict[str, str]:
+        """Field -> the helper computing it from the server args (`index_tables.computed`)."""
+        return pickle.loads(self._meta["computed"]) if "computed" in self._meta else {}
 
     @cached_property
     def class_builders(self) -> frozenset[str]:
@@ -284,13 +290,21 @@ class FlagIndex:
         expression, its module's constants, `path::qual`); None unless the name is defined once,
         takes that many arguments and its body is a single `return <expr>`. A method named
         `Class.method` (a tree enum's, `arity` -1) is given as a `lambda` of its parameters: its
-        early returns in order, then its single return (or nothing known)."""
+        early returns in order, then its single return (or nothing known). A module-level helper
+        (`arity` `HELPER`) is given as a `lambda` of its parameters returning its one `return`'s
+        expression (asserts before it aside): its caller binds the arguments."""
         if "." in name:
             return self._method(name)
         keys = self._by_name(name)
         if len(keys) != 1:
             return None
         func = self.func(*keys[0].split("::", 1))
+        if arity == HELPER:
+            if func is None or not func.value or "." in func.qual:
+                return None
+            module = self.modules.get(func.path)
+            lam = f"lambda {', '.join(func.params)}: ({func.value})"
+            return lam, module.consts if module else {}, keys[0]
         if (
             func is None
             or not func.value

@@ -111,6 +111,7 @@ def write_index(
         "cuda": index_tables.torch_cuda(tree),
         "config_attrs": attrs,
         "enums": index_tables.enums(facts),
+        "computed": index_tables.computed(facts),
         "loads": index_tables.loads(facts),
         "builders": frozenset(builders),
     }

@@ -8,7 +8,9 @@ import copy
 import operator
 from typing import Any
 
+from tools.research.guards.follow import Follower
 from tools.research.guards.terms import (
+    CODE_COMPUTED,
     CODE_ENUMS,
     CODE_FACTS,
     CONFIG_FACTS,
@@ -54,7 +56,7 @@ class TooLarge(Exception):
     """A guard whose evaluation visits more than `MAX_STEPS` nodes."""
 
 
-class Evaluator:
+class Evaluator(Follower):
     """Evaluates one guard expression against `env` (`.ev(node, depth)`), noting in `out` what it
     used, what was missing and what is runtime state; `steps` is shared with the evaluations it starts."""
 
@@ -123,10 +125,7 @@ class Evaluator:
             # `topk = topk_ids.shape[1]` is the MoE top-k; `topk = server_args.speculative_eagle_topk`
             # is another flag's value and is followed as a local below
             return self.fact(CODE_FACTS[name])
-        if (
-            not (local and reads_a_flag(local, env))
-            and (size := topology(name, env.facts, self.out)) is not None
-        ):
+        if not (local and reads_a_flag(local, env)) and (size := self.size_named(name, depth)) is not None:
             return size
         if name in QUANT:
             q = self.fact("model.quantization")
@@ -161,6 +160,16 @@ class Evaluator:
                 return (value,) if node.attr == "architectures" and value is not UNKNOWN else value
             if (model := self.model_config(node, depth)) is not UNKNOWN:
                 return model
+            if (helper := self.env.facts.get(CODE_COMPUTED, {}).get(node.attr)) is not None:
+                # a field its declaration names the helper of (`get_parallel().attn_tp_size`)
+                call = ast.Call(ast.Name(helper, ast.Load()), [ast.Name("server_args", ast.Load())], [])
+                if (value := self.followed(Follower.helper_value, call, depth)) is not UNKNOWN:
+                    return value
+            if (
+                node.attr == "world_size"
+                and (size := self.followed(Follower.group_size, node.value, depth)) is not UNKNOWN
+            ):
+                return size
             if node.attr.endswith(("world_size", "tp_size")):
                 receiver = " ".join(ast.unparse(node.value).split())
                 if (size := topology(node.attr, self.env.facts, self.out, receiver=receiver)) is not None:
@@ -178,6 +187,8 @@ class Evaluator:
             key = node.slice.value
             if isinstance(key, str) and (key in self.env.flag or key in self.env.dests):
                 return self.dest(key)
+            if isinstance(key, str) and isinstance(node.value, ast.Call):  # `widths_of(cfg)["attn_tp_size"]`
+                return self.followed(Follower.entry, node.value, depth, key=key)
             if isinstance(key, int) and not isinstance(key, bool):  # `get_device_capability()[0]`
                 seq = self.ev(node.value, depth)
                 return seq[key] if isinstance(seq, tuple) and -len(seq) <= key < len(seq) else UNKNOWN
@@ -239,6 +250,9 @@ class Evaluator:
         if name in ("get_device_memory_capacity", "get_nvgpu_memory_capacity"):  # MiB, as nvidia-smi
             return self.fact("gpu.memory_mib")
         value = platform(name, self.env.facts, self.out)
+        if value is None and isinstance(func, ast.Name):
+            value = self.followed(Follower.helper_value, node, depth)
+            value = None if value is UNKNOWN else value
         if value is None:
             value = topology(name, self.env.facts, self.out)
         if value is not None:

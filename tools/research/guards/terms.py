@@ -64,6 +64,9 @@ CONFIG_FACTS = {
 """Model facts read as attributes of a model config only (a bare `hidden_size` is often a local)."""
 CODE_ENUMS = "code.enums"
 """The tree's enum classes and their members' values (`FlagIndex.enums`), beside the facts."""
+CODE_COMPUTED = "code.computed"
+"""Fields a helper of the tree computes from the server args (`FlagIndex.computed`: `attn_tp_size`
+-> `attn_tp_size_of`), beside the facts."""
 MODEL_ENUMS = "model_config.enum_members"
 MODEL_ATTRS = "model_config.self_attrs"
 """Facts beside SGLang's own ModelConfig (`model_config.<attr>`): the enum members it compares
@@ -73,6 +76,11 @@ SERVER_ARGS = re.compile(r"(^|\.)(server_args|args|view|cfg)$")
 """The one argument of a query function that is the server args (`attn_dp_enabled_of(view)`)."""
 CONFIG_RECEIVERS = re.compile(r"(^|\.)(config|hf_config|text_config|hf_text_config|model_config)$")
 """The receivers whose attributes are a model config's (`hf_config.architectures`)."""
+
+
+HELPER = -2
+"""The arity `Env.queries` is asked with for a module-level helper given as a `lambda` of its
+parameters (`FlagIndex.query`): the evaluator binds the call's arguments and follows its return."""
 
 
 @dataclass

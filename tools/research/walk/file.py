@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import math
+import re
 import time
 
 from tools.research.flag_index.budget import MAX_DEPTH, MAX_FILE_ENTRIES, MAX_FILE_SECONDS, MAX_GUARDS
@@ -94,6 +95,8 @@ class _Walker(Recorder):
             for s in st.body:
                 if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name):
                     fields.append(s.target.id)
+                if (computed := computed_by(s)) is not None:
+                    self.m.computed[computed[0]] = computed[1]
             if any("Enum" in src(b) for b in st.bases):  # `class Mode(Enum): DECODE = "decode"`
                 self.m.enums[st.name] = {  # a member without a constant (`auto()`) equals no raw value
                     t.id: s.value.value if isinstance(s.value, ast.Constant) else f"\x00{st.name}.{t.id}"
@@ -169,6 +172,12 @@ class _Walker(Recorder):
                     f.keys.append((name, d.args[0].value))
         body = st.body[1:] if ast.get_docstring(st) is not None else st.body
         body = [s for s in body if not isinstance(s, ast.Import | ast.ImportFrom)]  # lazy imports
+        # an `assert` before the return changes no value it gives (`assert _PP is not None; return _PP`)
+        body = (
+            [s for s in body if not isinstance(s, ast.Assert)]
+            if body and isinstance(body[-1], ast.Return)
+            else body
+        )
         if len(body) == 1 and isinstance(body[0], ast.Return) and body[0].value is not None:
             f.value = src(body[0].value)
         f.gives = any(
@@ -262,3 +271,17 @@ def _walk_tree(tree: ast.Module, facts: ModuleFacts, dests: frozenset[str], is_p
     for name in facts.rebound:
         facts.consts.pop(name, None)
     return facts
+
+
+def computed_by(st: ast.stmt) -> tuple[str, str] | None:
+    """(field, dotted function) of a class-level field declared with the function computing it
+    (`attn_tp_size = Derived(fn="sglang.srt.runtime_context.attn_tp_size_of", doc=...)`)."""
+    if not (isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)):
+        return None
+    if not isinstance(st.value, ast.Call):
+        return None
+    for k in st.value.keywords:
+        value = k.value.value if isinstance(k.value, ast.Constant) else None
+        if k.arg == "fn" and isinstance(value, str) and re.fullmatch(r"\w+(\.\w+)+", value):
+            return st.targets[0].id, value
+    return None
