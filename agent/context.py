@@ -287,7 +287,11 @@ def _setup_fits(ctx: DeploymentContext, deadline: Any) -> None:
     from tools.research.index import BUILD_SECONDS, index_ready
     from tools.research.startup.resolver import SETUP_SECONDS, ResolverError, worker_ready
 
-    needs = [] if index_ready(ctx.tree) else [(f"the code index of SGLang {ctx.version}", BUILD_SECONDS)]
+    try:
+        ready = index_ready(ctx.tree)
+    except OSError:  # a cache that fails its check: `_index` records why, and research says so
+        return
+    needs = [] if ready else [(f"the code index of SGLang {ctx.version}", BUILD_SECONDS)]
     if ctx.model_config is not None:
         with contextlib.suppress(ResolverError):  # a venv that cannot be set up is said by research
             if not worker_ready(ctx.tree):
