@@ -219,8 +219,12 @@ BUILD_SECONDS = 150.0
 
 def index_ready(tree: SourceTree, *, cache_dir: Path | None = None) -> bool:
     """Whether the index of `tree` is in memory or on disk (`load_index` then builds nothing)."""
-    key = (str(tree.root.resolve()), tree.version)
-    return key in _LOADED or index_path(tree, cache_dir).is_file()
+    return _loaded_key(tree) in _LOADED or index_path(tree, cache_dir).is_file()
+
+
+def _loaded_key(tree: SourceTree) -> tuple[str, str]:
+    """The key of `tree`'s index among those this process has opened (`_LOADED`)."""
+    return str(tree.root.resolve()), tree.version
 
 
 def load_index(
@@ -232,7 +236,7 @@ def load_index(
 ) -> FlagIndex:
     """The index of `tree`: from memory, else from disk, else built and saved. `progress(text)` is
     called once before a build (a minute or two; the caller shows it)."""
-    key = (str(tree.root.resolve()), tree.version)
+    key = _loaded_key(tree)
     if not rebuild and key in _LOADED:
         return _LOADED[key]
     path = index_path(tree, cache_dir)
