@@ -633,6 +633,53 @@ def test_dsa_indexer_flags_are_no_ops_on_llama(sglang_0523) -> None:  # type: ig
     assert "not loaded here" in v.summary, v.summary
 
 
+def test_a_mode_converted_from_an_argument_group_s_accessor_is_a_config_attribute() -> None:
+    """0.5.23 reads its arguments through group accessors: `self.spec_algorithm =
+    SpeculativeAlgorithm.from_string(get_spec().speculative_algorithm)` converts one server
+    argument as `from_string(server_args.x)` did before; a call on anything else does not."""
+    from types import SimpleNamespace
+
+    from tools.research.index_tables import config_attrs
+
+    def module(*attrs: tuple[str, str, str]) -> SimpleNamespace:
+        return SimpleNamespace(attrs=list(attrs))
+
+    accessor = "SpeculativeAlgorithm.from_string(get_spec().speculative_algorithm)"
+    got = config_attrs([
+        module(("Scheduler", "spec_algorithm", accessor), ("Scheduler", "mode", "Mode.parse(self.load())")),
+        module(("ModelRunner", "spec_algorithm", accessor), ("Chunker", "spec_algorithm", "spec_algorithm")),
+        module(("Runner", "old", "Mode.from_string(server_args.old_mode)")),
+    ])  # fmt: skip
+    assert got["spec_algorithm"] == (accessor, frozenset({"Chunker"}))
+    assert got["old"] == ("Mode.from_string(server_args.old_mode)", frozenset())
+    assert "mode" not in got
+
+
+def test_draft_backends_need_speculation_on_the_real_0523_tree(sglang_0523) -> None:  # type: ignore[no-untyped-def]
+    """0.5.23's scheduler builds a draft worker after `if self.spec_algorithm.is_none(): return`
+    (managers/scheduler.py:1036), its mode set from `get_spec()` (:509). On Llama-3.1-8B/H100 with
+    fa3 and no speculation, TritonAttnBackend (which reads --triton-attention-split-tile-size at
+    triton_backend.py:367) is built neither by the registry nor by a draft worker."""
+    from tests.research_profiles import case_startup
+    from tools.research.callers import env_of
+    from tools.research.facts import default_facts, deployment_facts
+    from tools.research.guard_eval import evaluate
+
+    index = load_index(sglang_0523)
+    case = {"version": "0.5.23", "profile": "llama8b-h100", "flag": "--triton-attention-split-tile-size"}
+    startup = case_startup(sglang_0523, {**case, "value": "256"})  # SGLang's own resolution: fa3
+    where = index.func("sglang/srt/managers/scheduler.py", "Scheduler.maybe_init_draft_worker")
+    for algorithm in (None, "EAGLE"):  # EAGLE: `cls[name.upper()]` after a `try:` is not followed (open)
+        given = {**profile_facts("llama8b-h100"), "server.speculative_algorithm": algorithm}
+        facts = deployment_facts(index, given, startup, default_facts(index.catalog))
+        env = env_of(index, where, facts, {}, {})
+        assert (evaluate("self.spec_algorithm.is_none()", env).truth is True) is (algorithm is None)
+    facts = profile_facts("llama8b-h100")
+    v = analyze_flag(index, case["flag"], facts, value="256", startup=startup)
+    assert v.verdict == "no-op", v.summary
+    assert "attention_backend is 'triton'" in v.summary, v.summary
+
+
 def test_parallel_researchers_do_not_share_answers(index) -> None:  # type: ignore[no-untyped-def]
     """Researcher subagents run `analyze_flag` in parallel threads: what one learns about callers
     on its facts must not answer another's question on other facts."""

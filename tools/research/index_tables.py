@@ -9,8 +9,9 @@ import re
 from tools.research.index_types import ModuleFacts
 from tools.research.source import SourceTree, wheel_requirements
 
-_CONVERTED = re.compile(r"[A-Z]\w*\.\w+\((self\.)?server_args\.\w+\)")
-"""`Mode.from_string(server_args.x)`: one server argument converted by a class's own method."""
+_CONVERTED = re.compile(r"[A-Z]\w*\.\w+\(((self\.)?server_args|get_\w+\(\))\.\w+\)")
+"""`Mode.from_string(server_args.x)`: one server argument converted by a class's own method (read
+through an argument group's accessor from 0.5.23 on: `Mode.from_string(get_spec().x)`)."""
 
 
 def config_attrs(facts: list[ModuleFacts]) -> dict[str, tuple[str, frozenset[str]]]:
@@ -18,7 +19,8 @@ def config_attrs(facts: list[ModuleFacts]) -> dict[str, tuple[str, frozenset[str
     way across the tree (`self.is_hybrid_swa = model_config.is_hybrid_swa`, `self.use_mla_backend =
     self.model_config.attention_arch == AttentionArch.MLA`), or copied from another object's `x`
     (`self.is_hybrid_swa = model_runner.is_hybrid_swa`), or converted from one server argument by a
-    class's own method (`self.spec_algorithm = SpeculativeAlgorithm.from_string(server_args.x)`).
+    class's own method (`self.spec_algorithm = SpeculativeAlgorithm.from_string(server_args.x)`, or
+    `(get_spec().x)`).
     attr -> (expr, classes that set it otherwise: their `self.x` is their own). ModelConfig's own
     assignments are the facts themselves."""
     exprs: dict[str, dict[str, set[str]]] = {}
