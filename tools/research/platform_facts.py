@@ -144,9 +144,13 @@ _NOT_THE_SIZE = re.compile(r"^(get_)?(max|min|expected|target|new|old|orig|prev|
 """`max_world_size` is a limit, `expected_world_size` a caller's claim: not the running size."""
 
 
+PARALLEL_SIZES = ("tp_size", "pp_size", "dp_size")
+"""The server arguments whose product is the number of ranks (`single_rank`)."""
+
+
 def single_rank(facts: dict[str, Any]) -> bool | None:
     """Whether the deployment runs one rank (tp = pp = dp = 1); None when a size is not known."""
-    sizes = [facts.get(f"server.{k}") for k in ("tp_size", "pp_size", "dp_size")]
+    sizes = [facts.get(f"server.{k}") for k in PARALLEL_SIZES]
     if any(s is None for s in sizes):
         return None
     return all(s == 1 for s in sizes)

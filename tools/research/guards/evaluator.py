@@ -31,7 +31,7 @@ from tools.research.guards.terms import (
     reads_a_flag,
     truth,
 )
-from tools.research.platform_facts import UNKNOWN, platform, topology
+from tools.research.platform_facts import UNKNOWN, platform
 
 _ARITHMETIC = {
     ast.Add: operator.add,
@@ -172,7 +172,7 @@ class Evaluator(Follower):
                 return size
             if node.attr.endswith(("world_size", "tp_size")):
                 receiver = " ".join(ast.unparse(node.value).split())
-                if (size := topology(node.attr, self.env.facts, self.out, receiver=receiver)) is not None:
+                if (size := self.world(node.attr, self.out, receiver)) is not None:
                     return size
             receiver = dotted_name(node.value)
             if receiver == "self" and (text := self.env.locals.get(f"self.{node.attr}")) and depth < 5:
@@ -254,7 +254,7 @@ class Evaluator(Follower):
             value = self.followed(Follower.helper_value, node, depth)
             value = None if value is UNKNOWN else value
         if value is None:
-            value = topology(name, self.env.facts, self.out)
+            value = self.world(name, self.out)
         if value is not None:
             return value
         if name in _STR_METHODS and isinstance(func, ast.Attribute) and not node.args:

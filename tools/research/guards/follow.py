@@ -19,7 +19,7 @@ from tools.research.guards.terms import (
     dotted_name,
     parse_guard,
 )
-from tools.research.platform_facts import UNKNOWN, topology
+from tools.research.platform_facts import PARALLEL_SIZES, UNKNOWN, topology
 
 MAX_FOLLOW = 8
 """Helpers, locals and entries followed deep from a guard (`get_tensor_model_parallel_world_size()`
@@ -43,12 +43,26 @@ class Follower:
     def ev(self, node: ast.expr, depth: int) -> Any:  # the evaluator's own
         raise NotImplementedError
 
+    def world(self, name: str, out: Outcome, receiver: str = "") -> Any:
+        """`topology` of `name` with the researched flag's trial value in place of the deployment's
+        parallel sizes (`--tp-size 2` on a one-rank server is no longer one rank); a size the trial
+        value changes is the flag's doing."""
+        trial = {f"server.{d}": v for d, v in self.env.flag.items() if d in PARALLEL_SIZES}
+        size = topology(name, {**self.env.facts, **trial}, out, receiver=receiver)
+        if (
+            trial
+            and size is not None
+            and size != topology(name, self.env.facts, Outcome(), receiver=receiver)
+        ):
+            out.flag_dependent = True
+        return size
+
     def size_named(self, name: str, depth: int) -> Any:
         """A world size named in the code (`world_size`, `attn_tp_size`): the local it is set from
         when that gives it (`attn_tp_size = parallel.attn_tp_size`), else `topology` by its name;
         None when the name is no world size."""
         scratch = Outcome()
-        size = topology(name, self.env.facts, scratch)
+        size = self.world(name, scratch)
         text = self.env.locals.get(name)
         if size is UNKNOWN and text and depth < MAX_FOLLOW and (sub := parse_guard(text)) is not None:
             local = Outcome()

@@ -2,7 +2,8 @@
 that holds decides.
 
 `RULES` in order: SGLang's own start-up run refuses the flag, drops it, or resolves the same
-configuration with and without it; a refusal fires from a running reader; a fallback switches the
+configuration with and without it; the trial's parallel world needs more GPUs than a node has; a
+refusal fires from a running reader; a fallback switches the
 flag off; no reader (dead); readers that only log (dead); a resolution pass sets the value back,
 or gives it by itself (no-op, when start-up did not run); a running reader (applies); an open
 deployment fact (unknown); only compatibility checks read it, or every reader is off (no-op; a
@@ -28,6 +29,7 @@ from tools.research.catalog import FlagInfo
 from tools.research.findings import CodeVerdict, Finding
 from tools.research.flag_index.lookup import FlagIndex
 from tools.research.gates import overridden, set_anyway
+from tools.research.platform_facts import PARALLEL_SIZES
 from tools.research.startup.check import StartupAnswer
 from tools.research.verdict.calibration import certainty
 
@@ -178,6 +180,41 @@ def startup_same(q: Question) -> Decision | None:
     return Decision(verdict, summary, "startup")
 
 
+def ranks_without_gpus(q: Question) -> Decision | None:
+    """The flag sizes the parallel world beyond the GPUs a node has: SGLang's launcher places each
+    rank of a node on GPU `base_gpu_id + local rank x gpu_id_step` (data-parallel replicas without
+    DP attention each on GPUs of their own), and a rank on a GPU the node does not have cannot start."""
+    if not set(PARALLEL_SIZES) & set(q.flag_values):
+        return None
+    size = {d: q.flag_values.get(d, q.facts.get(f"server.{d}")) for d in (*PARALLEL_SIZES, "nnodes")}
+    step, base = q.facts.get("server.gpu_id_step", 1), q.facts.get("server.base_gpu_id", 0)
+    gpus, dp_attention = q.facts.get("gpu.count"), q.facts.get("server.enable_dp_attention")
+    numbers = [size["tp_size"], size["pp_size"], size["dp_size"] or 1, size["nnodes"] or 1, step, base, gpus]
+    if not all(isinstance(n, int) and not isinstance(n, bool) for n in numbers) or dp_attention is None:
+        return None
+    if not gpus or q.facts.get("server.device") not in (None, "cuda"):
+        return None  # a CPU engine's ranks share its cores
+    ranks = size["tp_size"] * size["pp_size"] * (1 if dp_attention else size["dp_size"] or 1)
+    per_node = -(-ranks // (size["nnodes"] or 1))
+    last = base + (per_node - 1) * step
+    if last < gpus:
+        return None
+    where = next(
+        (f"{r.path}:{r.line}" for r in q.index.reads("gpu_id_step") if r.path.endswith("entrypoints/engine.py")),
+        "",
+    ) if q.index is not None else ""  # fmt: skip
+    sizes = ", ".join(f"{d} {size[d]}" for d in (*PARALLEL_SIZES, "nnodes") if size[d] is not None)
+    if where:
+        q.v.findings.insert(0, Finding(where, "gpu_id", "launch", "on", "places each rank on a GPU"))
+    return Decision(
+        "refuses-to-start",
+        f"{_what(q.v)} asks for {per_node} GPU(s) a node ({sizes}{', DP attention' if dp_attention else ''}); "
+        f"the launcher{' at ' + where if where else ''} would place a rank on GPU {last}, and this node has "
+        f"{gpus} (gpu.count): that rank cannot start.",
+        "guard",
+    )
+
+
 def refusal_reached(q: Question) -> Decision | None:
     """A `raise`/`assert` that fires here, reached from a running reader."""
     for f in q.found:
@@ -320,6 +357,7 @@ RULES: tuple[Rule, ...] = (
     Rule("startup-refuses", startup_refuses),
     Rule("parser-drops", parser_drops),
     Rule("startup-same", startup_same),
+    Rule("ranks-without-gpus", ranks_without_gpus),
     Rule("refusal-reached", refusal_reached),
     Rule("fallback-off", fallback_off),
     Rule("no-reader", no_reader),
