@@ -3,11 +3,11 @@ that holds decides.
 
 `RULES` in order: SGLang's own start-up run refuses the flag, drops it, or resolves the same
 configuration with and without it; the trial's parallel world needs more GPUs than a node has; a
-refusal fires from a running reader; a fallback switches the
-flag off; no reader (dead); readers that only log (dead); a resolution pass sets the value back,
-or gives it by itself (no-op, when start-up did not run); a running reader (applies); an open
-deployment fact (unknown); only compatibility checks read it, or every reader is off (no-op; a
-reader that runs but whose effect a caller or callee gates off here is cited first). An `applies`
+refusal fires from a running reader; a fallback switches the flag off; no reader (dead); readers
+that only log (dead); a resolution pass sets the value back, or gives it by itself (no-op, when
+start-up did not run); a running reader (applies); an open deployment fact (unknown); only
+compatibility checks read it, or every reader is off (no-op; a reader that runs but whose effect a
+caller or callee gates off here is cited first). An `applies`
 verdict cites the running reader that best shows the flag acting here: not in another registry
 entry's module, not argument code, in a function that surely runs here, with conditions that hold
 on model or GPU facts.
