@@ -459,23 +459,3 @@ def test_sure_members_of_a_bundle_that_failed_to_start_get_one_trial_each():
     # a bundle stopped by the machine (an environment failure) frees no member
     machine = {**failed, "failed_start": False, "environment": "out of disk"}
     assert next_trials(cands, verdicts, {f: [machine] for f in tried}) == []
-
-
-def test_lpm_in_a_bundle_that_won_where_nothing_queues_must_prove_itself():
-    # longest-prefix-match orders the waiting queue: where the running cap admits the whole level
-    # (c=8 under a cap of 48) nothing waits to be ordered, so a bundle's gain there is not its own
-    from agent.policy.loadstate import LoadState, acts_at
-    from agent.policy.playbook import load_playbook
-
-    lpm = next(lv for lv in load_playbook() if lv.flag == "--schedule-policy")
-    state = LoadState(
-        levels={c: {"concurrency": c, "running": min(c, 48.0), "queued": max(0, c - 48)} for c in (1, 8, 64)}
-    )
-    assert acts_at(lpm, state) == [64]
-    member = {**cand("--schedule-policy", "low", acts=acts_at(lpm, state)), "value": "lpm"}
-    verdicts = {"--schedule-policy": APPLIES, "--mid": APPLIES}
-    won_at_8 = doubtful_members([cand("--mid", "medium"), member], verdicts, won_at=[8])
-    assert [(c["flag"], why) for c, why in won_at_8] == [
-        ("--schedule-policy", "its mechanism acts at [64], the bundle won at c=8")
-    ]
-    assert doubtful_members([cand("--mid", "medium"), member], verdicts, won_at=[64]) == []
