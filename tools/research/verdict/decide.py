@@ -189,13 +189,12 @@ def ranks_without_gpus(q: Question) -> Decision | None:
     size = {d: q.flag_values.get(d, q.facts.get(f"server.{d}")) for d in (*PARALLEL_SIZES, "nnodes")}
     step, base = q.facts.get("server.gpu_id_step", 1), q.facts.get("server.base_gpu_id", 0)
     gpus, dp_attention = q.facts.get("gpu.count"), q.facts.get("server.enable_dp_attention")
-    numbers = [size["tp_size"], size["pp_size"], size["dp_size"] or 1, size["nnodes"] or 1, step, base, gpus]
-    if not all(isinstance(n, int) and not isinstance(n, bool) for n in numbers) or dp_attention is None:
+    tp, pp, dp, nodes = size["tp_size"], size["pp_size"], size["dp_size"] or 1, size["nnodes"] or 1
+    if not all(isinstance(n, int) and not isinstance(n, bool) for n in (tp, pp, dp, nodes, step, base, gpus)):
         return None
-    if not gpus or q.facts.get("server.device") not in (None, "cuda"):
-        return None  # a CPU engine's ranks share its cores
-    ranks = size["tp_size"] * size["pp_size"] * (1 if dp_attention else size["dp_size"] or 1)
-    per_node = -(-ranks // (size["nnodes"] or 1))
+    if dp_attention is None or not gpus or q.facts.get("server.device") not in (None, "cuda"):
+        return None  # unknown, or a CPU engine whose ranks share its cores
+    per_node = -(-tp * pp * (1 if dp_attention else dp) // nodes)
     last = base + (per_node - 1) * step
     if last < gpus:
         return None
