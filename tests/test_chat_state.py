@@ -40,7 +40,7 @@ def _toml(name: str, data: dict) -> str:
     return "\n".join([f"[{name}]"] + [f"{k} = {json.dumps(v)}" for k, v in data.items() if v is not None])
 
 
-def _optagent(d: Path, *args: str, stdin: str = "", timeout: float = 240) -> subprocess.CompletedProcess:
+def _optagent(d: Path, *args: str, stdin: str = "", timeout: float = 900) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-c", CLI, *args], input=stdin, capture_output=True, text=True, cwd=d,
         timeout=timeout, env={**__import__("os").environ, "COLUMNS": "400"},
