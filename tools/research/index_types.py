@@ -73,6 +73,10 @@ class Func:
     end: int
     params: list[str]
     locals: dict[str, str | None] = field(default_factory=dict)
+    assigned: dict[str, list[tuple[int, list[str], str]]] = field(default_factory=dict)
+    """Locals assigned more than once, each time by a plain `x = <expr>` outside loops: every
+    assignment's line, enclosing tests and value, in order (`x = args.b; if x == "auto": x = pick()`:
+    the value at a later line follows from the tests, `reach.value_at`)."""
     calls: list[Call] = field(default_factory=list)
     exits: list[Exit] = field(default_factory=list)
     keys: list[tuple[str, str]] = field(default_factory=list)

@@ -11,7 +11,7 @@ the flag's value. The path condition is evaluated three-valued (`tools.research.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tools.research.flag_index.lookup import FlagIndex
@@ -70,6 +70,29 @@ def _mentions(text: str, names: set[str]) -> bool:
     return any(n in text and re.search(rf"\b{re.escape(n)}\b", text) for n in names)
 
 
+def value_at(func: Func, name: str, line: int, env: Env) -> str | None:
+    """The value (source text) a local assigned several times (`Func.assigned`) holds when `line`
+    runs: each assignment before it, in order, replaces the value where its tests hold and is
+    skipped where they fail; a test left open leaves the value open (None). Why: `backend =
+    args.backend; if backend == "auto": backend = pick()` keeps the flag's value when it is set."""
+    current: str | None = None
+    for at, guards, text in func.assigned.get(name, ()):
+        if at >= line:
+            break
+        truth = evaluate_all(guards, replace(env, locals={**env.locals, name: current})).truth
+        if truth is not False:
+            current = text if truth is True else None
+    return current
+
+
+def _env_at(func: Func, names: set[str], line: int, env: Env) -> Env:
+    """`env` with the values the re-assigned locals among `names` hold at `line`."""
+    again = [n for n in names if n in func.assigned]
+    if not again:
+        return env
+    return replace(env, locals={**env.locals, **{n: value_at(func, n, line, env) for n in again}})
+
+
 def reach_exits(
     index: FlagIndex, read: Read, facts: dict[str, Any], flag: dict[str, Any], *, seen: set[str] | None = None
 ) -> list[ExitPath]:
@@ -86,6 +109,7 @@ def reach_exits(
     consts = module.consts if module else {}
     tracked = {read.local} if read.local else set()
     tracked |= {name for name, text in func.locals.items() if text and _mentions(text, set(flag))}
+    tracked |= {n for n, found in func.assigned.items() if any(_mentions(t, set(flag)) for _, _, t in found)}
     env = Env(
         facts, flag, dests, locals_of(func, module), {}, consts, frozenset(tracked), _where(func), index.query
     )
@@ -97,19 +121,20 @@ def reach_exits(
     for ex in func.exits:
         if ex.line < read.line or ex.exc.endswith(_IGNORED_EXC):
             continue
-        o = evaluate_all(ex.guards, env)
+        o = evaluate_all(ex.guards, _env_at(func, tracked, ex.line, env))
         if o.flag_dependent and o.truth is not False:
             found.append(_exit(ex, func, [], o.truth, o.used, o.missing))
     for call in func.calls:
         if call.line < read.line:
             continue
-        o = evaluate_all(call.guards, env)
+        here = _env_at(func, tracked, call.line, env)
+        o = evaluate_all(call.guards, here)
         argtext = " ".join([*call.args, *call.kwargs.values()])
         if o.truth is False or not (o.flag_dependent or _mentions(argtext, names)):
             continue
         step = f"{func.path}:{call.line} {func.qual} -> {call.callee}()"
         for target in index.resolve_call(func, call.callee):
-            params = bind(target, call.args, call.kwargs, env)
+            params = bind(target, call.args, call.kwargs, here)
             _walk(
                 index, target, params, facts, flag, dests, [step], o.truth, o.used, found, visited, 1, budget
             )

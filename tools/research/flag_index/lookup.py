@@ -207,6 +207,8 @@ class FlagIndex:
             if qual == "<module>" and self._holds_only(path, name, func):
                 continue  # `forward = Class.forward` in a class body: builds nothing
             caller = self.func(path, qual) if qual != "<module>" else None
+            if caller is not None and (caller.path, caller.qual) == (func.path, func.qual):
+                continue  # calling itself: it runs only if it already runs
             targets = self.resolve_call(caller, name) if caller is not None else []
             if not targets:
                 return None  # a call (or use) whose target is not resolved may be this function
@@ -334,8 +336,10 @@ class FlagIndex:
 
     def resolve_call(self, caller: Func, callee: str) -> list[Func]:
         """Candidate targets of a call by name: same module first, then modules the caller imports,
-        then a name defined once in the whole tree; an ambiguous name resolves to nothing."""
-        keys = self._by_name(callee)
+        then a name defined once in the whole tree; an ambiguous name resolves to nothing. A call of
+        the caller's own name is another object's method (`ModelRunner.load_model` calls
+        `self.loader.load_model()`), not itself: a recursion reaches nothing new."""
+        keys = [k for k in self._by_name(callee) if k != f"{caller.path}::{caller.qual}"]
         if not keys:
             return []
         same = [k for k in keys if k.startswith(caller.path + "::")]

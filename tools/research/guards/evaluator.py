@@ -291,6 +291,7 @@ class Evaluator(Follower):
             if not (isinstance(value, Member) and value.partition(".")[0] in enums):
                 return None
             self.out.used += scratch.used
+            self.out.flag_dependent |= scratch.flag_dependent  # `Mode(args.x).is_y()` tests the flag
             owner, first = value.partition(".")[0], parse_guard(value)
         query = self.env.queries(f"{owner}.{func.attr}", -1)
         lam = parse_guard(query[0]) if query else None

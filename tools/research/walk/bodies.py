@@ -64,7 +64,8 @@ def only_logs(stmts: list[ast.stmt]) -> bool:
 
 def local_store(func: ast.AST, local: str, declared: set[str]) -> str | None:
     """The module global a local only travels into (`backend = cfg.x; if backend == "auto": backend
-    = "cutlass"; X = Backend(backend)` with `global X`), or None when the local is used otherwise."""
+    = "cutlass"; X = Backend(backend)` with `global X`; a log line may say it on the way), or None
+    when the local is used otherwise."""
     allowed: set[ast.AST] = set()
     target = None
     for node in walk(func):
@@ -78,6 +79,8 @@ def local_store(func: ast.AST, local: str, declared: set[str]) -> str | None:
                     target = name
         elif isinstance(node, ast.If) and _picks(node, local):
             allowed |= set(walk(node.test))  # a test that only picks the local's value
+        elif isinstance(node, ast.Call) and LOG.search(src(node.func)):
+            allowed |= set(walk(node))  # `logger.warning(f"... {backend} ...")` only says it
     loads = [
         n for n in walk(func) if isinstance(n, ast.Name) and n.id == local and isinstance(n.ctx, ast.Load)
     ]
@@ -85,14 +88,17 @@ def local_store(func: ast.AST, local: str, declared: set[str]) -> str | None:
 
 
 def _picks(node: ast.If, local: str) -> bool:
-    """Whether an `if`/`elif` chain only assigns `local` in each branch."""
+    """Whether an `if`/`elif` chain only assigns `local` in each branch (a branch may also log, or
+    hold such a chain of its own: `if x == "auto": if env_a: x = "a" / else: if env_a: log(...)`)."""
 
-    def assigns(b: ast.stmt) -> bool:
-        return isinstance(b, ast.Assign) and [src(t) for t in b.targets] == [local]
+    def picks(b: ast.stmt) -> bool:
+        return (
+            (isinstance(b, ast.Assign) and [src(t) for t in b.targets] == [local])
+            or only_logs([b])
+            or (isinstance(b, ast.If) and _picks(b, local))
+        )
 
-    orelse = node.orelse
-    tail = len(orelse) == 1 and isinstance(orelse[0], ast.If) and _picks(orelse[0], local)
-    return all(assigns(b) for b in node.body) and (tail or all(assigns(b) for b in orelse))
+    return all(picks(b) for b in [*node.body, *node.orelse])
 
 
 def setter_stores(body: list[ast.stmt], declared: set[str]) -> list[tuple[str, int]]:
@@ -110,3 +116,31 @@ def setter_stores(body: list[ast.stmt], declared: set[str]) -> list[tuple[str, i
             return []
         stores += [(src(t), st.lineno) for t in targets]
     return stores
+
+
+def straight_reassigned(
+    func: ast.AST, assigned: dict[str, list[tuple[int, list[str], str]]]
+) -> dict[str, list[tuple[int, list[str], str]]]:
+    """Of `assigned` (each plain `x = <expr>` of a function), the names bound more than once, every
+    binding one of those assignments and none in a loop: their values follow from the enclosing
+    tests line by line. A name also bound otherwise (`for x in`, `x += 1`, `(x, y) = ...`, a nested
+    function's own `x`) or in a loop's body is left out: its value at a line is not one of them."""
+    bound: dict[str, int] = {}
+    looped: set[str] = set()
+    for node in walk(func):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
+            bound[node.id] = bound.get(node.id, 0) + 1
+        elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+            bound[node.target.id] = bound.get(node.target.id, 0) + 1
+        elif isinstance(node, ast.For | ast.AsyncFor | ast.While):
+            looped |= {
+                n.id
+                for s in node.body + node.orelse
+                for n in ast.walk(s)
+                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+            }
+    return {
+        name: found
+        for name, found in assigned.items()
+        if len(found) > 1 and bound.get(name) == len(found) and name not in looped
+    }

@@ -21,7 +21,7 @@ import time
 from tools.research.flag_index.budget import MAX_DEPTH, MAX_FILE_ENTRIES, MAX_FILE_SECONDS, MAX_GUARDS
 from tools.research.index_types import Exit, Func, ModuleFacts
 from tools.research.walk import nodes
-from tools.research.walk.bodies import is_none, local_store, param_uses, setter_stores
+from tools.research.walk.bodies import is_none, local_store, param_uses, setter_stores, straight_reassigned
 from tools.research.walk.names import (
     attribute_holders,
     implicit_init,
@@ -202,6 +202,7 @@ class _Walker(Recorder):
         f.entries = {self.real(name): e for name, e in table_entries(st).items()}
         first = len(self.m.reads)
         self.body(st.body, [])
+        f.assigned = straight_reassigned(st, f.assigned)
         stores: dict[str, str | None] = {}  # one answer per local: a local read anew each line
         for read in self.m.reads[first:]:
             if read.local and read.store is None and read.func == qual:

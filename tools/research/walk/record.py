@@ -64,6 +64,7 @@ class Recorder:
                 else:
                     seen = t.id in self.func.locals
                     self.func.locals[t.id] = None if seen else src(st.value)
+                    self.func.assigned.setdefault(t.id, []).append((st.lineno, list(guards), src(st.value)))
 
     def self_set(self, st: ast.stmt, guards: list[str]) -> None:
         """`self.<dest> = <constant>` in a method: a value the code gives a flag by itself;
