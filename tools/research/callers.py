@@ -35,6 +35,8 @@ from tools.research.reach import ExitPath, locals_of
 
 MAX_SITES = 24
 """A function whose name more functions than this call is not examined (each site is evaluated)."""
+MAX_UNLOADED_SITES = 200
+"""Past `MAX_SITES`, the callers only asked whether their modules are loaded (a cheap question)."""
 DEPTH = 10
 """Callers followed up from a reader: a draft worker's attention backend is built five steps below
 the scheduler's `if spec_algorithm.is_none(): return`; 0.5.23's FP8 GEMM backend getter is read six
@@ -119,6 +121,8 @@ def _caller_gate(
     method = _init_class(func.qual) is None and func.params[:1] == ["self"]
     if method and ((built := construction_gate(index, func, facts, flag)) or sites is None):
         return built
+    if sites is None and subs is not None:
+        return _unloaded_callers(index, func, facts, flag, subs, depth=depth)
     if sites is None or subs is None or not (sites or subs):
         return None
     gates: list[ExitPath] = []
@@ -152,6 +156,30 @@ def _caller_gate(
             return None
         gates.append(gate)
     return _joined(gates)
+
+
+def _unloaded_callers(
+    index: FlagIndex, func: Func, facts: dict[str, Any], flag: dict[str, Any], subs: list[Func], *, depth: int
+) -> ExitPath | None:
+    """For a function more than `MAX_SITES` functions call: a gate when every one of them is in a
+    module this deployment does not load and no subclass is built (24 model files build 0.5.9's
+    LayerCommunicator; a Llama server loads none of them). None otherwise."""
+    sites = index.call_sites(func, limit=MAX_UNLOADED_SITES, uses=True)
+    if not sites:
+        return None
+    status = module_status(index, facts)
+    if any(status.get(caller.path) is not False for caller, _ in sites):
+        return None
+    for init in subs:
+        if caller_gate(index, init, facts, flag, depth=depth) is None:
+            return None
+    caller = sites[0][0]
+    name = _init_class(func.qual) or func.qual
+    why = (
+        f"all {len(sites)} callers of {name} are in modules not loaded here, "
+        f"e.g. {caller.qual}: {module_reason(index, facts, caller.path, status)}"
+    )
+    return ExitPath("gate", caller.path, caller.line, why, "", [f"{caller.path}:{caller.line} {caller.qual}"], True)
 
 
 def _joined(gates: list[ExitPath]) -> ExitPath | None:
