@@ -179,7 +179,9 @@ def _unloaded_callers(
         f"all {len(sites)} callers of {name} are in modules not loaded here, "
         f"e.g. {caller.qual}: {module_reason(index, facts, caller.path, status)}"
     )
-    return ExitPath("gate", caller.path, caller.line, why, "", [f"{caller.path}:{caller.line} {caller.qual}"], True)
+    return ExitPath(
+        "gate", caller.path, caller.line, why, "", [f"{caller.path}:{caller.line} {caller.qual}"], True
+    )
 
 
 def _joined(gates: list[ExitPath]) -> ExitPath | None:
