@@ -107,9 +107,10 @@ def reach_exits(
     dests = frozenset(f.dest for f in index.catalog)
     module = index.modules.get(func.path)
     consts = module.consts if module else {}
+    flag_names = set(flag)
     tracked = {read.local} if read.local else set()
-    tracked |= {name for name, text in func.locals.items() if text and _mentions(text, set(flag))}
-    tracked |= {n for n, found in func.assigned.items() if any(_mentions(t, set(flag)) for _, _, t in found)}
+    tracked |= {name for name, text in func.locals.items() if text and _mentions(text, flag_names)}
+    tracked |= {n for n, found in func.assigned.items() if any(_mentions(t, flag_names) for _, _, t in found)}
     env = Env(
         facts, flag, dests, locals_of(func, module), {}, consts, frozenset(tracked), _where(func), index.query
     )

@@ -128,10 +128,8 @@ def straight_reassigned(
     bound: dict[str, int] = {}
     looped: set[str] = set()
     for node in walk(func):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):  # `x += 1` too
             bound[node.id] = bound.get(node.id, 0) + 1
-        elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
-            bound[node.target.id] = bound.get(node.target.id, 0) + 1
         elif isinstance(node, ast.For | ast.AsyncFor | ast.While):
             looped |= {
                 n.id
