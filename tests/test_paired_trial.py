@@ -180,6 +180,23 @@ def test_only_a_near_miss_is_launched_a_third_time(monkeypatch):
     assert "not established over 2 launches" in record.why and record.near_miss is None
 
 
+def test_a_small_gain_the_same_at_every_level_gets_a_third_launch(monkeypatch):
+    # +2.5% at c=1, c=8 and c=64 over two launches: what two fast launches of a no-op look like
+    # (the restart spread is 1%). Improved by the rule, but a third launch of each side decides
+    noop = Launches(a=[1.0, 1.0, 1.0, 1.0], b=[1.026, 1.024, 1.0])
+    _, record = trial(monkeypatch, noop)
+    assert noop.events == ["deploy", "rollback", "deploy", "rollback", "deploy", "rollback"]
+    assert record.decision == "rolled_back" and "not established over 3 launches" in record.why
+    # a lever that keeps its gain on the third launch is kept on three
+    lever = Launches(a=[1.0, 1.0, 1.0, 1.0], b=[1.026, 1.024, 1.026])
+    _, record = trial(monkeypatch, lever)
+    assert lever.events[-1] == "commit" and record.comparison["overall"]["launches_candidate"] == 3
+    # the same gain, but at one level only, is no launch factor: kept on two launches
+    one_level = Launches(a=[1.0, 1.0, 1.0], b=[1.0, 1.0], gain={64: 1.035})
+    _, record = trial(monkeypatch, one_level)
+    assert one_level.events == ["deploy", "rollback", "deploy", "commit"]
+
+
 def test_a_candidate_is_not_stopped_early_against_the_launch_that_just_won(monkeypatch):
     # the running known-good launch measured 2% high: a candidate that changes nothing looks -2%
     fresh = Launches(a=[1.02, 1.0], b=[1.0])

@@ -13,7 +13,8 @@ both of its launches against both A launches must show the gain; only then is it
 relaunch is the restart a keep costs anyway, and it halves the launch-to-launch noise that
 repetitions inside one launch cannot reduce). One that still looks like a winner after two
 launches costs two more restarts: known-good and the candidate are launched and measured once more
-and all three launches of each are judged. The A block after a trial is the next trial's A block
+and all three launches of each are judged; so does a small improvement the same at every level
+(`launch_like`: the restart spread moves every level alike). The A block after a trial is the next trial's A block
 before. A clear win at the A/B look (its interval's low end at twice the minimum effect, known-good
 measuring as it did before) is kept at once: one restart instead of three.
 The steps it is made of (a block, a deploy and its probe, a rollback, a commit) are in
@@ -27,7 +28,7 @@ from typing import Any
 
 from agent.trial.budget import TRIAL_RESTARTS
 from agent.trial.firstlook import log_estimate, look_value, short_first_look, with_first_look
-from agent.trial.judge import best_judged, looks_like_a_winner, near_miss, worth_more
+from agent.trial.judge import best_judged, launch_like, looks_like_a_winner, near_miss, worth_more
 from agent.trial.measure import environment_failure
 from agent.trial.record import comparison_dict, mean_throughput
 from agent.trial.state import RunnerState
@@ -162,14 +163,22 @@ class PairedTrial(Trial):
         launches = [cand, confirm]
         # a third launch: a rollback and two known-good blocks, a launch and a block, as this one took
         pair = 2 * (time.monotonic() - started)
-        if final is not None and final.verdict != "improved" and near_miss(final, r.bench):
+        undecided = final is not None and (
+            (final.verdict != "improved" and near_miss(final, r.bench)) or launch_like(final, r.bench)
+        )
+        if undecided:
             crowded = crowds_out(r, best_judged(final), pair)
             if not r.fits(pair) or not r.restarts_left(THIRD_RESTARTS) or crowded:
                 record.comparison = {**record.comparison, **comparison_dict(final)}
                 left = "no time" if r.restarts_left(THIRD_RESTARTS) else "no restarts"
                 record.near_miss = best_judged(final)
+                what = (
+                    "the same gain at every level, as a faster launch shows"
+                    if launch_like(final, r.bench)
+                    else ""
+                )
                 return await self.reject(
-                    f"not established over two launches: {final.summary}; "
+                    f"not established over two launches{f' ({what})' if what else ''}: {final.summary}; "
                     + (crowded or f"{left} left for a third")
                 )
             third_started = time.monotonic()
