@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
+from tools.research.alike import acts_alike
 from tools.research.callers import caller_gate, construction_gate, reached
 from tools.research.dispatch import module_reason, module_status, registry_alternatives
 from tools.research.flag_index.lookup import FlagIndex
@@ -231,6 +232,9 @@ def reader_findings(
         ):
             finding.state, finding.why = "off", f"gated at {gate.location}: {gate.message}"
             finding.exits = [gate]
+        running = finding.state in ("on", "runtime") and func is not None and read.local
+        if running and (why := acts_alike(index, read, func, (env, replace(env, facts=without, flag={})))):
+            finding.state, finding.why = "off", why
         if finding.state in ("on", "runtime") and (store := store_of(index, read, func)):
             finding.state, finding.why, gate = follow_store(index, store, facts, flag_values)
             finding.exits = [gate] if gate else []

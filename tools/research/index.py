@@ -251,6 +251,7 @@ def load_index(
             if progress is not None:
                 progress(f"building the code index of SGLang {tree.version} (once per source tree)")
             index = build_index(tree, path)
+    index.root = tree.root  # the code itself, for what the records do not hold (`alike.acts_alike`)
     _LOADED[key] = index
     return index
 

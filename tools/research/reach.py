@@ -10,13 +10,15 @@ the flag's value. The path condition is evaluated three-valued (`tools.research.
 
 from __future__ import annotations
 
+import ast
+import copy
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tools.research.flag_index.lookup import FlagIndex
 from tools.research.guard_eval import UNKNOWN, evaluate, evaluate_all
-from tools.research.guards.terms import Env
+from tools.research.guards.terms import Env, parse_guard
 from tools.research.index_types import Func, Read
 
 MAX_DEPTH = 3
@@ -81,8 +83,26 @@ def value_at(func: Func, name: str, line: int, env: Env) -> str | None:
             break
         truth = evaluate_all(guards, replace(env, locals={**env.locals, name: current})).truth
         if truth is not False:
-            current = text if truth is True else None
+            current = _in_place(text, name, current) if truth is True else None
     return current
+
+
+def _in_place(text: str, name: str, before: str | None) -> str | None:
+    """`text` with the value `name` held before put in its place (`b = Mode(b)`: `Mode(args.b)`);
+    None when it uses `name` and that value is open."""
+    if not _mentions(text, {name}):
+        return text
+    if before is None:
+        return None
+    node, value = parse_guard(text), parse_guard(before)
+    if node is None or value is None:
+        return None
+
+    class _Put(ast.NodeTransformer):
+        def visit_Name(self, n: ast.Name) -> ast.AST:
+            return copy.deepcopy(value) if n.id == name else n
+
+    return ast.unparse(_Put().visit(copy.deepcopy(node)))
 
 
 def _env_at(func: Func, names: set[str], line: int, env: Env) -> Env:

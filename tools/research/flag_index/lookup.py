@@ -34,6 +34,8 @@ class FlagIndex:
         self.version: str = pickle.loads(meta["version"])
         self.prefix: str = pickle.loads(meta["prefix"])
         self._meta = meta
+        self.root: Path | None = None
+        """The source tree the index was built from, once loaded for it (`index.load_index`)."""
         self._funcs: dict[str, Func | None] = {}
         self._names: dict[str, list[str]] = {}
         self._imports_of: dict[str, set[str | None]] = {}

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from tools.research.alike import ALIKE
 from tools.research.catalog import FlagInfo
 from tools.research.findings import CodeVerdict, Finding
 from tools.research.flag_index.lookup import FlagIndex
@@ -44,6 +45,7 @@ BASES = {
     "startup": "SGLang's own start-up run on the deployment's facts",
     "reached": "a reader a chain of callers surely reaches here",
     "guard": "guards evaluated on the deployment's facts (a module loaded, a class built, a condition)",
+    "alike": "every test of the value answering alike with and without it (the reader's code read)",
     "open": "a guard or value left open at run time",
     "missing": "a deployment fact nobody gave",
     "argument": "argument code only (resolution read, not run)",
@@ -344,6 +346,8 @@ def gated_off(q: Question) -> Decision | None:
 def every_reader_off(q: Question) -> Decision:
     """Every reader is off here: a guard fails on the facts, its module is not loaded, its class not built."""
     found = q.found
+    if alike := next((f for f in found if f.why.startswith(ALIKE)), None):
+        return Decision("no-op", f"every reader is off here; {alike.location}: {alike.why}.", "alike")
     first = next((f for f in found if any(c["outcome"] == "fail" for c in f.conditions)), found[0])
     failing = next((c for c in first.conditions if c["outcome"] == "fail"), None)
     why = f"{failing['condition']} with {failing['fact']}" if failing else first.why
