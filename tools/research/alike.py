@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import ast
 from dataclasses import replace
-from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 from tools.research.callers import caller_gate, construction_gate
@@ -24,6 +22,7 @@ from tools.research.guard_eval import evaluate
 from tools.research.guards.terms import UNKNOWN, Env, Member
 from tools.research.index_types import Func, Read
 from tools.research.reach import value_at
+from tools.research.source_code import function_node, parsed_source
 
 ALIKE = "every test of its value answers alike with it and without it here"
 """How a reader's `Finding.why` starts when its value acts only through such tests."""
@@ -32,29 +31,11 @@ MAX_GETTER_SITES = 40
 _TESTS = (ast.If, ast.While, ast.IfExp, ast.Assert)
 
 
-@lru_cache(maxsize=256)
-def _parsed(path: Path) -> tuple[ast.Module, dict[ast.AST, ast.AST]] | None:
-    """A source file's tree and each node's parent, or None when it cannot be read."""
-    try:
-        tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
-    except (OSError, SyntaxError, RecursionError, MemoryError, ValueError):
-        return None
-    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
-    return tree, parents
-
-
-def _function(tree: ast.Module, line: int) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
-    for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.lineno == line:
-            return node
-    return None
-
-
 class _Uses:
     """The uses of the flag's value in one function, each asked whether it answers alike."""
 
-    def __init__(self, index: FlagIndex, root: Path, func: Func, envs: tuple[Env, Env]):
-        self.index, self.root, self.func, self.envs = index, root, func, envs
+    def __init__(self, index: FlagIndex, func: Func, envs: tuple[Env, Env]):
+        self.index, self.func, self.envs = index, func, envs
         self.enums = index.enums
         self.tests: list[str] = []
         self.idle_callers: list[str] = []
@@ -149,7 +130,7 @@ class _Uses:
         if not all(isinstance(m, Member) for m in members):
             return False
         owner = str(members[0]).partition(".")[0]
-        parsed = _parsed(self.root / rel)
+        parsed = parsed_source(self.index, rel)
         if parsed is None or str(members[1]).partition(".")[0] != owner:
             return False
         module = self.index.modules.get(rel)
@@ -205,7 +186,7 @@ class _Uses:
             if why := self.idle(caller):
                 self.idle_callers.append(f"`{getter}()` in {caller.qual} does not run here ({why})")
                 continue
-            parsed = _parsed(self.root / caller.path) if call is not None else None
+            parsed = parsed_source(self.index, caller.path) if call is not None else None
             if parsed is None or call is None:
                 return False
             tree, parents = parsed
@@ -228,19 +209,12 @@ class _Uses:
 def acts_alike(index: FlagIndex, read: Read, func: Func, envs: tuple[Env, Env]) -> str | None:
     """Why the flag's value, held in `read.local`, acts only through tests answering alike with it
     and without it here (`envs`: with the flag, without it), or None."""
-    root = getattr(index, "root", None)
-    if read.local is None or root is None:
+    parsed = parsed_source(index, read.path) if read.local is not None else None
+    fnode = function_node(parsed[0], func.line) if parsed is not None else None
+    if fnode is None or parsed is None or read.local is None:
         return None
-    path = Path(root) / read.path
-    parsed = _parsed(path)
-    if parsed is None:
-        return None
-    tree, parents = parsed
-    fnode = _function(tree, func.line)
-    if fnode is None:
-        return None
-    uses = _Uses(index, Path(root), func, envs)
-    if not uses.check(fnode, parents, read.local) or not uses.tests or not uses.dependent:
+    uses = _Uses(index, func, envs)
+    if not uses.check(fnode, parsed[1], read.local) or not uses.tests or not uses.dependent:
         return None
     idle = uses.idle_callers
     more = f" (+{len(idle) - 1} more such callers)" if len(idle) > 1 else ""

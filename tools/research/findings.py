@@ -235,14 +235,16 @@ def reader_findings(
         running = finding.state in ("on", "runtime") and func is not None and read.local
         if running and (why := acts_alike(index, read, func, (env, replace(env, facts=without, flag={})))):
             finding.state, finding.why = "off", why
+        carried: list[ExitPath] = []  # reached where a getter hands the stored value out
         if finding.state in ("on", "runtime") and (store := store_of(index, read, func)):
-            finding.state, finding.why, gate = follow_store(index, store, facts, flag_values)
+            setter = func if read.store else None  # `global X; X = <its local>`: the value as stored
+            finding.state, finding.why, gate, carried = follow_store(index, store, facts, flag_values, setter)
             finding.exits = [gate] if gate else []
-        if finding.state == "on" and not finding.config and func is not None and budget > 0:
+        if finding.state == "on" and not finding.config and not carried and func is not None and budget > 0:
             finding.sure = reached(index, func, facts, flag_values)
         if finding.state != "off" and budget > 0:
             budget -= 1
-            finding.exits = reach_exits(index, read, facts, flag_values, seen=seen)
+            finding.exits = reach_exits(index, read, facts, flag_values, seen=seen) + carried
             _drop_unbuilt(index, finding.exits, facts, flag_values)
             fired = {e.kind: e for e in reversed(finding.exits) if e.truth is True}
             if fb := fired.get("fallback"):

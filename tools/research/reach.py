@@ -83,11 +83,11 @@ def value_at(func: Func, name: str, line: int, env: Env) -> str | None:
             break
         truth = evaluate_all(guards, replace(env, locals={**env.locals, name: current})).truth
         if truth is not False:
-            current = _in_place(text, name, current) if truth is True else None
+            current = in_place(text, name, current) if truth is True else None
     return current
 
 
-def _in_place(text: str, name: str, before: str | None) -> str | None:
+def in_place(text: str, name: str, before: str | None) -> str | None:
     """`text` with the value `name` held before put in its place (`b = Mode(b)`: `Mode(args.b)`);
     None when it uses `name` and that value is open."""
     if not _mentions(text, {name}):
@@ -114,13 +114,21 @@ def _env_at(func: Func, names: set[str], line: int, env: Env) -> Env:
 
 
 def reach_exits(
-    index: FlagIndex, read: Read, facts: dict[str, Any], flag: dict[str, Any], *, seen: set[str] | None = None
+    index: FlagIndex,
+    read: Read,
+    facts: dict[str, Any],
+    flag: dict[str, Any],
+    *,
+    seen: set[str] | None = None,
+    held: dict[str, str] | None = None,
 ) -> list[ExitPath]:
     """The exits reachable from `read` with the flag set (`flag`: dest -> trial value).
 
     `seen` is shared by the readers of one flag: a callee walked for an earlier reader is not walked
     again (why: `--tp-size` has ~300 running readers calling the same helpers; the first binding of
-    a helper's parameters stands for the rest, a bounded approximation)."""
+    a helper's parameters stands for the rest, a bounded approximation). `held`: locals whose value
+    is the flag's by another way than the read itself (`backend = get_backend()`, a getter of the
+    module global the flag was stored in: `Mode(args.backend)`)."""
     func = index.func(read.path, read.func)
     if func is None:
         return []
@@ -131,9 +139,11 @@ def reach_exits(
     tracked = {read.local} if read.local else set()
     tracked |= {name for name, text in func.locals.items() if text and _mentions(text, flag_names)}
     tracked |= {n for n, found in func.assigned.items() if any(_mentions(t, flag_names) for _, _, t in found)}
+    tracked |= set(held or ())
     env = Env(
-        facts, flag, dests, locals_of(func, module), {}, consts, frozenset(tracked), _where(func), index.query
-    )
+        facts, flag, dests, {**locals_of(func, module), **(held or {})}, {}, consts, frozenset(tracked),
+        _where(func), index.query,
+    )  # fmt: skip
     found: list[ExitPath] = []
     visited = seen if seen is not None else set()
     visited.add(f"{func.path}::{func.qual}")
