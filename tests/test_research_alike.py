@@ -1,5 +1,5 @@
 """A flag's value that acts only through tests answering alike with it and without it
-(`tools.research.alike`), on a small SGLang-shaped tree and on the real 0.5.23 and 0.5.15.post1
+(`tools.research.follow.alike`), on a small SGLang-shaped tree and on the real 0.5.23 and 0.5.15.post1
 wheels: the local holding the value, the enum member built from it, and the module global the
 member is stored in, whose getter's callers only ask predicates of it."""
 

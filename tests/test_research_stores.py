@@ -1,4 +1,4 @@
-"""A reader whose value is only stored in a module global (tools.research.stores), on a small SGLang-shaped
+"""A reader whose value is only stored in a module global (tools.research.follow.stores), on a small SGLang-shaped
 tree: the store is followed one step to the module's reads of that global; a store read back only
 to steer more assignments is unknown, one read back and used runs, one whose reads are all gated
 off is off, and an attribute store (`self.x = ...`) stays a running reader."""

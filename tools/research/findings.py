@@ -11,11 +11,12 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
-from tools.research.alike import acts_alike
 from tools.research.callers import caller_gate, construction_gate, reached
 from tools.research.dispatch import module_reason, module_status, registry_alternatives
 from tools.research.flag_index.lookup import FlagIndex
 from tools.research.flag_index.serving_path import is_config_path
+from tools.research.follow.alike import acts_alike
+from tools.research.follow.stores import follow_store, store_of
 from tools.research.gates import (
     activation,
     always_called,
@@ -27,7 +28,6 @@ from tools.research.guard_eval import TOO_LARGE, evaluate
 from tools.research.guards.terms import Env
 from tools.research.index_types import Func, Read
 from tools.research.reach import ExitPath, exits_of, locals_of, reach_exits
-from tools.research.stores import follow_store, store_of
 
 
 @dataclass

@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from tools.research.alike import ALIKE
 from tools.research.catalog import FlagInfo
 from tools.research.findings import CodeVerdict, Finding
 from tools.research.flag_index.lookup import FlagIndex
+from tools.research.follow.alike import ALIKE
 from tools.research.gates import overridden, set_anyway
 from tools.research.platform_facts import PARALLEL_SIZES
 from tools.research.startup.check import StartupAnswer
