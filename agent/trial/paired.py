@@ -14,9 +14,9 @@ relaunch is the restart a keep costs anyway, and it halves the launch-to-launch 
 repetitions inside one launch cannot reduce). One that still looks like a winner after two
 launches costs two more restarts: known-good and the candidate are launched and measured once more
 and all three launches of each are judged; so does a small improvement the same at every level
-(`launch_like`: the restart spread moves every level alike). The A block after a trial is the next trial's A block
-before. A clear win at the A/B look (its interval's low end at twice the minimum effect, known-good
-measuring as it did before) is kept at once: one restart instead of three.
+(`launch_like`: the restart spread moves every level alike). The A block after a trial is the next
+trial's A block before. A clear win at the A/B look (its interval's low end at twice the minimum
+effect, known-good measuring as it did before) is kept at once: one restart instead of three.
 The steps it is made of (a block, a deploy and its probe, a rollback, a commit) are in
 `agent.trial.steps` (`Trial`, which this one extends).
 """
