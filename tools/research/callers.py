@@ -370,3 +370,12 @@ def _failing(caller: Func, call: Call, env: Env) -> ExitPath | None:
         why = f"{caller.qual} calls {call.callee}() only when {guard} ({facts})"
         return ExitPath("gate", caller.path, call.line, why, "", [site], True, o.used)
     return None
+
+
+def idle_here(index: FlagIndex, func: Func, facts: dict[str, Any], flag: dict[str, Any]) -> str | None:
+    """Why `func` does not run here (its module is not loaded, no caller calls it, its class is not
+    built), or None."""
+    if module_status(index, facts).get(func.path) is False:
+        return "its module is not loaded here"
+    gate = caller_gate(index, func, facts, flag) or construction_gate(index, func, facts, flag)
+    return f"gated at {gate.location}: {gate.message}" if gate else None

@@ -15,8 +15,7 @@ import ast
 from dataclasses import replace
 from typing import Any
 
-from tools.research.callers import caller_gate, construction_gate
-from tools.research.dispatch import module_status
+from tools.research.callers import idle_here
 from tools.research.flag_index.lookup import FlagIndex
 from tools.research.guard_eval import evaluate
 from tools.research.guards.terms import UNKNOWN, Env, Member
@@ -166,15 +165,6 @@ class _Uses:
         self.tests.append(f"`.{method}()` of {members[0]} and {members[1]} ({answers[0]})")
         return True
 
-    def idle(self, func: Func) -> str | None:
-        """Why `func` does not run here (its module is not loaded, no caller calls it, its class is
-        not built), or None."""
-        facts, flag = self.envs[0].facts, self.envs[0].flag
-        if module_status(self.index, facts).get(func.path) is False:
-            return "its module is not loaded here"
-        gate = caller_gate(self.index, func, facts, flag) or construction_gate(self.index, func, facts, flag)
-        return f"gated at {gate.location}: {gate.message}" if gate else None
-
     def getter_alike(self, getter: str, owner: str, members: tuple[Any, Any], module: str) -> bool:
         """Every call of `getter()` that can run here is the receiver of a predicate answering alike
         for both members."""
@@ -183,7 +173,7 @@ class _Uses:
         if sites is None:
             return False
         for caller, call in sites:
-            if why := self.idle(caller):
+            if why := idle_here(self.index, caller, self.envs[0].facts, self.envs[0].flag):
                 self.idle_callers.append(f"`{getter}()` in {caller.qual} does not run here ({why})")
                 continue
             parsed = parsed_source(self.index, caller.path) if call is not None else None

@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from tools.research.callers import caller_gate, construction_gate, env_of
+from tools.research.callers import caller_gate, env_of, idle_here
 from tools.research.dispatch import module_status
 from tools.research.flag_index.lookup import FlagIndex
 from tools.research.flag_index.serving_path import is_config_path
@@ -167,11 +167,8 @@ def through_getter(
     offs = []
     open_ = False
     for caller, call in sites:
-        if status.get(caller.path) is False:
-            offs.append(f"{caller.qual} (its module is not loaded here)")
-            continue
-        if gate := caller_gate(index, caller, facts, flag) or construction_gate(index, caller, facts, flag):
-            offs.append(f"{caller.qual} (gated at {gate.location}: {gate.message})")
+        if why := idle_here(index, caller, facts, flag):
+            offs.append(f"{caller.qual} ({why})")
             continue
         local = next((n for n, text in caller.locals.items() if text == f"{getter.qual}()"), None)
         if call is None or local is None or status.get(caller.path) is not True:
