@@ -53,6 +53,8 @@ needs = ["server.chunked_prefill_size > 0"]
 priority = "medium"
 """
 MEMBERS = ["--cuda-graph-max-bs-decode 64", "--enable-mixed-chunk"]
+# the run the module-scoped fixture makes is a whole simulated run: they take turns (tests/fixtures/quiet.py)
+pytestmark = pytest.mark.turns("whole-run")
 INTERVAL = re.compile(r"[+-]\d+\.\d% \[[+-]\d+\.\d\.\.[+-]\d+\.\d\]")
 
 

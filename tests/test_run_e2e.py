@@ -143,6 +143,7 @@ def seed_host(tmp_path, sglang_0523):
 
 
 @pytest.mark.slow(seconds=380)
+@pytest.mark.turns("whole-run")
 @pytest.mark.timeout(1200)  # a whole simulated run: ~470 s on a quiet 2-core machine
 def test_seed_run_keeps_the_winner_and_rolls_back_the_rest(seed_host, tmp_path):
     result, tx = _run(seed_host, tmp_path, SEED_PLAYBOOK, goal="maximize output throughput at concurrency 64")

@@ -56,6 +56,7 @@ replaced_by = { flag = "--flashinfer-allreduce-fusion-backend", value = "auto" }
 
 
 @pytest.mark.slow(seconds=300)
+@pytest.mark.turns("whole-run")
 @pytest.mark.timeout(1200)  # a whole simulated run: ~470 s on a quiet 2-core machine
 def test_dense_h100_run_reaches_other_conclusions(tmp_path, sglang_0523):
     config = _fast_host(tmp_path, "h100-llama8b", sglang_0523)
