@@ -7,13 +7,18 @@ from __future__ import annotations
 import ast
 from functools import lru_cache
 from pathlib import Path
-
-from tools.research.flag_index.lookup import FlagIndex
+from typing import Protocol
 
 Parsed = tuple[ast.Module, dict[ast.AST, ast.AST]]
 
 
-def parsed_source(index: FlagIndex, rel: str) -> Parsed | None:
+class Rooted(Protocol):
+    """An index that knows its tree (`FlagIndex`; named so, the index can read its own code)."""
+
+    root: Path | None
+
+
+def parsed_source(index: Rooted, rel: str) -> Parsed | None:
     """The syntax tree of `rel` (a path relative to the tree root) and each node's parent, or None
     when the index has no tree or the file cannot be read or parsed."""
     return None if index.root is None else _parsed(Path(index.root) / rel)

@@ -3,14 +3,16 @@ functions, call edges and the tree-wide tables; `tools.research.index` builds an
 
 from __future__ import annotations
 
+import ast
 import pickle
 import sqlite3
 from functools import cached_property
 from pathlib import Path
 
 from tools.research.catalog import FlagInfo
-from tools.research.guards.terms import HELPER
+from tools.research.guards.terms import HELPER, SET_ONCE, STORED
 from tools.research.index_types import Call, Func, ModuleFacts, Read
+from tools.research.source_code import function_node, parsed_source
 from tools.research.walk.names import KEYS
 
 MAX_COPIES = 8
@@ -39,6 +41,8 @@ class FlagIndex:
         self._funcs: dict[str, Func | None] = {}
         self._names: dict[str, list[str]] = {}
         self._imports_of: dict[str, set[str | None]] = {}
+        self._settled: dict[tuple[str, ...], tuple[str, dict[str, str], str] | None] = {}
+        """`stored` and `set_once` answers: asked for every unknown getter call and `self.x`."""
 
     @cached_property
     def catalog(self) -> list[FlagInfo]:
@@ -297,6 +301,10 @@ class FlagIndex:
         early returns in order, then its single return (or nothing known). A module-level helper
         (`arity` `HELPER`) is given as a `lambda` of its parameters returning its one `return`'s
         expression (asserts before it aside): its caller binds the arguments."""
+        if arity == STORED:
+            return self.stored(name)
+        if arity == SET_ONCE:
+            return self.set_once(*name.rsplit("#", 1))
         if "." in name:
             return self._method(name)
         keys = self._by_name(name)
@@ -317,6 +325,89 @@ class FlagIndex:
             return None
         module = self.modules.get(func.path)
         return func.value, module.consts if module else {}, keys[0]
+
+    def returned_global(self, func: Func) -> str | None:
+        """The module global a function of no parameters hands out itself, at every `return`
+        (`def get_x(): ...; return _X`, not `return _X is not None`), read in its source."""
+        parsed = parsed_source(self, func.path) if func.gives and not func.params else None
+        node = function_node(parsed[0], func.line) if parsed is not None else None
+        returns = [r.value for r in ast.walk(node) if isinstance(r, ast.Return)] if node is not None else []
+        names = {r.id for r in returns if isinstance(r, ast.Name)}
+        return (
+            names.pop()
+            if returns and len(names) == 1 and len(returns) == sum(map(_is_name, returns))
+            else None
+        )
+
+    def stored(self, name: str) -> tuple[str, dict[str, str], str] | None:
+        """What a call of the getter `name` hands out: what the one function of its module that
+        rebinds the global (`global X; X = ...`) stores in it, as (expression, module constants,
+        where). The setter runs at start-up, before the code that calls the getter (0.5.9's
+        `get_moe_runner_backend()` is `MoeRunnerBackend(server_args.moe_runner_backend)`, stored
+        by `initialize_moe_config`); the getter's own fallback (`if X is None: X = AUTO`) and a
+        function that puts back what it found (`speculative_moe_backend_context`: the draft model's
+        backend for the time of a `with`) aside. None when it is not such a getter, or more than one
+        function stores the global."""
+        if ("stored", name) not in self._settled:
+            self._settled["stored", name] = self._stored(name)
+        return self._settled["stored", name]
+
+    def _stored(self, name: str) -> tuple[str, dict[str, str], str] | None:
+        keys = self._by_name(name)
+        getter = self.func(*keys[0].split("::", 1)) if len(keys) == 1 else None
+        glob = self.returned_global(getter) if getter is not None and "." not in getter.qual else None
+        module = self.modules.get(getter.path) if getter is not None else None
+        if glob is None or module is None or glob not in module.rebound:
+            return None
+        parsed = parsed_source(self, getter.path)
+        setters = [
+            f
+            for f in self.funcs_in(getter.path)
+            if f.qual != getter.qual
+            and parsed is not None
+            and _rebinds(parsed[0], f, glob)
+            and not _swaps(f, glob)
+        ]
+        if len(setters) != 1 or not setters[0].locals.get(glob):
+            return None
+        setter = setters[0]
+        return setter.locals[glob] or "", module.consts, f"{setter.path}::{setter.qual}"
+
+    def set_once(self, where: str, attr: str) -> tuple[str, dict[str, str], str] | None:
+        """`self.<attr>` read in the method `where` (`path::Class.method`), as the class sets it:
+        the one assignment, in its `__init__`, when no other method of the class or of a subclass
+        and no other line of its file assigns the attribute (0.5.9's `Mxfp4MoEMethod.use_flashinfer
+        = get_moe_runner_backend().is_flashinfer_mxfp4()`). As (expression, module constants,
+        where); None otherwise."""
+        path, _, qual = where.partition("::")
+        cls, _, _ = qual.rpartition(".")
+        if ("set_once", path, cls, attr) not in self._settled:
+            self._settled["set_once", path, cls, attr] = self._set_once(path, cls, attr)
+        return self._settled["set_once", path, cls, attr]
+
+    def _set_once(self, path: str, cls: str, attr: str) -> tuple[str, dict[str, str], str] | None:
+        key = f"self.{attr}"
+        if not cls or "." in cls:
+            return None
+        owners = [(path, cls), *self.subclasses(cls)]
+        setting = [
+            f
+            for p, c in owners
+            for f in self.funcs_in(p)
+            if f.qual.startswith(c + ".") and (key in f.locals or key in f.assigned)
+        ]
+        parsed = parsed_source(self, path)
+        if (
+            len(setting) != 1
+            or setting[0].qual != f"{cls}.__init__"
+            or setting[0].path != path
+            or not setting[0].locals.get(key)
+            or parsed is None
+            or _assignments(parsed[0], attr) != 1
+        ):
+            return None
+        module = self.modules.get(path)
+        return setting[0].locals[key] or "", module.consts if module else {}, f"{path}::{setting[0].qual}"
 
     def _method(self, qual: str) -> tuple[str, dict[str, str], str] | None:
         keys = [k for k in self._by_name(qual.rsplit(".", 1)[-1]) if k.endswith(f"::{qual}")]
@@ -361,3 +452,32 @@ def class_of_init(qual: str) -> str | None:
     """`Class` for `Class.__init__` (a module-level class's constructor), else None."""
     cls, _, name = qual.partition(".")
     return cls if name == "__init__" else None
+
+
+def _is_name(node: ast.expr | None) -> bool:
+    return isinstance(node, ast.Name)
+
+
+def _rebinds(tree: ast.Module, func: Func, name: str) -> bool:
+    """Whether `func` declares `global name` (so an assignment in it rebinds the module's)."""
+    node = function_node(tree, func.line)
+    return node is not None and any(isinstance(n, ast.Global) and name in n.names for n in ast.walk(node))
+
+
+def _swaps(func: Func, name: str) -> bool:
+    """Whether `func` only swaps the global `name` for a while: its last assignment puts back a local
+    that saved it (`original = X; X = other; ...; X = original`)."""
+    steps = func.assigned.get(name, [])
+    return len(steps) > 1 and func.locals.get(steps[-1][2]) == name
+
+
+def _assignments(tree: ast.Module, attr: str) -> int:
+    """Assignments to an attribute named `attr` in a file (`self.x = `, `layer.x += `, `a.x, b = `)."""
+    targets: list[ast.expr] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            targets += node.targets
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            targets.append(node.target)
+    flat = [e for t in targets for e in (t.elts if isinstance(t, ast.Tuple | ast.List) else [t])]
+    return sum(isinstance(t, ast.Attribute) and t.attr == attr for t in flat)

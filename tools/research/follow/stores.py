@@ -37,7 +37,7 @@ from tools.research.guard_eval import evaluate, evaluate_all
 from tools.research.guards.terms import Env
 from tools.research.index_types import Func, Read
 from tools.research.reach import ExitPath, in_place, locals_of, reach_exits, value_at
-from tools.research.source_code import function_node, parsed_source
+from tools.research.source_code import parsed_source
 
 
 @dataclass
@@ -88,7 +88,7 @@ def follow_store(
         func = index.func(r.path, r.func)
         if func is None:
             continue  # module-level code runs at import, before any setter
-        if setter is not None and _is_getter(index, func, store.name):
+        if setter is not None and index.returned_global(func) == store.name:
             if func.qual not in getters:
                 got = through_getter(index, func, store, setter, facts, flag)
                 if got is not None and got[0] == "on":
@@ -140,15 +140,6 @@ def follow_store(
 
 MAX_GETTER_SITES = 24
 """Call sites of a getter of the stored value followed (0.5.9's `get_fp8_gemm_runner_backend`: 1)."""
-
-
-def _is_getter(index: FlagIndex, func: Func, name: str) -> bool:
-    """A function of no parameters whose every `return` gives the global `name` itself: `def
-    get_x(): ...; return _X` (not `return _X is not None`), read in its source."""
-    parsed = parsed_source(index, func.path) if func.gives and not func.params else None
-    node = function_node(parsed[0], func.line) if parsed is not None else None
-    returns = [r for r in ast.walk(node) if isinstance(r, ast.Return)] if node is not None else []
-    return bool(returns) and all(isinstance(r.value, ast.Name) and r.value.id == name for r in returns)
 
 
 def through_getter(

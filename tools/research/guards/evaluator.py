@@ -181,6 +181,8 @@ class Evaluator(Follower):
                     return self.ev(sub, depth + 1)
             if node.attr in self.env.facts.get(CODE_ENUMS, {}).get(receiver, {}):
                 return Member(f"{receiver}.{node.attr}")  # `DisaggregationMode.DECODE`
+            if receiver == "self" and (value := self.followed(Follower.set_once, node, depth)) is not UNKNOWN:
+                return value  # `self.use_flashinfer`, set once in `__init__`
             self.out.runtime.append("." + node.attr)  # why: ast.unparse here dominated the cost
             return UNKNOWN
         if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
@@ -252,6 +254,8 @@ class Evaluator(Follower):
         value = platform(name, self.env.facts, self.out)
         if value is None and isinstance(func, ast.Name):
             value = self.followed(Follower.helper_value, node, depth)
+            if value is UNKNOWN:  # `get_moe_runner_backend()`: what its global's setter stores
+                value = self.followed(Follower.stored_value, node, depth)
             value = None if value is UNKNOWN else value
         if value is None:
             value = self.world(name, self.out)

@@ -13,10 +13,13 @@ from typing import Any
 from tools.research.guards.terms import (
     HELPER,
     SERVER_ARGS,
+    SET_ONCE,
+    STORED,
     BindParams,
     Env,
     Outcome,
     dotted_name,
+    is_container,
     parse_guard,
 )
 from tools.research.platform_facts import PARALLEL_SIZES, UNKNOWN, topology
@@ -126,6 +129,29 @@ class Follower:
         `get_parallel().attn_tp_size`), else UNKNOWN."""
         unfolded = self.unfold(node, depth)
         return UNKNOWN if unfolded is None else unfolded[1].ev(unfolded[0], depth + 1)
+
+    def stored_value(self, node: ast.Call, depth: int) -> Any:
+        """What a getter of a module global hands out here (`get_moe_runner_backend()`): what the
+        global's setter stores, evaluated in the setter's module (`FlagIndex.stored`), else UNKNOWN."""
+        if not isinstance(node.func, ast.Name) or node.args or node.keywords or self.env.queries is None:
+            return UNKNOWN
+        return self._elsewhere(self.env.queries(node.func.id, STORED), depth)
+
+    def set_once(self, node: ast.Attribute, depth: int) -> Any:
+        """`self.<attr>` as the class sets it once, in its `__init__` (`FlagIndex.set_once`), else
+        UNKNOWN."""
+        if self.env.queries is None or not self.env.where:
+            return UNKNOWN
+        return self._elsewhere(self.env.queries(f"{self.env.where}#{node.attr}", SET_ONCE), depth)
+
+    def _elsewhere(self, query: tuple[str, dict[str, str], str] | None, depth: int) -> Any:
+        """An expression of another function (a query's), evaluated in its module, or UNKNOWN."""
+        sub = parse_guard(query[0]) if query else None
+        if query is None or sub is None or is_container(sub):
+            return UNKNOWN
+        env = self.env
+        inner = Env(env.facts, env.flag, env.dests, {}, {}, query[1], frozenset(), query[2], env.queries)
+        return type(self)(inner, self.out, self.steps).ev(sub, depth + 1)
 
     def entry(self, node: ast.Call, depth: int, *, key: str) -> Any:
         """The `key` entry of the dict a helper returns (`{"attn_tp_size": tp // dp, ...}`)."""

@@ -81,6 +81,12 @@ CONFIG_RECEIVERS = re.compile(r"(^|\.)(config|hf_config|text_config|hf_text_conf
 HELPER = -2
 """The arity `Env.queries` is asked with for a module-level helper given as a `lambda` of its
 parameters (`FlagIndex.query`): the evaluator binds the call's arguments and follows its return."""
+STORED = -3
+"""The arity a getter of a module global is asked with: what the global's one setter stores
+(`FlagIndex.stored`)."""
+SET_ONCE = -4
+"""The arity `self.<attr>` is asked with, as `path::Class.method#attr`: the one value the class
+sets it to (`FlagIndex.set_once`)."""
 
 
 @dataclass
