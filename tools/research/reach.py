@@ -105,7 +105,7 @@ def in_place(text: str, name: str, before: str | None) -> str | None:
     return ast.unparse(_Put().visit(copy.deepcopy(node)))
 
 
-def _env_at(func: Func, names: set[str], line: int, env: Env) -> Env:
+def env_at(func: Func, names: set[str], line: int, env: Env) -> Env:
     """`env` with the values the re-assigned locals among `names` hold at `line`."""
     again = [n for n in names if n in func.assigned]
     if not again:
@@ -152,13 +152,13 @@ def reach_exits(
     for ex in func.exits:
         if ex.line < read.line or ex.exc.endswith(_IGNORED_EXC):
             continue
-        o = evaluate_all(ex.guards, _env_at(func, tracked, ex.line, env))
+        o = evaluate_all(ex.guards, env_at(func, tracked, ex.line, env))
         if o.flag_dependent and o.truth is not False:
             found.append(_exit(ex, func, [], o.truth, o.used, o.missing))
     for call in func.calls:
         if call.line < read.line:
             continue
-        here = _env_at(func, tracked, call.line, env)
+        here = env_at(func, tracked, call.line, env)
         o = evaluate_all(call.guards, here)
         argtext = " ".join([*call.args, *call.kwargs.values()])
         if o.truth is False or not (o.flag_dependent or _mentions(argtext, names)):

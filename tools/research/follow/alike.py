@@ -12,7 +12,6 @@ Anything else (an argument, a format, a return, a test left open) keeps the read
 from __future__ import annotations
 
 import ast
-from dataclasses import replace
 from typing import Any
 
 from tools.research.callers import idle_here
@@ -20,7 +19,7 @@ from tools.research.flag_index.lookup import FlagIndex
 from tools.research.guard_eval import evaluate
 from tools.research.guards.terms import UNKNOWN, Env, Member
 from tools.research.index_types import Func, Read
-from tools.research.reach import value_at
+from tools.research.reach import env_at
 from tools.research.source_code import function_node, parsed_source
 
 ALIKE = "every test of its value answers alike with it and without it here"
@@ -42,8 +41,7 @@ class _Uses:
         """Some answer with the flag came from its value (else the value was never seen)."""
 
     def env_at(self, env: Env, line: int) -> Env:
-        again = {n: value_at(self.func, n, line, env) for n in self.func.assigned}
-        return replace(env, locals={**env.locals, **again}) if again else env
+        return env_at(self.func, set(self.func.assigned), line, env)
 
     def both(self, text: str, line: int) -> tuple[Any, Any]:
         """`text`'s value at `line` with the flag and without it."""
