@@ -90,3 +90,15 @@ def case_startup(tree: Any, case: dict[str, Any]) -> Any:
         base_argv=profile_argv(case["profile"]),
         model_config=DATA / "model-configs" / PROFILES[case["profile"]]["config"],
     )
+
+
+def research_case(tree: Any, profile: str, flag: str, value: str | None = None) -> Any:
+    """Research's verdict on a flag (and value) for a labelled deployment, as a label would be
+    decided: the deployment's facts and SGLang's own start-up answer for it."""
+    from tools.research.analysis import analyze_flag
+    from tools.research.index import load_index
+
+    case = {"profile": profile, "flag": flag, **({"value": value} if value is not None else {})}
+    return analyze_flag(
+        load_index(tree), flag, profile_facts(profile), value=value, startup=case_startup(tree, case)
+    )

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.sglang_src import synthetic_tree
-from tests.research_profiles import case_startup, profile_facts
+from tests.research_profiles import profile_facts, research_case
 from tools.research.analysis import analyze_flag
 from tools.research.index import load_index
 
@@ -149,14 +149,10 @@ def test_torch_bf16_gemm_is_the_default_off_blackwell_on_the_real_0523_tree(sgla
     """0.5.23's `initialize_bf16_gemm_config` (unquant.py:298-375): `auto` becomes cutedsl on SM100
     only; elsewhere the backend is asked only `is_gemv()`/`is_cutedsl()` (here, in
     `UnquantizedLinearMethod.apply` and in Kimi-K3), which torch and auto answer alike."""
-    index = load_index(sglang_0523)
-    verdicts = {}
-    for profile, value in (("t3-qwen3-30b-a3b-rtx6000", "torch"), ("t3-qwen3-30b-a3b-rtx6000", "gemv")):
-        case = {"version": "0.5.23", "profile": profile, "flag": "--bf16-gemm-backend", "value": value}
-        verdicts[value] = analyze_flag(
-            index, "--bf16-gemm-backend", profile_facts(profile), value=value,
-            startup=case_startup(sglang_0523, case),
-        )  # fmt: skip
+    verdicts = {
+        value: research_case(sglang_0523, "t3-qwen3-30b-a3b-rtx6000", "--bf16-gemm-backend", value)
+        for value in ("torch", "gemv")
+    }
     assert (verdicts["torch"].verdict, verdicts["torch"].basis) == ("no-op", "alike"), verdicts[
         "torch"
     ].summary
@@ -168,16 +164,7 @@ def test_a_getter_whose_only_running_caller_asks_one_predicate_on_the_real_01515
     unquantized Mixtral the FP8 methods reading it back are not built, and the flashinfer autotune
     probe asks only `is_flashinfer_cutlass()`, which triton and auto answer alike."""
     index = load_index(sglang_0515)
-    case = {
-        "version": "0.5.15.post1",
-        "profile": "mixtral-a100x2",
-        "flag": "--fp8-gemm-backend",
-        "value": "triton",
-    }
-    v = analyze_flag(
-        index, "--fp8-gemm-backend", profile_facts("mixtral-a100x2"), value="triton",
-        startup=case_startup(sglang_0515, case),
-    )  # fmt: skip
+    v = research_case(sglang_0515, "mixtral-a100x2", "--fp8-gemm-backend", "triton")
     assert (v.verdict, v.basis) == ("no-op", "alike"), v.summary
     assert "is_flashinfer_cutlass()" in v.summary
     # `backend = Fp8GemmRunnerBackend(backend)` (fp8_utils.py:550): the value it held goes in its place

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.sglang_src import synthetic_tree
-from tests.research_profiles import case_startup, profile_facts
+from tests.research_profiles import research_case
 from tools.research.analysis import analyze_flag
 from tools.research.index import load_index
 
@@ -149,17 +149,6 @@ def test_flashinfer_trtllm_fp8_gemm_refuses_on_hopper_on_the_real_059_tree(sglan
     """0.5.9: `initialize_fp8_gemm_config` stores `Fp8GemmRunnerBackend(backend)` (fp8_utils.py:299);
     `dispatch_w8a8_block_fp8_linear` (:190), which every `Fp8LinearMethod` of a model quantized
     online calls, takes it from the getter and raises for flashinfer_trtllm off Blackwell (:204)."""
-    index = load_index(sglang_059)
-    profile = "t3-mixtral-h100x2-fp8"
-    case = {
-        "version": "0.5.9",
-        "profile": profile,
-        "flag": "--fp8-gemm-backend",
-        "value": "flashinfer_trtllm",
-    }
-    v = analyze_flag(
-        index, "--fp8-gemm-backend", profile_facts(profile), value="flashinfer_trtllm",
-        startup=case_startup(sglang_059, case),
-    )  # fmt: skip
+    v = research_case(sglang_059, "t3-mixtral-h100x2-fp8", "--fp8-gemm-backend", "flashinfer_trtllm")
     assert v.verdict == "refuses-to-start", v.summary
     assert "fp8_utils.py:204" in v.summary and "Blackwell" in v.summary, v.summary

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.sglang_src import synthetic_tree
-from tests.research_profiles import case_startup, profile_facts
+from tests.research_profiles import case_startup, profile_facts, research_case
 from tools.research.analysis import analyze_flag
 from tools.research.index import load_index
 
@@ -118,16 +118,8 @@ def test_a_value_also_logged_on_its_way_into_a_global_is_a_store(index) -> None:
 def test_a_bf16_backend_only_blackwell_runs_refuses_on_hopper_on_the_real_0523_tree(sglang_0523) -> None:  # type: ignore[no-untyped-def]
     """0.5.23's `initialize_bf16_gemm_config` (unquant.py:298-345, called by the scheduler) reads
     the flag into `backend_str`, replaces "auto" on SM100 only, and raises for cutedsl off SM100."""
-    index = load_index(sglang_0523)
     for value, refuses in (("cutedsl", True), ("gemv", False)):
-        case = {"version": "0.5.23", "profile": "h100-llama", "flag": "--bf16-gemm-backend", "value": value}
-        v = analyze_flag(
-            index,
-            "--bf16-gemm-backend",
-            profile_facts("h100-llama"),
-            value=value,
-            startup=case_startup(sglang_0523, case),
-        )
+        v = research_case(sglang_0523, "h100-llama", "--bf16-gemm-backend", value)
         assert (v.verdict == "refuses-to-start") == refuses, (value, v.verdict, v.summary)
     assert "requires SM100/SM103" in v.summary or refuses is False
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.sglang_src import synthetic_tree
-from tests.research_profiles import case_startup, profile_facts
+from tests.research_profiles import research_case
 from tools.research.analysis import analyze_flag
 from tools.research.index import load_index
 
@@ -175,16 +175,6 @@ def test_mxfp4_precision_is_no_op_where_the_moe_runner_is_not_flashinfer_on_the_
     """0.5.9: `Mxfp4MoEMethod.__init__` sets `self.use_flashinfer = get_moe_runner_backend()
     .is_flashinfer_mxfp4()` (mxfp4.py:303); `apply` reads the precision only under it (:754). On
     an H200 gpt-oss runs triton_kernel (SGLang's start-up picks it), so the precision is never read."""
-    index = load_index(sglang_059)
-    case = {
-        "version": "0.5.9",
-        "profile": "t3-gptoss120b-h200",
-        "flag": "--flashinfer-mxfp4-moe-precision",
-        "value": "bf16",
-    }
-    v = analyze_flag(
-        index, case["flag"], profile_facts(case["profile"]), value="bf16",
-        startup=case_startup(sglang_059, case),
-    )  # fmt: skip
+    v = research_case(sglang_059, "t3-gptoss120b-h200", "--flashinfer-mxfp4-moe-precision", "bf16")
     assert v.verdict == "no-op", v.summary
     assert "mxfp4.py:754" in v.summary and "moe_runner_backend" in v.summary, v.summary
