@@ -134,6 +134,7 @@ def analyze_flag(
     reader_findings(index, target.dest, facts, flag_values, verdict, without)
     if startup is not None and startup.kind == "changed":
         _drop_argument_refusals(verdict)
+        _reset_at_startup(verdict, startup, target.dest, trial)
         _settled_in_argument_code(index, verdict, startup, facts, flag_values, without)
     decide(Question(verdict, target, startup, index, facts, flag_values))
     if startup is not None and startup.kind == "changed":
@@ -188,6 +189,24 @@ def _settled_in_argument_code(
     elif all_off:
         for f in live:
             f.state, f.why = "off", why
+
+
+def _reset_at_startup(v: CodeVerdict, startup: StartupAnswer, dest: str, trial: Any) -> None:
+    """SGLang's own resolution here changed other settings but left `dest` where it is without the
+    flag (`_handle_data_parallelism` sets `enable_dp_attention` back to False when `dp_size` is 1,
+    after two earlier reads of it lowered `mem_fraction_static`): code that runs after start-up
+    reads the value it reads without the flag, so those readers, and the refusals they would reach
+    with the trial value, are off. What argument code did with the value on its way is in the
+    resolved configuration (`_settled_in_argument_code`)."""
+    if dest not in startup.baseline or dest in startup.changed or startup.baseline[dest] == trial:
+        return
+    why = (
+        f"SGLang's own resolution here leaves `{dest}` at {startup.baseline[dest]!r}, as without the flag: "
+        "code that runs after start-up reads what it reads without it"
+    )
+    for f in v.findings:
+        if not is_config_path(f.location) and f.state != "off":
+            f.state, f.why, f.exits = "off", why, []
 
 
 def _running_reader(
