@@ -19,6 +19,10 @@ test that turns counts as a refusal only in argument code that surely runs here.
   trial value back (`return {"dest": v}`, `tools.research.gates.overridden`), or gives the flag the trial
   value by itself here (`self.dest = v` under guards that hold, `tools.research.gates.set_anyway`);
 - `applies`: a reader runs here; `unknown`: it depends on a deployment fact nobody gave.
+
+Where SGLang's own start-up run sets the flag back to its value without it (after argument code
+changed other settings with it), code that runs after start-up reads that value: those readers are
+off, and what argument code changed on the way decides (`_reset_at_startup`).
 """
 
 from __future__ import annotations
