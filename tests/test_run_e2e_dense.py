@@ -1,6 +1,6 @@
 """End to end on a second scenario: `run_session` with the builtin policy on a dense Llama-3.1-8B
-on one H100 (simulated), where the seed's levers do nothing and others win. A whole simulated run:
-it takes its turn after the seed's, on the same test worker (tests/fixtures/schedule.py)."""
+on one H100 (simulated), where the seed's levers do nothing and others win. Its own file so that it
+runs beside the seed's run on another test worker (pyproject's `--dist loadfile`)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """`@pytest.mark.turns(name)` (tests/fixtures/quiet.py), run by a real pytest with xdist workers:
 tests of one name never overlap, and the rest of the suite runs beside them; a quiet test waits for
-its turn among them without stopping the other workers meanwhile; with the suite's own scheduling
-(tests/fixtures/schedule.py) their files go to one worker, whole and one after another."""
+its turn among them without stopping the other workers meanwhile."""
 
 from __future__ import annotations
 
@@ -21,7 +20,7 @@ def _stay(name, seconds):
     start = time.monotonic()
     time.sleep(seconds)
     with open(os.environ["TURNS_LOG"], "a") as f:
-        f.write(json.dumps([name, start, time.monotonic(), os.environ.get("PYTEST_XDIST_WORKER")]) + "\\n")
+        f.write(json.dumps([name, start, time.monotonic()]) + "\\n")
 """
 # with --dist loadfile one worker takes each file: b would start at 0.5 s, while a still runs
 FIRST = """
@@ -59,27 +58,19 @@ def test_g():
 """
 
 
-def _run(tmp_path: Path, files: dict[str, str], workers: int, *how: str) -> list[list]:
-    """Each test's [name, start, end, worker], in the order they ended, from a real pytest run of
-    `files` on `workers` xdist workers (`how`: the distribution and plugins)."""
+def _spans(tmp_path: Path, files: dict[str, str], workers: int) -> dict[str, tuple[float, float]]:
+    """Each test's (start, end), from a real pytest run of `files` on `workers` xdist workers."""
     for name, text in files.items():
         (tmp_path / name).write_text(HEAD + text)
     log = tmp_path / "log.jsonl"
     env = {**os.environ, "TURNS_LOG": str(log), "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-n", str(workers), *how, "-p", "tests.fixtures.quiet",
+        [sys.executable, "-m", "pytest", "-q", "-n", str(workers), "--dist", "loadfile", "-p", "tests.fixtures.quiet",
          "-p", "no:cacheprovider", "-W", "ignore::pytest.PytestUnknownMarkWarning", *files],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
-    return [json.loads(line) for line in log.read_text().splitlines()]
-
-
-def _spans(tmp_path: Path, files: dict[str, str], workers: int) -> dict[str, tuple[float, float]]:
-    """Each test's (start, end), with one worker for each file (`--dist loadfile`)."""
-    return {
-        name: (start, end) for name, start, end, _ in _run(tmp_path, files, workers, "--dist", "loadfile")
-    }
+    return {name: (start, end) for name, start, end in map(json.loads, log.read_text().splitlines())}
 
 
 def _overlap(spans: dict[str, tuple[float, float]], x: str, y: str) -> bool:
@@ -104,21 +95,3 @@ def test_a_quiet_test_waits_for_its_turn_without_stopping_the_others(tmp_path: P
     assert not any(_overlap(spans, "q", other) for other in spans if other != "q")  # alone
     # g started while q waited for a: waiting for its turn, q did not hold the gate
     assert spans["g"][0] < spans["a"][1]
-
-
-PLAIN = """
-def test_p():
-    _stay("p", 0.3)
-"""
-
-
-def test_the_files_of_tests_that_take_turns_go_to_one_worker_whole(tmp_path: Path) -> None:
-    """Spread over workers, the second of them would hold its worker waiting for the turn."""
-    files = {"test_first.py": FIRST, "test_second.py": SECOND}
-    files |= {f"test_plain{i}.py": PLAIN.replace('"p"', f'"p{i}"') for i in range(3)}
-    tests = _run(tmp_path, files, 3, "--dist", "loadgroup", "-p", "tests.fixtures.schedule")
-    worker = {name: w for name, _, _, w in tests}
-    assert worker["a"] == worker["b"] == worker["c"] == worker["d"], worker  # both files, whole
-    names = [name for name, *_ in tests if worker[name] == worker["a"]]
-    assert names in (["a", "c", "d", "b"], ["d", "b", "a", "c"]), names  # file after file
-    assert {worker[f"p{i}"] for i in range(3)} - {worker["a"]}  # the others ran elsewhere
