@@ -9,37 +9,51 @@ planner's choice of the next trial (`agent.policy.builtin.policy.trial_queue`: e
 looks at near misses) and the agent's own trial code (`TrialRunner`, `PairedTrial`: early stops,
 A/B/A, second and third launches, the restart budget) run against simulated launches. A launch's
 true output rate per level is the noise-free model (`sim.offline`) of the configuration deployed,
-times a log-normal launch factor (the restart spread); each repetition adds its own noise. Wall
-time is not simulated: the restart budget is the only limit (against a real server a run has 240
-minutes; the simulated deployment's default of 10 would stop it earlier).
+times a log-normal launch factor (the restart spread); each repetition adds its own noise.
+
+By default wall time is not simulated: the restart budget is the only limit. With `--minutes M`
+(60: what `bench_agent.py` gives a run) the trial code runs on a simulated clock at the scenario's
+time scale in `bench_agent.py` (`Clock`): a launch takes the simulator's start-up (the scenario's
+plus what the flags add: torch.compile 120 s, graph capture), a repetition the time its requests take
+at the configuration's noise-free rate (on the shared-prefix mix for a trial measured on it), and
+the run's set-up (baseline, two more launches for the restart spread, `--research-s` of research)
+comes first. The planner then sees what a run's planner sees from its runner: each candidate's
+`trial_cost` and the trials the budget fits (`trials_left`), and the value waiting behind a trial.
 
 Prints the mean share of the oracle kept, how often a run reaches 90% of it, restarts, and how
 often a flag that changes nothing (noise-free effect below 0.5% at every level) was kept.
 
     python benchmarks/bench_policy.py [--scenario NAME]... [--transcript T.jsonl] [--runs 200] [--no-second-look]
+        [--minutes 60 [--research-s 15]]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import math
 import random
 import shlex
 import shutil
+import statistics
 import sys
 import tempfile
 from collections import Counter
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_agent import (  # noqa: E402
     LEVELS,
+    OUT_LEN,
     levels_for_flags,
     objective,
     oracle,
+    reach,
     run_agent,
     sim_catalog,
     time_scale_for,
@@ -48,11 +62,16 @@ from bench_agent import (  # noqa: E402
 from bench_rule_power import simulate_measurements  # noqa: E402
 
 from agent.policy.builtin.policy import trial_queue  # noqa: E402
+from agent.policy.order import expected_value, restart_cost  # noqa: E402
 from agent.policy.playbook import evaluate, grid_size, load_playbook  # noqa: E402
+from agent.policy.trialgate import trial_result  # noqa: E402
 from agent.prepare import restart_budget  # noqa: E402
 from agent.transcripts.load import load_transcript  # noqa: E402
+from agent.trial import budget, paired, steps  # noqa: E402
+from agent.trial import runner as runner_module
+from agent.trial.deadline import CLOSING_SECONDS  # noqa: E402
 from agent.trial.record import Baseline, BudgetExhausted, TrialChange  # noqa: E402
-from agent.trial.runner import TrialRunner
+from agent.trial.runner import TrialRunner  # noqa: E402
 from sim import host  # noqa: E402
 from sim.scenario import SCENARIO_DIR  # noqa: E402
 from tools.bench.objective import objective_from_goal  # noqa: E402
@@ -64,8 +83,20 @@ PREFIX = "/usr/bin/python -m sglang.launch_server --model-path /m"
 
 
 @dataclass
+class Clock:
+    """Simulated wall seconds (`--minutes`): the trial code reads it as `time.monotonic()`; launches
+    and repetitions move it on."""
+
+    now: float = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+@dataclass
 class Target:
-    """The simulated deployment: the configuration running, at its launch's speed factor."""
+    """The simulated deployment: the configuration running, at its launch's speed factor; with a
+    `clock`, launches and repetitions take their simulated time, `scale` wall seconds a simulated one."""
 
     scenario: str
     rng: random.Random
@@ -75,23 +106,32 @@ class Target:
     running: str = ""
     factor: float = 1.0
     restarts: int = 0
+    clock: Clock | None = None
+    scale: float = 1.0
+    mix: bool = False
+    """The block under way is measured on the shared-prefix mix (a caching or scheduling flag's trial)."""
 
-    def _launch(self, text: str) -> bool:
+    def _launch(self, text: str) -> tuple[bool, float]:
+        """(whether it started, wall seconds the launch took)."""
         self.running, self.factor = text, math.exp(self.rng.gauss(0, self.launch_sd))
         self.restarts += 1
-        return truth(self.scenario, text) is not None
+        starts = truth(self.scenario, text) is not None
+        seconds = start_seconds(self.scenario, text) * self.scale
+        if self.clock is not None:
+            self.clock.now += seconds
+        return starts, seconds
 
     async def deploy(self, text: str, *, reason: str) -> DeployOutcome:
-        if self._launch(text):
-            return DeployOutcome(ok=True)
-        self._launch(self.good)
-        return DeployOutcome(ok=False, error="the server did not start", rolled_back=True)
+        started, seconds = self._launch(text)
+        if started:
+            return DeployOutcome(ok=True, seconds=seconds)
+        seconds += self._launch(self.good)[1]
+        return DeployOutcome(ok=False, error="the server did not start", rolled_back=True, seconds=seconds)
 
     async def rollback(self) -> DeployOutcome:
         if self.running == self.good:
             return DeployOutcome(ok=True, changed=False)
-        self._launch(self.good)
-        return DeployOutcome(ok=True)
+        return DeployOutcome(ok=True, seconds=self._launch(self.good)[1])
 
     async def commit(self) -> None:
         self.good = self.running
@@ -112,7 +152,42 @@ class Target:
             )  # fmt: skip
             for c, v in levels.items()
         ]
-        return SweepResult(endpoint="http://sim", api="completions", levels=out, seed=rep)
+        started = self.clock.now if self.clock is not None else 0.0
+        if self.clock is not None:
+            self.clock.now += rep_seconds(self.scenario, self.running, self.mix) * self.scale
+        stamp = {
+            "started_at": datetime.fromtimestamp(started, UTC).isoformat(),
+            "finished_at": datetime.fromtimestamp(self.clock.now if self.clock else 0.0, UTC).isoformat(),
+        }
+        return SweepResult(endpoint="http://sim", api="completions", levels=out, seed=rep, **stamp)
+
+
+@functools.cache
+def start_seconds(scenario: str, text: str) -> float:
+    """Simulated seconds a launch of the unit `text` takes until healthy (`sim.server`: the
+    scenario's start-up plus what its flags add), or until it fails (`sim.server`: 0.6 of it)."""
+    from sim.offline import plan_for
+    from sim.plan import StartupError
+
+    try:
+        scn, _, plan = plan_for(scenario, _flags(text), replace_baseline=True)
+    except (StartupError, SystemExit):
+        return 0.6 * plan_for(scenario, [])[0].timing.startup_s
+    return scn.timing.startup_s + plan.extra_startup_s
+
+
+@functools.cache
+def rep_seconds(scenario: str, text: str, mix: bool) -> float:
+    """Simulated seconds of one repetition (a sweep) on the unit `text`: each level's requests
+    (`bench_agent.levels_for_flags`: max(2c, 8) of `OUT_LEN` tokens) at its noise-free output rate,
+    on the shared-prefix mix when `mix`."""
+    levels = levels_for_flags(scenario, _flags(text), "mix" if mix else "random") or {}
+    return sum(max(2 * c, 8) * OUT_LEN / v for c, v in levels.items() if v > 0)
+
+
+def _flags(text: str) -> list[str]:
+    line = next(x for x in text.splitlines() if x.startswith("ExecStart="))
+    return shlex.split(line.removeprefix("ExecStart=").removeprefix(PREFIX))
 
 
 _TRUTH: dict[tuple[str, str], dict[int, float] | None] = {}
@@ -121,9 +196,7 @@ _TRUTH: dict[tuple[str, str], dict[int, float] | None] = {}
 def truth(scenario: str, text: str) -> dict[int, float] | None:
     """Noise-free output tok/s per level of the unit `text` (None: it does not start)."""
     if (scenario, text) not in _TRUTH:
-        line = next(x for x in text.splitlines() if x.startswith("ExecStart="))
-        flags = shlex.split(line.removeprefix("ExecStart=").removeprefix(PREFIX))
-        _TRUTH[scenario, text] = levels_for_flags(scenario, flags)
+        _TRUTH[scenario, text] = levels_for_flags(scenario, _flags(text))
     return _TRUTH[scenario, text]
 
 
@@ -131,33 +204,83 @@ def one_run(
     scenario: str, cands: list[dict], verdicts: dict, unit: str, budget: int, rng: random.Random, args
 ):  # type: ignore[no-untyped-def]
     """(kept changes, restarts) of one replayed trial phase."""
-    target = Target(scenario, rng, args.launch_sd, args.rep_sd, good=unit)
+    clock = Clock() if args.minutes else None
+    scale = time_scale_for(scenario, 0.1, 4000.0) if clock else 1.0
+    target = Target(scenario, rng, args.launch_sd, args.rep_sd, good=unit, clock=clock, scale=scale)
     target._launch(unit)
-
+    if clock is not None:
+        clock.now = 0.0  # the server runs when the command starts
     simulate_measurements(target.sweep)
+    inner = steps.measure
+
+    async def measure(endpoint, bench, **kw):  # type: ignore[no-untyped-def]
+        target.mix = bench.workload != "random"
+        return await inner(endpoint, bench, **kw)
+
+    steps.measure = measure  # type: ignore[assignment]
     bench = BenchConfig(min_effect=args.min_effect)
     runner = TrialRunner(
         deployment=target, endpoint="http://sim", bench=bench, objective=objective_from_goal("improve throughput"),
         baseline=Baseline(reps=[target.sweep() for _ in range(bench.reps)], probe=None, text=unit),
         max_restarts=budget,
+        slow_starts={c["flag"]: restart_cost(c) for c in cands if restart_cost(c) > 1},
     )  # fmt: skip
+    if clock is not None:
+        set_up(runner, target, clock, args)
+        cands = [{**c, "trial_cost": runner.trial_cost(c["flag"])} for c in cands]
     target.restarts = 0
+    deps = SimpleNamespace(runner=runner, baseline_levels={})
     tried: dict[str, list[dict]] = {}
-    while queue := [q for q in trial_queue(cands, verdicts, tried) if q[1] == "untried" or args.second_look]:
+    slots = runner.trials_left() if clock is not None else None
+    while queue := [
+        q for q in trial_queue(cands, verdicts, tried, slots) if q[1] == "untried" or args.second_look
+    ]:
         c, why = queue[0]
         members = c.get("bundle") or [c]  # a second look at near misses of one level goes as one change
         changes = [TrialChange(flag=m["flag"], value=m["value"], action=m["action"]) for m in members]
+        if clock is not None:
+            runner.waiting(waiting(cands, verdicts, tried, members))
         try:
             record = asyncio.run(
                 runner.run(changes, reason=why, kind="bundle" if len(members) > 1 else "single")
             )
         except BudgetExhausted:
             break
+        result = trial_result(deps, record)  # type: ignore[arg-type]
+        slots = result["trials_left"] if clock is not None else None
         for m in members:
-            tried.setdefault(m["flag"], []).append(
-                {"trial": record.number, "near_miss": record.near_miss, "decision": record.decision}
-            )
+            tried.setdefault(m["flag"], []).append({**result, "value": m["value"]})
     return [ch.describe() for ch in runner.kept_changes], target.restarts
+
+
+def set_up(runner: TrialRunner, target: Target, clock: Clock, args) -> None:  # type: ignore[no-untyped-def]
+    """The run before its trials, on the simulated clock: two more launches of known-good and a
+    block on each (the restart spread), research and planning (`--research-s`); the budget's end
+    where `--minutes` put it, less what the run keeps for its end."""
+    for module in (budget, paired, runner_module, steps):
+        module.time = clock  # type: ignore[attr-defined]
+    for _ in range(2):
+        runner.launch_seconds.append(target._launch(target.good)[1])
+        for _ in range(runner.bench.reps):
+            target.sweep()
+    clock.now += args.research_s
+    runner.deadline = args.minutes * 60 * target.scale
+    runner.closing_seconds = CLOSING_SECONDS
+
+
+def waiting(cands: list[dict], verdicts: dict, tried: dict, members: list[dict]) -> float:
+    """What the best candidate no trial has touched, besides `members`, is worth per ordinary trial
+    (`agent.policy.planner.waiting_value`)."""
+    touched = set(tried) | {m["flag"] for m in members}
+    values = [
+        expected_value(c, verdicts[c["flag"]])
+        for c in cands
+        if c["flag"] not in touched
+        and c["flag"] in verdicts
+        and verdicts[c["flag"]]["verdict"] in ("applies", "unknown")
+        and not c["lossy"]
+    ]
+    return max([0.0, *values])
 
 
 def main() -> None:
@@ -177,6 +300,14 @@ def main() -> None:
     ap.add_argument(
         "--no-second-look", dest="second_look", action="store_false", help="never try a near miss again"
     )
+    ap.add_argument(
+        "--minutes",
+        type=float,
+        help="simulate wall time: the run's budget in simulated minutes (bench_agent: 60)",
+    )
+    ap.add_argument(
+        "--research-s", type=float, default=15.0, help="with --minutes: wall seconds of research and planning"
+    )
     args = ap.parse_args()
     names = args.scenario or sorted(p.stem for p in SCENARIO_DIR.glob("*.toml"))
     if args.transcript and len(names) != 1:
@@ -186,9 +317,10 @@ def main() -> None:
         f"{args.rep_sd:.1%}; second looks {'on' if args.second_look else 'off'}"
     )
     print(
-        "| scenario | oracle | rule oracle | mean kept, % of oracle | runs >= 90% | restarts / budget | runs keeping a no-op |"
+        "| scenario | oracle | rule oracle | mean kept, % of oracle | runs >= 90% | rule reach "
+        "| median kept, % of reach | median of 3 >= 95% of reach | restarts / budget | runs keeping a no-op |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     details = []
     for name in names:
         tx = load_transcript(
@@ -225,21 +357,24 @@ def replay(name: str, tx, args) -> tuple[str, list[tuple[str, float]]]:  # type:
     resolved = evaluate(load_playbook(), facts, sim_catalog())
     cands = [
         {"flag": c.flag, "value": c.value, "action": c.action, "status": c.status, "priority": c.lever.priority,
-         "lossy": c.lever.lossy, "lossy_allowed": False, "helps": c.lever.helps}
+         "lossy": c.lever.lossy, "lossy_allowed": False, "helps": c.lever.helps,
+         "restart_cost": getattr(c.lever, "restart_cost", None)}
         for c in resolved
     ]  # fmt: skip
     verdicts = {e["data"]["flag"]: e["data"] for e in tx.events_of("verdict")}
     unit = _unit(name)
     budget = args.max_restarts or restart_budget(None, grid_size(load_playbook(), facts, sim_catalog()))
     base = truth(name, unit)
-    best, alone, _ = oracle(name, resolved, base)
+    best, alone, members = oracle(name, resolved, base)
+    reachable = reach(best["rule"][0] - 1, members)
     rng = random.Random(1)
-    shares, restarts, noop_runs, sets, noop_flags = [], [], 0, Counter(), Counter()
+    shares, reached, restarts, noop_runs, sets, noop_flags = [], [], [], 0, Counter(), Counter()
     for _ in range(args.runs):
         kept, n = one_run(name, cands, verdicts, unit, budget, rng, args)
         got = truth(name, _with(unit, resolved, kept)) or base
         share = (objective(base, got) - 1) / (best["all"][0] - 1) if best["all"][0] > 1.005 else 1.0
         shares.append(share)
+        reached.append((objective(base, got) - 1) / reachable if reachable > 0 else 1.0)
         restarts.append(n)
         sets[f"{share:.0%} {sorted(kept)}"] += 1
         noops = [
@@ -248,9 +383,11 @@ def replay(name: str, tx, args) -> tuple[str, list[tuple[str, float]]]:  # type:
         noop_runs += bool(noops)
         noop_flags.update(noops)
     n = len(shares)
+    p = sum(r >= 0.95 for r in reached) / n  # one run keeps 95% of the reach; the median of three does:
     row = (
         f"| {name} | {best['all'][0] - 1:+.1%} | {best['rule'][0] - 1:+.1%} | {sum(shares) / n:.0%} "
-        f"| {sum(s >= 0.9 for s in shares) / n:.0%} | {sum(restarts) / n:.1f} / {budget} | {noop_runs / n:.1%} |"
+        f"| {sum(s >= 0.9 for s in shares) / n:.0%} | {reachable:+.1%} | {statistics.median(reached):.0%} "
+        f"| {p**3 + 3 * p**2 * (1 - p):.0%} | {sum(restarts) / n:.1f} / {budget} | {noop_runs / n:.1%} |"
     )
     common = [(kept, count / n) for kept, count in sets.most_common(3)]
     return row, common + [(f"the no-op {flag}", count / n) for flag, count in noop_flags.items()]
