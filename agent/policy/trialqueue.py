@@ -224,23 +224,35 @@ def _sure_enough(candidate: dict[str, Any], verdicts: dict[str, Any]) -> bool:
 
 
 def fit_budget(
-    ranked: list[tuple[float, int, dict[str, Any], str]], slots: int | None, verdicts: dict[str, Any]
+    ranked: list[tuple[float, int, dict[str, Any], str]], slots: float | None, verdicts: dict[str, Any]
 ) -> list[tuple[float, int, dict[str, Any], str]]:
-    """The ranking cut to the trials the budget still fits: when more are open than `slots`, the
-    untried candidates from the last slot on that research is sure enough of (`_sure_enough`) and
-    that cost at no measured level go into one change in that slot. Tried one at a time they would
-    not be reached at all; together each gets a chance, and a kept bundle still loses its doubtful
-    members (`doubtful_members`). Unchanged when everything fits, or fewer than two would go
-    together."""
-    if slots is None or slots < 1 or len(ranked) <= slots:
+    """The ranking cut to the trials the budget still fits: when the open trials take more than
+    `slots` ordinary trials' time (each its `restart_cost`: a slow start counts what its launches
+    add), the untried candidates from the last slot on that research is sure enough of
+    (`_sure_enough`) and that cost at no measured level go into one change in that slot. Tried one
+    at a time they would not be reached at all; together each gets a chance, and a kept bundle
+    still loses its doubtful members (`doubtful_members`). The last slot is as long as its slowest
+    member's trial: on the simulated 4 x H100 a trial of mixed chunk and then one of torch.compile
+    (1.3 trials) did not fit the 2.2 trials left, and torch.compile was refused for time. Unchanged
+    when everything fits, or fewer than two would go together."""
+    if slots is None or slots < 1 or sum(_cost(e) for e in ranked) <= slots:
         return ranked
-    head, tail = ranked[: slots - 1], ranked[slots - 1 :]
-    members: list[dict[str, Any]] = []
-    rest = []
 
     def joins(m: dict[str, Any]) -> bool:  # a lever with a known cost at a measured level goes alone
         return _sure_enough(m, verdicts) and not m.get("costs_at_levels")
 
+    def last_slot(tail: list[tuple[float, int, dict[str, Any], str]]) -> float:
+        return max([1.0] + [restart_cost(m) for e in tail for m in e[2].get("bundle") or [e[2]] if joins(m)])
+
+    split = 0
+    while (
+        split < len(ranked)
+        and sum(_cost(e) for e in ranked[: split + 1]) + last_slot(ranked[split + 1 :]) <= slots
+    ):
+        split += 1
+    head, tail = ranked[:split], ranked[split:]
+    members: list[dict[str, Any]] = []
+    rest = []
     for entry in tail:
         value, i, c, why = entry
         if c.get("second_look") or (why != "untried" and "bundle" not in c):  # a near miss, a retry
@@ -259,10 +271,15 @@ def fit_budget(
     value, bundle = _bundle(members, verdicts, "more levers than the budget has trials for, tried together")
     names = ", ".join(m["flag"] for m in members)
     why = (
-        f"the budget left fits about {slots} more trial{'s' * (slots > 1)} and {len(ranked)} are "
+        f"the budget left fits about {slots:g} more trial{'s' * (slots > 1)} and {len(ranked)} are "
         f"open: {names}, each applying here by research, would otherwise not be tried at all"
     )
     return [*head, (value, -2, bundle, why), *rest]
+
+
+def _cost(entry: tuple[float, int, dict[str, Any], str]) -> float:
+    """Ordinary trials' time the trial of a ranked entry takes (a bundle: its slowest member's)."""
+    return max(restart_cost(m) for m in entry[2].get("bundle") or [entry[2]])
 
 
 def sized_steps(
@@ -290,7 +307,7 @@ def next_trials(
     candidates: list[dict[str, Any]],
     verdicts: dict[str, Any],
     tried: dict[str, list[dict[str, Any]]],
-    slots: int | None = None,
+    slots: float | None = None,
 ) -> list[tuple[dict[str, Any], str]]:
     """What to trial next, best first: (candidate, why) for the untried candidates and for each near
     miss tried once, ranked by value per restart. `tried`: flag -> its trial results so far. Small

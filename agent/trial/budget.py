@@ -4,6 +4,7 @@ its baseline, trials, launch times, deadline and restart counts)."""
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from typing import Any
@@ -90,11 +91,12 @@ class TrialBudget:
         if getattr(outcome, "changed", True) and getattr(outcome, "seconds", 0) > 0:
             self.launch_seconds.append(outcome.seconds)
 
-    def trials_left(self) -> int:
-        """About how many more trials the budget fits: the wall time left over what a trial took
-        in this run on average (`trial_estimate` before any), the restarts left over a trial's
-        average (two before any: deploy and rollback), and the trial count left; at least one
-        while `budget_left` lets another start, none when it does not."""
+    def trials_left(self) -> float:
+        """About how many more ordinary trials' time the budget fits (to a tenth): the wall time left
+        over what a trial took in this run on average (`trial_estimate` before any), the restarts
+        left over a trial's average (two before any: deploy and rollback), and the trial count left;
+        at least one while `budget_left` lets another start, none when it does not. The planner
+        counts a slow start's trial against it at its `trial_cost` (`agent.policy.trialqueue.fit_budget`)."""
         if self.budget_left() is not None:
             return 0
         done = [t for t in self.trials if t.deployed]
@@ -105,7 +107,7 @@ class TrialBudget:
             fits.append((self.ends_at() - time.monotonic()) / max(seconds, 1e-9))
         if self.max_restarts is not None:
             fits.append((self.max_restarts - self.restarts) / max(restarts, 1.0))
-        return max(1, int(min(fits)))
+        return max(1.0, math.floor(min(fits) * 10) / 10)
 
     def budget_left(self, *, reserve: float = 0.0, changes: list[TrialChange] | None = None) -> str | None:
         """None when another trial (of `changes`, when known) may start, leaving `reserve`

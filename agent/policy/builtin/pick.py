@@ -39,7 +39,7 @@ def could_come_first(
     verdicts: dict[str, Any],
     tried: dict[str, list[dict[str, Any]]],
     attempted: set[str],
-    slots: int | None = None,
+    slots: float | None = None,
 ) -> list[str]:
     """The flags to research before answering: untried, unresearched (and not `attempted` in vain
     this turn) candidates that, were research sure of them, would beat the best so far; the likeliest
@@ -109,7 +109,7 @@ def first_pick_text(
     cands: list[dict[str, Any]],
     verdicts: dict[str, Any],
     tried: dict[str, list[dict[str, Any]]],
-    slots: int | None = None,
+    slots: float | None = None,
     *,
     shown: Collection[str] = (),
     failed: Collection[str] = (),

@@ -151,7 +151,7 @@ def planner_policy(messages: list[Any], info: Any) -> Any:
     bundles: list[tuple[list[str], dict]] = []
     left_out: dict[str, dict] = {}
     # the trials the budget still fits, as the latest trial result (else the candidate list) says
-    slots: int | None = next((c.get("trials_left") for c in cands if isinstance(c, dict)), None)
+    slots: float | None = next((c.get("trials_left") for c in cands if isinstance(c, dict)), None)
     for name, content, args in returns:
         if name not in ("run_trial", "leave_out") or not isinstance(content, dict):
             continue
@@ -304,7 +304,7 @@ def trial_queue(
     cands: list[dict[str, Any]],
     verdicts: dict[str, dict],
     tried: dict[str, list[dict]],
-    slots: int | None = None,
+    slots: float | None = None,
 ) -> list[tuple[dict[str, Any], str]]:
     """What the builtin planner trials next, best first: (candidate, why), see `agent.policy.trialqueue`;
     `slots`: the trials the budget still fits (None: not known yet)."""
