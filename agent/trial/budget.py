@@ -98,7 +98,7 @@ class TrialBudget:
         at least one while `budget_left` lets another start, none when it does not. The planner
         counts a slow start's trial against it at its `trial_cost` (`agent.policy.trialqueue.fit_budget`)."""
         if self.budget_left() is not None:
-            return 0
+            return 0.0
         done = [t for t in self.trials if t.deployed]
         seconds = sum(t.seconds for t in done) / len(done) if done else self.trial_estimate()
         restarts = sum(t.restarts for t in done) / len(done) if done else 2.0
