@@ -62,7 +62,7 @@ from bench_agent import (  # noqa: E402
 from bench_rule_power import simulate_measurements  # noqa: E402
 
 from agent.policy.builtin.policy import trial_queue  # noqa: E402
-from agent.policy.order import expected_value, restart_cost  # noqa: E402
+from agent.policy.order import restart_cost, waiting_value  # noqa: E402
 from agent.policy.playbook import evaluate, grid_size, load_playbook  # noqa: E402
 from agent.policy.trialgate import trial_result  # noqa: E402
 from agent.prepare import restart_budget  # noqa: E402
@@ -152,13 +152,11 @@ class Target:
             )  # fmt: skip
             for c, v in levels.items()
         ]
-        started = self.clock.now if self.clock is not None else 0.0
-        if self.clock is not None:
-            self.clock.now += rep_seconds(self.scenario, self.running, self.mix) * self.scale
-        stamp = {
-            "started_at": datetime.fromtimestamp(started, UTC).isoformat(),
-            "finished_at": datetime.fromtimestamp(self.clock.now if self.clock else 0.0, UTC).isoformat(),
-        }
+        clock = self.clock or Clock()  # without one, every repetition is instant
+        started = clock.now
+        clock.now += rep_seconds(self.scenario, self.running, self.mix) * self.scale if self.clock else 0.0
+        stamp = {key: datetime.fromtimestamp(t, UTC).isoformat()
+                 for key, t in (("started_at", started), ("finished_at", clock.now))}  # fmt: skip
         return SweepResult(endpoint="http://sim", api="completions", levels=out, seed=rep, **stamp)
 
 
@@ -239,7 +237,7 @@ def one_run(
         members = c.get("bundle") or [c]  # a second look at near misses of one level goes as one change
         changes = [TrialChange(flag=m["flag"], value=m["value"], action=m["action"]) for m in members]
         if clock is not None:
-            runner.waiting(waiting(cands, verdicts, tried, members))
+            runner.waiting(waiting_value(cands, verdicts, set(tried) | {m["flag"] for m in members}))
         try:
             record = asyncio.run(
                 runner.run(changes, reason=why, kind="bundle" if len(members) > 1 else "single")
@@ -266,21 +264,6 @@ def set_up(runner: TrialRunner, target: Target, clock: Clock, args) -> None:  # 
     clock.now += args.research_s
     runner.deadline = args.minutes * 60 * target.scale
     runner.closing_seconds = CLOSING_SECONDS
-
-
-def waiting(cands: list[dict], verdicts: dict, tried: dict, members: list[dict]) -> float:
-    """What the best candidate no trial has touched, besides `members`, is worth per ordinary trial
-    (`agent.policy.planner.waiting_value`)."""
-    touched = set(tried) | {m["flag"] for m in members}
-    values = [
-        expected_value(c, verdicts[c["flag"]])
-        for c in cands
-        if c["flag"] not in touched
-        and c["flag"] in verdicts
-        and verdicts[c["flag"]]["verdict"] in ("applies", "unknown")
-        and not c["lossy"]
-    ]
-    return max([0.0, *values])
 
 
 def main() -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.policy.verdict import REJECTED
+from agent.policy.verdict import REJECTED, doubtful_rejection
 from agent.trial.firstlook import log_estimate, look_value
 from agent.trial.spread import establishable  # noqa: F401 - the planner's name for it
 
@@ -64,6 +64,22 @@ def expected_value(candidate: dict[str, Any], verdict: Any) -> float:
     if candidate.get("status") in PLAYBOOK_DOUBTS:  # the playbook's conditions say it won't help or start
         sure *= 0.25
     return sure * float(gain) / restart_cost(candidate)
+
+
+def waiting_value(
+    candidates: list[dict[str, Any]], verdicts: dict[str, dict[str, Any]], touched: set[str]
+) -> float:
+    """The value per trial (`expected_value`) of the best candidate not in `touched` that research
+    lets through (applies, unknown, or a doubtful rejection) and the lossy rule does not block; 0
+    when none waits (the runner's `waiting_value`: what a third launch must be worth more than)."""
+    values = [0.0]
+    for c in candidates:
+        verdict = verdicts.get(c["flag"])
+        if c["flag"] in touched or verdict is None or (c.get("lossy") and not c.get("lossy_allowed")):
+            continue
+        if verdict["verdict"] in ("applies", "unknown") or doubtful_rejection(verdict):
+            values.append(expected_value(c, verdict))
+    return max(values)
 
 
 def restart_cost(candidate: dict[str, Any]) -> float:

@@ -140,24 +140,15 @@ def candidates_view(deps: PlannerDeps) -> list[dict[str, Any]]:
 
 
 def waiting_value(deps: PlannerDeps, changes: list[TrialChange]) -> float:
-    """The value per trial (`order.expected_value`) of the best candidate no trial has touched
-    yet, besides `changes`, that research lets through (applies, unknown, or a doubtful rejection)
-    and the lossy rule does not block; 0 when none waits."""
-    from agent.policy.order import expected_value
-    from agent.policy.verdict import doubtful_rejection
+    """The value per trial of the best candidate no trial has touched yet, besides `changes`
+    (`order.waiting_value`); 0 when none waits."""
+    from agent.policy.order import waiting_value as best_waiting
 
     runner = deps.runner
     touched = {c.flag for t in (runner.trials if runner is not None else []) for c in t.changes}
     touched |= {c.flag for c in changes}
-    values = [0.0]
-    for c in candidates_view(deps):
-        v = deps.verdicts.get(c["flag"])
-        verdict = v.model_dump() if v is not None else None
-        if c["flag"] in touched or verdict is None or (c["lossy"] and not c["lossy_allowed"]):
-            continue
-        if verdict["verdict"] in ("applies", "unknown") or doubtful_rejection(verdict):
-            values.append(expected_value(c, verdict))
-    return max(values)
+    verdicts = {flag: v.model_dump() for flag, v in deps.verdicts.items() if v is not None}
+    return best_waiting(candidates_view(deps), verdicts, touched)
 
 
 def goal_levels(deps: PlannerDeps) -> list[int] | None:
