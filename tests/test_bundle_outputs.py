@@ -61,7 +61,7 @@ INTERVAL = re.compile(r"[+-]\d+\.\d% \[[+-]\d+\.\d\.\.[+-]\d+\.\d\]")
 @pytest.fixture(scope="module")
 def bundle_run(tmp_path_factory: pytest.TempPathFactory, sglang_0523) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     tmp = tmp_path_factory.mktemp("bundle")
-    config = _fast_host(tmp, "seed", sglang_0523)
+    config = _fast_host(tmp, "seed", sglang_0523, time_scale=0.125)
     # two relaunches of known-good measure the restart spread: the second is a rollback
     config = config.model_copy(update={"bench": config.bench.model_copy(update={"spread_launches": 2})})
     (tmp / "playbook.toml").write_text(PLAYBOOK)
@@ -91,7 +91,7 @@ def _flat(text: str) -> str:
     return " ".join(text.split())
 
 
-@pytest.mark.slow(seconds=300)
+@pytest.mark.slow(seconds=120)
 @pytest.mark.timeout(900)
 def test_the_terminal_shows_one_change_with_its_members_and_the_user_s_workload(bundle_run) -> None:  # type: ignore[no-untyped-def]
     result, terminal = bundle_run["result"], bundle_run["terminal"]
@@ -117,7 +117,7 @@ def test_the_terminal_shows_one_change_with_its_members_and_the_user_s_workload(
     assert lines[-1].startswith("on your workload (random prompts") and len(INTERVAL.findall(lines[-1])) == 2
 
 
-@pytest.mark.slow(seconds=300)
+@pytest.mark.slow(seconds=120)
 @pytest.mark.timeout(900)
 def test_every_saved_output_shows_the_change_its_members_and_the_final_check(bundle_run) -> None:  # type: ignore[no-untyped-def]
     result, path = bundle_run["result"], bundle_run["path"]
@@ -169,7 +169,7 @@ def test_every_saved_output_shows_the_change_its_members_and_the_final_check(bun
     assert data["together"][0]["members"][0]["own"] == "its own effect not measured separately"
 
 
-@pytest.mark.slow(seconds=300)
+@pytest.mark.slow(seconds=120)
 @pytest.mark.timeout(900)
 def test_the_review_counts_every_rollback_the_terminal_showed(bundle_run) -> None:  # type: ignore[no-untyped-def]
     review = build_review(load_transcript(bundle_run["path"]))
@@ -181,7 +181,7 @@ def test_the_review_counts_every_rollback_the_terminal_showed(bundle_run) -> Non
     assert "## Rollbacks\n\nnone" not in md and review.rollbacks[0] in md
 
 
-@pytest.mark.slow(seconds=300)
+@pytest.mark.slow(seconds=120)
 @pytest.mark.timeout(900)
 def test_show_reads_as_text_not_python_reprs(bundle_run) -> None:  # type: ignore[no-untyped-def]
     shown = CliRunner().invoke(app, ["transcripts", "show", str(bundle_run["path"])], env={"COLUMNS": "100"})

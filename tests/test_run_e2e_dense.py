@@ -55,7 +55,7 @@ replaced_by = { flag = "--flashinfer-allreduce-fusion-backend", value = "auto" }
 """
 
 
-@pytest.mark.slow(seconds=300)
+@pytest.mark.slow(seconds=460)
 @pytest.mark.turns("whole-run")
 @pytest.mark.timeout(1200)  # a whole simulated run: ~470 s on a quiet 2-core machine
 def test_dense_h100_run_reaches_other_conclusions(tmp_path, sglang_0523):
