@@ -70,6 +70,7 @@ def test_the_first_trial_starts_only_if_a_winner_fits_at_this_runs_measured_spee
     from tools.bench.objective import objective_from_goal
     from tools.bench.results import SweepResult
     from tools.config import BenchConfig
+    from tools.deploy.deployment import DeployOutcome
 
     def rep(start: int) -> SweepResult:  # one repetition that took 29 s, as on the seed deployment
         data = sweep({1: 124.0, 8: 410.0, 64: 1150.0})
@@ -80,10 +81,15 @@ def test_the_first_trial_starts_only_if_a_winner_fits_at_this_runs_measured_spee
     baseline = Baseline(reps=[rep(0), rep(29), rep(1)], probe=None, text="")
     runner = TrialRunner(deployment=None, endpoint="http://127.0.0.1:1", bench=BenchConfig(reps=3),
                          objective=objective_from_goal("improve throughput"), baseline=baseline)  # fmt: skip
-    assert (
-        runner.trial_estimate() == (4 * 3 + 2) * 29
-    )  # known-good, candidate, known-good, confirm + 2 restarts
-    runner.deadline = time.monotonic() + 300  # 5 minutes left: a winner could not finish
+    # known-good, candidate, known-good, confirm; 3 restarts (deploy, rollback, the second launch),
+    # each as long as a repetition while no restart has been timed
+    assert runner.trial_estimate() == (4 * 3 + 3) * 29
+    runner.deadline = time.monotonic() + 400  # under 7 minutes left: a winner could not finish
     assert runner.budget_left() == "wall-time budget spent"
     runner.deadline = time.monotonic() + 500
     assert runner.budget_left() is None
+    # the restart spread's launches took 80 s each: a winner's three restarts take as long
+    for _ in range(2):
+        runner.note_restart(DeployOutcome(ok=True, seconds=80.0))
+    assert runner.trial_estimate() == 4 * 3 * 29 + 3 * 80
+    assert runner.budget_left() == "wall-time budget spent"
