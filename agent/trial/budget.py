@@ -23,18 +23,17 @@ class TrialBudget:
         """Seconds the next trial (of `changes`, when known) may take if it wins on its second
         launch: a winner's blocks (known-good, candidate, known-good, confirm) at the time one baseline
         repetition took in this run, and its three restarts (deploy, rollback, the second launch) at
-        the median restart so far (a repetition's time before any); or the longest trial measured
-        without its third launch when one took longer; plus, for a flag that starts slowly
-        (`slow_starts`), what its two launches take beyond an ordinary restart. (Counted with two
+        `restart_estimate`; or the longest trial measured without its third launch when one took
+        longer; plus, for a flag that starts slowly (`slow_starts`), what its two launches take beyond
+        an ordinary restart. (Counted with two
         restarts a repetition long, the first trial on the simulated 4 x H100 Llama-70B was planned at
         164 s and took 239-274 s; now 241 s.) A third launch is not budgeted here: it starts only if
         the deadline leaves room for it (`PairedTrial._second_launch`).
         Trials on the workload this one runs on set the figure (a trial on the shared-prefix mix
         took 346 s where one on random prompts took 243 s, and the longer one left torch.compile
         untried with 5.5 of 18 minutes left); until one has, every trial does."""
-        one_rep = rep_seconds(self.baseline.reps)
-        restart = statistics.median(self.launch_seconds) if self.launch_seconds else one_rep
-        shape = 4 * self.block_reps * one_rep + 3 * restart
+        restart = self.restart_estimate()
+        shape = 4 * self.block_reps * rep_seconds(self.baseline.reps) + 3 * restart
         done = [t for t in self.trials if t.deployed]
         here = self._workload(changes or [])
         same = [t for t in done if self._workload(t.changes) == here]
