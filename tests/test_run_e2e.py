@@ -91,7 +91,8 @@ def _fast_host(tmp_path: Path, scenario: str, tree, *, time_scale: float = 0.5) 
       +4.8% alone and +5.2% beside; fewer speculative steps, -19.4% true at c=1, -20%;
     - a dense Llama-8B (one token a step, ~2,400 tok/s at c=64) does not: `--max-running-requests 64`,
       +11.4% true, measured +9.9% at 0.5, +8.0% (alone) and +6.5% (beside) at 0.25, +2.5% and -0.6%
-      at 0.125. It runs at 0.5."""
+      at 0.125. It runs at 0.25, where its whole run kept the cap at +9.0% [+8.0..+10.0] and fa3 at
+      +2.3% (+2.7% true) in 312 s alone (395 s at 0.5)."""
     text = (SCENARIO_DIR / f"{scenario}.toml").read_text()
     fast = tmp_path / f"fast-{scenario}.toml"
     text = re.sub(r"startup_s = [\d.]+", "startup_s = 2", text)

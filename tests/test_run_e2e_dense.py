@@ -55,11 +55,11 @@ replaced_by = { flag = "--flashinfer-allreduce-fusion-backend", value = "auto" }
 """
 
 
-@pytest.mark.slow(seconds=460)
+@pytest.mark.slow(seconds=320)
 @pytest.mark.turns("whole-run")
-@pytest.mark.timeout(1200)  # a whole simulated run: ~470 s on a quiet 2-core machine
+@pytest.mark.timeout(1200)  # a whole simulated run: ~310 s on a quiet 2-core machine
 def test_dense_h100_run_reaches_other_conclusions(tmp_path, sglang_0523):
-    config = _fast_host(tmp_path, "h100-llama8b", sglang_0523)
+    config = _fast_host(tmp_path, "h100-llama8b", sglang_0523, time_scale=0.25)
     try:
         result, tx = _run(
             config, tmp_path, DENSE_PLAYBOOK, goal="maximize output throughput at concurrency 64"
