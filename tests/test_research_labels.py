@@ -152,7 +152,8 @@ def test_evidence_of_applies_is_not_a_backend_this_deployment_does_not_select(tr
 
 def test_a_flag_the_server_turns_on_itself_is_a_no_op_only_where_it_does(trees) -> None:  # type: ignore[no-untyped-def]
     """0.5.9 enables FlashInfer all-reduce fusion by itself for Qwen3MoE on SM90 (server_args.py:
-    1680-1697), not for Llama and not on an H20: only the first is a no-op for that reason."""
+    1680-1697), not for Llama and not on an H20: only the first is a no-op for that reason. Llama is
+    a no-op for another: it builds no LayerCommunicator, the fusion's only user (communicator.py)."""
     index = load_index(trees["0.5.9"])
     flag = "--enable-flashinfer-allreduce-fusion"
     moe = analyze_flag(index, flag, profile_facts("h100-qwen3moe"))
@@ -160,7 +161,11 @@ def test_a_flag_the_server_turns_on_itself_is_a_no_op_only_where_it_does(trees) 
     dense = analyze_flag(index, flag, profile_facts("h100-llama"))
     h20 = analyze_flag(index, flag, {**profile_facts("h100-qwen3moe"), "gpu.name": "NVIDIA H20"})
     for verdict in (dense, h20):
-        assert "set anyway" not in verdict.summary and verdict.verdict != "no-op", verdict.summary
+        assert "set anyway" not in verdict.summary and "server_args.py:1697" not in verdict.summary, (
+            verdict.summary
+        )
+    assert h20.verdict != "no-op", h20.summary
+    assert dense.verdict == "no-op" and "LayerCommunicator is not built here" in dense.summary, dense.summary
 
 
 def test_evidence_of_applies_is_a_function_not_a_module_level_table(trees) -> None:  # type: ignore[no-untyped-def]

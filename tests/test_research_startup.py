@@ -167,6 +167,10 @@ def test_a_deprecation_whose_action_stores_nothing_is_dead(sglang_059) -> None: 
     assert v.verdict == "dead" and "stores nothing" in v.summary, v.summary
     stored, _ = _verdict(sglang_059, "llama70b-h100x4", LLAMA, "--enable-mixed-chunk")
     assert stored.stored is True, stored  # a flag the parser keeps: its two parses differ
+    # a value that is the flag's default parses as the line without it does, and is kept all the same
+    default, v = _verdict(sglang_059, "llama70b-h100x4", LLAMA, "--schedule-policy", "fcfs")
+    assert default.kind == "same" and default.stored is True, default
+    assert v.verdict == "no-op" and "stores nothing" not in v.summary, v.summary
 
 
 def test_a_setting_filled_in_at_model_load_is_the_value_that_runs(sglang_049) -> None:  # type: ignore[no-untyped-def]

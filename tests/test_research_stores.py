@@ -24,6 +24,8 @@ FILES = {
             mode_flag: bool = False
             gated_flag: bool = False
             splits_flag: int = 8
+            runner_flag: str = "auto"
+            draft_runner: str = None
             tp_size: int = 1
             pp_size: int = 1
             dp_size: int = 1
@@ -34,6 +36,8 @@ FILES = {
                 parser.add_argument("--mode-flag", action="store_true")
                 parser.add_argument("--gated-flag", action="store_true")
                 parser.add_argument("--splits-flag", type=int, default=ServerArgs.splits_flag)
+                parser.add_argument("--runner-flag", default=ServerArgs.runner_flag)
+                parser.add_argument("--draft-runner", default=ServerArgs.draft_runner)
                 parser.add_argument("--tp-size", type=int, default=ServerArgs.tp_size)
                 parser.add_argument("--pp-size", type=int, default=ServerArgs.pp_size)
                 parser.add_argument("--dp-size", type=int, default=ServerArgs.dp_size)
@@ -75,6 +79,26 @@ FILES = {
             if world_size <= 1:
                 return
             use_gated()
+        """,
+    "srt/moe_state.py": """
+        RUNNER = None
+        DRAFT_RUNNER = None
+
+        def init_moe(server_args):
+            global RUNNER
+            global DRAFT_RUNNER
+            RUNNER = Backend(server_args.runner_flag)
+            DRAFT_RUNNER = Backend(server_args.draft_runner) if server_args.draft_runner is not None else RUNNER
+
+        def get_runner():
+            global RUNNER
+            if RUNNER is None:
+                RUNNER = Backend("auto")
+            return RUNNER
+
+        class Method:
+            def __init__(self):
+                self.use_cutlass = get_runner().is_cutlass()
         """,
     "srt/bootstrap.py": """
         from sglang.srt.config import get_args
@@ -151,3 +175,14 @@ def test_a_stored_value_whose_every_read_is_gated_off_is_a_no_op(index) -> None:
 def test_an_attribute_store_stays_a_running_reader(index) -> None:  # type: ignore[no-untyped-def]
     v = analyze_flag(index, "--splits-flag", _facts(1), value="16")
     assert v.verdict == "applies", v.summary
+
+
+def test_a_value_stored_in_a_declared_global_is_stored_there_whatever_reads_it_next(index) -> None:  # type: ignore[no-untyped-def]
+    """`global RUNNER; RUNNER = Backend(args.runner_flag)`, then `DRAFT_RUNNER = ... else RUNNER`
+    (0.5.9's `initialize_moe_config`): the value lives in RUNNER, which a getter hands out to code
+    that runs; it is not the draft's global, never read, that decides (which made 0.5.9's
+    `--moe-runner-backend flashinfer_cutlass` on Mixtral a no-op)."""
+    v = analyze_flag(index, "--runner-flag", _facts(1), value="cutlass")
+    reader = next(f for f in v.findings if f.location == "sglang/srt/moe_state.py:8")
+    assert "(RUNNER)" in reader.why and "DRAFT_RUNNER" not in reader.why, reader.why
+    assert reader.state != "off" and v.verdict == "applies", v.summary

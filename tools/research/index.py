@@ -48,7 +48,7 @@ from tools.research.flag_index.write import write_index
 from tools.research.source import SourceTree
 from tools.research.walk.file import UnreadFile, walk_file
 
-INDEX_FORMAT = 41
+INDEX_FORMAT = 43
 
 
 def _files(tree: SourceTree, unread: Unread) -> list[tuple[str, str, bool]]:

@@ -61,6 +61,8 @@ class Call:
     kwargs: dict[str, str]
     bare: bool = False
     """A statement of its own (`f(x)`): the value is dropped, the call is done for what it does."""
+    receiver: str | None = None
+    """The plain name a method is called on (`self`, `cls`, a class: `cls.get_fn()`), else None."""
 
 
 @dataclass

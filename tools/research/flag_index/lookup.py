@@ -224,8 +224,33 @@ class FlagIndex:
                         return None
                     sites.append((caller, None))
                     continue
-                sites += [(caller, c) for c in caller.calls if c.callee == name]
+                sites += [
+                    (caller, c) for c in caller.calls if c.callee == name and self._may_call(caller, c, func)
+                ]
         return sites
+
+    def _may_call(self, caller: Func, call: Call, func: Func) -> bool:
+        """Whether `call` may be of `func`, by its receiver: `cls.get_fn()` or `self.get_fn()` in a
+        class that defines `get_fn` itself calls its own, as `Fn.get_fn()` calls `Fn`'s (0.5.9's
+        `CommunicateSummableTensorPairFn.execute` does not call `CommunicateWithAllReduceAndLayerNormFn.get_fn`)."""
+        owner, dot, _ = func.qual.rpartition(".")
+        recv = call.receiver
+        if not dot or recv is None:
+            return True
+        if recv in ("self", "cls"):
+            recv = caller.qual.split(".", 1)[0]
+        if recv == owner or self._derives(owner, recv):
+            return True  # its own, or an override a subclass's instance runs
+        module = self.modules.get(caller.path)
+        own = (
+            module is not None and recv in module.classes and self.func(caller.path, f"{recv}.{call.callee}")
+        )
+        return not own
+
+    def _derives(self, cls: str, base: str, depth: int = 8) -> bool:
+        """Whether class `cls` derives from a class named `base` (through at most `depth` levels)."""
+        kids = {c for _, c in self.subclasses(base)}
+        return cls in kids or (depth > 0 and any(self._derives(cls, k, depth - 1) for k in kids if k != base))
 
     def _holds_only(self, path: str, name: str, func: Func) -> bool:
         """Whether the module-level code of `path` only takes attributes of the class whose

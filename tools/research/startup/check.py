@@ -77,10 +77,22 @@ def _split(args: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     return rest, rest.pop(_MODEL_KEY, None) or {}
 
 
-def _stored(base: dict[str, Any], trial: dict[str, Any]) -> bool | None:
-    """Whether the parser stored something for the flag: the two parses differ (None: unknown)."""
+def _stored(base: dict[str, Any], trial: dict[str, Any], flag: list[str]) -> bool | None:
+    """Whether the parser stored something for the flag: the two parses differ, or the flag's
+    setting holds the value asked for, which is its default (0.5.15.post1's `--linear-attn-backend
+    triton` parses as the line without it does); None: unknown."""
     before, after = base.get(_PARSED_KEY), trial.get(_PARSED_KEY)
-    return None if before is None or after is None else before != after
+    if before is None or after is None:
+        return None
+    asked = " ".join(flag[1:]) if len(flag) > 1 else "True"
+    return before != after or any(
+        name in after and _spelled_value(after[name]) == asked for name in settings_of(flag[0])
+    )
+
+
+def _spelled_value(value: Any) -> str:
+    """A parsed value as a command line spells it (`8192`, `triton`, `1 2 4` for a list)."""
+    return " ".join(map(str, value)) if isinstance(value, list | tuple) else str(value)
 
 
 def on_cpu(facts: dict[str, Any]) -> bool:
@@ -271,7 +283,7 @@ def _compare(
             if model.get(k) != v and k != ENUM_MEMBERS
         }
     kind = "changed" if changed else "same"
-    stored = _stored(base["args"], trial["args"])
+    stored = _stored(base["args"], trial["args"], flag)
     lines = trial.get("lines", [])
     unchecked = trial.get("checks") or base.get("checks")
     note = f"SGLang's launch checks (check_server_args) did not run here: {unchecked}" if unchecked else ""

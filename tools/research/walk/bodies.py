@@ -65,7 +65,11 @@ def only_logs(stmts: list[ast.stmt]) -> bool:
 def local_store(func: ast.AST, local: str, declared: set[str]) -> str | None:
     """The module global a local only travels into (`backend = cfg.x; if backend == "auto": backend
     = "cutlass"; X = Backend(backend)` with `global X`; a log line may say it on the way), or None
-    when the local is used otherwise."""
+    when the local is used otherwise. A local that is itself a declared global (`global X; X =
+    Backend(cfg.x)`) is where the value is stored, whatever reads it next (0.5.9's
+    `SPECULATIVE_MOE_RUNNER_BACKEND = ... else MOE_RUNNER_BACKEND`)."""
+    if local in declared:
+        return local
     allowed: set[ast.AST] = set()
     target = None
     for node in walk(func):

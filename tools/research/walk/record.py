@@ -148,6 +148,7 @@ class Recorder:
                             [src(a) for a in node.args],
                             {k.arg: src(k.value) for k in node.keywords if k.arg},
                             isinstance(st, ast.Expr) and st.value is node,
+                            _receiver(node.func),
                         )
                     )
             elif (
@@ -255,3 +256,8 @@ class Recorder:
         if calls:
             return f"passed to {src(calls[0].func)}()", False, None
         return None, False, None
+
+
+def _receiver(func: ast.expr) -> str | None:
+    """`self` of `self.f(...)`, `Fn` of `Fn.get_fn(...)`; None for a plain or deeper call."""
+    return func.value.id if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) else None
