@@ -15,6 +15,7 @@ import pytest
 
 from tests.research_profiles import PROFILES, case_id, case_startup, load_cases, profile_facts, taught_files
 from tools.research.analysis import analyze_flag
+from tools.research.callers import caller_gate
 from tools.research.flag_index.serving_path import off_path_reason
 from tools.research.index import load_index
 from tools.research.verdict.calibration import recorded_cases
@@ -202,3 +203,14 @@ def test_a_check_for_another_device_does_not_refuse_on_an_nvidia_gpu(trees) -> N
     index = load_index(trees["0.5.23"])
     verdict = analyze_flag(index, "--quantization", profile_facts("a100-mixtral"), value="fp8")
     assert "MPS" not in verdict.summary and verdict.verdict == "applies", verdict.summary
+
+
+def test_a_class_many_functions_name_is_known_unbuilt_where_none_of_them_builds_it(trees) -> None:  # type: ignore[no-untyped-def]
+    """0.5.9's FusedMoE is named by 66 functions (MoE blocks of model files, quantization configs'
+    `isinstance` checks, the EP layer's class picker; `callers.MAX_SITES`): on a dense Llama none
+    of them builds it, on Mixtral its MoE block does."""
+    index = load_index(trees["0.5.9"])
+    init = index.func("sglang/srt/layers/moe/fused_moe_triton/layer.py", "FusedMoE.__init__")
+    gate = caller_gate(index, init, profile_facts("h100-llama"), {})
+    assert gate is not None and "not used by LlamaForCausalLM" in gate.message, gate
+    assert caller_gate(index, init, profile_facts("a100-mixtral"), {}) is None

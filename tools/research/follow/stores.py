@@ -138,8 +138,9 @@ def follow_store(
     )
 
 
-MAX_GETTER_SITES = 24
-"""Call sites of a getter of the stored value followed (0.5.9's `get_fp8_gemm_runner_backend`: 1)."""
+MAX_GETTER_SITES = 64
+"""Call sites of a getter of the stored value followed (0.5.9's `get_fp8_gemm_runner_backend`: 1,
+`get_moe_runner_backend`: 50)."""
 
 
 def through_getter(
